@@ -1,0 +1,74 @@
+/**
+ * Errors are split by what a worker should do next:
+ * - permanent: retrying cannot help; the run fails at once with the reason.
+ * - transient: retrying may help; it counts toward the step's 3 failures.
+ * Everything else (a bug, a crash) is treated as transient by the engine.
+ */
+export class StepwiseError extends Error {
+  readonly permanent: boolean = false;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+export class PermanentError extends StepwiseError {
+  override readonly permanent = true;
+}
+
+export class TransientError extends StepwiseError {}
+
+/** A write that was based on an older version of the run: another worker got there first. */
+export class StaleVersionError extends StepwiseError {
+  constructor(readonly runId: string, readonly expectedVersion: number, detail = '') {
+    super(`stale write for run ${runId}: version ${expectedVersion} is no longer the latest${detail ? ` (${detail})` : ''}`);
+  }
+}
+
+export class UnknownRunError extends PermanentError {
+  constructor(readonly runId: string) {
+    super(`unknown run: ${runId}`);
+  }
+}
+
+/** The stored state cannot be read by any code: the run is failed with this reason, never retried. */
+export class UnreadableCheckpointError extends PermanentError {
+  constructor(readonly runId: string, readonly version: number, reason: string) {
+    super(`checkpoint ${version} of run ${runId} is unreadable: ${reason}`);
+  }
+}
+
+/** Written by newer code than this worker: leave it alone for a newer worker, change nothing. */
+export class NewerFormatError extends StepwiseError {
+  constructor(readonly runId: string, readonly formatVersion: number, readonly supported: number) {
+    super(`run ${runId} has state format ${formatVersion}, newer than this code supports (${supported}); leaving it for a newer worker`);
+  }
+}
+
+/** An idempotency key used again for different arguments: a bug in the caller, never a silent skip. */
+export class IdempotencyKeyReuseError extends PermanentError {
+  constructor(readonly key: string) {
+    super(`idempotency key ${key} was already used with different arguments`);
+  }
+}
+
+/** Another attempt holds the key's in-progress lease; retry after it expires. */
+export class IdempotencyInProgressError extends TransientError {
+  constructor(readonly key: string) {
+    super(`idempotency key ${key} is being applied by another attempt`);
+  }
+}
+
+/** Thrown by a tool to hand a failure to the model as the step's result, instead of retrying the step. */
+export class ToolError extends StepwiseError {}
+
+export class InvalidInputError extends PermanentError {}
+
+export function isPermanent(error: unknown): boolean {
+  return error instanceof StepwiseError && error.permanent;
+}
+
+export function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return String(error);
+}

@@ -1,0 +1,77 @@
+import { canonicalJson } from './canonical-json.ts';
+import type { RunState, StepRecord } from './state.ts';
+
+/** The Step prompt from the user's pattern, word for word. A test compares it with the seed document. */
+export const STEP_PROMPT = `You are carrying out a long task one step at a time. The run may have been
+paused or restarted; the completed steps below are the source of truth.
+
+<goal>{{goal}}</goal>
+<completed_steps>
+{{completed_steps}}
+</completed_steps>
+<last_result>{{last_tool_result}}</last_result>
+
+Decide the single next step and call one tool to do it.
+Never redo a step listed as completed.
+If the goal is fully done, reply with DONE and a one-paragraph summary.
+`;
+
+export const NO_STEPS_YET = '(none yet)';
+/** Characters of a step's result shown in the completed-steps list: keeps the prompt bounded on long runs. */
+export const STEP_LINE_EXCERPT = 300;
+
+/**
+ * A piece of the prompt. Joined in order, the blocks are exactly the Step prompt. Each completed step is a
+ * block of its own, so the prompt of step n + 1 starts with the blocks of step n byte for byte; `cache`
+ * marks the end of that stable prefix for the model's prompt cache.
+ */
+export interface PromptBlock {
+  text: string;
+  cache?: boolean;
+}
+
+const [BEFORE_GOAL, AFTER_GOAL_TEMPLATE] = splitOnce(STEP_PROMPT, '{{goal}}');
+const [GOAL_TO_STEPS, AFTER_STEPS_TEMPLATE] = splitOnce(AFTER_GOAL_TEMPLATE, '{{completed_steps}}');
+const [STEPS_TO_RESULT, AFTER_RESULT] = splitOnce(AFTER_STEPS_TEMPLATE, '{{last_tool_result}}');
+
+export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retryNote'>): PromptBlock[] {
+  const head = BEFORE_GOAL + state.goal + GOAL_TO_STEPS;
+  const lines = state.steps.length ? state.steps.map(stepLine) : [NO_STEPS_YET];
+  const blocks: PromptBlock[] = [{ text: head }];
+  lines.forEach((line, i) => blocks.push({ text: i < lines.length - 1 ? `${line}\n` : line }));
+  blocks[blocks.length - 1]!.cache = true;
+  blocks.push({ text: STEPS_TO_RESULT + lastResult(state) + AFTER_RESULT });
+  return blocks;
+}
+
+export function promptText(blocks: PromptBlock[]): string {
+  return blocks.map((b) => b.text).join('');
+}
+
+/** One line per completed step; whitespace folded so a step never spans lines. */
+export function stepLine(record: StepRecord): string {
+  const outcome = record.result.ok ? 'ok' : 'error';
+  const text = excerpt(record.result.text.replace(/\s+/g, ' ').trim(), STEP_LINE_EXCERPT);
+  const ref = record.result.ref ? ` [full output ${record.result.bytes} bytes: ${record.result.ref}]` : '';
+  return `${record.step}. ${record.tool} ${canonicalJson(record.input ?? {})} -> ${outcome}: ${text}${ref}`;
+}
+
+function lastResult(state: Pick<RunState, 'steps' | 'retryNote'>): string {
+  if (state.retryNote) return state.retryNote;
+  const last = state.steps[state.steps.length - 1];
+  if (!last) return NO_STEPS_YET;
+  const ref = last.result.ref
+    ? `\n[excerpt only: the full output is ${last.result.bytes} bytes, stored as ${last.result.ref}]`
+    : '';
+  return `step ${last.step} ${last.tool} -> ${last.result.ok ? 'ok' : 'error'}:\n${last.result.text}${ref}`;
+}
+
+export function excerpt(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max)}…`;
+}
+
+function splitOnce(text: string, marker: string): [string, string] {
+  const at = text.indexOf(marker);
+  if (at < 0) throw new Error(`Step prompt lacks ${marker}`);
+  return [text.slice(0, at), text.slice(at + marker.length)];
+}

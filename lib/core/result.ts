@@ -1,0 +1,32 @@
+import { createHash } from 'node:crypto';
+import { canonicalJson } from './canonical-json.ts';
+import { excerpt } from './prompt.ts';
+import type { StepResult } from './state.ts';
+
+/** Outputs above this many bytes go to the blob store; the checkpoint keeps an excerpt and the ref. */
+export const DEFAULT_INLINE_LIMIT = 4096;
+export const LARGE_OUTPUT_EXCERPT = 2000;
+
+export interface ShapedResult {
+  result: StepResult;
+  /** Present when the output is too large to keep inline. */
+  blob?: { ref: string; data: Buffer };
+}
+
+export function outputText(output: unknown): string {
+  if (typeof output === 'string') return output;
+  if (output === undefined) return '';
+  return canonicalJson(output);
+}
+
+export function shapeResult(text: string, ok: boolean, inlineLimit = DEFAULT_INLINE_LIMIT): ShapedResult {
+  const data = Buffer.from(text, 'utf8');
+  if (data.length <= inlineLimit) return { result: { ok, text, bytes: data.length } };
+  const ref = blobRef(data);
+  return { result: { ok, text: excerpt(text, LARGE_OUTPUT_EXCERPT), bytes: data.length, ref }, blob: { ref, data } };
+}
+
+/** Content-addressed: the same output always has the same ref, so a retried upload is harmless. */
+export function blobRef(data: Buffer): string {
+  return `sha256:${createHash('sha256').update(data).digest('hex')}`;
+}

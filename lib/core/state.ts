@@ -1,0 +1,98 @@
+import { z } from 'zod';
+
+/** Bump when the stored shape of RunState changes, and add a migration in migrations.ts. */
+export const FORMAT_VERSION = 1;
+export const DEFAULT_STEP_CAP = 60;
+export const MAX_STEP_FAILURES = 3;
+export const MAX_GOAL_BYTES = 16 * 1024;
+
+export const RUN_STATUSES = ['running', 'waiting', 'completed', 'failed', 'capped', 'cancelled'] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+export const TERMINAL_STATUSES: readonly RunStatus[] = ['completed', 'failed', 'capped', 'cancelled'];
+
+export const usageSchema = z.object({
+  inputTokens: z.number().int().nonnegative(),
+  outputTokens: z.number().int().nonnegative(),
+  cacheWriteTokens: z.number().int().nonnegative(),
+  cacheReadTokens: z.number().int().nonnegative(),
+});
+export type Usage = z.infer<typeof usageSchema>;
+export const ZERO_USAGE: Usage = { inputTokens: 0, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 };
+
+/** A tool's output as stored: inline when small, otherwise an excerpt plus a content-addressed blob ref. */
+export const stepResultSchema = z.object({
+  ok: z.boolean(),
+  text: z.string(),
+  bytes: z.number().int().nonnegative(),
+  ref: z.string().optional(),
+});
+export type StepResult = z.infer<typeof stepResultSchema>;
+
+/** What the model chose for a step, recorded before a side-effecting tool runs. */
+export const decisionSchema = z.object({
+  step: z.number().int().positive(),
+  tool: z.string(),
+  input: z.unknown(),
+  idempotencyKey: z.string().optional(),
+  usage: usageSchema.optional(),
+  at: z.number(),
+});
+export type Decision = z.infer<typeof decisionSchema>;
+
+/** One completed step: immutable once written; the run's state is the head plus these. */
+export const stepRecordSchema = decisionSchema.extend({
+  result: stepResultSchema,
+  workerId: z.string(),
+});
+export type StepRecord = z.infer<typeof stepRecordSchema>;
+
+/** Everything about a run except its step records: small, rewritten at every checkpoint. */
+export const runHeadSchema = z.object({
+  formatVersion: z.literal(FORMAT_VERSION),
+  runId: z.string().min(1),
+  agent: z.string(),
+  goal: z.string(),
+  status: z.enum(RUN_STATUSES),
+  /** Completed steps. The next step to run is step + 1. */
+  step: z.number().int().nonnegative(),
+  stepCap: z.number().int().positive(),
+  /** Failed attempts of step + 1 so far. */
+  failures: z.number().int().nonnegative(),
+  lastError: z.string().optional(),
+  /** Shown to the model as the last result when its previous reply could not be used. */
+  retryNote: z.string().optional(),
+  /** Why the run ended, when it did not complete. */
+  reason: z.string().optional(),
+  /** The model's DONE summary. */
+  summary: z.string().optional(),
+  usage: usageSchema,
+  createdAt: z.number(),
+  updatedAt: z.number(),
+});
+export type RunHead = z.infer<typeof runHeadSchema>;
+
+/** The whole run, as the engine sees it. Stores persist the head per version and each step once. */
+export interface RunState extends RunHead {
+  steps: StepRecord[];
+  /** The recorded decision for step + 1, if the model already chose it. */
+  pending?: Decision;
+}
+
+export function headOf(state: RunState): RunHead {
+  const { steps: _steps, pending: _pending, ...head } = state;
+  return head;
+}
+
+export function isTerminal(status: RunStatus): boolean {
+  return TERMINAL_STATUSES.includes(status);
+}
+
+export function addUsage(a: Usage, b: Usage | undefined): Usage {
+  if (!b) return a;
+  return {
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
+    cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
+  };
+}

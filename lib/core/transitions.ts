@@ -1,0 +1,81 @@
+import { errorMessage, isPermanent } from './errors.ts';
+import {
+  DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
+  type RunState, type StepRecord, type Usage,
+} from './state.ts';
+
+/** Pure state transitions: given a state and what happened, the next state. No I/O. */
+
+export function initialState(input: {
+  runId: string; agent: string; goal: string; stepCap?: number; now: number;
+}): RunState {
+  return {
+    formatVersion: FORMAT_VERSION,
+    runId: input.runId,
+    agent: input.agent,
+    goal: input.goal,
+    status: 'running',
+    step: 0,
+    stepCap: input.stepCap ?? DEFAULT_STEP_CAP,
+    failures: 0,
+    usage: { ...ZERO_USAGE },
+    createdAt: input.now,
+    updatedAt: input.now,
+    steps: [],
+  };
+}
+
+export function completeStep(state: RunState, record: StepRecord, now: number): RunState {
+  const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
+  return {
+    ...rest,
+    step: record.step,
+    failures: 0,
+    steps: [...state.steps, record],
+    usage: addUsage(state.usage, record.usage),
+    updatedAt: now,
+  };
+}
+
+export function complete(state: RunState, summary: string, usage: Usage | undefined, now: number): RunState {
+  const { pending: _pending, retryNote: _n, ...rest } = state;
+  return { ...rest, status: 'completed', summary, usage: addUsage(state.usage, usage), updatedAt: now };
+}
+
+export function capReached(state: RunState): boolean {
+  return state.step >= state.stepCap;
+}
+
+export function cap(state: RunState, now: number): RunState {
+  return { ...state, status: 'capped', reason: `step cap of ${state.stepCap} reached before the goal was done`, updatedAt: now };
+}
+
+/**
+ * A failed attempt at step + 1. Permanent errors fail the run at once; others fail it on the third try.
+ * The recorded decision stays, so the retry runs the same tool call.
+ */
+export function recordFailure(
+  state: RunState,
+  error: unknown,
+  now: number,
+  extra: { retryNote?: string; usage?: Usage } = {},
+): RunState {
+  const failures = state.failures + 1;
+  const message = errorMessage(error);
+  const { retryNote: _old, ...rest } = state;
+  const next: RunState = {
+    ...rest,
+    failures,
+    lastError: message,
+    usage: addUsage(state.usage, extra.usage),
+    updatedAt: now,
+  };
+  if (extra.retryNote) next.retryNote = extra.retryNote;
+  if (isPermanent(error) || failures >= MAX_STEP_FAILURES) {
+    next.status = 'failed';
+    next.reason = isPermanent(error)
+      ? `step ${state.step + 1}: ${message}`
+      : `step ${state.step + 1} failed ${failures} times; last error: ${message}`;
+  }
+  return next;
+}

@@ -1,0 +1,174 @@
+import type { ToolContext, ToolDefinition } from '../agent.ts';
+import { toolSpecs } from '../agent.ts';
+import { decodeState } from '../core/codec.ts';
+import {
+  PermanentError, StaleVersionError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
+} from '../core/errors.ts';
+import { idempotencyKey } from '../core/keys.ts';
+import { renderStepPrompt } from '../core/prompt.ts';
+import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
+import type { Decision, RunState, RunStatus, StepRecord, Usage } from '../core/state.ts';
+import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
+import type { ModelReply } from '../ports.ts';
+import type { EngineDeps } from './deps.ts';
+
+export type Advance =
+  /** A checkpoint was written: a step, a failed attempt, or the run's end. */
+  | { kind: 'advanced'; version: number; state: RunState; bytes: number }
+  /** The run is not running (done, failed, waiting): nothing to do. */
+  | { kind: 'idle'; version: number; status: RunStatus }
+  /** The message was for an older version: another delivery already advanced the run. */
+  | { kind: 'stale-message'; version: number; status: RunStatus };
+
+export interface AdvanceOptions {
+  /** The version the caller expects; a different latest version means the caller is stale. */
+  expectVersion?: number;
+  /** Fail the run instead of stepping it (a step that keeps crashing its worker). */
+  failWith?: string;
+}
+
+/**
+ * Runs exactly one step of a run: load the latest checkpoint, ask the model (unless a decision is already
+ * recorded), run the tool with the step's idempotency key, write the next checkpoint conditional on the
+ * version it loaded. Every write is fenced, so a stale worker is rejected with StaleVersionError.
+ */
+export async function advance(deps: EngineDeps, runId: string, options: AdvanceOptions = {}): Promise<Advance> {
+  const stored = await deps.store.load(runId);
+  if (!stored) throw new UnknownRunError(runId);
+  const version = stored.version;
+  if (options.expectVersion !== undefined && options.expectVersion !== version) {
+    return { kind: 'stale-message', version, status: stored.status };
+  }
+  if (stored.status !== 'running') return { kind: 'idle', version, status: stored.status };
+
+  let state: RunState;
+  try {
+    state = decodeState(stored);
+  } catch (error) {
+    if (!(error instanceof UnreadableCheckpointError)) throw error;
+    return markUnreadable(deps, runId, version, error.message);
+  }
+  const n = state.step + 1;
+  await deps.probe?.('C1', { runId, step: n });
+
+  const now = () => deps.clock.now();
+  if (options.failWith) return commit(deps, version, recordFailure(state, new PermanentError(options.failWith), now()));
+  if (capReached(state)) return commit(deps, version, cap(state, now()));
+
+  let decision = state.pending;
+  let tool: ToolDefinition | undefined;
+  if (decision) {
+    tool = deps.agent.tools.find((t) => t.name === decision!.tool);
+  } else {
+    let reply: ModelReply;
+    try {
+      reply = await deps.model.decide({
+        runId, step: n, prompt: renderStepPrompt(state), tools: toolSpecs(deps.agent),
+        settings: deps.agent.settings ?? {}, ...(deps.signal ? { signal: deps.signal } : {}),
+      });
+    } catch (error) {
+      return commit(deps, version, recordFailure(state, asStepError(error), now()));
+    }
+    await deps.probe?.('C2', { runId, step: n });
+
+    if (reply.kind === 'done') return commit(deps, version, complete(state, reply.summary, reply.usage, now()));
+    if (reply.kind === 'invalid') {
+      const note = `Your previous reply could not be used (${reply.reason}). Call exactly one tool, or reply with DONE and a one-paragraph summary.`;
+      return commit(deps, version, recordFailure(state, new TransientError(`model reply unusable: ${reply.reason}`), now(), { retryNote: note, ...(reply.usage ? { usage: reply.usage } : {}) }));
+    }
+    tool = deps.agent.tools.find((t) => t.name === reply.tool);
+    if (!tool) {
+      const names = deps.agent.tools.map((t) => t.name).join(', ');
+      return commitStep(deps, state, version, errorStep(deps, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`));
+    }
+    const parsed = tool.input.safeParse(reply.input);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
+      return commitStep(deps, state, version, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
+    }
+    decision = {
+      step: n, tool: tool.name, input: parsed.data, at: now(),
+      ...(tool.sideEffect ? { idempotencyKey: idempotencyKey(runId, n) } : {}),
+      ...(reply.usage ? { usage: reply.usage } : {}),
+    };
+    // Only side effects need the decision kept: a crash after this point must re-run this exact call
+    // with this key, never ask the model again. A read-only call can simply be asked for again.
+    if (tool.sideEffect) {
+      await deps.store.recordDecision(runId, version, decision);
+      await deps.probe?.('C3', { runId, step: n });
+    }
+  }
+
+  if (!tool) {
+    return commit(deps, version, recordFailure(state, new PermanentError(`recorded tool "${decision.tool}" no longer exists in agent ${deps.agent.name}`), now()));
+  }
+
+  let output: unknown;
+  let ok = true;
+  try {
+    output = await tool.run(decision.input, toolContext(deps, runId, n, state.failures + 1, decision));
+  } catch (error) {
+    // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt.
+    if (!(error instanceof ToolError)) return commit(deps, version, recordFailure(state, error, now()));
+    output = error.message;
+    ok = false;
+  }
+  await deps.probe?.('C4', { runId, step: n });
+
+  const shaped = shapeResult(outputText(output), ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
+  if (shaped.blob) {
+    await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
+    await deps.probe?.('C5', { runId, step: n });
+  }
+  const record: StepRecord = { ...decision, result: shaped.result, workerId: deps.workerId };
+  return commitStep(deps, state, version, record);
+}
+
+function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision): ToolContext {
+  const key = decision.idempotencyKey ?? idempotencyKey(runId, step);
+  return {
+    runId, step, attempt, idempotencyKey: key,
+    once: (effect) => deps.ledger.once(key, decision.input, effect),
+  };
+}
+
+/** A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. */
+function errorStep(deps: EngineDeps, step: number, reply: { tool: string; input: unknown; usage?: Usage }, message: string): StepRecord {
+  return {
+    step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now(),
+    result: shapeResult(message, false).result, workerId: deps.workerId,
+    ...(reply.usage ? { usage: reply.usage } : {}),
+  };
+}
+
+function asStepError(error: unknown): unknown {
+  if (error instanceof PermanentError || error instanceof TransientError) return error;
+  return new TransientError(errorMessage(error), { cause: error });
+}
+
+async function commitStep(deps: EngineDeps, state: RunState, version: number, record: StepRecord): Promise<Advance> {
+  return commit(deps, version, completeStep(state, record, deps.clock.now()), record);
+}
+
+async function commit(deps: EngineDeps, version: number, next: RunState, appended?: StepRecord): Promise<Advance> {
+  const written = await deps.store.commit({
+    runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
+    ...(appended ? { appended } : {}),
+  });
+  deps.log.info({
+    event: 'checkpoint', runId: next.runId, step: next.step, version: written.version, workerId: deps.workerId,
+    bytes: written.bytes, status: next.status, ...(appended ? { tool: appended.tool } : {}),
+    ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
+  }, 'checkpoint written');
+  await deps.probe?.('C6', { runId: next.runId, step: next.step });
+  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes };
+}
+
+async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {
+  const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
+  deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: 'failed', reason }, 'run failed: unreadable checkpoint');
+  const stored = await deps.store.load(runId);
+  return { kind: 'idle', version: written.version, status: stored?.status ?? 'failed' };
+}
+
+export { StaleVersionError };

@@ -1,0 +1,86 @@
+import { z } from 'zod';
+import { NewerFormatError, StaleVersionError, UnknownRunError, errorMessage } from '../core/errors.ts';
+import type { Delivery } from '../ports.ts';
+import { advance, type Advance } from './advance.ts';
+import type { EngineDeps } from './deps.ts';
+
+const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number().int().positive() }).strict();
+
+/** Deliveries of one message beyond this fail its run: the step keeps killing its worker. */
+export const DEFAULT_MAX_RECEIVES = 10;
+const NEWER_FORMAT_RETRY_MS = 60_000;
+
+export type Handled =
+  | { action: 'ack'; outcome?: Advance; runId?: string }
+  | { action: 'release'; delayMs: number; runId?: string };
+
+/** Backoff before retrying a failed attempt: 1 s, 2 s, 4 s ... capped at a minute. */
+export function retryDelayMs(failures: number): number {
+  return failures > 0 ? Math.min(60_000, 1000 * 2 ** (failures - 1)) : 0;
+}
+
+/**
+ * Handles one queue message: advance its run by one step, enqueue the next step, then let the caller ack.
+ * Duplicate and stale messages are harmless: they re-send the message for the run's latest version, which
+ * the queue deduplicates, so a lost enqueue (crash C7) is recovered and nothing runs twice.
+ */
+export async function handleDelivery(
+  deps: EngineDeps,
+  delivery: Pick<Delivery, 'body' | 'receiveCount'>,
+  options: { maxReceives?: number } = {},
+): Promise<Handled> {
+  const message = parseMessage(delivery.body);
+  if (!message.success) {
+    deps.log.error({ event: 'malformed-message', body: delivery.body.slice(0, 2000), error: message.error }, 'malformed message dropped');
+    return { action: 'ack' };
+  }
+  const { runId, version } = message.data;
+  const maxReceives = options.maxReceives ?? DEFAULT_MAX_RECEIVES;
+  let outcome: Advance;
+  try {
+    outcome = await advance(deps, runId, {
+      expectVersion: version,
+      ...(delivery.receiveCount > maxReceives
+        ? { failWith: `the step was delivered ${delivery.receiveCount} times without finishing (its worker keeps crashing)` }
+        : {}),
+    });
+  } catch (error) {
+    if (error instanceof UnknownRunError) {
+      deps.log.error({ event: 'unknown-run', runId, version }, error.message);
+      return { action: 'ack', runId };
+    }
+    if (error instanceof StaleVersionError) {
+      deps.log.warn({ event: 'stale-write', runId, version, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run; stopping');
+      return { action: 'ack', runId };
+    }
+    if (error instanceof NewerFormatError) {
+      deps.log.warn({ event: 'newer-format', runId, version }, error.message);
+      return { action: 'release', delayMs: NEWER_FORMAT_RETRY_MS, runId };
+    }
+    // Infrastructure trouble (a locked database, a throttled table): leave the message to be delivered again.
+    deps.log.error({ event: 'step-error', runId, version, error: errorMessage(error) }, 'step did not finish; the message will be delivered again');
+    return { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)), runId };
+  }
+
+  if (outcome.kind === 'stale-message') {
+    deps.log.info({ event: 'stale-message', runId, version, latest: outcome.version }, 'message for an older version: re-driving the latest');
+  }
+  const status = outcome.kind === 'advanced' ? outcome.state.status : outcome.status;
+  if (status === 'running' && outcome.kind !== 'idle') {
+    await deps.probe?.('C7', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
+    const delayMs = outcome.kind === 'advanced' ? retryDelayMs(outcome.state.failures) : 0;
+    await deps.queue.send({ runId, version: outcome.version }, { delayMs });
+  }
+  await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
+  return { action: 'ack', outcome, runId };
+}
+
+function parseMessage(body: string): z.ZodSafeParseResult<{ runId: string; version: number }> {
+  let json: unknown;
+  try {
+    json = JSON.parse(body);
+  } catch {
+    return runMessageSchema.safeParse(Symbol('not json'));
+  }
+  return runMessageSchema.safeParse(json);
+}

@@ -1,0 +1,49 @@
+import { randomUUID } from 'node:crypto';
+import { InvalidInputError } from '../core/errors.ts';
+import { MAX_GOAL_BYTES } from '../core/state.ts';
+import { initialState } from '../core/transitions.ts';
+import type { EngineDeps } from './deps.ts';
+
+export const RUN_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+export interface StartResult {
+  runId: string;
+  created: boolean;
+  version: number;
+}
+
+export function validateGoal(goal: unknown): string {
+  if (typeof goal !== 'string' || goal.trim() === '') throw new InvalidInputError('the goal is empty: say what the run should achieve');
+  const bytes = Buffer.byteLength(goal);
+  if (bytes > MAX_GOAL_BYTES) throw new InvalidInputError(`the goal is ${bytes} bytes; the limit is ${MAX_GOAL_BYTES}. Put large inputs in a tool's data and refer to them`);
+  return goal;
+}
+
+export function validateRunId(runId: string): string {
+  if (!RUN_ID_PATTERN.test(runId)) throw new InvalidInputError(`run id ${JSON.stringify(runId)} must match ${RUN_ID_PATTERN}`);
+  return runId;
+}
+
+/**
+ * Creates a run (version 1) and enqueues its first step. Starting an existing run id changes nothing;
+ * it re-sends the message for its latest version, which the queue deduplicates.
+ */
+export async function startRun(
+  deps: Pick<EngineDeps, 'store' | 'queue' | 'agent' | 'clock' | 'workerId' | 'codeVersion' | 'log'>,
+  input: { goal: unknown; runId?: string; stepCap?: number },
+): Promise<StartResult> {
+  const goal = validateGoal(input.goal);
+  const runId = validateRunId(input.runId ?? randomUUID());
+  const stepCap = input.stepCap ?? deps.agent.settings?.stepCap;
+  if (stepCap !== undefined && (!Number.isInteger(stepCap) || stepCap < 1)) throw new InvalidInputError(`step cap must be a positive integer, got ${stepCap}`);
+  const state = initialState({ runId, agent: deps.agent.name, goal, now: deps.clock.now(), ...(stepCap ? { stepCap } : {}) });
+  const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion });
+  if (created.created) {
+    deps.log.info({ event: 'checkpoint', runId, step: 0, version: 1, workerId: deps.workerId, bytes: created.bytes, status: 'running' }, 'run created');
+  }
+  const latest = created.created ? undefined : await deps.store.load(runId);
+  if (created.created || latest?.status === 'running') {
+    await deps.queue.send({ runId, version: latest?.version ?? created.version });
+  }
+  return { runId, created: created.created, version: latest?.version ?? created.version };
+}

@@ -1,0 +1,38 @@
+import type { RunQueueConsumer } from '../ports.ts';
+import type { EngineDeps } from './deps.ts';
+import { handleDelivery, type Handled } from './handle-message.ts';
+
+export interface WorkerOptions {
+  visibilityMs?: number;
+  waitMs?: number;
+  maxReceives?: number;
+  signal?: AbortSignal;
+  /** Called after each message; return true to stop the loop. */
+  onHandled?: (handled: Handled) => boolean | void;
+}
+
+/**
+ * Pulls messages and advances one step per message until the signal aborts. A heartbeat keeps a slow
+ * step's message hidden from other workers; if this process dies, the message reappears after the
+ * visibility timeout and another worker resumes from the last checkpoint.
+ */
+export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions = {}): Promise<void> {
+  const visibilityMs = options.visibilityMs ?? 30_000;
+  while (!options.signal?.aborted) {
+    const deliveries = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
+    for (const delivery of deliveries) {
+      const heartbeat = setInterval(() => {
+        consumer.release(delivery, visibilityMs).catch((error) => deps.log.warn({ error: String(error) }, 'heartbeat failed'));
+      }, Math.max(50, visibilityMs / 3));
+      let handled: Handled;
+      try {
+        handled = await handleDelivery(deps, delivery, options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {});
+      } finally {
+        clearInterval(heartbeat);
+      }
+      if (handled.action === 'ack') await consumer.ack(delivery);
+      else await consumer.release(delivery, handled.delayMs);
+      if (options.onHandled?.(handled)) return;
+    }
+  }
+}

@@ -1,0 +1,32 @@
+import type { Clock } from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import { openDatabase, type Db } from './database.ts';
+import { SqliteBlobStore } from './sqlite-blob-store.ts';
+import { SqliteCheckpointStore } from './sqlite-checkpoint-store.ts';
+import { SqliteLedger } from './sqlite-ledger.ts';
+import { SqliteQueue } from './sqlite-queue.ts';
+
+export const DEFAULT_DB_PATH = '.stepwise/stepwise.db';
+
+export interface LocalRuntime {
+  db: Db;
+  store: SqliteCheckpointStore;
+  blobs: SqliteBlobStore;
+  ledger: SqliteLedger;
+  queue: SqliteQueue;
+  close(): void;
+}
+
+/** The embedded default: checkpoints, blobs, the idempotency ledger and the queue in one SQLite file. */
+export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number } = {}): LocalRuntime {
+  const db = openDatabase(options.dbPath ?? DEFAULT_DB_PATH);
+  const clock = options.clock ?? systemClock;
+  return {
+    db,
+    store: new SqliteCheckpointStore(db, { clock, ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}) }),
+    blobs: new SqliteBlobStore(db, clock),
+    ledger: new SqliteLedger(db, clock),
+    queue: new SqliteQueue(db, { clock }),
+    close: () => db.close(),
+  };
+}

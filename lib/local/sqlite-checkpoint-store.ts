@@ -1,0 +1,163 @@
+import type { StoredCheckpoint } from '../core/codec.ts';
+import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
+import { StaleVersionError } from '../core/errors.ts';
+import type { Decision, RunState, RunStatus } from '../core/state.ts';
+import type {
+  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, RunSummary, WriteMeta,
+} from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import type Database from 'better-sqlite3';
+import { immediate, type Db } from './database.ts';
+
+export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
+
+interface RunRow { run_id: string; version: number; status: RunStatus; step: number; agent: string; reason: string | null; updated_at: number }
+
+/**
+ * Checkpoints in SQLite. A write is one transaction: bump runs.version only if it still equals the version
+ * the writer read (the fence), insert the new checkpoint row, and write the step record once.
+ */
+export class SqliteCheckpointStore implements CheckpointStore {
+  constructor(
+    private readonly db: Db,
+    private readonly options: { retentionMs?: number; clock?: Clock } = {},
+  ) {}
+
+  private readonly statements = new Map<string, Database.Statement>();
+
+  /** Prepared once per connection: preparing is a large share of a small write's cost. */
+  private sql(text: string): Database.Statement {
+    let statement = this.statements.get(text);
+    if (!statement) this.statements.set(text, (statement = this.db.prepare(text)));
+    return statement;
+  }
+
+  private get now(): number {
+    return (this.options.clock ?? systemClock).now();
+  }
+
+  private get retentionMs(): number {
+    return this.options.retentionMs ?? DEFAULT_RETENTION_MS;
+  }
+
+  async create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }> {
+    const head = encodeHead(state);
+    return immediate(this.db, () => {
+      const existing = this.sql('SELECT version FROM runs WHERE run_id = ?').get(state.runId) as { version: number } | undefined;
+      if (existing) return { created: false, version: existing.version, bytes: 0 };
+      const now = this.now;
+      this.sql('INSERT INTO runs (run_id, version, status, step, agent, reason, created_at, updated_at) VALUES (?, 1, ?, ?, ?, NULL, ?, ?)')
+        .run(state.runId, state.status, state.step, state.agent, now, now);
+      const bytes = Buffer.byteLength(head);
+      this.insertCheckpoint(state.runId, 1, state, head, bytes, meta, undefined, now);
+      return { created: true, version: 1, bytes };
+    });
+  }
+
+  async load(runId: string): Promise<StoredCheckpoint | undefined> {
+    // One read transaction, so the head and the step rows come from the same moment.
+    return this.db.transaction(() => {
+      const row = this.sql(
+        'SELECT r.version, r.status, r.updated_at, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
+      ).get(runId) as { version: number; status: RunStatus; updated_at: number; head: string; worker_id: string } | undefined;
+      if (!row) return undefined;
+      const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? ORDER BY step').all(runId) as { step: number; decision: string | null; record: string | null }[];
+      const steps = stepRows.filter((s) => s.record !== null).map((s) => s.record as string);
+      const pending = stepRows.find((s) => s.record === null)?.decision ?? undefined;
+      return {
+        runId, version: row.version, status: row.status, head: row.head, steps,
+        ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
+      };
+    })();
+  }
+
+  async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
+    immediate(this.db, () => {
+      this.assertVersion(runId, expectedVersion);
+      const inserted = this.sql('INSERT INTO steps (run_id, step, decision) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
+        .run(runId, decision.step, encodeDecision(decision));
+      if (inserted.changes === 0) throw new StaleVersionError(runId, expectedVersion, `step ${decision.step} already has a decision`);
+    });
+  }
+
+  async commit(write: CheckpointWrite): Promise<CommitResult> {
+    const head = encodeHead(write.state);
+    const step = write.appended ? encodeStep(write.appended) : undefined;
+    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);
+    return immediate(this.db, () => {
+      const now = this.now;
+      const updated = this.sql(
+        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ? WHERE run_id = ? AND version = ?',
+      ).run(write.state.status, write.state.step, write.state.reason ?? null, now, write.runId, write.expectedVersion);
+      if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
+      const version = write.expectedVersion + 1;
+      if (write.appended && step) {
+        const stored = this.sql(
+          'INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?) ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record WHERE steps.record IS NULL',
+        ).run(write.runId, write.appended.step, step);
+        // Unreachable while the fence holds; if it ever fails, roll back rather than rewrite history.
+        if (stored.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion, `step ${write.appended.step} is already recorded`);
+      }
+      this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
+      return { version, bytes };
+    });
+  }
+
+  async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
+    return immediate(this.db, () => {
+      const now = this.now;
+      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ? WHERE run_id = ? AND version = ?")
+        .run(reason, now, runId, expectedVersion);
+      if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
+      // The unreadable head is kept as it was: nothing is lost, an operator can inspect or repair it.
+      const previous = this.sql('SELECT step, head FROM checkpoints WHERE run_id = ? AND version = ?').get(runId, expectedVersion) as { step: number; head: string };
+      const version = expectedVersion + 1;
+      this.sql(
+        "INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)",
+      ).run(runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
+      return { version, bytes: 0 };
+    });
+  }
+
+  async history(runId: string): Promise<CheckpointInfo[]> {
+    const rows = this.sql(
+      'SELECT run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, created_at FROM checkpoints WHERE run_id = ? ORDER BY version',
+    ).all(runId) as { run_id: string; version: number; step: number; status: RunStatus; tool: string | null; idempotency_key: string | null; worker_id: string; code_version: string; bytes: number; created_at: number }[];
+    return rows.map((r) => ({
+      runId: r.run_id, version: r.version, step: r.step, status: r.status,
+      ...(r.tool ? { tool: r.tool } : {}), ...(r.idempotency_key ? { idempotencyKey: r.idempotency_key } : {}),
+      workerId: r.worker_id, codeVersion: r.code_version, bytes: r.bytes, at: r.created_at,
+    }));
+  }
+
+  async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {
+    const where: string[] = [];
+    const args: unknown[] = [];
+    if (query.status) { where.push('status = ?'); args.push(query.status); }
+    if (query.updatedBefore !== undefined) { where.push('updated_at < ?'); args.push(query.updatedBefore); }
+    const sql = `SELECT run_id, version, status, step, agent, reason, updated_at FROM runs ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY updated_at DESC LIMIT ?`;
+    const rows = this.sql(sql).all(...args, query.limit ?? 100) as RunRow[];
+    return rows.map((r) => ({
+      runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at,
+      ...(r.reason ? { reason: r.reason } : {}),
+    }));
+  }
+
+  /** Deletes checkpoints older than the retention window, never a run's latest. Returns rows removed. */
+  prune(): number {
+    return this.sql(
+      'DELETE FROM checkpoints WHERE expires_at < ? AND version < (SELECT r.version FROM runs r WHERE r.run_id = checkpoints.run_id)',
+    ).run(this.now).changes;
+  }
+
+  private assertVersion(runId: string, expectedVersion: number): void {
+    const row = this.sql('SELECT version FROM runs WHERE run_id = ?').get(runId) as { version: number } | undefined;
+    if (!row || row.version !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
+  }
+
+  private insertCheckpoint(runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], now: number): void {
+    this.sql(
+      'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    ).run(runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, head, state.reason ?? null, now, now + this.retentionMs);
+  }
+}

@@ -1,0 +1,93 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer } from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import type { Db } from './database.ts';
+
+export const DEFAULT_VISIBILITY_MS = 30_000;
+const POLL_MS = 50;
+const TOMBSTONE_MS = 24 * 3600 * 1000;
+
+interface QueueRow { id: number; body: string; receive_count: number; receipt: string }
+
+/**
+ * An SQS-like queue in the SQLite file: a received message is hidden for the visibility timeout and
+ * delivered again unless acked, with a receive count. Receiving is one UPDATE ... RETURNING, so two
+ * worker processes can never take the same visible message.
+ */
+export class SqliteQueue implements RunQueue, RunQueueConsumer {
+  constructor(
+    private readonly db: Db,
+    private readonly options: { clock?: Clock; runId?: string } = {},
+  ) {}
+
+  private get now(): number {
+    return (this.options.clock ?? systemClock).now();
+  }
+
+  async send(message: RunMessage, options: { delayMs?: number } = {}): Promise<void> {
+    const now = this.now;
+    this.db.prepare('INSERT OR IGNORE INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
+      .run(`${message.runId}/v${message.version}`, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);
+  }
+
+  /** Puts a raw body on the queue, as another system might: for tests of malformed messages. */
+  sendRaw(body: string): void {
+    const now = this.now;
+    this.db.prepare('INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
+      .run(`raw/${randomUUID()}`, '', body, now, now);
+  }
+
+  /** A consumer that only takes messages of one run (the foreground `stepwise run`). */
+  forRun(runId: string): SqliteQueue {
+    return new SqliteQueue(this.db, { ...this.options, runId });
+  }
+
+  async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
+    const deadline = Date.now() + (options.waitMs ?? 0);
+    for (;;) {
+      const rows = this.take(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
+      if (rows.length || Date.now() >= deadline) {
+        return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
+      }
+      await sleep(POLL_MS);
+    }
+  }
+
+  async ack(delivery: Delivery): Promise<boolean> {
+    const [id, receipt] = splitReceipt(delivery.receipt);
+    return this.db.prepare('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now, id, receipt).changes > 0;
+  }
+
+  async release(delivery: Delivery, delayMs: number): Promise<void> {
+    const [id, receipt] = splitReceipt(delivery.receipt);
+    this.db.prepare('UPDATE queue SET visible_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now + delayMs, id, receipt);
+  }
+
+  /** Messages not yet acked (waiting or in flight). */
+  depth(): number {
+    return (this.db.prepare('SELECT count(*) AS n FROM queue WHERE acked_at IS NULL').get() as { n: number }).n;
+  }
+
+  /** Drops tombstones of acked messages older than a day. */
+  prune(): number {
+    return this.db.prepare('DELETE FROM queue WHERE acked_at IS NOT NULL AND acked_at < ?').run(this.now - TOMBSTONE_MS).changes;
+  }
+
+  private take(max: number, visibilityMs: number): QueueRow[] {
+    const now = this.now;
+    const receipt = randomUUID();
+    const byRun = this.options.runId ? 'AND run_id = ?' : '';
+    const args: unknown[] = [now + visibilityMs, receipt, now, ...(this.options.runId ? [this.options.runId] : []), max];
+    return this.db.prepare(
+      `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
+       WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${byRun} ORDER BY visible_at, id LIMIT ?)
+       RETURNING id, body, receive_count, receipt`,
+    ).all(...args) as QueueRow[];
+  }
+}
+
+function splitReceipt(receipt: string): [number, string] {
+  const at = receipt.indexOf(':');
+  return [Number(receipt.slice(0, at)), receipt.slice(at + 1)];
+}

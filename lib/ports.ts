@@ -1,0 +1,168 @@
+/**
+ * The few interfaces the engine needs. Each backend (lib/local, lib/aws) implements them; nothing in
+ * lib/core or lib/engine knows which backend it runs on.
+ */
+import type { StoredCheckpoint } from './core/codec.ts';
+import type { PromptBlock } from './core/prompt.ts';
+import type { Decision, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
+
+export interface WriteMeta {
+  workerId: string;
+  codeVersion: string;
+}
+
+export interface CheckpointWrite extends WriteMeta {
+  runId: string;
+  /** The version this write was based on; the write fails with StaleVersionError if it is not the latest. */
+  expectedVersion: number;
+  state: RunState;
+  /** The step this checkpoint completes, written once and kept for the run's life. */
+  appended?: StepRecord;
+}
+
+export interface CommitResult {
+  version: number;
+  /** Bytes written by this checkpoint (head plus the appended step). */
+  bytes: number;
+}
+
+/** One row of a run's checkpoint timeline. */
+export interface CheckpointInfo {
+  runId: string;
+  version: number;
+  step: number;
+  status: RunStatus;
+  tool?: string;
+  idempotencyKey?: string;
+  workerId: string;
+  codeVersion: string;
+  bytes: number;
+  at: number;
+}
+
+export interface RunSummary {
+  runId: string;
+  version: number;
+  status: RunStatus;
+  step: number;
+  agent: string;
+  updatedAt: number;
+  /** Why the run ended, when it did not complete. */
+  reason?: string;
+}
+
+export interface ListRunsQuery {
+  status?: RunStatus;
+  /** Only runs whose latest checkpoint is older than this (ms since epoch): stalled-run sweeps. */
+  updatedBefore?: number;
+  limit?: number;
+}
+
+/**
+ * Durable checkpoints, one version per write. The contract suite in test/contract runs against every
+ * implementation.
+ */
+export interface CheckpointStore {
+  /** Writes version 1 unless the run exists; says which. */
+  create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }>;
+  /** The latest checkpoint with every step record and the pending decision, or undefined. */
+  load(runId: string): Promise<StoredCheckpoint | undefined>;
+  /**
+   * Records the model's decision for a step before its side-effecting tool runs. Write-once per step:
+   * fails with StaleVersionError if the run moved past expectedVersion or the step already has one.
+   */
+  recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void>;
+  commit(write: CheckpointWrite): Promise<CommitResult>;
+  /** Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. */
+  markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
+  /** The retained checkpoint timeline, oldest first. */
+  history(runId: string): Promise<CheckpointInfo[]>;
+  list(query?: ListRunsQuery): Promise<RunSummary[]>;
+}
+
+/** Large tool outputs, content-addressed. */
+export interface BlobStore {
+  put(ref: string, data: Buffer): Promise<void>;
+  get(ref: string): Promise<Buffer | undefined>;
+}
+
+/** What a queue message asks: advance this run, from this version. */
+export interface RunMessage {
+  runId: string;
+  version: number;
+}
+
+export interface Delivery {
+  /** The raw body as received: it may be malformed. */
+  body: string;
+  receiveCount: number;
+  /** Backend handle for ack/release. */
+  receipt: string;
+}
+
+export interface RunQueue {
+  /** Deduplicated on (runId, version): sending the same message twice enqueues it once. */
+  send(message: RunMessage, options?: { delayMs?: number }): Promise<void>;
+}
+
+export interface ReceiveOptions {
+  /** Wait up to this long for a message (long polling). */
+  waitMs?: number;
+  /** A received message is hidden from other workers this long, then delivered again unless acked. */
+  visibilityMs?: number;
+  max?: number;
+}
+
+/** The consuming side of a queue, for worker loops (a Lambda's event source does this on AWS). */
+export interface RunQueueConsumer {
+  receive(options?: ReceiveOptions): Promise<Delivery[]>;
+  /** Deletes a delivered message; false if its receipt expired (another worker received it since). */
+  ack(delivery: Delivery): Promise<boolean>;
+  /** Makes a delivered message visible again after delayMs (a heartbeat extends with a longer delay). */
+  release(delivery: Delivery, delayMs: number): Promise<void>;
+}
+
+/** Applies an effect at most once per idempotency key, remembering its result. */
+export interface IdempotencyLedger {
+  once<T>(key: string, args: unknown, effect: () => Promise<T>, options?: { leaseMs?: number }): Promise<T>;
+}
+
+export interface ToolSpec {
+  name: string;
+  description: string;
+  /** JSON Schema of the tool's input. */
+  inputSchema: Record<string, unknown>;
+}
+
+export interface ModelSettings {
+  model?: string;
+  maxTokens?: number;
+  temperature?: number;
+}
+
+export interface ModelRequest {
+  runId: string;
+  step: number;
+  prompt: PromptBlock[];
+  tools: ToolSpec[];
+  settings: ModelSettings;
+  signal?: AbortSignal;
+}
+
+export type ModelReply =
+  | { kind: 'tool'; tool: string; input: unknown; usage?: Usage }
+  | { kind: 'done'; summary: string; usage?: Usage }
+  /** Neither one tool call nor DONE (several calls, no call, truncation, refusal): the reason says which. */
+  | { kind: 'invalid'; reason: string; usage?: Usage };
+
+/** Throws TransientError or PermanentError (lib/core/errors.ts) for failures that are not a reply. */
+export interface Model {
+  readonly name: string;
+  decide(request: ModelRequest): Promise<ModelReply>;
+}
+
+export interface Clock {
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
