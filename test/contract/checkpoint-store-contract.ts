@@ -1,0 +1,163 @@
+import { describe, expect, it } from 'vitest';
+import { decodeState } from '../../lib/core/codec.ts';
+import { StaleVersionError } from '../../lib/core/errors.ts';
+import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
+import type { CheckpointStore } from '../../lib/ports.ts';
+import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
+
+export interface ContractSubject {
+  store: CheckpointStore;
+  /** Overwrites the latest head of a run with bytes no code can read. */
+  corruptLatestHead(runId: string): Promise<void>;
+}
+
+let counter = 0;
+const uniqueRunId = (label: string) => `${label}-${process.pid}-${Date.now()}-${counter++}`;
+
+/**
+ * The checkpoint store contract: every backend runs this same suite (SQLite here, DynamoDB Local for the
+ * AWS runtime). Each assertion is a guarantee the engine relies on.
+ */
+export function checkpointStoreContract(name: string, subject: () => ContractSubject): void {
+  describe(`CheckpointStore contract: ${name}`, () => {
+    const s = () => subject().store;
+
+    async function runWithSteps(label: string, steps: number) {
+      const runId = uniqueRunId(label);
+      await s().create(newState(runId), META);
+      let version = 1;
+      for (let n = 1; n <= steps; n++) {
+        const r = await s().commit({ runId, expectedVersion: version, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+        version = r.version;
+      }
+      return { runId, version };
+    }
+
+    it('creates version 1 once; a second create of the same run id changes nothing', async () => {
+      const runId = uniqueRunId('create');
+      const first = await s().create(newState(runId, 'first goal'), META);
+      expect(first).toMatchObject({ created: true, version: 1 });
+      expect(first.bytes).toBeGreaterThan(0);
+      const again = await s().create(newState(runId, 'another goal'), META);
+      expect(again).toMatchObject({ created: false, version: 1 });
+      const loaded = decodeState((await s().load(runId))!);
+      expect(loaded.goal).toBe('first goal');
+    });
+
+    it('returns undefined for an unknown run', async () => {
+      expect(await s().load(uniqueRunId('nobody'))).toBeUndefined();
+    });
+
+    it('round-trips the whole state without losing values', async () => {
+      const runId = uniqueRunId('roundtrip');
+      const state = newState(runId, 'migrate ✓ 数据 "quoted" \n newline');
+      await s().create(state, META);
+      const input = { nested: { list: [1, 2.5, null, 'x'], flag: false }, emoji: '🚀', big: 2 ** 53 - 1 };
+      const record = { ...recordFor(runId, 1), input, result: { ok: false, text: 'line1\nline2\t"q"', bytes: 16 } };
+      await s().commit({ runId, expectedVersion: 1, state: completeStep(state, record, 5_000), appended: record, ...META });
+      const loaded = decodeState((await s().load(runId))!);
+      expect(loaded.goal).toBe(state.goal);
+      expect(loaded.steps).toEqual([record]);
+      expect(loaded.step).toBe(1);
+    });
+
+    it('advances the version by one per commit and keeps every step record in order', async () => {
+      const { runId, version } = await runWithSteps('advance', 5);
+      expect(version).toBe(6);
+      const loaded = (await s().load(runId))!;
+      expect(loaded.version).toBe(6);
+      const state = decodeState(loaded);
+      expect(state.steps.map((x) => x.step)).toEqual([1, 2, 3, 4, 5]);
+    });
+
+    it('rejects a stale write with StaleVersionError and changes nothing', async () => {
+      const { runId } = await runWithSteps('stale', 2);
+      const before = await s().load(runId);
+      const historyBefore = await s().history(runId);
+      await expect(s().commit({ runId, expectedVersion: 2, state: stateAfter(runId, 3), appended: recordFor(runId, 3), ...META }))
+        .rejects.toBeInstanceOf(StaleVersionError);
+      expect(await s().load(runId)).toEqual(before);
+      expect(await s().history(runId)).toEqual(historyBefore);
+    });
+
+    it('lets exactly one of two concurrent writers on the same version win', async () => {
+      const { runId } = await runWithSteps('race', 1);
+      const attempt = (worker: string) => s().commit({ runId, expectedVersion: 2, state: stateAfter(runId, 2), appended: { ...recordFor(runId, 2), workerId: worker }, workerId: worker, codeVersion: 'test' });
+      const results = await Promise.allSettled([attempt('a'), attempt('b'), attempt('c')]);
+      expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+      for (const r of results) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(StaleVersionError);
+      const state = decodeState((await s().load(runId))!);
+      expect(state.steps).toHaveLength(2);
+    });
+
+    it('records a decision once per step, fenced on the version, and returns it as pending', async () => {
+      const { runId } = await runWithSteps('decision', 1);
+      await expect(s().recordDecision(runId, 1, decisionFor(runId, 2))).rejects.toBeInstanceOf(StaleVersionError);
+      await s().recordDecision(runId, 2, decisionFor(runId, 2, { rows: 10 }));
+      await expect(s().recordDecision(runId, 2, decisionFor(runId, 2, { rows: 99 }))).rejects.toBeInstanceOf(StaleVersionError);
+      const state = decodeState((await s().load(runId))!);
+      expect(state.pending).toMatchObject({ step: 2, tool: 'write_row', input: { rows: 10 }, idempotencyKey: `${runId}/step-2` });
+      // A failed attempt keeps the decision, so the retry runs the same call.
+      await s().commit({ runId, expectedVersion: 2, state: recordFailure(state, new Error('boom'), 9_000), ...META });
+      const retried = decodeState((await s().load(runId))!);
+      expect(retried.pending?.input).toEqual({ rows: 10 });
+      expect(retried.failures).toBe(1);
+      const record = { ...recordFor(runId, 2), input: { rows: 10 } };
+      await s().commit({ runId, expectedVersion: 3, state: completeStep(retried, record, 10_000), appended: record, ...META });
+      const done = decodeState((await s().load(runId))!);
+      expect(done.pending).toBeUndefined();
+      expect(done.steps[1]!.input).toEqual({ rows: 10 });
+    });
+
+    it('keeps a dense history: one row per version with step, status, tool, idempotency key, worker and size', async () => {
+      const { runId } = await runWithSteps('history', 3);
+      const state = decodeState((await s().load(runId))!);
+      await s().commit({ runId, expectedVersion: 4, state: complete(state, 'all done', undefined, 20_000), workerId: 'closer', codeVersion: 'v9' });
+      const history = await s().history(runId);
+      expect(history.map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+      expect(history.map((h) => h.step)).toEqual([0, 1, 2, 3, 3]);
+      expect(history.map((h) => h.status)).toEqual(['running', 'running', 'running', 'running', 'completed']);
+      expect(history[2]).toMatchObject({ tool: 'write_row', idempotencyKey: `${runId}/step-2`, workerId: 'worker-test', codeVersion: 'test' });
+      expect(history[4]).toMatchObject({ workerId: 'closer', codeVersion: 'v9' });
+      for (const h of history) expect(h.bytes).toBeGreaterThan(0);
+    });
+
+    it('writes the same number of bytes per step at step 1 and at step 40', async () => {
+      const { runId } = await runWithSteps('growth', 40);
+      const history = await s().history(runId);
+      const first = history.find((h) => h.step === 1)!.bytes;
+      const last = history.find((h) => h.step === 40)!.bytes;
+      // Only digits in the counters differ; a write that carried the history would be 40x larger.
+      expect(Math.abs(last - first)).toBeLessThan(32);
+    });
+
+    it('lists runs by status and by last update', async () => {
+      const { runId: doneRun, version } = await runWithSteps('list-done', 1);
+      const state = decodeState((await s().load(doneRun))!);
+      await s().commit({ runId: doneRun, expectedVersion: version, state: complete(state, 'ok', undefined, 30_000), ...META });
+      const { runId: runningRun } = await runWithSteps('list-running', 1);
+      const completed = await s().list({ status: 'completed', limit: 1000 });
+      expect(completed.map((r) => r.runId)).toContain(doneRun);
+      expect(completed.map((r) => r.runId)).not.toContain(runningRun);
+      const running = await s().list({ status: 'running', limit: 1000 });
+      expect(running.find((r) => r.runId === runningRun)).toMatchObject({ status: 'running', step: 1, version: 2, agent: 'test-agent' });
+      const old = await s().list({ status: 'running', updatedBefore: 0, limit: 1000 });
+      expect(old.map((r) => r.runId)).not.toContain(runningRun);
+    });
+
+    it('marks a run with an unreadable checkpoint failed with the reason, keeping the data', async () => {
+      const { runId } = await runWithSteps('unreadable', 1);
+      await subject().corruptLatestHead(runId);
+      const stored = (await s().load(runId))!;
+      expect(() => decodeState(stored)).toThrow(/unreadable/);
+      const written = await s().markUnreadable(runId, stored.version, 'head is not valid JSON', META);
+      expect(written.version).toBe(stored.version + 1);
+      const after = (await s().load(runId))!;
+      expect(after.status).toBe('failed');
+      expect(after.head).toBe(stored.head);
+      const listed = (await s().list({ status: 'failed', limit: 1000 })).find((r) => r.runId === runId);
+      expect(listed?.reason).toContain('not valid JSON');
+      await expect(s().markUnreadable(runId, stored.version, 'again', META)).rejects.toBeInstanceOf(StaleVersionError);
+    });
+  });
+}

@@ -1,0 +1,43 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
+import { META, newState, recordFor, stateAfter } from '../support/states.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'stepwise-store-'));
+let now = 1_000_000;
+const clock = { now: () => now };
+const runtime = openLocalRuntime({ dbPath: join(dir, 'store.db'), clock, retentionMs: 60_000 });
+afterAll(() => { runtime.close(); rmSync(dir, { recursive: true, force: true }); });
+
+checkpointStoreContract('SQLite', () => ({
+  store: runtime.store,
+  corruptLatestHead: async (runId) => {
+    runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = (SELECT version FROM runs WHERE run_id = ?)').run('{not json', runId, runId);
+  },
+}));
+
+describe('SQLite retention', () => {
+  it('prunes checkpoints older than the window but never the latest', async () => {
+    const runId = 'retention-run';
+    await runtime.store.create(newState(runId), META);
+    for (let n = 1; n <= 3; n++) {
+      now += 1000;
+      await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+    }
+    expect(runtime.store.prune()).toBe(0);
+    now += 60_001 - 2000; // versions 1 and 2 are past the window; 3 is not; 4 is the latest
+    const removed = runtime.store.prune();
+    expect(removed).toBeGreaterThanOrEqual(2);
+    const history = await runtime.store.history(runId);
+    expect(history.map((h) => h.version)).toEqual([3, 4]);
+    now += 10 * 60_000;
+    runtime.store.prune();
+    expect((await runtime.store.history(runId)).map((h) => h.version)).toEqual([4]);
+    // The latest checkpoint still resumes the run with every step.
+    const loaded = await runtime.store.load(runId);
+    expect(loaded?.steps).toHaveLength(3);
+  });
+});
