@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { NewerFormatError, StaleVersionError, UnknownRunError, errorMessage } from '../core/errors.ts';
+import { NewerFormatError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
@@ -57,9 +57,9 @@ export async function handleDelivery(
       deps.log.warn({ event: 'newer-format', runId, version }, error.message);
       return { action: 'release', delayMs: NEWER_FORMAT_RETRY_MS, runId };
     }
-    // Infrastructure trouble (a locked database, a throttled table): leave the message to be delivered again.
-    deps.log.error({ event: 'step-error', runId, version, error: errorMessage(error) }, 'step did not finish; the message will be delivered again');
-    return { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)), runId };
+    // Anything else (a locked database, a throttled table, a crash) propagates: the caller leaves the
+    // message to be delivered again, exactly as if this worker had died here.
+    throw error;
   }
 
   if (outcome.kind === 'stale-message') {

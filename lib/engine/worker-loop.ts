@@ -1,6 +1,7 @@
 import type { RunQueueConsumer } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
-import { handleDelivery, type Handled } from './handle-message.ts';
+import { errorMessage } from '../core/errors.ts';
+import { handleDelivery, retryDelayMs, type Handled } from './handle-message.ts';
 
 export interface WorkerOptions {
   visibilityMs?: number;
@@ -27,6 +28,9 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
       let handled: Handled;
       try {
         handled = await handleDelivery(deps, delivery, options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {});
+      } catch (error) {
+        deps.log.error({ event: 'step-error', workerId: deps.workerId, error: errorMessage(error), body: delivery.body }, 'step did not finish; the message will be delivered again');
+        handled = { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)) };
       } finally {
         clearInterval(heartbeat);
       }
