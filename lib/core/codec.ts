@@ -22,6 +22,8 @@ export interface StoredCheckpoint {
   pending?: string;
   workerId: string;
   updatedAt: number;
+  /** Why the run ended, from the status column: readable even when the head is not. */
+  reason?: string;
 }
 
 export const encodeHead = (state: RunState): string => canonicalJson(headOf(state));

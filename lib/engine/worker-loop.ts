@@ -8,6 +8,8 @@ export interface WorkerOptions {
   waitMs?: number;
   maxReceives?: number;
   signal?: AbortSignal;
+  /** Return when no message arrived for this long (a worker that drains the queue, then exits). */
+  idleExitMs?: number;
   /** Called after each message; return true to stop the loop. */
   onHandled?: (handled: Handled) => boolean | void;
 }
@@ -19,8 +21,11 @@ export interface WorkerOptions {
  */
 export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions = {}): Promise<void> {
   const visibilityMs = options.visibilityMs ?? 30_000;
+  let lastActivity = Date.now();
   while (!options.signal?.aborted) {
     const deliveries = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
+    if (deliveries.length) lastActivity = Date.now();
+    else if (options.idleExitMs !== undefined && Date.now() - lastActivity >= options.idleExitMs) return;
     for (const delivery of deliveries) {
       const heartbeat = setInterval(() => {
         consumer.release(delivery, visibilityMs).catch((error) => deps.log.warn({ error: String(error) }, 'heartbeat failed'));

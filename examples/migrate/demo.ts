@@ -1,0 +1,115 @@
+/**
+ * `npm run demo`: the main job on the embedded default. A real multi-step agent migrates rows between two
+ * tables of a local SQLite database in batches. Midway, the demo SIGKILLs its worker process after a batch
+ * was copied but before that step's checkpoint; a fresh worker process resumes from the last checkpoint,
+ * redoes the step under the same idempotency key (copying nothing twice), and finishes.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { checkMigration, openMigrationDb, seedSource } from './migration-db.ts';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const BIN = join(ROOT, 'bin/stepwise.js');
+const AGENT = join(ROOT, 'examples/migrate/agent.ts');
+const ROWS = Number(process.env.DEMO_ROWS ?? 1000);
+const KILL_AT_STEP = 6;
+const VISIBILITY_MS = 2000;
+
+const dir = resolve(ROOT, '.stepwise', `demo-${Date.now()}`);
+mkdirSync(dir, { recursive: true });
+const stepwiseDb = join(dir, 'stepwise.db');
+const migrateDb = join(dir, 'migrate.db');
+const runId = `migrate-${Date.now()}`;
+const say = (line: string) => process.stdout.write(`${line}\n`);
+
+function stepwise(args: string[], env: Record<string, string> = {}): ChildProcess {
+  return spawn(process.execPath, [BIN, ...args, '--db', stepwiseDb], {
+    cwd: ROOT, env: { ...process.env, MIGRATE_DB: migrateDb, STEPWISE_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+async function finish(child: ChildProcess): Promise<{ code: number | null; out: string }> {
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr!.on('data', (d: Buffer) => { out += d.toString(); });
+  const code = await new Promise<number | null>((r) => child.on('exit', r));
+  return { code, out };
+}
+
+/** Starts a worker, echoing its progress lines under a label. */
+function worker(label: string, env: Record<string, string> = {}): ChildProcess {
+  const child = stepwise(['worker', '--agent', AGENT, '--visibility-ms', String(VISIBILITY_MS)], env);
+  createInterface({ input: child.stdout! }).on('line', (l) => say(`  [${label} pid ${child.pid}] ${l}`));
+  return child;
+}
+
+async function waitFor(predicate: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function main(): Promise<void> {
+  const online = Boolean(process.env.ANTHROPIC_API_KEY);
+  say(`stepwise demo: migrate ${ROWS} rows in batches, crash a worker midway, resume on a fresh one`);
+  say(`model: ${online ? 'Claude (ANTHROPIC_API_KEY is set)' : 'offline scripted model (no ANTHROPIC_API_KEY): it reads the same Step prompt Claude would'}`);
+  say(`files: ${dir}`);
+  seedSource(migrateDb, ROWS);
+
+  const started = await finish(stepwise(['start', '--agent', AGENT, '--run-id', runId, '--goal', `Copy every row of table source into table target, in batches, then verify that each row was copied exactly once.`]));
+  if (started.code !== 0) throw new Error(`start failed: ${started.out}`);
+  say(`\n1. ${started.out.trim().split('\n')[0]}`);
+
+  say(`\n2. worker A works the run; it will be killed with SIGKILL inside step ${KILL_AT_STEP}, after its batch is copied, before its checkpoint`);
+  const a = worker('worker A', { DEMO_HOLD_AFTER_STEP: String(KILL_AT_STEP) });
+  let holding = false;
+  createInterface({ input: a.stderr! }).on('line', (l) => { if (l.startsWith('demo-hold:')) holding = true; });
+  await waitFor(() => holding, `worker A to reach step ${KILL_AT_STEP}`);
+  a.kill('SIGKILL');
+  await new Promise((r) => a.on('exit', r));
+  say(`  worker A (pid ${a.pid}) killed with SIGKILL in the middle of step ${KILL_AT_STEP}`);
+
+  say(`\n3. worker B, a fresh process, resumes after the ${VISIBILITY_MS} ms visibility timeout`);
+  const b = worker('worker B');
+  await waitFor(() => {
+    const status = statusOf();
+    return status !== 'running';
+  }, 'the run to finish', 120_000);
+  b.kill('SIGTERM');
+  await new Promise((r) => b.on('exit', r));
+
+  say('\n4. the checkpoint history');
+  say((await finish(stepwise(['history', runId]))).out.trimEnd());
+  say('\n5. the run');
+  say((await finish(stepwise(['status', runId]))).out.trimEnd());
+
+  const db = openMigrationDb(migrateDb);
+  const check = checkMigration(db);
+  const redo = db.prepare('SELECT count(*) AS n FROM applied_keys').get() as { n: number };
+  db.close();
+  say('\n6. check');
+  say(`  source rows ${check.sourceRows}, target rows ${check.targetRows}, distinct ${check.distinctCopied}, duplicates ${check.duplicates}, missing ${check.missing}, mismatched ${check.mismatched}, batches applied ${redo.n}`);
+  say(check.exactlyOnce ? '  every row was copied exactly once: yes' : '  every row was copied exactly once: NO');
+  if (!check.exactlyOnce || statusOf() !== 'completed') process.exitCode = 1;
+}
+
+/** The run's status, read through the store (a second connection is fine in WAL mode). */
+function statusOf(): string {
+  const runtime = openLocalRuntime({ dbPath: stepwiseDb });
+  try {
+    return (runtime.db.prepare('SELECT status FROM runs WHERE run_id = ?').get(runId) as { status: string } | undefined)?.status ?? 'unknown';
+  } finally {
+    runtime.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`demo failed: ${(error as Error).stack ?? String(error)}\n`);
+  process.exitCode = 1;
+});

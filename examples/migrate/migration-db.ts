@@ -1,0 +1,49 @@
+import Database from 'better-sqlite3';
+
+/**
+ * The demo's own database: a `source` table to copy into `target`. `target` deliberately has no unique
+ * constraint on source_id, so a batch applied twice would show up as duplicate rows.
+ */
+export function openMigrationDb(path: string): Database.Database {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.pragma('busy_timeout = 10000');
+  db.exec(`
+    CREATE TABLE IF NOT EXISTS source (id INTEGER PRIMARY KEY, name TEXT NOT NULL, amount INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS target (id INTEGER PRIMARY KEY AUTOINCREMENT, source_id INTEGER NOT NULL, name TEXT NOT NULL, amount INTEGER NOT NULL);
+    -- Written in the same transaction as the rows it guards: the effect and its idempotency key commit together.
+    CREATE TABLE IF NOT EXISTS applied_keys (key TEXT PRIMARY KEY, args TEXT NOT NULL, result TEXT NOT NULL);
+  `);
+  return db;
+}
+
+export function seedSource(path: string, rows: number): void {
+  const db = openMigrationDb(path);
+  const insert = db.prepare('INSERT INTO source (id, name, amount) VALUES (?, ?, ?)');
+  db.transaction(() => {
+    for (let id = 1; id <= rows; id++) insert.run(id, `customer-${id}`, (id * 7919) % 10_000);
+  })();
+  db.close();
+}
+
+export interface MigrationCheck {
+  sourceRows: number;
+  targetRows: number;
+  distinctCopied: number;
+  duplicates: number;
+  missing: number;
+  mismatched: number;
+  exactlyOnce: boolean;
+}
+
+export function checkMigration(db: Database.Database): MigrationCheck {
+  const one = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
+  const sourceRows = one('SELECT count(*) AS n FROM source');
+  const targetRows = one('SELECT count(*) AS n FROM target');
+  const distinctCopied = one('SELECT count(DISTINCT source_id) AS n FROM target');
+  const missing = one('SELECT count(*) AS n FROM source s WHERE NOT EXISTS (SELECT 1 FROM target t WHERE t.source_id = s.id)');
+  const mismatched = one('SELECT count(*) AS n FROM target t JOIN source s ON s.id = t.source_id WHERE s.name <> t.name OR s.amount <> t.amount');
+  const duplicates = targetRows - distinctCopied;
+  return { sourceRows, targetRows, distinctCopied, duplicates, missing, mismatched, exactlyOnce: duplicates === 0 && missing === 0 && mismatched === 0 && targetRows === sourceRows };
+}

@@ -1,0 +1,56 @@
+import { decodeState } from '../../core/codec.ts';
+import { UnknownRunError } from '../../core/errors.ts';
+import type { RunStatus } from '../../core/state.ts';
+import { RUN_STATUSES } from '../../core/state.ts';
+import { InvalidInputError } from '../../core/errors.ts';
+import { historyTable, runDetail, runsTable } from '../format.ts';
+import { openRuntime, type CliOptions } from '../context.ts';
+
+export interface ReadOptions extends CliOptions {
+  json?: boolean;
+  status?: string;
+}
+
+/** `status [runId]`: one run in detail, or a table of runs. */
+export async function statusCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
+  const runtime = openRuntime(options);
+  try {
+    if (!runId) {
+      if (options.status && !RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
+      const runs = await runtime.store.list({ ...(options.status ? { status: options.status as RunStatus } : {}), limit: 1000 });
+      out(options.json ? JSON.stringify(runs, null, 2) : runs.length ? runsTable(runs) : 'no runs');
+      return 0;
+    }
+    const stored = await runtime.store.load(runId);
+    if (!stored) throw new UnknownRunError(runId);
+    let state;
+    try {
+      state = decodeState(stored);
+    } catch (error) {
+      // An unreadable run still has a status and a reason to show.
+      const unreadable = (error as Error).message;
+      out(options.json
+        ? JSON.stringify({ runId, version: stored.version, status: stored.status, reason: stored.reason, unreadable }, null, 2)
+        : `run ${runId}: ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}\n${unreadable}`);
+      return 0;
+    }
+    out(options.json ? JSON.stringify({ version: stored.version, ...state }, null, 2) : runDetail(state, stored.version));
+    return 0;
+  } finally {
+    runtime.close();
+  }
+}
+
+/** `history runId`: the checkpoint timeline. */
+export async function historyCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
+  if (!runId) throw new InvalidInputError('usage: stepwise history <runId>');
+  const runtime = openRuntime(options);
+  try {
+    const history = await runtime.store.history(runId);
+    if (!history.length) throw new UnknownRunError(runId);
+    out(options.json ? JSON.stringify(history, null, 2) : historyTable(history));
+    return 0;
+  } finally {
+    runtime.close();
+  }
+}

@@ -1,0 +1,48 @@
+import { isTerminal } from '../../core/state.ts';
+import { startRun } from '../../engine/start.ts';
+import { runWorker } from '../../engine/worker-loop.ts';
+import { chooseModel, engineDeps, openRuntime, requireAgent } from '../context.ts';
+import { progressLine } from '../progress.ts';
+import type { StartOptions } from './start.ts';
+
+/**
+ * Starts a run (or picks up an existing one) and works it in the foreground, printing each step. Other
+ * workers may share the work; this returns when the run ends or waits.
+ */
+export async function runCommand(options: StartOptions & { visibilityMs?: number }, out: (line: string) => void): Promise<number> {
+  const agent = await requireAgent(options);
+  const { model, label } = chooseModel(agent);
+  const runtime = openRuntime(options);
+  const deps = engineDeps(runtime, agent, model);
+  try {
+    out(`model: ${label}`);
+    const started = await startRun(deps, { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}) });
+    out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
+    const stop = new AbortController();
+    const onSignal = () => stop.abort();
+    process.once('SIGINT', onSignal);
+    // Another worker may finish the run; watch the store so this loop never waits forever.
+    const watch = setInterval(() => {
+      void runtime.store.load(started.runId).then((s) => { if (!s || s.status !== 'running') stop.abort(); });
+    }, 500);
+    try {
+      await runWorker(deps, runtime.queue.forRun(started.runId), {
+        signal: stop.signal, waitMs: 250,
+        ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
+        onHandled: (handled) => {
+          const line = progressLine(handled);
+          if (line) out(line);
+          return handled.action === 'ack' && handled.outcome?.kind === 'advanced' && handled.outcome.state.status !== 'running';
+        },
+      });
+    } finally {
+      clearInterval(watch);
+      process.off('SIGINT', onSignal);
+    }
+    const final = await runtime.store.load(started.runId);
+    out(`run ${started.runId}: ${final?.status} at version ${final?.version}`);
+    return final && isTerminal(final.status) && final.status !== 'completed' ? 1 : 0;
+  } finally {
+    runtime.close();
+  }
+}

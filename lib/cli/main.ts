@@ -1,0 +1,79 @@
+import { parseArgs } from 'node:util';
+import { StepwiseError } from '../core/errors.ts';
+import { runCommand } from './commands/run.ts';
+import { historyCommand, statusCommand } from './commands/read.ts';
+import { startCommand } from './commands/start.ts';
+import { workerCommand } from './commands/worker.ts';
+
+const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
+
+usage:
+  stepwise run     --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   start a run and work it here
+  stepwise start   --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   enqueue a run for the workers
+  stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
+  stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
+  stepwise history <runId> [--json]                                                the checkpoint timeline
+
+common options:
+  --db <file>   the SQLite file (default .stepwise/stepwise.db, or STEPWISE_DB)
+  --agent       a module exporting defineAgent({...}) (.ts or .js; or STEPWISE_AGENT)
+`;
+
+const OPTIONS = {
+  agent: { type: 'string' },
+  goal: { type: 'string' },
+  'run-id': { type: 'string' },
+  'step-cap': { type: 'string' },
+  db: { type: 'string' },
+  json: { type: 'boolean' },
+  status: { type: 'string' },
+  'visibility-ms': { type: 'string' },
+  'idle-exit-ms': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+function positiveInt(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new StepwiseUsageError(`--${name} must be a whole number, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+class StepwiseUsageError extends StepwiseError {}
+
+export async function main(argv: string[], out: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
+  const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  const [command, arg] = positionals;
+  if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
+  const common = { ...(values.db ? { db: values.db } : {}), ...(values.agent ? { agent: values.agent } : {}) };
+  const start = {
+    ...common,
+    ...(values.goal !== undefined ? { goal: values.goal } : {}),
+    ...(values['run-id'] ? { runId: values['run-id'] } : {}),
+    ...(values['step-cap'] ? { stepCap: positiveInt('step-cap', values['step-cap'])! } : {}),
+  };
+  const visibilityMs = positiveInt('visibility-ms', values['visibility-ms']);
+  const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
+  const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}) };
+  switch (command) {
+    case 'run': return runCommand({ ...start, ...(visibilityMs ? { visibilityMs } : {}) }, out);
+    case 'start': return startCommand(start, out);
+    case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}) }, out);
+    case 'status': return statusCommand(arg, read, out);
+    case 'history': return historyCommand(arg, read, out);
+    default: throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
+  }
+}
+
+/** Runs the CLI on this process's arguments and sets the exit code. */
+export async function runCli(): Promise<void> {
+  try {
+    process.exitCode = await main(process.argv.slice(2));
+  } catch (error) {
+    // Bad input is the user's to fix: a one-line message and exit code 2. Anything else is ours: exit 1.
+    const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
+    const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
+    process.stderr.write(`stepwise: ${(error as Error).message}\n`);
+    process.exitCode = userError || parseError ? 2 : 1;
+  }
+}

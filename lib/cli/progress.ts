@@ -1,0 +1,15 @@
+import type { Handled } from '../engine/handle-message.ts';
+
+/** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
+export function progressLine(handled: Handled): string | undefined {
+  if (handled.action !== 'ack' || !handled.outcome || handled.outcome.kind !== 'advanced') return undefined;
+  const { state, version, bytes } = handled.outcome;
+  const where = `run ${state.runId} v${version}`;
+  if (state.status === 'completed') return `${where}  completed after ${state.step} steps: ${state.summary ?? ''}`;
+  if (state.status !== 'running') return `${where}  ${state.status}: ${state.reason ?? ''}`;
+  if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry)`;
+  const last = state.steps[state.steps.length - 1];
+  if (!last) return undefined;
+  const result = last.result.text.replace(/\s+/g, ' ').slice(0, 70);
+  return `${where}  step ${last.step}  ${last.tool}  ${last.result.ok ? 'ok' : 'error'}: ${result}  (${bytes} B${last.idempotencyKey ? `, key ${last.idempotencyKey}` : ''})`;
+}

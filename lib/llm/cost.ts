@@ -1,0 +1,129 @@
+import type { Usage } from '../core/state.ts';
+
+/**
+ * Estimated USD cost of model usage from Anthropic's published per-million-token (MTok) prices.
+ *
+ * Sources (stored copies of the docs, read November 2026):
+ * - Pricing page, "Model pricing" table: https://platform.claude.com/docs/en/about-claude/pricing
+ *   (Fable 5.1, Fable 5, Opus 5, Opus 4.x, Sonnet 4.x, Haiku 4.5 rows).
+ * - Model pages: https://platform.claude.com/docs/zh-CN/models/opus-5-5/overview ($4 / $20, 5m write $5,
+ *   read $0.20); https://platform.claude.com/docs/zh-CN/models/sonnet-5-5/overview ($2 / $10, 5m write
+ *   $2.50, read $0.20 at launch); https://platform.claude.com/docs/zh-CN/models/sonnet-5/overview;
+ *   https://platform.claude.com/docs/en/models/haiku-5-5/overview ("from $0.10 / $0.50");
+ *   https://platform.claude.com/docs/en/models/overview (Fable 5.2 at $8 / $40; "start with Claude Opus 5.5").
+ * - Where those pages gave no figure or an older one, release notes of price trackers that follow the
+ *   pricing page: Sonnet 5.5 cache reads cut from $0.20 to $0.10 on 2026-10-07 (kurofune/claudit v1.9.2,
+ *   TheKrush/PromptFuel v1.0.23); Haiku 5.5's two prompt-length bands (same sources); Fable 5.2 cache
+ *   rates (archid21/rightsize v0.10.2). Re-check these against the pricing page before billing anyone.
+ *
+ * The standard multipliers are a 5-minute cache write at 1.25x base input and a cache read at 0.1x; the
+ * newest models (Fable 5.1+, Opus 5.5, Sonnet 5.5) read the cache for less, so each row states its rates.
+ * We only write 5-minute cache entries, so the 1-hour write price is not needed.
+ */
+
+export interface Rates {
+  /** USD per million tokens. */
+  input: number;
+  output: number;
+  /** 5-minute cache write. */
+  cacheWrite: number;
+  cacheRead: number;
+}
+
+export interface ModelPrice extends Rates {
+  /** A second band for long prompts: every token of such a request is billed at these rates. */
+  longPrompt?: { overTokens: number; rates: Rates };
+}
+
+export const CACHE_WRITE_MULTIPLIER = 1.25;
+export const CACHE_READ_MULTIPLIER = 0.1;
+const PER_MILLION = 1_000_000;
+
+function standard(input: number, output: number): ModelPrice {
+  return { input, output, cacheWrite: input * CACHE_WRITE_MULTIPLIER, cacheRead: input * CACHE_READ_MULTIPLIER };
+}
+
+export const MODEL_PRICES: Readonly<Record<string, ModelPrice>> = {
+  'claude-fable-5-2': { input: 8, output: 40, cacheWrite: 10, cacheRead: 0.2 },
+  'claude-fable-5-1': { input: 10, output: 50, cacheWrite: 12.5, cacheRead: 0.25 },
+  'claude-mythos-5-1': { input: 10, output: 50, cacheWrite: 12.5, cacheRead: 0.25 },
+  'claude-fable-5': standard(10, 50),
+  'claude-mythos-5': standard(10, 50),
+  'claude-opus-5-5': { input: 4, output: 20, cacheWrite: 5, cacheRead: 0.2 },
+  'claude-opus-5': standard(5, 25),
+  'claude-opus-4-8': standard(5, 25),
+  'claude-opus-4-7': standard(5, 25),
+  'claude-opus-4-6': standard(5, 25),
+  'claude-opus-4-5': standard(5, 25),
+  'claude-opus-4-1': standard(15, 75),
+  'claude-opus-4': standard(15, 75),
+  'claude-sonnet-5-5': { input: 2, output: 10, cacheWrite: 2.5, cacheRead: 0.1 },
+  'claude-sonnet-5': standard(2, 10),
+  'claude-sonnet-4-6': standard(3, 15),
+  'claude-sonnet-4-5': standard(3, 15),
+  'claude-sonnet-4': standard(3, 15),
+  'claude-haiku-5-5': {
+    ...standard(0.1, 0.5),
+    longPrompt: { overTokens: 100_000, rates: standard(0.5, 2.5) },
+  },
+  'claude-haiku-4-5': standard(1, 5),
+};
+
+/**
+ * The prices of a model id: exact, else without a snapshot date suffix (claude-haiku-4-5-20251001), else
+ * the longest listed id it starts with. Undefined for a model we have no price for.
+ */
+export function priceOf(model: string): ModelPrice | undefined {
+  const exact = MODEL_PRICES[model] ?? MODEL_PRICES[model.replace(/-\d{8}$/, '')];
+  if (exact) return exact;
+  const prefix = Object.keys(MODEL_PRICES)
+    .filter((id) => model.startsWith(`${id}-`))
+    .sort((a, b) => b.length - a.length)[0];
+  return prefix ? MODEL_PRICES[prefix] : undefined;
+}
+
+export interface CostEstimate {
+  usd: number;
+  inputUsd: number;
+  outputUsd: number;
+  cacheWriteUsd: number;
+  cacheReadUsd: number;
+}
+
+/**
+ * Cost of one request's usage. For a whole run, sum the per-step estimates: a long-prompt band applies
+ * per request, so pricing summed usage at once could pick the wrong band. Undefined for an unknown model.
+ */
+export function estimateCost(usage: Usage, model: string): CostEstimate | undefined {
+  const price = priceOf(model);
+  if (!price) return undefined;
+  const rates = ratesFor(price, promptTokens(usage));
+  const inputUsd = (usage.inputTokens * rates.input) / PER_MILLION;
+  const outputUsd = (usage.outputTokens * rates.output) / PER_MILLION;
+  const cacheWriteUsd = (usage.cacheWriteTokens * rates.cacheWrite) / PER_MILLION;
+  const cacheReadUsd = (usage.cacheReadTokens * rates.cacheRead) / PER_MILLION;
+  return { usd: inputUsd + outputUsd + cacheWriteUsd + cacheReadUsd, inputUsd, outputUsd, cacheWriteUsd, cacheReadUsd };
+}
+
+/** What the same request would have cost with no prompt caching: every prompt token at the base input price. */
+export function estimateUncachedCost(usage: Usage, model: string): number | undefined {
+  const price = priceOf(model);
+  if (!price) return undefined;
+  const prompt = promptTokens(usage);
+  const rates = ratesFor(price, prompt);
+  return (prompt * rates.input + usage.outputTokens * rates.output) / PER_MILLION;
+}
+
+/** Every prompt token of a request, however it was billed. */
+export function promptTokens(usage: Usage): number {
+  return usage.inputTokens + usage.cacheWriteTokens + usage.cacheReadTokens;
+}
+
+function ratesFor(price: ModelPrice, prompt: number): Rates {
+  return price.longPrompt && prompt > price.longPrompt.overTokens ? price.longPrompt.rates : price;
+}
+
+/** A dollar figure for people: cents precision above a dollar, more digits below. */
+export function formatUsd(usd: number): string {
+  return usd >= 1 ? `$${usd.toFixed(2)}` : `$${usd.toFixed(4)}`;
+}
