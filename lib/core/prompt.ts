@@ -38,7 +38,9 @@ export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retry
   const head = BEFORE_GOAL + state.goal + GOAL_TO_STEPS;
   const lines = state.steps.length ? state.steps.map(stepLine) : [NO_STEPS_YET];
   const blocks: PromptBlock[] = [{ text: head }];
-  lines.forEach((line, i) => blocks.push({ text: i < lines.length - 1 ? `${line}\n` : line }));
+  // The newline goes before a line, not after it: step n's last block must stay byte-identical in
+  // step n + 1, where the cache looks its prefix up at the same block boundary.
+  lines.forEach((line, i) => blocks.push({ text: i === 0 ? line : `\n${line}` }));
   blocks[blocks.length - 1]!.cache = true;
   blocks.push({ text: STEPS_TO_RESULT + lastResult(state) + AFTER_RESULT });
   return blocks;

@@ -1,0 +1,75 @@
+import { describe, expect, it } from 'vitest';
+import { canonicalJson } from '../../lib/core/canonical-json.ts';
+import { decodeState, encodeHead, encodeStep } from '../../lib/core/codec.ts';
+import { NewerFormatError, PermanentError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
+import { idempotencyKey } from '../../lib/core/keys.ts';
+import { MIGRATIONS, migrateHead } from '../../lib/core/migrations.ts';
+import { FORMAT_VERSION } from '../../lib/core/state.ts';
+import { cap, capReached, complete, recordFailure } from '../../lib/core/transitions.ts';
+import { stateAfter } from '../support/states.ts';
+
+const stored = (head: string, steps: string[] = []) => ({ runId: 'r', version: 3, status: 'running' as const, head, steps, workerId: 'w', updatedAt: 0 });
+
+describe('run state', () => {
+  it('builds idempotency keys from run id and step', () => {
+    expect(idempotencyKey('run', 3)).toBe('run/step-3');
+  });
+
+  it('serializes the same value to the same bytes whatever the key order', () => {
+    expect(canonicalJson({ b: 1, a: { d: [2, { z: 1, y: 2 }], c: 3 } })).toBe('{"a":{"c":3,"d":[2,{"y":2,"z":1}]},"b":1}');
+  });
+
+  it('decodes what it encodes', () => {
+    const state = stateAfter('r', 3);
+    const decoded = decodeState(stored(encodeHead(state), state.steps.map(encodeStep)));
+    expect(decoded).toEqual(state);
+  });
+
+  it('refuses a newer state format without touching it, and an unreadable one as unreadable', () => {
+    const state = stateAfter('r', 0);
+    const newer = JSON.stringify({ ...JSON.parse(encodeHead(state)), formatVersion: FORMAT_VERSION + 1 });
+    expect(() => decodeState(stored(newer))).toThrow(NewerFormatError);
+    expect(() => decodeState(stored('{"formatVersion":1'))).toThrow(UnreadableCheckpointError);
+    expect(() => decodeState(stored(JSON.stringify({ formatVersion: 1, runId: 'r' })))).toThrow(/unreadable/);
+    // A head that claims more steps than are stored is unreadable, not silently short.
+    expect(() => decodeState(stored(encodeHead(stateAfter('r', 2)), []))).toThrow(/2 steps, found 0/);
+  });
+
+  it('migrates an old head format on load', () => {
+    MIGRATIONS[0] = (head) => ({ ...head, goal: `${String(head.objective)}` });
+    try {
+      const migrated = migrateHead({ formatVersion: 0, objective: 'old goal' });
+      expect(migrated).toMatchObject({ formatVersion: 1, goal: 'old goal' });
+    } finally {
+      delete MIGRATIONS[0];
+    }
+    expect(() => migrateHead({ formatVersion: 0 })).toThrow(/no migration from state format 0/);
+  });
+});
+
+describe('the stop rule', () => {
+  it('completes with the model\'s summary', () => {
+    const done = complete(stateAfter('r', 2), 'All rows copied.', { inputTokens: 5, outputTokens: 1, cacheWriteTokens: 0, cacheReadTokens: 0 }, 9);
+    expect(done).toMatchObject({ status: 'completed', summary: 'All rows copied.', step: 2 });
+    expect(done.usage.inputTokens).toBe(5);
+  });
+
+  it('stops at the step cap', () => {
+    const state = { ...stateAfter('r', 4), stepCap: 4 };
+    expect(capReached(state)).toBe(true);
+    expect(capReached({ ...state, stepCap: 5 })).toBe(false);
+    expect(cap(state, 9)).toMatchObject({ status: 'capped', reason: expect.stringContaining('step cap of 4') });
+  });
+
+  it('fails a step on its third failure, or at once on a permanent error, keeping the steps done', () => {
+    let state = stateAfter('r', 2);
+    state = recordFailure(state, new Error('timeout'), 1);
+    state = recordFailure(state, new Error('timeout'), 2);
+    expect(state).toMatchObject({ status: 'running', failures: 2 });
+    state = recordFailure(state, new Error('timeout'), 3);
+    expect(state).toMatchObject({ status: 'failed', failures: 3, reason: 'step 3 failed 3 times; last error: timeout' });
+    expect(state.steps).toHaveLength(2);
+    const permanent = recordFailure(stateAfter('r', 1), new PermanentError('invalid request: prompt is too long'), 4);
+    expect(permanent).toMatchObject({ status: 'failed', failures: 1, reason: 'step 2: invalid request: prompt is too long' });
+  });
+});
