@@ -1,0 +1,280 @@
+import Anthropic, {
+  APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError, type Middleware,
+} from '@anthropic-ai/sdk';
+import { PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
+import { excerpt, type PromptBlock } from '../core/prompt.ts';
+import type { Usage } from '../core/state.ts';
+import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
+import { apiKeyFromEnv, type ApiKeySource } from './api-key.ts';
+
+/**
+ * The Anthropic Messages API behind the engine's Model port. One call per step: the Step prompt as the
+ * user message, the agent's tools as Anthropic tools, the reply read as one tool call or DONE.
+ */
+
+/** The docs' recommended starting model ("start with Claude Opus 5.5 for most workloads"), built for long agentic runs. */
+export const DEFAULT_MODEL = 'claude-opus-5-5';
+export const MODEL_ENV = 'STEPWISE_MODEL';
+/** Room for adaptive thinking (always on for Opus 5.5) plus one tool call; under the SDK's 21,333 non-streaming cap. */
+export const DEFAULT_MAX_TOKENS = 8192;
+export const DEFAULT_MAX_RETRIES = 2;
+/** One HTTP attempt. A step's reply is short, but thinking models can take minutes before the first byte. */
+export const DEFAULT_ATTEMPT_TIMEOUT_MS = 180_000;
+/** The whole call, retries and their waits included; the caller's signal can cut it shorter. */
+export const DEFAULT_DEADLINE_MS = 300_000;
+/** The API accepts at most this many cache_control breakpoints per request. */
+export const MAX_CACHE_BREAKPOINTS = 4;
+
+export interface AnthropicModelOptions {
+  /** A key, or where to read it; default: ANTHROPIC_API_KEY, else the secret named by ANTHROPIC_API_KEY_SECRET_ID. */
+  apiKey?: string | ApiKeySource;
+  /** Default: ANTHROPIC_BASE_URL, else the SDK's default (api.anthropic.com). */
+  baseURL?: string;
+  /** The model for agents whose settings name none. Default: STEPWISE_MODEL, else DEFAULT_MODEL. */
+  model?: string;
+  maxRetries?: number;
+  attemptTimeoutMs?: number;
+  deadlineMs?: number;
+  env?: NodeJS.ProcessEnv;
+}
+
+export class AnthropicModel implements Model {
+  readonly name: string;
+  readonly defaultModel: string;
+  private readonly keySource: ApiKeySource | undefined;
+  private readonly baseURL: string | undefined;
+  private readonly maxRetries: number;
+  private readonly attemptTimeoutMs: number;
+  private readonly deadlineMs: number;
+  private client: Promise<Anthropic> | undefined;
+
+  constructor(options: AnthropicModelOptions = {}) {
+    const env = options.env ?? process.env;
+    this.defaultModel = options.model ?? (env[MODEL_ENV]?.trim() || DEFAULT_MODEL);
+    this.name = `anthropic:${this.defaultModel}`;
+    const key = options.apiKey;
+    this.keySource = typeof key === 'string' ? async () => key : key ?? apiKeyFromEnv(env)?.source;
+    this.baseURL = options.baseURL ?? (env.ANTHROPIC_BASE_URL?.trim() || undefined);
+    this.maxRetries = options.maxRetries ?? DEFAULT_MAX_RETRIES;
+    this.attemptTimeoutMs = options.attemptTimeoutMs ?? DEFAULT_ATTEMPT_TIMEOUT_MS;
+    this.deadlineMs = options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+  }
+
+  async decide(request: ModelRequest): Promise<ModelReply> {
+    const params = messageRequest(request, this.defaultModel);
+    const client = await this.connect();
+    const deadline = Date.now() + this.deadlineMs;
+    const deadlineHit = new AbortController();
+    const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
+    const signal = request.signal ? AbortSignal.any([request.signal, deadlineHit.signal]) : deadlineHit.signal;
+    try {
+      const message = await client.messages.create(params, {
+        signal,
+        // The SDK applies this to each attempt; the deadline signal bounds the attempts and waits together.
+        timeout: Math.max(1, Math.floor(Math.min(this.attemptTimeoutMs, this.deadlineMs))),
+        maxRetries: this.maxRetries,
+        middleware: [stopRetryingPastDeadline(deadline)],
+      });
+      return readReply(message, params.max_tokens);
+    } catch (error) {
+      throw classifyError(error, {
+        callerAborted: request.signal?.aborted ?? false,
+        deadlineHit: deadlineHit.signal.aborted,
+        deadlineMs: this.deadlineMs,
+      });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** One client per model object, made once the key is known: the key is read once, not per step. */
+  private connect(): Promise<Anthropic> {
+    const source = this.keySource;
+    if (!source) {
+      return Promise.reject(new PermanentError('no Anthropic API key: set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_SECRET_ID on AWS'));
+    }
+    this.client ??= source().then(
+      (apiKey) => new Anthropic({ apiKey, maxRetries: this.maxRetries, ...(this.baseURL ? { baseURL: this.baseURL } : {}) }),
+      (error: unknown) => {
+        this.client = undefined;
+        throw error instanceof StepwiseError ? error : new TransientError(`cannot get the Anthropic API key: ${errorMessage(error)}`, { cause: error });
+      },
+    );
+    return this.client;
+  }
+}
+
+// ---- request ----
+
+export function messageRequest(request: ModelRequest, defaultModel: string): Anthropic.MessageCreateParamsNonStreaming {
+  const { settings } = request;
+  return {
+    model: settings.model ?? defaultModel,
+    max_tokens: settings.maxTokens ?? DEFAULT_MAX_TOKENS,
+    // Only when asked for: newer models refuse a non-default temperature with a 400.
+    ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
+    messages: [{ role: 'user', content: userContent(request.prompt) }],
+    ...(request.tools.length ? { tools: request.tools.map(anthropicTool) } : {}),
+  };
+}
+
+export function anthropicTool(spec: ToolSpec): Anthropic.Tool {
+  return { name: spec.name, description: spec.description, input_schema: spec.inputSchema as Anthropic.Tool.InputSchema };
+}
+
+/**
+ * The prompt blocks as text blocks, joined exactly as the Step prompt, with cache_control on the
+ * flagged ones (the last MAX_CACHE_BREAKPOINTS of them).
+ *
+ * The API matches a cached prefix block by block, so each block boundary must fall where the next step's
+ * prompt has the same boundary. A completed-steps line gains its "\n" only once a later line follows it,
+ * so a separator is moved to the front of the next block: the last line then reads the same in this step
+ * and the next. Blank blocks are folded into their neighbour: the API refuses whitespace-only text.
+ */
+export function userContent(prompt: PromptBlock[]): Anthropic.TextBlockParam[] {
+  const blocks: { text: string; cache: boolean }[] = [];
+  let carry = '';
+  for (const block of prompt) {
+    const text = carry + block.text;
+    const body = text.replace(/\n+$/, '');
+    if (body.trim() === '') {
+      carry = text;
+      if (block.cache && blocks.length) blocks[blocks.length - 1]!.cache = true;
+      continue;
+    }
+    carry = text.slice(body.length);
+    blocks.push({ text: body, cache: Boolean(block.cache) });
+  }
+  if (carry) {
+    const last = blocks[blocks.length - 1];
+    if (last) last.text += carry;
+    else blocks.push({ text: carry, cache: false });
+  }
+  const flagged = blocks.flatMap((b, i) => (b.cache ? [i] : []));
+  const kept = new Set(flagged.slice(-MAX_CACHE_BREAKPOINTS));
+  return blocks.map((b, i) => ({
+    type: 'text',
+    text: b.text,
+    ...(kept.has(i) ? { cache_control: { type: 'ephemeral' as const } } : {}),
+  }));
+}
+
+/**
+ * Lets the SDK retry only while a retry can still finish in time. The SDK sleeps as long as retry-after
+ * says (120 s is honoured in full); when that wait ends past the deadline, the attempt is marked not
+ * retryable so the call fails now, as a transient error, instead of sleeping until the deadline.
+ */
+function stopRetryingPastDeadline(deadline: number): Middleware {
+  return async (request, next) => {
+    const response = await next(request);
+    if (response.ok) return response;
+    const waitMs = retryAfterMs(response.headers);
+    if (waitMs === undefined || Date.now() + waitMs < deadline) return response;
+    const headers = new Headers(response.headers);
+    headers.set('x-should-retry', 'false');
+    headers.set(PAST_DEADLINE_HEADER, String(Math.round(waitMs)));
+    return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+  };
+}
+
+/** Set on a response whose retry-after reached past the deadline, so the error can say why it gave up. */
+const PAST_DEADLINE_HEADER = 'x-stepwise-retry-after-past-deadline';
+
+export function retryAfterMs(headers: Headers): number | undefined {
+  const ms = Number.parseFloat(headers.get('retry-after-ms') ?? '');
+  if (Number.isFinite(ms) && ms > 0) return ms;
+  const value = headers.get('retry-after');
+  if (!value) return undefined;
+  const seconds = Number.parseFloat(value);
+  if (Number.isFinite(seconds)) return seconds > 0 ? seconds * 1000 : undefined;
+  const at = Date.parse(value);
+  return Number.isFinite(at) && at > Date.now() ? at - Date.now() : undefined;
+}
+
+// ---- reply ----
+
+const DONE = /^DONE(?![A-Za-z0-9_])/;
+
+/** One tool call, DONE with its summary, or why the reply is neither. Thinking blocks are ignored. */
+export function readReply(message: Anthropic.Message, maxTokens: number): ModelReply {
+  const usage = usageOf(message.usage);
+  const calls = message.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
+  const text = message.content.filter((b): b is Anthropic.TextBlock => b.type === 'text').map((b) => b.text).join('');
+  const invalid = (reason: string): ModelReply => ({ kind: 'invalid', reason, usage });
+
+  switch (message.stop_reason) {
+    case 'max_tokens':
+      return invalid(`the reply was cut off at max_tokens (${maxTokens}) before it finished`);
+    case 'model_context_window_exceeded':
+      return invalid('the reply was cut off: the context window is full');
+    case 'refusal':
+      return invalid('the model refused to continue (stop_reason "refusal")');
+    case 'pause_turn':
+      return invalid('the model paused its turn instead of answering');
+    default:
+      break;
+  }
+  if (calls.length > 1) return invalid(`${calls.length} tool calls in one reply (${calls.map((c) => c.name).join(', ')}); exactly one is allowed`);
+  const [call] = calls;
+  if (call) return { kind: 'tool', tool: call.name, input: call.input, usage };
+  const trimmed = text.trim();
+  if (DONE.test(trimmed)) {
+    return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage };
+  }
+  return invalid(trimmed ? `no tool call and no DONE; the reply said: ${excerpt(trimmed.replace(/\s+/g, ' '), 200)}` : 'an empty reply: no tool call and no DONE');
+}
+
+export function usageOf(usage: Anthropic.Usage): Usage {
+  return {
+    inputTokens: usage.input_tokens ?? 0,
+    outputTokens: usage.output_tokens ?? 0,
+    cacheWriteTokens: usage.cache_creation_input_tokens ?? 0,
+    cacheReadTokens: usage.cache_read_input_tokens ?? 0,
+  };
+}
+
+// ---- errors ----
+
+/** Statuses worth another try later: timeouts, conflicts, rate limits, client-closed, server errors. */
+function isTransientStatus(status: number): boolean {
+  return status === 408 || status === 409 || status === 429 || status === 499 || status >= 500;
+}
+
+/**
+ * What is left after the SDK's own retries, sorted for the engine: TransientError counts toward the
+ * step's 3 failures; PermanentError (bad request, auth, not found, too large) fails the run at once.
+ */
+export function classifyError(error: unknown, context: { callerAborted: boolean; deadlineHit: boolean; deadlineMs: number }): StepwiseError {
+  if (error instanceof StepwiseError) return error;
+  if (error instanceof APIUserAbortError) {
+    return new TransientError(context.callerAborted && !context.deadlineHit
+      ? 'the model call was cancelled by the worker (its time is up)'
+      : `the model call did not finish within its ${Math.round(context.deadlineMs / 1000)} s deadline, retries included`, { cause: error });
+  }
+  if (error instanceof APIConnectionTimeoutError) {
+    return new TransientError('the Anthropic API did not answer in time, after retries', { cause: error });
+  }
+  if (error instanceof APIConnectionError) {
+    const cause = error.cause ? `: ${errorMessage(error.cause)}` : '';
+    return new TransientError(`cannot reach the Anthropic API, after retries${cause}`, { cause: error });
+  }
+  if (error instanceof APIError && typeof error.status === 'number') {
+    const reason = describeApiError(error);
+    if (!isTransientStatus(error.status)) return new PermanentError(`the Anthropic API refused the request: ${reason}`, { cause: error });
+    const pastDeadline = error.headers?.get(PAST_DEADLINE_HEADER);
+    const why = pastDeadline ? `; it asked to retry after ${Math.round(Number(pastDeadline) / 1000)} s, past this call's deadline` : ', after retries';
+    return new TransientError(`the Anthropic API failed: ${reason}${why}`, { cause: error });
+  }
+  if (error instanceof AnthropicError) {
+    // Raised by the SDK before any request is sent (no credentials, invalid options): a configuration error.
+    return new PermanentError(`the Anthropic client cannot send the request: ${error.message}`, { cause: error });
+  }
+  return new TransientError(`the model call failed: ${errorMessage(error)}`, { cause: error });
+}
+
+function describeApiError(error: APIError): string {
+  const type = error.type ? ` ${error.type}` : '';
+  const message = error.apiMessage ?? error.message;
+  const id = error.requestID ? ` (request ${error.requestID})` : '';
+  return `${error.status}${type}: ${message}${id}`;
+}

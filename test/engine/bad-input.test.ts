@@ -1,0 +1,192 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { IdempotencyKeyReuseError, InvalidInputError, UnknownRunError } from '../../lib/core/errors.ts';
+import { MAX_GOAL_BYTES } from '../../lib/core/state.ts';
+import { advance } from '../../lib/engine/advance.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { startRun } from '../../lib/engine/start.ts';
+import type { ModelReply } from '../../lib/ports.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+describe('bad input gets a clear error and nothing is lost', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  function setup(script: (step: number, prompt: string) => ModelReply = writeRowsScript(2), agent = rowsAgent(new FakeRows())) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(script);
+    return { ...workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' }), clock, model };
+  }
+
+  it('an unknown run id: advance says so; its message is dropped with a log line', async () => {
+    const { deps } = setup();
+    await expect(advance(deps, 'nobody')).rejects.toEqual(new UnknownRunError('nobody'));
+    expect(await handleDelivery(deps, { body: JSON.stringify({ runId: 'nobody', version: 1 }), receiveCount: 1 })).toEqual({ action: 'ack', runId: 'nobody' });
+  });
+
+  it('an empty, blank or oversized goal, or a malformed run id, is refused before anything is written', async () => {
+    const { deps, runtime } = setup();
+    await expect(startRun(deps, { goal: '' })).rejects.toThrow(/goal is empty/);
+    await expect(startRun(deps, { goal: '   \n' })).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(startRun(deps, { goal: 'x'.repeat(MAX_GOAL_BYTES + 1) })).rejects.toThrow(`the goal is ${MAX_GOAL_BYTES + 1} bytes; the limit is ${MAX_GOAL_BYTES}`);
+    await expect(startRun(deps, { goal: 'ok', runId: 'has space' })).rejects.toThrow(/run id "has space" must match/);
+    await expect(startRun(deps, { goal: 7 })).rejects.toBeInstanceOf(InvalidInputError);
+    expect(await runtime.store.list()).toEqual([]);
+    expect(runtime.queue.depth()).toBe(0);
+  });
+
+  it('starting an existing run id again changes nothing', async () => {
+    const { deps, runtime } = setup();
+    const first = await startRun(deps, { goal: 'first', runId: 'same' });
+    const second = await startRun(deps, { goal: 'second', runId: 'same' });
+    expect(first.created).toBe(true);
+    expect(second).toEqual({ runId: 'same', created: false, version: 1 });
+    expect((await loadState(runtime, 'same')).goal).toBe('first');
+    expect(runtime.queue.depth()).toBe(1);
+  });
+
+  it('a reply naming an unknown tool becomes an error result the model sees and can correct', async () => {
+    const script = (step: number, prompt: string): ModelReply => {
+      if (step === 1) return { kind: 'tool', tool: 'drop_table', input: { name: 'users' } };
+      expect(prompt).toContain('unknown tool "drop_table"; the tools are: write_row, count_rows');
+      return writeRowsScript(2)(step - 1);
+    };
+    const { deps, runtime, clock } = setup(script);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state.status).toBe('completed');
+    expect(state.steps[0]).toMatchObject({ tool: 'drop_table', result: { ok: false } });
+    expect(state.steps.slice(1).map((s) => s.input)).toEqual([{ row: 1 }, { row: 2 }]);
+  });
+
+  it('invalid tool arguments become an error result naming the field, and no tool runs', async () => {
+    const rows = new FakeRows();
+    const script = (step: number): ModelReply => step === 1 ? { kind: 'tool', tool: 'write_row', input: { row: 'three' } } : writeRowsScript(2)(step - 1);
+    const { deps, runtime, clock, model } = setup(script, rowsAgent(rows));
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state.steps[0]!.result).toMatchObject({ ok: false, text: expect.stringContaining('invalid arguments for write_row: row:') });
+    expect(model.requests[1]!.prompt).toContain('invalid arguments for write_row');
+    expect(rows.received).toEqual(['run/step-2', 'run/step-3']);
+    expect(state.status).toBe('completed');
+  });
+
+  it('a reply with neither a tool call nor DONE counts as a failed attempt and tells the model why', async () => {
+    let unusable = 2;
+    const script = (step: number): ModelReply => unusable-- > 0 ? { kind: 'invalid', reason: 'the reply had no tool call' } : writeRowsScript(1)(step);
+    const { deps, runtime, clock, model } = setup(script);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(model.requests[1]!.prompt).toContain('<last_result>Your previous reply could not be used (the reply had no tool call).');
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 1 });
+
+    const never = setup(() => ({ kind: 'invalid', reason: 'several tool calls' }));
+    await start(never.deps);
+    await drain(never.deps, never.runtime, never.clock);
+    expect(await loadState(never.runtime)).toMatchObject({ status: 'failed', reason: expect.stringContaining('model reply unusable: several tool calls') });
+  });
+
+  it('an unreadable checkpoint fails the run with the reason, once, and keeps the data', async () => {
+    const { deps, runtime, clock } = setup();
+    await start(deps);
+    runtime.db.prepare("UPDATE checkpoints SET head = '{\"formatVersion\":1,' WHERE run_id = 'run'").run();
+    await drain(deps, runtime, clock);
+    const stored = (await runtime.store.load('run'))!;
+    expect(stored.status).toBe('failed');
+    expect(stored.reason).toContain('is unreadable: head is not valid JSON');
+    expect(stored.head).toBe('{"formatVersion":1,');
+    expect(runtime.queue.depth()).toBe(0);
+    // A later message for the run is a no-op, not another failure.
+    await runtime.queue.send({ runId: 'run', version: 2 });
+    await drain(deps, runtime, clock);
+    expect((await runtime.store.history('run')).map((h) => h.status)).toEqual(['running', 'failed']);
+  });
+
+  it('a checkpoint written by newer code is left untouched for a newer worker', async () => {
+    const { deps, runtime } = setup();
+    await start(deps);
+    runtime.db.prepare("UPDATE checkpoints SET head = json_set(head, '$.formatVersion', 99) WHERE run_id = 'run'").run();
+    const [delivery] = await runtime.queue.receive();
+    const handled = await handleDelivery(deps, delivery!);
+    expect(handled).toMatchObject({ action: 'release' });
+    const stored = (await runtime.store.load('run'))!;
+    expect(stored).toMatchObject({ status: 'running', version: 1 });
+  });
+
+  it('a reused idempotency key with different arguments is refused and fails the run with the reason', async () => {
+    const agent = defineAgent({
+      name: 'ledgered', tools: [tool({
+        name: 'write_row', description: 'applies once via the ledger', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (input, ctx) => ctx.once(async () => ({ wrote: input.row })),
+      })],
+    });
+    const { deps, runtime, clock } = setup(writeRowsScript(2), agent);
+    // Someone already used run/step-1 for another row.
+    await runtime.ledger.once('run/step-1', { row: 42 }, async () => ({ wrote: 42 }));
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'failed', step: 0, reason: `step 1: ${new IdempotencyKeyReuseError('run/step-1').message}` });
+  });
+
+  it('the ledger applies an effect once per key and returns the remembered result on a retry', async () => {
+    const { runtime, clock } = setup();
+    let applied = 0;
+    const effect = async () => ({ n: ++applied });
+    expect(await runtime.ledger.once('k', { a: 1, b: 2 }, effect)).toEqual({ n: 1 });
+    expect(await runtime.ledger.once('k', { b: 2, a: 1 }, effect)).toEqual({ n: 1 });
+    expect(applied).toBe(1);
+    // A crashed attempt's lease blocks others until it expires, then the effect may run again.
+    runtime.db.prepare("INSERT INTO ledger (key, args_hash, status, lease_until, updated_at) VALUES ('held', ?, 'in_progress', ?, 0)").run((await import('../../lib/local/sqlite-ledger.ts')).hashArgs({}), clock.now() + 1000);
+    await expect(runtime.ledger.once('held', {}, effect)).rejects.toThrow(/being applied by another attempt/);
+    clock.advance(1001);
+    expect(await runtime.ledger.once('held', {}, effect)).toEqual({ n: 2 });
+  });
+
+  it.each([
+    ['not JSON', 'hello'],
+    ['no version', JSON.stringify({ runId: 'run' })],
+    ['a negative version', JSON.stringify({ runId: 'run', version: -1 })],
+    ['extra fields', JSON.stringify({ runId: 'run', version: 1, sql: 'DROP TABLE' })],
+    ['an empty run id', JSON.stringify({ runId: '', version: 1 })],
+  ])('a malformed message (%s) is dropped with its content logged, and the run is untouched', async (_label, body) => {
+    const { deps, runtime, clock } = setup();
+    await start(deps);
+    const logged: unknown[] = [];
+    const log = Object.assign(Object.create(deps.log), { error: (obj: unknown) => { logged.push(obj); } });
+    runtime.queue.sendRaw(body);
+    const handledAll = [];
+    for (;;) {
+      const [d] = await runtime.queue.receive();
+      if (!d) break;
+      if (d.body !== body) { await runtime.queue.release(d, 60_000); continue; }
+      handledAll.push(await handleDelivery({ ...deps, log }, d));
+      await runtime.queue.ack(d);
+    }
+    expect(handledAll).toEqual([{ action: 'ack' }]);
+    expect(logged).toEqual([expect.objectContaining({ event: 'malformed-message', body })]);
+    clock.advance(60_001);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 2 });
+  });
+
+  it('an oversized tool output is stored by reference and the checkpoint stays small', async () => {
+    const agent = defineAgent({
+      name: 'big', tools: [tool({ name: 'write_row', description: 'returns 1 MB', input: z.object({ row: z.number() }), sideEffect: false, run: () => 'z'.repeat(1_000_000) })],
+    });
+    const { deps, runtime, clock } = setup(writeRowsScript(2), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state.status).toBe('completed');
+    expect(state.steps[0]!.result.bytes).toBe(1_000_000);
+    expect((await runtime.blobs.get(state.steps[0]!.result.ref!))!.length).toBe(1_000_000);
+    const history = await runtime.store.history('run');
+    expect(Math.max(...history.map((h) => h.bytes))).toBeLessThan(4096);
+  });
+});

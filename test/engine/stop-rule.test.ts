@@ -1,0 +1,94 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { PermanentError, TransientError } from '../../lib/core/errors.ts';
+import type { ModelReply } from '../../lib/ports.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+describe('the stop rule, end to end', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  function setup(agent = rowsAgent(new FakeRows()), script: (step: number, prompt: string) => ModelReply = writeRowsScript(3)) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(script);
+    const w = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' });
+    return { ...w, clock, model };
+  }
+
+  it('completes when the model says DONE, storing its summary', async () => {
+    const { deps, runtime, clock } = setup();
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 3, summary: 'Wrote 3 rows, one per step.' });
+    expect(state.usage.inputTokens).toBe(300);
+  });
+
+  it('stops at the step cap without asking the model for a step past it', async () => {
+    const { deps, runtime, clock, model } = setup(rowsAgent(new FakeRows(), { stepCap: 4 }), writeRowsScript(100));
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'capped', step: 4, stepCap: 4 });
+    expect(model.stepsAsked()).toEqual([1, 2, 3, 4]);
+  });
+
+  it('fails the run when a step fails 3 times, keeping its last checkpoint and retrying the same call', async () => {
+    const attempts: { step: number; attempt: number; key: string; input: unknown }[] = [];
+    const agent = defineAgent({
+      name: 'flaky', tools: [tool({
+        name: 'write_row', description: 'fails on step 2', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (input, ctx) => {
+          attempts.push({ step: ctx.step, attempt: ctx.attempt, key: ctx.idempotencyKey, input });
+          if (ctx.step === 2) throw new Error('database unavailable');
+          return 'ok';
+        },
+      })],
+    });
+    const { deps, runtime, clock, model } = setup(agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'failed', step: 1, failures: 3, reason: 'step 2 failed 3 times; last error: database unavailable' });
+    expect(attempts.filter((a) => a.step === 2)).toEqual([1, 2, 3].map((attempt) => ({ step: 2, attempt, key: 'run/step-2', input: { row: 2 } })));
+    // The decision was recorded once: retries replay it instead of asking the model again.
+    expect(model.stepsAsked()).toEqual([1, 2]);
+    const history = await runtime.store.history('run');
+    expect(history.map((h) => h.status)).toEqual(['running', 'running', 'running', 'running', 'failed']);
+    expect(runtime.queue.depth()).toBe(0);
+  });
+
+  it('recovers when a step fails fewer than 3 times, resetting the count', async () => {
+    let failuresLeft = 2;
+    const agent = defineAgent({
+      name: 'flaky-twice', tools: [tool({
+        name: 'write_row', description: 'fails twice', input: z.object({ row: z.number() }), sideEffect: false,
+        run: () => { if (failuresLeft-- > 0) throw new Error('try again'); return 'ok'; },
+      })],
+    });
+    const { deps, runtime, clock } = setup(agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 3, failures: 0 });
+  });
+
+  it('counts transient model errors as failures and fails at once on a permanent one', async () => {
+    let calls = 0;
+    const transient = setup(rowsAgent(new FakeRows()), () => { calls++; throw new TransientError('529 overloaded'); });
+    await start(transient.deps);
+    await drain(transient.deps, transient.runtime, transient.clock);
+    expect(await loadState(transient.runtime)).toMatchObject({ status: 'failed', failures: 3, reason: expect.stringContaining('529 overloaded') });
+    expect(calls).toBe(3);
+    db.cleanup();
+
+    const permanent = setup(rowsAgent(new FakeRows()), () => { throw new PermanentError('authentication failed: invalid x-api-key'); });
+    await start(permanent.deps);
+    await drain(permanent.deps, permanent.runtime, permanent.clock);
+    expect(await loadState(permanent.runtime)).toMatchObject({ status: 'failed', failures: 1, reason: 'step 1: authentication failed: invalid x-api-key' });
+  });
+});
