@@ -1,0 +1,55 @@
+/**
+ * The agent that real worker processes run in the process tests. Its side effect goes to a separate
+ * SQLite "effects" database (EFFECTS_DB) that checks the idempotency key in the same transaction as the
+ * write, and logs every call it receives, so a test can count calls and applications across processes.
+ */
+import Database from 'better-sqlite3';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import { promptText } from '../../lib/core/prompt.ts';
+import { completedSteps } from './stub-model.ts';
+
+const ROWS = Number(process.env.PROCESS_AGENT_ROWS ?? 12);
+
+let db: Database.Database | undefined;
+function effects(): Database.Database {
+  if (!db) {
+    db = new Database(process.env.EFFECTS_DB ?? 'effects.db');
+    db.pragma('journal_mode = WAL');
+    db.pragma('busy_timeout = 10000');
+    db.exec('CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, row INTEGER NOT NULL); CREATE TABLE IF NOT EXISTS received (id INTEGER PRIMARY KEY, key TEXT NOT NULL, pid INTEGER NOT NULL)');
+  }
+  return db;
+}
+
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+class RowsModel implements Model {
+  readonly name = 'process-test-rows';
+  async decide(request: ModelRequest): Promise<ModelReply> {
+    // A model call takes time, so kills also land between the model and the tool.
+    await pause(5 + Math.random() * 20);
+    const next = completedSteps(promptText(request.prompt)) + 1;
+    return next <= ROWS ? { kind: 'tool', tool: 'write_row', input: { row: next } } : { kind: 'done', summary: `wrote ${ROWS} rows` };
+  }
+}
+
+export default defineAgent({
+  name: 'process-rows',
+  offlineModel: () => new RowsModel(),
+  tools: [tool({
+    name: 'write_row',
+    description: 'Write one row, once per idempotency key.',
+    input: z.object({ row: z.number().int() }),
+    sideEffect: true,
+    run: async (input, ctx) => {
+      const d = effects();
+      d.prepare('INSERT INTO received (key, pid) VALUES (?, ?)').run(ctx.idempotencyKey, process.pid);
+      await pause(Math.random() * 30);
+      const applied = d.prepare('INSERT OR IGNORE INTO applied (key, row) VALUES (?, ?)').run(ctx.idempotencyKey, input.row).changes === 1;
+      await pause(Math.random() * 30);
+      return { applied };
+    },
+  })],
+});
