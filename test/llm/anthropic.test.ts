@@ -1,0 +1,169 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { toolSpecs } from '../../lib/agent.ts';
+import { promptText, renderStepPrompt, type PromptBlock } from '../../lib/core/prompt.ts';
+import { AnthropicModel, DEFAULT_MAX_TOKENS, DEFAULT_MODEL, MAX_CACHE_BREAKPOINTS, userContent } from '../../lib/llm/anthropic.ts';
+import type { ModelRequest, ModelSettings } from '../../lib/ports.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import {
+  apiError, done, endTurn, refusal, startMessagesServer, toolUse, toolUses, truncated, type MessagesServer, type Reply,
+} from '../support/messages-server.ts';
+import { stateAfter } from '../support/states.ts';
+
+const agent = rowsAgent(new FakeRows());
+
+function stepRequest(completed: number, settings: ModelSettings = {}): ModelRequest {
+  return { runId: 'run-a', step: completed + 1, prompt: renderStepPrompt(stateAfter('run-a', completed)), tools: toolSpecs(agent), settings };
+}
+
+interface TextBlock { type: string; text: string; cache_control?: { type: string } }
+function sentBlocks(server: MessagesServer, index: number): TextBlock[] {
+  return server.requests[index]!.body!.messages![0]!.content as TextBlock[];
+}
+
+describe('Anthropic adapter through the SDK and the local Messages server', () => {
+  let server: MessagesServer;
+  let model: AnthropicModel;
+  beforeAll(async () => {
+    server = await startMessagesServer({ apiKey: 'test-key', minCacheableTokens: 0 });
+    model = new AnthropicModel({ apiKey: 'test-key', baseURL: server.url, env: {} });
+  });
+  afterAll(() => server.stop());
+  beforeEach(() => {
+    server.requests.length = 0;
+    server.clearCache();
+    server.otherwise(apiError(400, 'no scripted reply left'));
+  });
+
+  it('sends the Step prompt word for word as the user message, the tools as JSON Schema, cache_control on the flagged block', async () => {
+    server.script(toolUse('write_row', { row: 4 }));
+    const request = stepRequest(3);
+    await model.decide(request);
+
+    const sent = server.requests[0]!;
+    expect(sent.body!.messages).toHaveLength(1);
+    expect(sent.body!.messages![0]!.role).toBe('user');
+    expect(sent.userText).toBe(promptText(request.prompt));
+    expect(sent.userText).toContain('<goal>copy the rows</goal>');
+
+    // The flagged block is the last completed step: the breakpoint's prefix ends exactly there.
+    const blocks = sentBlocks(server, 0);
+    const marked = blocks.filter((b) => b.cache_control);
+    expect(marked).toHaveLength(1);
+    expect(marked[0]!.cache_control).toEqual({ type: 'ephemeral' });
+    const flaggedAt = request.prompt.findIndex((b) => b.cache);
+    const cachedPrefix = blocks.slice(0, blocks.indexOf(marked[0]!) + 1).map((b) => b.text).join('');
+    expect(cachedPrefix).toBe(promptText(request.prompt.slice(0, flaggedAt + 1)));
+
+    expect(sent.body!.tools).toEqual(toolSpecs(agent).map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema })));
+    expect(sent.body!.tools![0]!.input_schema).toMatchObject({ type: 'object', properties: { row: { type: 'integer' } }, required: ['row'] });
+    expect(sent.body!.model).toBe(DEFAULT_MODEL);
+    expect(sent.body!.max_tokens).toBe(DEFAULT_MAX_TOKENS);
+    expect(sent.body).not.toHaveProperty('temperature');
+  });
+
+  it('turns a tool_use reply into one tool call, with the usage the server reported', async () => {
+    server.script(toolUse('write_row', { row: 2 }, { text: 'Writing row 2 next.' }));
+    const reply = await model.decide(stepRequest(1));
+    const reported = server.requests[0]!.usage!;
+    expect(reply).toEqual({
+      kind: 'tool', tool: 'write_row', input: { row: 2 },
+      usage: {
+        inputTokens: reported.input_tokens, outputTokens: reported.output_tokens,
+        cacheWriteTokens: reported.cache_creation_input_tokens, cacheReadTokens: reported.cache_read_input_tokens,
+      },
+    });
+    expect(reported.input_tokens + reported.cache_creation_input_tokens).toBeGreaterThan(0);
+  });
+
+  it('ignores thinking blocks around the tool call', async () => {
+    server.script({ type: 'message', stopReason: 'tool_use', content: [{ type: 'thinking', thinking: 'DONE? no.' }, { type: 'tool_use', name: 'count_rows', input: {} }] });
+    expect(await model.decide(stepRequest(0))).toMatchObject({ kind: 'tool', tool: 'count_rows', input: {} });
+  });
+
+  it.each([
+    ['DONE. Wrote all five rows, one per step.', 'Wrote all five rows, one per step.'],
+    ['  DONE: Wrote all five rows.\n', 'Wrote all five rows.'],
+    ['DONE\n\n— Wrote all five rows; nothing left.', 'Wrote all five rows; nothing left.'],
+    ['DONE', ''],
+  ])('reads %j as DONE with its summary', async (text, summary) => {
+    server.script(endTurn(text));
+    const reply = await model.decide(stepRequest(5));
+    expect(reply.kind).toBe('done');
+    expect(reply).toMatchObject({ summary });
+    expect(reply.usage?.outputTokens).toBeGreaterThan(0);
+  });
+
+  const invalid: [string, Reply, RegExp][] = [
+    ['several tool calls', toolUses([{ name: 'write_row', input: { row: 1 } }, { name: 'count_rows', input: {} }]), /2 tool calls .*write_row, count_rows/],
+    ['no tool call and no DONE', endTurn('I think we should write row 3.'), /no tool call and no DONE.*write row 3/],
+    ['an empty reply', { type: 'message', content: [], stopReason: 'end_turn' }, /empty reply/],
+    ['DONE inside a word', endTurn('DONEGAL is a county.'), /no tool call and no DONE/],
+    ['max_tokens truncation', truncated('DONE. Wrote all the'), /cut off at max_tokens \(8192\)/],
+    ['a refusal', refusal(), /refused/],
+  ];
+  it.each(invalid)('returns %s as invalid with the reason, never throws', async (_name, reply, reason) => {
+    server.script(reply);
+    const result = await model.decide(stepRequest(2));
+    expect(result.kind).toBe('invalid');
+    expect(result).toMatchObject({ reason: expect.stringMatching(reason) });
+    expect(result.usage).toBeDefined();
+  });
+
+  it('a tool_use cut off by max_tokens is invalid, not a call with half its input', async () => {
+    server.script({ type: 'message', stopReason: 'max_tokens', content: [{ type: 'tool_use', name: 'write_row', input: {} }] });
+    expect(await model.decide(stepRequest(2))).toMatchObject({ kind: 'invalid', reason: expect.stringMatching(/max_tokens/) });
+  });
+
+  it('sends the agent settings: model, max_tokens, temperature', async () => {
+    server.script(done('ok'));
+    await model.decide(stepRequest(0, { model: 'claude-sonnet-5-5', maxTokens: 2048, temperature: 0.2 }));
+    expect(server.requests[0]!.body).toMatchObject({ model: 'claude-sonnet-5-5', max_tokens: 2048, temperature: 0.2 });
+  });
+
+  it('takes the default model from STEPWISE_MODEL; an agent setting still wins', async () => {
+    const fromEnv = new AnthropicModel({ apiKey: 'test-key', baseURL: server.url, env: { STEPWISE_MODEL: 'claude-haiku-5-5' } });
+    expect(fromEnv.name).toBe('anthropic:claude-haiku-5-5');
+    server.script(done('a'), done('b'));
+    await fromEnv.decide(stepRequest(0));
+    await fromEnv.decide(stepRequest(0, { model: 'claude-opus-5-5' }));
+    expect(server.requests.map((r) => r.body!.model)).toEqual(['claude-haiku-5-5', 'claude-opus-5-5']);
+  });
+
+  it('consecutive steps read the previous step\'s prefix from the cache', async () => {
+    server.otherwise(toolUse('count_rows', {}));
+    const replies = [];
+    for (let n = 0; n <= 6; n++) replies.push(await model.decide(stepRequest(n)));
+    // From the third step on, everything up to the previous breakpoint is a cache read.
+    for (let n = 2; n <= 6; n++) {
+      const previousPrefix = sentBlocks(server, n - 1);
+      const cut = previousPrefix.findIndex((b) => b.cache_control) + 1;
+      expect(sentBlocks(server, n).slice(0, cut)).toEqual(previousPrefix.slice(0, cut).map(({ cache_control: _c, ...b }) => b));
+      expect(replies[n]!.usage!.cacheReadTokens).toBeGreaterThan(0);
+      expect(replies[n]!.usage!.cacheReadTokens).toBe(server.requests[n - 1]!.usage!.cache_read_input_tokens + server.requests[n - 1]!.usage!.cache_creation_input_tokens);
+    }
+  });
+});
+
+describe('userContent', () => {
+  it('joins to exactly the prompt, even with blank blocks, and keeps at most 4 breakpoints', () => {
+    const prompt: PromptBlock[] = [
+      { text: 'head\n' }, { text: 'a\n', cache: true }, { text: '   ' }, { text: 'b\n', cache: true }, { text: '\n', cache: true },
+      { text: 'c', cache: true }, { text: 'd', cache: true }, { text: 'e', cache: true }, { text: '\ntail\n' },
+    ];
+    const blocks = userContent(prompt);
+    expect(blocks.map((b) => b.text).join('')).toBe(promptText(prompt));
+    expect(blocks.every((b) => b.text.trim() !== '')).toBe(true);
+    expect(blocks.filter((b) => b.cache_control)).toHaveLength(MAX_CACHE_BREAKPOINTS);
+    expect(blocks[blocks.length - 2]).toMatchObject({ text: 'e', cache_control: { type: 'ephemeral' } });
+  });
+
+  it('keeps each step\'s cached blocks identical in the next step\'s prompt', () => {
+    for (let n = 1; n < 8; n++) {
+      const now = userContent(renderStepPrompt(stateAfter('r', n)));
+      const next = userContent(renderStepPrompt(stateAfter('r', n + 1)));
+      const cut = now.findIndex((b) => b.cache_control) + 1;
+      expect(next.slice(0, cut).map((b) => b.text)).toEqual(now.slice(0, cut).map((b) => b.text));
+      expect(next.findIndex((b) => b.cache_control)).toBe(cut);
+    }
+  });
+});
