@@ -1,0 +1,88 @@
+import { spawnSync } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { tempDb } from '../support/harness.ts';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const BIN = join(ROOT, 'bin/stepwise.js');
+const AGENT = join(ROOT, 'test/support/process-agent.ts');
+const db = tempDb();
+afterAll(() => db.cleanup());
+
+function stepwise(...args: string[]) {
+  const r = spawnSync(process.execPath, [BIN, ...args], {
+    cwd: ROOT, encoding: 'utf8', timeout: 60_000,
+    env: { ...process.env, STEPWISE_DB: db.path, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'effects.db'), PROCESS_AGENT_ROWS: '3', STEPWISE_LOG_LEVEL: 'info' },
+  });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+describe('the stepwise command', () => {
+  it('start enqueues a run; a repeated start with the same id is a no-op that says so', () => {
+    const first = stepwise('start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'cli-1');
+    expect(first.code).toBe(0);
+    expect(first.out).toContain('started run cli-1');
+    const again = stepwise('start', '--agent', AGENT, '--goal', 'something else', '--run-id', 'cli-1');
+    expect(again.code).toBe(0);
+    expect(again.out).toContain('run cli-1 already exists (status running, version 1): nothing changed');
+  });
+
+  it('worker works the queue and logs every checkpoint write as JSON with run id, step, version, worker and size', () => {
+    const w = stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '300');
+    expect(w.code).toBe(0);
+    expect(w.out).toMatch(/run cli-1 v2 {2}step 1 {2}write_row {2}ok/);
+    expect(w.out).toContain('completed after 3 steps: wrote 3 rows');
+    const logs = w.err.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.event === 'checkpoint');
+    expect(logs.map((l) => l.version)).toEqual([2, 3, 4, 5]);
+    for (const l of logs) {
+      expect(l).toMatchObject({ runId: 'cli-1', workerId: expect.stringMatching(/-\d+$/) });
+      expect(typeof l.step).toBe('number');
+      expect(l.bytes).toBeGreaterThan(0);
+    }
+  });
+
+  it('status shows a table of runs, one run in detail, and --json', () => {
+    const all = stepwise('status');
+    expect(all.out).toMatch(/RUN\s+STATUS\s+STEP\s+VERSION/);
+    expect(all.out).toMatch(/cli-1\s+completed\s+3\s+5\s+process-rows/);
+    const one = stepwise('status', 'cli-1');
+    expect(one.out).toContain('status   completed');
+    expect(one.out).toContain('summary  wrote 3 rows');
+    const json = JSON.parse(stepwise('status', 'cli-1', '--json').out) as { status: string; version: number; steps: unknown[] };
+    expect(json).toMatchObject({ status: 'completed', version: 5 });
+    expect(json.steps).toHaveLength(3);
+  });
+
+  it('history prints the checkpoint timeline, and --json', () => {
+    const h = stepwise('history', 'cli-1');
+    expect(h.out).toMatch(/VERSION\s+STEP\s+STATUS\s+TOOL\s+IDEMPOTENCY KEY\s+WORKER\s+BYTES\s+TIME/);
+    expect(h.out).toMatch(/3\s+2\s+running\s+write_row\s+cli-1\/step-2/);
+    const rows = JSON.parse(stepwise('history', 'cli-1', '--json').out) as { version: number; step: number; status: string }[];
+    expect(rows.map((r) => [r.version, r.step, r.status])).toEqual([[1, 0, 'running'], [2, 1, 'running'], [3, 2, 'running'], [4, 3, 'running'], [5, 3, 'completed']]);
+  });
+
+  it('run starts and works a run in the foreground with live progress', () => {
+    const r = stepwise('run', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'cli-2');
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('model: offline scripted model "process-test-rows"');
+    expect(r.out.match(/step \d {2}write_row {2}ok/g)).toHaveLength(3);
+    expect(r.out).toContain('run cli-2: completed at version 5');
+  });
+
+  it.each([
+    [['status', 'no-such-run'], 'stepwise: unknown run: no-such-run'],
+    [['history', 'no-such-run'], 'stepwise: unknown run: no-such-run'],
+    [['start', '--goal', 'x'], 'stepwise: --agent path/to/agent.ts is required'],
+    [['start', '--agent', AGENT, '--goal', ''], 'stepwise: the goal is empty'],
+    [['start', '--agent', join(ROOT, 'package.json'), '--goal', 'x'], 'does not export an agent'],
+    [['fly'], 'stepwise: unknown command "fly"'],
+    [['status', '--bogus'], "stepwise: Unknown option '--bogus'"],
+    [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
+  ])('%j fails with exit code 2 and a one-line reason', (args, message) => {
+    const r = stepwise(...args);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(message);
+    expect(r.err.trim().split('\n')).toHaveLength(1);
+  });
+});

@@ -1,0 +1,140 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { toolSpecs } from '../../lib/agent.ts';
+import { PermanentError, TransientError } from '../../lib/core/errors.ts';
+import { renderStepPrompt } from '../../lib/core/prompt.ts';
+import { AnthropicModel, type AnthropicModelOptions } from '../../lib/llm/anthropic.ts';
+import type { ModelRequest } from '../../lib/ports.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import {
+  apiError, done, dropConnection, slow, startMessagesServer, toolUse, type MessagesServer,
+} from '../support/messages-server.ts';
+import { stateAfter } from '../support/states.ts';
+
+const agent = rowsAgent(new FakeRows());
+const request = (signal?: AbortSignal): ModelRequest => ({
+  runId: 'run-e', step: 3, prompt: renderStepPrompt(stateAfter('run-e', 2)), tools: toolSpecs(agent), settings: {},
+  ...(signal ? { signal } : {}),
+});
+/** Retry right away: the SDK obeys retry-after-ms, so tests do not sit through its 0.5 s+ backoff. */
+const NOW = { 'retry-after-ms': '1' };
+
+describe('Anthropic adapter errors', () => {
+  let server: MessagesServer;
+  const modelWith = (options: AnthropicModelOptions = {}) => new AnthropicModel({ apiKey: 'test-key', baseURL: server.url, env: {}, ...options });
+  beforeAll(async () => { server = await startMessagesServer({ apiKey: 'test-key' }); });
+  afterAll(() => server.stop());
+  beforeEach(() => {
+    server.requests.length = 0;
+    server.otherwise(apiError(400, 'no scripted reply left'));
+  });
+
+  it('429 with retry-after, then success: retried by the SDK, the step gets its reply', async () => {
+    server.script(apiError(429, 'rate limited', { 'retry-after': '0.01' }), toolUse('write_row', { row: 3 }));
+    const reply = await modelWith().decide(request());
+    expect(reply).toMatchObject({ kind: 'tool', tool: 'write_row', input: { row: 3 } });
+    expect(server.requests.map((r) => [r.retryCount, r.outcome])).toEqual([[0, 429], [1, 200]]);
+  });
+
+  it('persistent 529 overloaded: TransientError after the bounded retries', async () => {
+    server.otherwise(apiError(529, 'Overloaded', NOW));
+    const error = await modelWith({ maxRetries: 2 }).decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message).toMatch(/529 overloaded_error: Overloaded.*after retries/);
+    expect(server.requests.map((r) => r.retryCount)).toEqual([0, 1, 2]);
+  });
+
+  it('persistent 500: TransientError after the retries', async () => {
+    server.otherwise(apiError(500, 'Internal server error', NOW));
+    await expect(modelWith({ maxRetries: 1 }).decide(request())).rejects.toBeInstanceOf(TransientError);
+    expect(server.requests).toHaveLength(2);
+  });
+
+  it.each([
+    [400, 'prompt is too long: 1200000 tokens > 1000000 maximum', /400 invalid_request_error: prompt is too long/],
+    [401, 'invalid x-api-key', /401 authentication_error: invalid x-api-key/],
+    [403, 'your key may not use this model', /403 permission_error/],
+    [404, 'model: claude-nope', /404 not_found_error: model: claude-nope/],
+    [413, 'Request exceeds the maximum allowed number of bytes', /413 request_too_large/],
+  ])('%i: PermanentError with the reason, not retried', async (status, message, reason) => {
+    server.script(apiError(status, message, NOW));
+    const error = await modelWith().decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PermanentError);
+    expect((error as Error).message).toMatch(reason);
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('a wrong key is a 401 from the server: PermanentError', async () => {
+    await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(/401 authentication_error/);
+  });
+
+  it('a dropped connection is retried', async () => {
+    server.script(dropConnection(), toolUse('count_rows', {}));
+    expect(await modelWith().decide(request())).toMatchObject({ kind: 'tool', tool: 'count_rows' });
+    expect(server.requests.map((r) => r.outcome)).toEqual(['dropped', 200]);
+  });
+
+  it('connections dropped every time: TransientError after the retries', async () => {
+    server.otherwise(dropConnection());
+    const error = await modelWith({ maxRetries: 1 }).decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message).toMatch(/cannot reach the Anthropic API/);
+    expect(server.requests).toHaveLength(2);
+  });
+
+  it('a reply slower than the deadline: TransientError, without waiting for it', async () => {
+    server.otherwise(slow(60_000, done('too late')));
+    const error = await modelWith({ deadlineMs: 300 }).decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message).toMatch(/deadline/);
+    expect(server.requests.every((r) => r.outcome === undefined)).toBe(true);
+  });
+
+  it('a retry-after longer than the time left is not slept through: TransientError at once', async () => {
+    server.script(apiError(429, 'rate limited', { 'retry-after': '120' }), toolUse('count_rows', {}));
+    const error = await modelWith({ deadlineMs: 30_000 }).decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message).toMatch(/429 rate_limit_error.*retry after 120 s, past this call's deadline/);
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('the caller\'s signal ends the call: TransientError', async () => {
+    server.otherwise(slow(60_000, done('too late')));
+    const controller = new AbortController();
+    const pending = modelWith().decide(request(controller.signal)).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    controller.abort();
+    const error = await pending;
+    expect(error).toBeInstanceOf(TransientError);
+    expect((error as Error).message).toMatch(/cancelled/);
+  });
+
+  it('a 200 that is not JSON: TransientError, not a crash', async () => {
+    server.script({ type: 'raw', status: 200, body: '<html>gateway</html>' });
+    await expect(modelWith().decide(request())).rejects.toBeInstanceOf(TransientError);
+  });
+
+  it('no key configured: PermanentError before any request', async () => {
+    const model = new AnthropicModel({ baseURL: server.url, env: {} });
+    await expect(model.decide(request())).rejects.toThrow(PermanentError);
+    await expect(model.decide(request())).rejects.toThrow(/ANTHROPIC_API_KEY/);
+    expect(server.requests).toHaveLength(0);
+  });
+
+  it('the server accepts both auth header styles; the SDK sends a bearer token', async () => {
+    server.script(done('bearer'), done('x-api-key'), done('nothing'));
+    await modelWith().decide(request());
+    expect(server.requests[0]!.headers.authorization).toBe('Bearer test-key');
+
+    const body = JSON.stringify({ model: 'claude-opus-5-5', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] });
+    const viaApiKey = await fetch(`${server.url}/v1/messages`, {
+      method: 'POST', body, headers: { 'content-type': 'application/json', 'x-api-key': 'test-key', 'anthropic-version': '2023-06-01' },
+    });
+    expect(viaApiKey.status).toBe(200);
+    expect(((await viaApiKey.json()) as { content: { text: string }[] }).content[0]!.text).toBe('DONE. x-api-key');
+
+    const anonymous = await fetch(`${server.url}/v1/messages`, {
+      method: 'POST', body, headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+    });
+    expect(anonymous.status).toBe(401);
+  });
+});
