@@ -24,8 +24,7 @@ describe('Anthropic adapter errors', () => {
   beforeAll(async () => { server = await startMessagesServer({ apiKey: 'test-key' }); });
   afterAll(() => server.stop());
   beforeEach(() => {
-    server.requests.length = 0;
-    server.otherwise(apiError(400, 'no scripted reply left'));
+    server.reset();
   });
 
   it('429 with retry-after, then success: retried by the SDK, the step gets its reply', async () => {
@@ -101,7 +100,7 @@ describe('Anthropic adapter errors', () => {
     server.otherwise(slow(60_000, done('too late')));
     const controller = new AbortController();
     const pending = modelWith().decide(request(controller.signal)).catch((e: unknown) => e);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    while (server.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
     controller.abort();
     const error = await pending;
     expect(error).toBeInstanceOf(TransientError);

@@ -5,7 +5,7 @@ import { AnthropicModel, DEFAULT_MAX_TOKENS, DEFAULT_MODEL, MAX_CACHE_BREAKPOINT
 import type { ModelRequest, ModelSettings } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import {
-  apiError, done, endTurn, refusal, startMessagesServer, toolUse, toolUses, truncated, type MessagesServer, type Reply,
+  done, endTurn, refusal, startMessagesServer, toolUse, toolUses, truncated, type MessagesServer, type Reply,
 } from '../support/messages-server.ts';
 import { stateAfter } from '../support/states.ts';
 
@@ -29,9 +29,7 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
   });
   afterAll(() => server.stop());
   beforeEach(() => {
-    server.requests.length = 0;
-    server.clearCache();
-    server.otherwise(apiError(400, 'no scripted reply left'));
+    server.reset();
   });
 
   it('sends the Step prompt word for word as the user message, the tools as JSON Schema, cache_control on the flagged block', async () => {

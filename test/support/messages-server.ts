@@ -95,14 +95,17 @@ export interface MessagesServer {
   otherwise(reply: ReplySource): void;
   /** Forgets every cached prefix, as if the cache had expired. */
   clearCache(): void;
+  /** Between tests: drops unplayed replies, recorded requests, the fallback and the cache. */
+  reset(): void;
   stop(): Promise<void>;
 }
 
 export const MAX_CACHE_BREAKPOINTS = 4;
+const NO_REPLY_LEFT: Reply = { type: 'error', status: 400, message: 'messages server: no scripted reply left for this request' };
 
 export async function startMessagesServer(options: MessagesServerOptions = {}): Promise<MessagesServer> {
   const queue: ReplySource[] = [];
-  let fallback: ReplySource = apiError(400, 'messages server: no scripted reply left for this request');
+  let fallback: ReplySource = NO_REPLY_LEFT;
   const requests: RecordedRequest[] = [];
   const cache = new PromptCache({
     minTokens: options.minCacheableTokens ?? 1024,
@@ -177,6 +180,12 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
     script: (...replies) => { queue.push(...replies); },
     otherwise: (reply) => { fallback = reply; },
     clearCache: () => cache.clear(),
+    reset: () => {
+      queue.length = 0;
+      requests.length = 0;
+      fallback = NO_REPLY_LEFT;
+      cache.clear();
+    },
     stop: async () => {
       for (const timer of timers) clearTimeout(timer);
       timers.clear();
