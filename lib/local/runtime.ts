@@ -19,14 +19,17 @@ export interface LocalRuntime {
 
 /** The embedded default: checkpoints, blobs, the idempotency ledger and the queue in one SQLite file. */
 export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number } = {}): LocalRuntime {
-  const db = openDatabase(options.dbPath ?? DEFAULT_DB_PATH);
+  const path = options.dbPath ?? DEFAULT_DB_PATH;
+  const db = openDatabase(path);
+  // The queue gets its own connection without per-commit fsync (see openDatabase for why that is safe).
+  const queueDb = openDatabase(path, 'process');
   const clock = options.clock ?? systemClock;
   return {
     db,
     store: new SqliteCheckpointStore(db, { clock, ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}) }),
     blobs: new SqliteBlobStore(db, clock),
     ledger: new SqliteLedger(db, clock),
-    queue: new SqliteQueue(db, { clock }),
-    close: () => db.close(),
+    queue: new SqliteQueue(queueDb, { clock }),
+    close: () => { queueDb.close(); db.close(); },
   };
 }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import type Database from 'better-sqlite3';
 import type { Db } from './database.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
@@ -21,20 +22,28 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     private readonly options: { clock?: Clock; runId?: string } = {},
   ) {}
 
+  private readonly statements = new Map<string, Database.Statement>();
+
+  private sql(text: string): Database.Statement {
+    let statement = this.statements.get(text);
+    if (!statement) this.statements.set(text, (statement = this.db.prepare(text)));
+    return statement;
+  }
+
   private get now(): number {
     return (this.options.clock ?? systemClock).now();
   }
 
   async send(message: RunMessage, options: { delayMs?: number } = {}): Promise<void> {
     const now = this.now;
-    this.db.prepare('INSERT OR IGNORE INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
+    this.sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
       .run(`${message.runId}/v${message.version}`, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);
   }
 
   /** Puts a raw body on the queue, as another system might: for tests of malformed messages. */
   sendRaw(body: string): void {
     const now = this.now;
-    this.db.prepare('INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
+    this.sql('INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
       .run(`raw/${randomUUID()}`, '', body, now, now);
   }
 
@@ -56,22 +65,22 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   async ack(delivery: Delivery): Promise<boolean> {
     const [id, receipt] = splitReceipt(delivery.receipt);
-    return this.db.prepare('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now, id, receipt).changes > 0;
+    return this.sql('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now, id, receipt).changes > 0;
   }
 
   async release(delivery: Delivery, delayMs: number): Promise<void> {
     const [id, receipt] = splitReceipt(delivery.receipt);
-    this.db.prepare('UPDATE queue SET visible_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now + delayMs, id, receipt);
+    this.sql('UPDATE queue SET visible_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now + delayMs, id, receipt);
   }
 
   /** Messages not yet acked (waiting or in flight). */
   depth(): number {
-    return (this.db.prepare('SELECT count(*) AS n FROM queue WHERE acked_at IS NULL').get() as { n: number }).n;
+    return (this.sql('SELECT count(*) AS n FROM queue WHERE acked_at IS NULL').get() as { n: number }).n;
   }
 
   /** Drops tombstones of acked messages older than a day. */
   prune(): number {
-    return this.db.prepare('DELETE FROM queue WHERE acked_at IS NOT NULL AND acked_at < ?').run(this.now - TOMBSTONE_MS).changes;
+    return this.sql('DELETE FROM queue WHERE acked_at IS NOT NULL AND acked_at < ?').run(this.now - TOMBSTONE_MS).changes;
   }
 
   private take(max: number, visibilityMs: number): QueueRow[] {
@@ -79,7 +88,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const receipt = randomUUID();
     const byRun = this.options.runId ? 'AND run_id = ?' : '';
     const args: unknown[] = [now + visibilityMs, receipt, now, ...(this.options.runId ? [this.options.runId] : []), max];
-    return this.db.prepare(
+    return this.sql(
       `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
        WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${byRun} ORDER BY visible_at, id LIMIT ?)
        RETURNING id, body, receive_count, receipt`,

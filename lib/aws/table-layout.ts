@@ -1,0 +1,71 @@
+import { createHash } from 'node:crypto';
+import type { RunStatus } from '../core/state.ts';
+
+/**
+ * The single DynamoDB table that holds every run, its step records, its checkpoint history and the
+ * idempotency ledger. One partition per run, so loading a run is one Query:
+ *
+ *   pk = run#<runId>   sk = c#0000000007   history row of version 7 (head snapshot, tool, key, worker, bytes);
+ *                                          expiresAt = written + retention (DynamoDB TTL)
+ *                      sk = h              the run head: latest version, status, step, head JSON, the recorded
+ *                                          decision for the next step, and the latest checkpoint's metadata.
+ *                                          Never expires: history() shows it as the latest checkpoint, so the
+ *                                          latest stays visible even after its own c# row has expired.
+ *                      sk = s#0000000003   step record 3, written once by the commit that completes step 3
+ *   pk = idem#<key>    sk = i              idempotency ledger record of one side-effecting call
+ *
+ * Sort order c# < h < s#, so `sk BETWEEN 'h' AND 's#~'` is the resume read (head + steps) and
+ * `sk BETWEEN 'c#' AND 'h'` is the timeline read (history + head). Per step a commit writes the head,
+ * one step record and one history row: none of them grows with the run's length.
+ */
+export const PK = 'pk';
+export const SK = 'sk';
+export const HEAD_SK = 'h';
+export const LEDGER_SK = 'i';
+export const TTL_ATTRIBUTE = 'expiresAt';
+
+/** Sparse index on run heads only: list runs by status, newest first, and find stalled ones. */
+export const STATUS_INDEX = 'by-status';
+export const STATUS_KEY = 'statusKey';
+export const STATUS_SORT = 'updatedAt';
+/** Attributes copied into the status index: what a RunSummary needs, nothing large. */
+export const STATUS_INDEX_ATTRIBUTES = ['runId', 'version', 'status', 'step', 'agent', 'reason'];
+
+/**
+ * Every step rewrites the head's updatedAt, so every step also writes the status index. One index
+ * partition takes about 1,000 writes a second; spreading each status over a few shards keeps many busy
+ * runs from throttling the table through the index. Changing this number orphans listed runs: it is part
+ * of the stored format.
+ */
+export const STATUS_SHARDS = 4;
+
+const SEQ_DIGITS = 10;
+
+export const runPk = (runId: string): string => `run#${runId}`;
+export const ledgerPk = (key: string): string => `idem#${key}`;
+export const stepSk = (step: number): string => `s#${String(step).padStart(SEQ_DIGITS, '0')}`;
+export const checkpointSk = (version: number): string => `c#${String(version).padStart(SEQ_DIGITS, '0')}`;
+
+/** The bounds of the resume read and the timeline read (see the layout above). */
+export const STEPS_END = 's#~';
+export const HISTORY_START = 'c#';
+
+export function statusShard(runId: string): number {
+  return createHash('sha256').update(runId).digest()[0]! % STATUS_SHARDS;
+}
+
+export function statusKey(status: RunStatus, runId: string): string {
+  return `${status}#${statusShard(runId)}`;
+}
+
+export function statusKeys(status: RunStatus): string[] {
+  return Array.from({ length: STATUS_SHARDS }, (_, shard) => `${status}#${shard}`);
+}
+
+export function isStepSk(sk: string): boolean {
+  return sk.startsWith('s#');
+}
+
+export function isCheckpointSk(sk: string): boolean {
+  return sk.startsWith('c#');
+}

@@ -1,0 +1,157 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { stepLine } from '../../lib/core/prompt.ts';
+import { ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
+import { advance } from '../../lib/engine/advance.ts';
+import { AnthropicModel } from '../../lib/llm/anthropic.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, SimulatedCrash, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import {
+  apiError, completedStepLines, done, startMessagesServer, toolUse, toolUses, type MessagesServer, type RecordedRequest, type Reply,
+} from '../support/messages-server.ts';
+
+/** Answers from the prompt alone, as a real model resumed on another worker would: write rows 1..total, then DONE. */
+function writeRows(total: number) {
+  return (request: RecordedRequest): Reply => {
+    const completed = completedStepLines(request.userText).length;
+    return completed < total ? toolUse('write_row', { row: completed + 1 }) : done(`Wrote ${total} rows, one per step.`);
+  };
+}
+
+function reportedUsage(requests: RecordedRequest[]): Usage {
+  return requests.reduce((sum, r) => addUsage(sum, r.usage && {
+    inputTokens: r.usage.input_tokens, outputTokens: r.usage.output_tokens,
+    cacheWriteTokens: r.usage.cache_creation_input_tokens, cacheReadTokens: r.usage.cache_read_input_tokens,
+  }), { ...ZERO_USAGE });
+}
+
+describe('engine + Anthropic adapter + local Messages server + SQLite', () => {
+  let server: MessagesServer;
+  let db: ReturnType<typeof tempDb>;
+  let clock: ManualClock;
+  let rows: FakeRows;
+  /** A fresh adapter per worker "process", as after a restart; no retry waits beyond 1 ms. */
+  const claude = () => new AnthropicModel({ apiKey: 'sk-test', baseURL: server.url, env: {}, maxRetries: 2 });
+
+  beforeAll(async () => { server = await startMessagesServer({ apiKey: 'sk-test', minCacheableTokens: 0 }); });
+  afterAll(() => server.stop());
+  beforeEach(() => {
+    server.reset();
+    db = tempDb();
+    clock = new ManualClock();
+    rows = new FakeRows();
+  });
+  afterEach(() => db.cleanup());
+
+  it('after a crash and resume, the next request lists exactly the recorded steps, each once, none missing', async () => {
+    server.otherwise(writeRows(5));
+    const agent = rowsAgent(rows);
+    const a = workerProcess({ dbPath: db.path, agent, model: claude(), clock, workerId: 'worker-A', crashAt: { point: 'C6', step: 2 } });
+    await start(a.deps);
+    await expect(drain(a.deps, a.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    a.runtime.close();
+    expect(server.requests).toHaveLength(2);
+
+    const b = workerProcess({ dbPath: db.path, agent, model: claude(), clock, workerId: 'worker-B' });
+    await drain(b.deps, b.runtime, clock);
+    const state = await loadState(b.runtime);
+    b.runtime.close();
+
+    expect(state.status).toBe('completed');
+    expect(state.summary).toBe('Wrote 5 rows, one per step.');
+    expect(server.requests).toHaveLength(6);
+    // The first request after the resume carries steps 1 and 2 as recorded, in order, once each.
+    expect(completedStepLines(server.requests[2]!.userText)).toEqual(state.steps.slice(0, 2).map(stepLine));
+    // Every request lists a prefix of the recorded steps: nothing repeated, nothing skipped.
+    server.requests.forEach((request, i) => {
+      expect(completedStepLines(request.userText)).toEqual(state.steps.slice(0, i).map(stepLine));
+    });
+    expect([1, 2, 3, 4, 5].map((n) => rows.timesReceived(`run/step-${n}`))).toEqual([1, 1, 1, 1, 1]);
+    // The usage the server reported is what the run recorded, request by request.
+    expect(state.usage).toEqual(reportedUsage(server.requests));
+    expect(state.usage.cacheReadTokens).toBeGreaterThan(0);
+  });
+
+  it('transient errors are retried by the SDK, then each exhausted call is one failure; the third fails the run', async () => {
+    server.otherwise(apiError(529, 'Overloaded', { 'retry-after-ms': '1' }));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: claude(), clock, workerId: 'w' });
+    await start(deps);
+
+    const failures: number[] = [];
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const outcome = await advance(deps, 'run');
+      expect(outcome.kind).toBe('advanced');
+      failures.push((await loadState(runtime)).failures);
+      expect(server.requests).toHaveLength(3 * attempt);
+    }
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(failures).toEqual([1, 2, 3]);
+    expect(server.requests.map((r) => r.retryCount)).toEqual([0, 1, 2, 0, 1, 2, 0, 1, 2]);
+    expect(state.status).toBe('failed');
+    expect(state.reason).toMatch(/^step 1 failed 3 times; last error: .*529 overloaded_error: Overloaded/);
+    expect(state.steps).toHaveLength(0);
+  });
+
+  it('a permanent error fails the run at once, with the reason', async () => {
+    server.script(apiError(400, 'prompt is too long: 1200000 tokens > 1000000 maximum'));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: claude(), clock, workerId: 'w' });
+    await start(deps);
+    await advance(deps, 'run');
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(server.requests).toHaveLength(1);
+    expect(state.status).toBe('failed');
+    expect(state.failures).toBe(1);
+    expect(state.reason).toMatch(/^step 1: .*400 invalid_request_error: prompt is too long/);
+  });
+
+  it('malformed replies never crash the worker: each is a failed attempt, and the run goes on', async () => {
+    server.script(
+      toolUses([{ name: 'write_row', input: { row: 1 } }, { name: 'write_row', input: { row: 2 } }]),
+      { type: 'raw', status: 200, body: '{"type":"message","content":' },
+    );
+    server.otherwise(writeRows(2));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: claude(), clock, workerId: 'w' });
+    await start(deps);
+
+    await advance(deps, 'run');
+    const afterInvalid = await loadState(runtime);
+    expect(afterInvalid).toMatchObject({ status: 'running', step: 0, failures: 1 });
+    expect(afterInvalid.lastError).toMatch(/2 tool calls/);
+    await advance(deps, 'run');
+    // The model is told why its reply was not used.
+    expect(server.requests[1]!.userText).toContain('Your previous reply could not be used (2 tool calls in one reply (write_row, write_row)');
+    expect(await loadState(runtime)).toMatchObject({ status: 'running', step: 0, failures: 2 });
+
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(state).toMatchObject({ status: 'completed', step: 2, failures: 0 });
+    expect(rows.rows.size).toBe(2);
+  });
+
+  it('a crash between the model call and a side-effecting tool call does not ask the model again for that step', async () => {
+    server.otherwise(writeRows(5));
+    const agent = rowsAgent(rows);
+    const a = workerProcess({ dbPath: db.path, agent, model: claude(), clock, workerId: 'worker-A', crashAt: { point: 'C3', step: 2 } });
+    await start(a.deps);
+    await expect(drain(a.deps, a.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    a.runtime.close();
+    expect(server.requests).toHaveLength(2);
+    expect(rows.timesReceived('run/step-2')).toBe(0);
+
+    const b = workerProcess({ dbPath: db.path, agent, model: claude(), clock, workerId: 'worker-B' });
+    await drain(b.deps, b.runtime, clock);
+    const state = await loadState(b.runtime);
+    b.runtime.close();
+
+    // Steps 3, 4, 5 and DONE: four requests after the restart, none of them for step 2.
+    expect(server.requests).toHaveLength(6);
+    expect(server.requests.slice(2).map((r) => completedStepLines(r.userText).length)).toEqual([2, 3, 4, 5]);
+    expect(state.status).toBe('completed');
+    expect(state.steps[1]).toMatchObject({ step: 2, tool: 'write_row', input: { row: 2 }, workerId: 'worker-B' });
+    expect(rows.timesReceived('run/step-2')).toBe(1);
+    // Step 2's recorded decision kept the usage of the one model call that made it.
+    expect(state.usage).toEqual(reportedUsage(server.requests));
+  });
+});
