@@ -19,11 +19,11 @@ export function instantModel(tool: string, input: unknown = {}): Model {
   return { name: 'instant', decide: async (): Promise<ModelReply> => ({ kind: 'tool', tool, input }) };
 }
 
-/** One no-op tool, read-only or side-effecting, returning `output`. */
-export function noopAgent(options: { sideEffect: boolean; output?: string; stepCap?: number }): AgentDefinition {
+/** One no-op tool; `outputBytes` makes each step return that many bytes, different per step. */
+export function noopAgent(options: { sideEffect: boolean; outputBytes?: number; stepCap?: number }): AgentDefinition {
   return defineAgent({
     name: 'bench', settings: { stepCap: options.stepCap ?? 1_000_000 },
-    tools: [tool({ name: 'noop', description: 'does nothing', input: z.object({}), sideEffect: options.sideEffect, run: () => options.output ?? 'ok' })],
+    tools: [tool({ name: 'noop', description: 'does nothing', input: z.object({}), sideEffect: options.sideEffect, run: (_input, ctx) => (options.outputBytes ? `step ${ctx.step} `.padEnd(options.outputBytes, 'o') : 'ok') })],
   });
 }
 

@@ -1,0 +1,14 @@
+/** `npm run bench`: every benchmark in bench/, one after another, each printing its own figures. */
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const dir = fileURLToPath(new URL('.', import.meta.url));
+const benches = readdirSync(dir).filter((f) => f.endsWith('.ts') && !['run-all.ts', 'support.ts'].includes(f)).sort();
+let failed = 0;
+for (const file of benches) {
+  console.log(`\n=== ${file}`);
+  const r = spawnSync(process.execPath, ['--import', 'tsx', `${dir}${file}`], { stdio: 'inherit' });
+  if (r.status !== 0) failed++;
+}
+process.exitCode = failed ? 1 : 0;
