@@ -124,32 +124,28 @@ export function anthropicTool(spec: ToolSpec): Anthropic.Tool {
 
 /**
  * The prompt blocks as text blocks, joined exactly as the Step prompt, with cache_control on the
- * flagged ones (the last MAX_CACHE_BREAKPOINTS of them).
- *
- * The API matches a cached prefix block by block, so each block boundary must fall where the next step's
- * prompt has the same boundary. A completed-steps line gains its "\n" only once a later line follows it,
- * so a separator is moved to the front of the next block: the last line then reads the same in this step
- * and the next. Blank blocks are folded into their neighbour: the API refuses whitespace-only text.
+ * flagged ones (the last MAX_CACHE_BREAKPOINTS of them). Block boundaries are kept as rendered: the API
+ * matches a cached prefix block by block, and renderStepPrompt keeps step n's blocks identical in step
+ * n + 1. A blank block is folded into its neighbour, since the API refuses whitespace-only text.
  */
 export function userContent(prompt: PromptBlock[]): Anthropic.TextBlockParam[] {
   const blocks: { text: string; cache: boolean }[] = [];
   let carry = '';
   for (const block of prompt) {
-    const text = carry + block.text;
-    const body = text.replace(/\n+$/, '');
-    if (body.trim() === '') {
-      carry = text;
-      if (block.cache && blocks.length) blocks[blocks.length - 1]!.cache = true;
+    const last = blocks[blocks.length - 1];
+    if (block.text.trim() === '') {
+      if (last) {
+        last.text += block.text;
+        last.cache ||= Boolean(block.cache);
+      } else {
+        carry += block.text;
+      }
       continue;
     }
-    carry = text.slice(body.length);
-    blocks.push({ text: body, cache: Boolean(block.cache) });
+    blocks.push({ text: carry + block.text, cache: Boolean(block.cache) });
+    carry = '';
   }
-  if (carry) {
-    const last = blocks[blocks.length - 1];
-    if (last) last.text += carry;
-    else blocks.push({ text: carry, cache: false });
-  }
+  if (carry) blocks.push({ text: carry, cache: false });
   const flagged = blocks.flatMap((b, i) => (b.cache ? [i] : []));
   const kept = new Set(flagged.slice(-MAX_CACHE_BREAKPOINTS));
   return blocks.map((b, i) => ({

@@ -145,14 +145,16 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
 describe('userContent', () => {
   it('joins to exactly the prompt, even with blank blocks, and keeps at most 4 breakpoints', () => {
     const prompt: PromptBlock[] = [
-      { text: 'head\n' }, { text: 'a\n', cache: true }, { text: '   ' }, { text: 'b\n', cache: true }, { text: '\n', cache: true },
+      { text: '  ' }, { text: 'head\n' }, { text: 'a', cache: true }, { text: '   ' }, { text: '\nb', cache: true }, { text: '\n', cache: true },
       { text: 'c', cache: true }, { text: 'd', cache: true }, { text: 'e', cache: true }, { text: '\ntail\n' },
     ];
     const blocks = userContent(prompt);
     expect(blocks.map((b) => b.text).join('')).toBe(promptText(prompt));
+    expect(blocks.map((b) => b.text)).toEqual(['  head\n', 'a   ', '\nb\n', 'c', 'd', 'e', '\ntail\n']);
     expect(blocks.every((b) => b.text.trim() !== '')).toBe(true);
-    expect(blocks.filter((b) => b.cache_control)).toHaveLength(MAX_CACHE_BREAKPOINTS);
-    expect(blocks[blocks.length - 2]).toMatchObject({ text: 'e', cache_control: { type: 'ephemeral' } });
+    // Five flagged blocks (the blank one's flag moved to 'a   '): only the last four keep a breakpoint.
+    expect(blocks.filter((b) => b.cache_control).map((b) => b.text)).toEqual(['\nb\n', 'c', 'd', 'e']);
+    expect(MAX_CACHE_BREAKPOINTS).toBe(4);
   });
 
   it('keeps each step\'s cached blocks identical in the next step\'s prompt', () => {
