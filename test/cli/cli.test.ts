@@ -70,6 +70,13 @@ describe('the stepwise command', () => {
     expect(r.out).toContain('run cli-2: completed at version 5');
   });
 
+  it('loads a plain JavaScript agent module too', () => {
+    const r = stepwise('run', '--agent', join(ROOT, 'test/support/js-agent.mjs'), '--goal', 'echo', '--run-id', 'cli-js');
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('step 1  echo  ok: hello from js');
+    expect(r.out).toContain('completed after 1 steps: echoed once');
+  });
+
   it.each([
     [['status', 'no-such-run'], 'stepwise: unknown run: no-such-run'],
     [['history', 'no-such-run'], 'stepwise: unknown run: no-such-run'],

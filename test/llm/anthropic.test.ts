@@ -152,7 +152,7 @@ describe('userContent', () => {
     expect(blocks.map((b) => b.text).join('')).toBe(promptText(prompt));
     expect(blocks.map((b) => b.text)).toEqual(['  head\n', 'a   ', '\nb\n', 'c', 'd', 'e', '\ntail\n']);
     expect(blocks.every((b) => b.text.trim() !== '')).toBe(true);
-    // Five flagged blocks (the blank one's flag moved to 'a   '): only the last four keep a breakpoint.
+    // Five flagged blocks ('a   ', then '\nb\n' which also took the blank block's flag, c, d, e): the last four keep theirs.
     expect(blocks.filter((b) => b.cache_control).map((b) => b.text)).toEqual(['\nb\n', 'c', 'd', 'e']);
     expect(MAX_CACHE_BREAKPOINTS).toBe(4);
   });

@@ -1,0 +1,359 @@
+import {
+  GetCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
+  type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
+} from '@aws-sdk/lib-dynamodb';
+import type { StoredCheckpoint } from '../core/codec.ts';
+import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
+import { PermanentError, StaleVersionError } from '../core/errors.ts';
+import { RUN_STATUSES, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
+import type {
+  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, RunSummary, WriteMeta,
+} from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
+import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts } from './dynamo-errors.ts';
+import { Expression } from './expression.ts';
+import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
+import {
+  HEAD_SK, HISTORY_START, PK, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
+  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk,
+} from './table-layout.ts';
+
+export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
+/** The reason copied into the head (for listings); the full text stays in the head JSON. */
+const REASON_ATTRIBUTE_LIMIT = 1000;
+
+export interface DynamoCheckpointStoreOptions {
+  doc: DynamoDBDocumentClient;
+  tableName: string;
+  /** Where attribute values too large for an item go (the S3 blob store in production). */
+  blobs: BlobStore;
+  clock?: Clock;
+  /** History rows older than this expire through DynamoDB TTL; the latest checkpoint never does. */
+  retentionMs?: number;
+  /** Attribute values above this many bytes are spilled to the blob store. */
+  spillBytes?: number;
+}
+
+type Item = Record<string, unknown>;
+type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+
+/**
+ * Checkpoints in DynamoDB (layout in table-layout.ts). Every write that moves a run is ONE
+ * TransactWriteItems: the head update fenced on the version, the new step record and the new history row
+ * succeed or fail together, so a crash or a lost race can never leave a step without its checkpoint or a
+ * gap in the history. Loading a run is ONE strongly consistent Query over its partition.
+ */
+export class DynamoCheckpointStore implements CheckpointStore {
+  private readonly spill: AttributeSpill;
+
+  constructor(private readonly options: DynamoCheckpointStoreOptions) {
+    this.spill = new AttributeSpill(options.blobs, options.spillBytes);
+  }
+
+  private get table(): string {
+    return this.options.tableName;
+  }
+
+  private get now(): number {
+    return (this.options.clock ?? systemClock).now();
+  }
+
+  private get retentionMs(): number {
+    return this.options.retentionMs ?? DEFAULT_RETENTION_MS;
+  }
+
+  async create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }> {
+    const head = encodeHead(state);
+    const bytes = Buffer.byteLength(head);
+    const now = this.now;
+    const headAttributes = await this.spill.keep('head', head);
+    const headItem = {
+      [PK]: runPk(state.runId), [SK]: HEAD_SK,
+      ...this.headAttributes(state, 1, now, headAttributes, meta, bytes),
+    };
+    try {
+      await retryConflicts(() => this.transact([
+        {
+          Put: {
+            TableName: this.table, Item: fits(headItem),
+            // Version 1 is written once: a second start of the same run id must not reset a run in progress.
+            ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          },
+        },
+        { Put: { TableName: this.table, Item: fits(this.historyRow(state.runId, 1, state, headAttributes, bytes, meta, undefined, now)) } },
+      ]));
+      return { created: true, version: 1, bytes };
+    } catch (error) {
+      const head = cancellationReasons(error)?.[0];
+      if (head?.Code !== 'ConditionalCheckFailed') throw error;
+      const version = rawNumber(head.Item, 'version') ?? (await this.load(state.runId))?.version ?? 1;
+      return { created: false, version, bytes: 0 };
+    }
+  }
+
+  async load(runId: string): Promise<StoredCheckpoint | undefined> {
+    // Head and step records in one strongly consistent read: the resume read is one call per page of 1 MB.
+    const items = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :stepsEnd',
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END },
+    });
+    const head = items.find((item) => item[SK] === HEAD_SK);
+    if (!head) return undefined;
+    const stepItems = items.filter((item) => isStepSk(String(item[SK])));
+    const [headText, pending, ...steps] = await Promise.all([
+      this.restore(head, 'head'),
+      head.pending !== undefined || head.pendingRef !== undefined ? this.restore(head, 'pending') : Promise.resolve(undefined),
+      ...stepItems.map((item) => this.restore(item, 'record')),
+    ]);
+    return {
+      runId, version: Number(head.version), status: head.status as RunStatus, head: headText ?? '', steps: steps.map((s) => s ?? ''),
+      ...(pending !== undefined ? { pending } : {}),
+      workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
+    };
+  }
+
+  async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
+    const attributes = await this.spill.keep('pending', encodeDecision(decision));
+    const e = new Expression();
+    const update = e.update({ ...attributes, pendingStep: decision.step });
+    // Fenced like a commit: the run must still be at the version the decision was made from. Write-once
+    // per step: a second decision for the same step could run a different call under the same idempotency
+    // key. A decision for another step can only be a leftover of an older step, so it may be replaced.
+    const condition = `${e.name('version')} = ${e.value(expectedVersion)} AND (attribute_not_exists(${e.name('pendingStep')}) OR ${e.name('pendingStep')} <> ${e.value(decision.step)})`;
+    try {
+      await retryConflicts(() => this.options.doc.send(new UpdateCommand({
+        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
+        UpdateExpression: update, ConditionExpression: condition, ...e.params(),
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      })));
+    } catch (error) {
+      if (!isConditionalCheckFailed(error)) throw error;
+      const latest = rawNumber((error as { Item?: Parameters<typeof rawNumber>[0] }).Item, 'version');
+      throw new StaleVersionError(runId, expectedVersion, latest === expectedVersion ? `step ${decision.step} already has a decision` : '');
+    }
+  }
+
+  async commit(write: CheckpointWrite): Promise<CommitResult> {
+    const { runId, expectedVersion, state, appended } = write;
+    const head = encodeHead(state);
+    const step = appended ? encodeStep(appended) : undefined;
+    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);
+    const version = expectedVersion + 1;
+    const now = this.now;
+    const headAttributes = await this.spill.keep('head', head);
+
+    const e = new Expression();
+    const update = e.update(
+      this.headAttributes(state, version, now, headAttributes, write, bytes, appended),
+      // The decision has become the step record: drop it with the same write.
+      appended ? ['pending', 'pendingRef', 'pendingStep'] : [],
+    );
+    const items: TransactItem[] = [{
+      Update: {
+        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, UpdateExpression: update,
+        // The fence: only a writer holding the latest version may write the next one. A worker whose version
+        // was overtaken fails here, and the transaction drops its step record and history row with it.
+        ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
+      },
+    }];
+    if (appended && step) {
+      const record = await this.spill.keep('record', step);
+      items.push({
+        Put: {
+          TableName: this.table, Item: fits({ [PK]: runPk(runId), [SK]: stepSk(appended.step), step: appended.step, ...record }),
+          // A step record is written once. It cannot exist while the fence holds; if it ever did, the commit
+          // fails instead of rewriting a completed step.
+          ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+        },
+      });
+    }
+    items.push({
+      Put: {
+        TableName: this.table, Item: fits(this.historyRow(runId, version, state, headAttributes, bytes, write, appended, now)),
+        // Likewise: history rows are never rewritten.
+        ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+      },
+    });
+    try {
+      await retryConflicts(() => this.transact(items));
+    } catch (error) {
+      throw staleOr(error, runId, expectedVersion, ['', `step ${appended?.step} is already recorded`, `checkpoint ${version} already exists`]);
+    }
+    return { version, bytes };
+  }
+
+  async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
+    // The unreadable head is kept as it was (nothing is lost; an operator can inspect or repair it), and the
+    // new history row points at the same bytes. Rare, so the extra read is fine.
+    const current = (await this.options.doc.send(new GetCommand({
+      TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, ConsistentRead: true,
+    }))).Item;
+    if (!current || Number(current.version) !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
+    const now = this.now;
+    const version = expectedVersion + 1;
+    const e = new Expression();
+    const update = e.update({
+      version, status: 'failed', reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now,
+      [STATUS_KEY]: statusKey('failed', runId), workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0,
+    }, ['tool', 'idempotencyKey']);
+    const row: Item = {
+      [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: Number(current.step), status: 'failed',
+      workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT),
+      head: current.head, headRef: current.headRef, [TTL_ATTRIBUTE]: this.expiresAt(now),
+    };
+    try {
+      await retryConflicts(() => this.transact([
+        {
+          Update: {
+            TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, UpdateExpression: update,
+            // Fenced like any commit: a run that moved on is not failed by a worker that saw an older version.
+            ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
+          },
+        },
+        { Put: { TableName: this.table, Item: fits(row), ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK } } },
+      ]));
+    } catch (error) {
+      throw staleOr(error, runId, expectedVersion, ['', `checkpoint ${version} already exists`]);
+    }
+    return { version, bytes: 0 };
+  }
+
+  async history(runId: string): Promise<CheckpointInfo[]> {
+    const items = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :start AND :head',
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':start': HISTORY_START, ':head': HEAD_SK },
+    });
+    const head = items.find((item) => item[SK] === HEAD_SK);
+    if (!head) return [];
+    const latest = Number(head.version);
+    const nowSeconds = this.now / 1000;
+    // TTL deletes expired rows within a day or two; until then they are filtered here, so the retention
+    // window is exact. The latest checkpoint comes from the head, which never expires.
+    const rows = items
+      .filter((item) => isCheckpointSk(String(item[SK])) && Number(item.version) < latest && Number(item[TTL_ATTRIBUTE]) > nowSeconds)
+      .map((item) => checkpointInfo(runId, item, Number(item.at)));
+    rows.push(checkpointInfo(runId, head, Number(head.updatedAt)));
+    return rows.sort((a, b) => a.version - b.version);
+  }
+
+  async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {
+    const limit = query.limit ?? 100;
+    const keys = (query.status ? [query.status] : [...RUN_STATUSES]).flatMap(statusKeys);
+    const pages = await Promise.all(keys.map((key) => this.queryStatus(key, query.updatedBefore, limit)));
+    return pages.flat()
+      .sort((a, b) => b.updatedAt - a.updatedAt)
+      .slice(0, limit);
+  }
+
+  private async queryStatus(key: string, updatedBefore: number | undefined, limit: number): Promise<RunSummary[]> {
+    const e = new Expression();
+    let condition = `${e.name(STATUS_KEY)} = ${e.value(key)}`;
+    if (updatedBefore !== undefined) condition += ` AND ${e.name(STATUS_SORT)} < ${e.value(updatedBefore)}`;
+    const runs: RunSummary[] = [];
+    let start: Record<string, unknown> | undefined;
+    do {
+      const page = await this.options.doc.send(new QueryCommand({
+        TableName: this.table, IndexName: STATUS_INDEX, KeyConditionExpression: condition, ...e.params(),
+        ScanIndexForward: false, Limit: limit - runs.length, ...(start ? { ExclusiveStartKey: start } : {}),
+      }));
+      for (const item of page.Items ?? []) runs.push(runSummary(item));
+      start = page.LastEvaluatedKey;
+    } while (start && runs.length < limit);
+    return runs;
+  }
+
+  /** The head's attributes after a write: everything but the keys and the recorded decision. */
+  private headAttributes(
+    state: RunState, version: number, now: number, headAttributes: Record<string, string | undefined>,
+    meta: WriteMeta, bytes: number, appended?: StepRecord,
+  ): Item {
+    return {
+      runId: state.runId, version, status: state.status, step: state.step, agent: state.agent,
+      reason: state.reason?.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now, [STATUS_KEY]: statusKey(state.status, state.runId),
+      ...headAttributes,
+      // The latest checkpoint's metadata lives here too, so history() can show it after its row expired.
+      workerId: meta.workerId, codeVersion: meta.codeVersion, bytes, tool: appended?.tool, idempotencyKey: appended?.idempotencyKey,
+    };
+  }
+
+  private historyRow(
+    runId: string, version: number, state: RunState, headAttributes: Record<string, string | undefined>,
+    bytes: number, meta: WriteMeta, appended: StepRecord | undefined, now: number,
+  ): Item {
+    return {
+      [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: state.step, status: state.status,
+      tool: appended?.tool, idempotencyKey: appended?.idempotencyKey, workerId: meta.workerId, codeVersion: meta.codeVersion,
+      bytes, at: now, reason: state.reason?.slice(0, REASON_ATTRIBUTE_LIMIT), ...headAttributes, [TTL_ATTRIBUTE]: this.expiresAt(now),
+    };
+  }
+
+  /** DynamoDB TTL wants epoch seconds. */
+  private expiresAt(now: number): number {
+    return Math.ceil((now + this.retentionMs) / 1000);
+  }
+
+  private async restore(item: Item, name: string): Promise<string | undefined> {
+    try {
+      return await this.spill.restore(item, name);
+    } catch (error) {
+      // Not JSON, so decoding reports the checkpoint unreadable and the run fails with a reason.
+      if (error instanceof MissingSpilledValueError) return `<${error.message}>`;
+      throw error;
+    }
+  }
+
+  private async transact(items: TransactItem[]): Promise<void> {
+    await this.options.doc.send(new TransactWriteCommand({ TransactItems: items }));
+  }
+
+  private async queryAll(input: Omit<QueryCommandInput, 'TableName' | 'ExclusiveStartKey' | 'ConsistentRead'>): Promise<Item[]> {
+    const items: Item[] = [];
+    let start: Record<string, unknown> | undefined;
+    do {
+      const page = await this.options.doc.send(new QueryCommand({
+        TableName: this.table, ConsistentRead: true, ...input, ...(start ? { ExclusiveStartKey: start } : {}),
+      }));
+      items.push(...(page.Items ?? []));
+      start = page.LastEvaluatedKey;
+    } while (start);
+    return items;
+  }
+}
+
+/** Maps a cancelled transaction to StaleVersionError when one of its conditions failed. */
+function staleOr(error: unknown, runId: string, expectedVersion: number, details: string[]): unknown {
+  const reasons = cancellationReasons(error);
+  const failed = reasons?.findIndex((r) => r.Code === 'ConditionalCheckFailed') ?? -1;
+  if (failed < 0) return error;
+  return new StaleVersionError(runId, expectedVersion, details[failed] ?? '');
+}
+
+/** Refuses, before sending, an item DynamoDB would reject: spilling keeps this unreachable. */
+function fits(item: Item): Item {
+  const size = itemSize(item);
+  if (size > DYNAMODB_ITEM_LIMIT) {
+    throw new PermanentError(`a ${String(item[SK])} item of ${size} bytes would exceed DynamoDB's 400 KB item limit`);
+  }
+  return item;
+}
+
+function checkpointInfo(runId: string, item: Item, at: number): CheckpointInfo {
+  return {
+    runId, version: Number(item.version), step: Number(item.step), status: item.status as RunStatus,
+    ...(typeof item.tool === 'string' ? { tool: item.tool } : {}),
+    ...(typeof item.idempotencyKey === 'string' ? { idempotencyKey: item.idempotencyKey } : {}),
+    workerId: String(item.workerId), codeVersion: String(item.codeVersion), bytes: Number(item.bytes), at,
+  };
+}
+
+function runSummary(item: Item): RunSummary {
+  return {
+    runId: String(item.runId), version: Number(item.version), status: item.status as RunStatus, step: Number(item.step),
+    agent: String(item.agent), updatedAt: Number(item[STATUS_SORT]),
+    ...(typeof item.reason === 'string' ? { reason: item.reason } : {}),
+  };
+}
