@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { PermanentError, TransientError } from '../../lib/core/errors.ts';
+import { DEFAULT_MAX_RECEIVES, handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -91,4 +92,17 @@ describe('the stop rule, end to end', () => {
     await drain(permanent.deps, permanent.runtime, permanent.clock);
     expect(await loadState(permanent.runtime)).toMatchObject({ status: 'failed', failures: 1, reason: 'step 1: authentication failed: invalid x-api-key' });
   });
+
+  it('fails a run whose step message keeps coming back without finishing (a step that kills its worker)', async () => {
+    const { deps, runtime } = setup();
+    await start(deps);
+    const [delivery] = await runtime.queue.receive();
+    const handled = await handleDelivery(deps, { ...delivery!, receiveCount: DEFAULT_MAX_RECEIVES + 1 });
+    expect(handled.action).toBe('ack');
+    expect(await loadState(runtime)).toMatchObject({
+      status: 'failed', step: 0,
+      reason: `step 1: the step was delivered ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing)`,
+    });
+  });
 });
+

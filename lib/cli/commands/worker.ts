@@ -20,6 +20,7 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   process.once('SIGTERM', onSignal);
   out(`worker ${id} started: agent ${agent.name}, model ${label}`);
   runtime.store.prune();
+  runtime.queue.prune();
   try {
     await runWorker(deps, runtime.queue, {
       signal: stop.signal,

@@ -1,0 +1,143 @@
+import { createHash } from 'node:crypto';
+import {
+  ChangeMessageVisibilityCommand, DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient,
+} from '@aws-sdk/client-sqs';
+import { InvalidInputError } from '../core/errors.ts';
+import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer } from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import { errorName } from './dynamo-errors.ts';
+
+/** Message attribute carrying "not before" (epoch ms): FIFO queues have no per-message delay. */
+export const NOT_BEFORE_ATTRIBUTE = 'notBefore';
+export const DEFAULT_VISIBILITY_MS = 30_000;
+const MAX_VISIBILITY_SECONDS = 12 * 3600;
+const MAX_DEDUPLICATION_ID = 128;
+/** What SQS answers for a receipt that expired, was used by a later receive, or whose message is gone. */
+const STALE_RECEIPT_ERRORS = new Set(['ReceiptHandleIsInvalid', 'InvalidParameterValue', 'InvalidParameterValueException', 'MessageNotInflight']);
+
+export interface SqsRunQueueOptions {
+  sqs: SQSClient;
+  /** A FIFO queue (its URL ends in .fifo). */
+  queueUrl: string;
+  clock?: Clock;
+}
+
+/**
+ * The run queue on SQS FIFO. MessageGroupId = run id: one run's messages are delivered one at a time, in
+ * order, so two workers never spend a model call on the same step at once, while different runs proceed in
+ * parallel. MessageDeduplicationId = run/version: sending the message for a version twice (a stale or
+ * duplicate delivery re-driving the latest, crash C7/C8) enqueues it once, which is what the engine's
+ * handleDelivery relies on.
+ *
+ * FIFO queues have no per-message DelaySeconds, and the engine sends retry backoff as a delay. A delayed
+ * message carries a notBefore attribute instead; whoever receives it early (this consumer, or the Lambda
+ * handler) hides it again until then with ChangeMessageVisibility, which also holds back only that run's
+ * group.
+ */
+export class SqsRunQueue implements RunQueue, RunQueueConsumer {
+  constructor(private readonly options: SqsRunQueueOptions) {
+    if (!options.queueUrl.endsWith('.fifo')) {
+      throw new InvalidInputError(`${options.queueUrl} is not a FIFO queue: stepwise needs per-run ordering and deduplication (create it with ensureQueue)`);
+    }
+  }
+
+  get queueUrl(): string {
+    return this.options.queueUrl;
+  }
+
+  private get now(): number {
+    return (this.options.clock ?? systemClock).now();
+  }
+
+  async send(message: RunMessage, options: { delayMs?: number } = {}): Promise<void> {
+    await this.sendMessage(message, deduplicationId(message), options.delayMs ?? 0);
+  }
+
+  /**
+   * Sends a run's message again on purpose (the sweeper), past the deduplication of an earlier send of the
+   * same version: that one may be the message that was lost. The token (one per sweep window) keeps
+   * repeated sweeps from piling up copies.
+   */
+  async redrive(message: RunMessage, token: string): Promise<void> {
+    await this.sendMessage(message, deduplicationId(message, token), 0);
+  }
+
+  async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
+    const received = await this.options.sqs.send(new ReceiveMessageCommand({
+      QueueUrl: this.options.queueUrl,
+      MaxNumberOfMessages: Math.min(10, Math.max(1, options.max ?? 1)),
+      WaitTimeSeconds: Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000)),
+      VisibilityTimeout: seconds(options.visibilityMs ?? DEFAULT_VISIBILITY_MS),
+      MessageSystemAttributeNames: ['ApproximateReceiveCount'],
+      MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE],
+    }));
+    const deliveries: Delivery[] = [];
+    for (const message of received.Messages ?? []) {
+      if (!message.ReceiptHandle) continue;
+      const waitMs = this.remainingDelayMs(message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue);
+      if (waitMs > 0) {
+        await this.hide(message.ReceiptHandle, waitMs);
+        continue;
+      }
+      deliveries.push({
+        body: message.Body ?? '',
+        receiveCount: Number(message.Attributes?.ApproximateReceiveCount ?? 1),
+        receipt: message.ReceiptHandle,
+      });
+    }
+    return deliveries;
+  }
+
+  async ack(delivery: Delivery): Promise<boolean> {
+    try {
+      await this.options.sqs.send(new DeleteMessageCommand({ QueueUrl: this.options.queueUrl, ReceiptHandle: delivery.receipt }));
+      return true;
+    } catch (error) {
+      if (STALE_RECEIPT_ERRORS.has(errorName(error))) return false;
+      throw error;
+    }
+  }
+
+  async release(delivery: Delivery, delayMs: number): Promise<void> {
+    await this.hide(delivery.receipt, delayMs);
+  }
+
+  /** How long a message with this notBefore attribute must still wait (0 when due or absent). */
+  remainingDelayMs(notBefore: string | undefined): number {
+    const at = Number(notBefore);
+    return Number.isFinite(at) ? Math.max(0, at - this.now) : 0;
+  }
+
+  /** Makes a received message visible again after delayMs. A receipt that is no longer ours is ignored. */
+  async hide(receipt: string, delayMs: number): Promise<void> {
+    try {
+      await this.options.sqs.send(new ChangeMessageVisibilityCommand({
+        QueueUrl: this.options.queueUrl, ReceiptHandle: receipt, VisibilityTimeout: seconds(delayMs),
+      }));
+    } catch (error) {
+      if (!STALE_RECEIPT_ERRORS.has(errorName(error))) throw error;
+    }
+  }
+
+  private async sendMessage(message: RunMessage, deduplication: string, delayMs: number): Promise<void> {
+    await this.options.sqs.send(new SendMessageCommand({
+      QueueUrl: this.options.queueUrl,
+      // Exactly the engine's message: its parser refuses anything else.
+      MessageBody: JSON.stringify({ runId: message.runId, version: message.version }),
+      MessageGroupId: message.runId,
+      MessageDeduplicationId: deduplication,
+      ...(delayMs > 0
+        ? { MessageAttributes: { [NOT_BEFORE_ATTRIBUTE]: { DataType: 'Number', StringValue: String(this.now + delayMs) } } }
+        : {}),
+    }));
+  }
+}
+
+export function deduplicationId(message: RunMessage, token?: string): string {
+  const id = `${message.runId}/v${message.version}${token ? `/${token}` : ''}`;
+  return id.length <= MAX_DEDUPLICATION_ID ? id : createHash('sha256').update(id).digest('hex');
+}
+
+function seconds(ms: number): number {
+  return Math.min(MAX_VISIBILITY_SECONDS, Math.max(0, Math.ceil(ms / 1000)));
+}
