@@ -2,7 +2,7 @@
  * Prompt caching on a long run: a 60-step scripted run through the Anthropic adapter (the real SDK)
  * against the local Messages server, which reports usage with a simulated prompt cache.
  *
- * Prints, per output size (500 B and 20 KB tool outputs):
+ * Prints, per output size (500 B, 20 KB and 200 KB tool outputs):
  * - the share of each step's prompt that is a cache-marked, block-identical prefix of the next step's
  *   prompt (min / median from step 10 on; target >= 90%),
  * - billed input with caching vs without, from the usage the server reported and the published prices
@@ -140,9 +140,11 @@ function summarize(run: RunFigures) {
 
 const small = await scriptedRun(500);
 const large = await scriptedRun(20 * 1024);
+// Ten times larger again: the prompt must not follow the outputs up.
+const huge = await scriptedRun(200 * 1024);
 
 console.log(`Prompt caching over a ${STEPS}-step run, ${MODEL} prices, minimum cacheable prefix ${MIN_CACHEABLE_TOKENS} tokens, tokens ~ bytes/4`);
-console.table([summarize(small), summarize(large)]);
+console.table([summarize(small), summarize(large), summarize(huge)]);
 
 console.log('Per step, 500 B outputs (usage as reported by the local server):');
 console.table([1, 2, 5, 10, 20, 30, 40, 50, 60].map((n) => {

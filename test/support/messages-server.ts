@@ -74,8 +74,8 @@ export interface MessagesServerOptions {
   /** If set, requests must carry this key (x-api-key or Authorization: Bearer). Otherwise any key passes. */
   apiKey?: string;
   /**
-   * Prefixes shorter than this are not cached, as on the real API (which documents 1024 to 4096 tokens
-   * by model). Default 1024; tests of small prompts set 0.
+   * Prefixes shorter than this are not cached, as on the real API: 512 tokens for the Claude 5 family,
+   * 1,024 to 4,096 for older models. Default 512; tests of small prompts set 0.
    */
   minCacheableTokens?: number;
   /** How many block boundaries before a breakpoint a cache lookup checks (the API documents 20). */
@@ -108,7 +108,7 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
   let fallback: ReplySource = NO_REPLY_LEFT;
   const requests: RecordedRequest[] = [];
   const cache = new PromptCache({
-    minTokens: options.minCacheableTokens ?? 1024,
+    minTokens: options.minCacheableTokens ?? 512,
     lookback: options.lookbackBlocks ?? 20,
     ttlMs: options.cacheTtlMs ?? 5 * 60_000,
     now: options.now ?? Date.now,
