@@ -6,6 +6,7 @@ import { PermanentError, TransientError } from '../../lib/core/errors.ts';
 import { renderStepPrompt } from '../../lib/core/prompt.ts';
 import { AnthropicModel } from '../../lib/llm/anthropic.ts';
 import { apiKeyFromEnv, keyFromSecret, secretsManagerApiKey } from '../../lib/llm/api-key.ts';
+import { selectModel } from '../../lib/llm/select-model.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { done, startMessagesServer, type MessagesServer } from '../support/messages-server.ts';
 import { newState } from '../support/states.ts';
@@ -78,5 +79,22 @@ describe('the adapter reads its key once per process, not per step', () => {
     for (let i = 0; i < 3; i++) expect(await model.decide(request)).toMatchObject({ kind: 'done' });
     expect(reads).toBe(2);
     expect(server.requests.map((r) => r.headers.authorization)).toEqual(['Bearer sk-once', 'Bearer sk-once', 'Bearer sk-once']);
+  });
+
+  it('models selected again and again in one container (a Lambda per invocation) share one secret read', async () => {
+    const everySecretsClient = mockClient(SecretsManagerClient);
+    everySecretsClient.on(GetSecretValueCommand, { SecretId: 'stepwise/container-key' }).resolves({ SecretString: 'sk-once' });
+    try {
+      const env = { ANTHROPIC_API_KEY_SECRET_ID: 'stepwise/container-key', ANTHROPIC_BASE_URL: server.url };
+      const agent = rowsAgent(new FakeRows());
+      const request = { runId: 'c', step: 1, prompt: renderStepPrompt(newState('c')), tools: toolSpecs(agent), settings: {} };
+      server.script(done('1'), done('2'), done('3'));
+      for (let invocation = 0; invocation < 3; invocation++) {
+        expect(await selectModel(agent, env).model.decide(request)).toMatchObject({ kind: 'done' });
+      }
+      expect(everySecretsClient.commandCalls(GetSecretValueCommand)).toHaveLength(1);
+    } finally {
+      everySecretsClient.restore();
+    }
   });
 });
