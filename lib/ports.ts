@@ -149,11 +149,12 @@ export interface ModelRequest {
   signal?: AbortSignal;
 }
 
+/** `model` is the id of the model that answered, when the backend reports one (recorded per step for cost). */
 export type ModelReply =
-  | { kind: 'tool'; tool: string; input: unknown; usage?: Usage }
-  | { kind: 'done'; summary: string; usage?: Usage }
+  | { kind: 'tool'; tool: string; input: unknown; usage?: Usage; model?: string }
+  | { kind: 'done'; summary: string; usage?: Usage; model?: string }
   /** Neither one tool call nor DONE (several calls, no call, truncation, refusal): the reason says which. */
-  | { kind: 'invalid'; reason: string; usage?: Usage };
+  | { kind: 'invalid'; reason: string; usage?: Usage; model?: string };
 
 /** Throws TransientError or PermanentError (lib/core/errors.ts) for failures that are not a reply. */
 export interface Model {

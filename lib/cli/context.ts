@@ -4,6 +4,8 @@ import type { EngineDeps } from '../engine/deps.ts';
 import { createLogger } from '../log.ts';
 import { DEFAULT_DB_PATH, openLocalRuntime, type LocalRuntime } from '../local/runtime.ts';
 import { InvalidInputError } from '../core/errors.ts';
+import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
+import { selectModel } from '../llm/select-model.ts';
 import type { Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
@@ -29,13 +31,14 @@ export async function requireAgent(options: CliOptions): Promise<AgentDefinition
   return loadAgent(path);
 }
 
-/** The model for a run: the agent's offline model when there is no API key. */
+/** The model for a run: Claude with an API key, else the agent's offline model, labelled as such. */
 export function chooseModel(agent: AgentDefinition): { model: Model; label: string } {
-  if (agent.offlineModel) {
-    const model = agent.offlineModel();
-    return { model, label: `offline scripted model "${model.name}" (no ANTHROPIC_API_KEY)` };
-  }
-  throw new InvalidInputError(`agent ${agent.name} has no offline model and no model is configured`);
+  return selectModel(agent);
+}
+
+/** The model to price usage by when a step did not record one. */
+export function pricingModel(): string {
+  return process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
 }
 
 export function engineDeps(runtime: LocalRuntime, agent: AgentDefinition, model: Model, id = workerId()): EngineDeps {

@@ -5,7 +5,9 @@ import type { StepResult } from './state.ts';
 
 /** Outputs above this many bytes go to the blob store; the checkpoint keeps an excerpt and the ref. */
 export const DEFAULT_INLINE_LIMIT = 4096;
-export const LARGE_OUTPUT_EXCERPT = 2000;
+// Big enough to show the shape of the output, small enough that the uncached tail of each prompt (the
+// last result) stays under a tenth of it once a run has a few steps: see bench/prompt-cache.ts.
+export const LARGE_OUTPUT_EXCERPT = 1000;
 
 export interface ShapedResult {
   result: StepResult;

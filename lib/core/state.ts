@@ -35,6 +35,8 @@ export const decisionSchema = z.object({
   input: z.unknown(),
   idempotencyKey: z.string().optional(),
   usage: usageSchema.optional(),
+  /** The model that chose this step, for its cost. */
+  model: z.string().optional(),
   at: z.number(),
 });
 export type Decision = z.infer<typeof decisionSchema>;

@@ -90,6 +90,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       step: n, tool: tool.name, input: parsed.data, at: now(),
       ...(tool.sideEffect ? { idempotencyKey: idempotencyKey(runId, n) } : {}),
       ...(reply.usage ? { usage: reply.usage } : {}),
+      ...(reply.model ? { model: reply.model } : {}),
     };
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
@@ -133,11 +134,12 @@ function toolContext(deps: EngineDeps, runId: string, step: number, attempt: num
 }
 
 /** A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. */
-function errorStep(deps: EngineDeps, step: number, reply: { tool: string; input: unknown; usage?: Usage }, message: string): StepRecord {
+function errorStep(deps: EngineDeps, step: number, reply: { tool: string; input: unknown; usage?: Usage; model?: string }, message: string): StepRecord {
   return {
     step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now(),
     result: shapeResult(message, false).result, workerId: deps.workerId,
     ...(reply.usage ? { usage: reply.usage } : {}),
+    ...(reply.model ? { model: reply.model } : {}),
   };
 }
 

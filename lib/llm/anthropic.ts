@@ -194,9 +194,10 @@ const DONE = /^DONE(?![A-Za-z0-9_])/;
 /** One tool call, DONE with its summary, or why the reply is neither. Thinking blocks are ignored. */
 export function readReply(message: Anthropic.Message, maxTokens: number): ModelReply {
   const usage = usageOf(message.usage);
+  const model = message.model;
   const calls = message.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
   const text = message.content.filter((b): b is Anthropic.TextBlock => b.type === 'text').map((b) => b.text).join('');
-  const invalid = (reason: string): ModelReply => ({ kind: 'invalid', reason, usage });
+  const invalid = (reason: string): ModelReply => ({ kind: 'invalid', reason, usage, model });
 
   switch (message.stop_reason) {
     case 'max_tokens':
@@ -212,10 +213,10 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
   }
   if (calls.length > 1) return invalid(`${calls.length} tool calls in one reply (${calls.map((c) => c.name).join(', ')}); exactly one is allowed`);
   const [call] = calls;
-  if (call) return { kind: 'tool', tool: call.name, input: call.input, usage };
+  if (call) return { kind: 'tool', tool: call.name, input: call.input, usage, model };
   const trimmed = text.trim();
   if (DONE.test(trimmed)) {
-    return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage };
+    return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, model };
   }
   return invalid(trimmed ? `no tool call and no DONE; the reply said: ${excerpt(trimmed.replace(/\s+/g, ' '), 200)}` : 'an empty reply: no tool call and no DONE');
 }

@@ -127,3 +127,34 @@ function ratesFor(price: ModelPrice, prompt: number): Rates {
 export function formatUsd(usd: number): string {
   return usd >= 1 ? `$${usd.toFixed(2)}` : `$${usd.toFixed(4)}`;
 }
+
+/**
+ * A run's estimated cost: each step priced by the model that chose it, and the usage no step carries
+ * (the DONE reply, unusable replies) priced by `fallbackModel`. Undefined parts (unknown models, offline
+ * runs with no usage) count as zero; `priced` says whether anything could be priced.
+ */
+export function runCost(
+  run: { usage: Usage; steps: { usage?: Usage; model?: string }[] },
+  fallbackModel: string,
+): { usd: number; uncachedUsd: number; priced: boolean; cacheHitShare: number } {
+  let usd = 0;
+  let uncachedUsd = 0;
+  let priced = false;
+  const rest: Usage = { ...run.usage };
+  const add = (usage: Usage, model: string) => {
+    const cost = estimateCost(usage, model);
+    const uncached = estimateUncachedCost(usage, model);
+    if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; priced = true; }
+  };
+  for (const step of run.steps) {
+    if (!step.usage) continue;
+    add(step.usage, step.model ?? fallbackModel);
+    rest.inputTokens -= step.usage.inputTokens;
+    rest.outputTokens -= step.usage.outputTokens;
+    rest.cacheWriteTokens -= step.usage.cacheWriteTokens;
+    rest.cacheReadTokens -= step.usage.cacheReadTokens;
+  }
+  if (promptTokens(rest) + rest.outputTokens > 0) add(rest, fallbackModel);
+  const prompt = promptTokens(run.usage);
+  return { usd, uncachedUsd, priced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0 };
+}

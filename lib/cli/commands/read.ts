@@ -4,7 +4,8 @@ import type { RunStatus } from '../../core/state.ts';
 import { RUN_STATUSES } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { historyTable, runDetail, runsTable } from '../format.ts';
-import { openRuntime, type CliOptions } from '../context.ts';
+import { runCost } from '../../llm/cost.ts';
+import { openRuntime, pricingModel, type CliOptions } from '../context.ts';
 
 export interface ReadOptions extends CliOptions {
   json?: boolean;
@@ -34,7 +35,7 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
         : `run ${runId}: ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}\n${unreadable}`);
       return 0;
     }
-    out(options.json ? JSON.stringify({ version: stored.version, ...state }, null, 2) : runDetail(state, stored.version));
+    out(options.json ? JSON.stringify({ version: stored.version, ...state, cost: runCost(state, pricingModel()) }, null, 2) : runDetail(state, stored.version, pricingModel()));
     return 0;
   } finally {
     runtime.close();
@@ -48,7 +49,18 @@ export async function historyCommand(runId: string | undefined, options: ReadOpt
   try {
     const history = await runtime.store.history(runId);
     if (!history.length) throw new UnknownRunError(runId);
-    out(options.json ? JSON.stringify(history, null, 2) : historyTable(history));
+    const stored = await runtime.store.load(runId);
+    let state;
+    try { state = stored && decodeState(stored); } catch { state = undefined; } // an unreadable run still has a timeline
+    if (options.json) {
+      const byStep = new Map(state?.steps.map((s) => [s.step, s]));
+      out(JSON.stringify(history.map((h) => {
+        const usage = h.tool ? byStep.get(h.step)?.usage : undefined;
+        return usage ? { ...h, usage } : h;
+      }), null, 2));
+    } else {
+      out(historyTable(history, state ?? undefined, pricingModel()));
+    }
     return 0;
   } finally {
     runtime.close();
