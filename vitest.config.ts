@@ -8,5 +8,6 @@ export default defineConfig({
     hookTimeout: 120_000,
     // Two cores: more parallel files only adds contention on fsync-heavy tests.
     maxWorkers: 2,
+    globalSetup: ['test/support/aws-global-setup.ts'],
   },
 });

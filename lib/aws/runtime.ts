@@ -1,0 +1,71 @@
+import { InvalidInputError } from '../core/errors.ts';
+import type { Clock } from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import { createAwsClients, type AwsClientOptions, type AwsClients } from './clients.ts';
+import { DynamoCheckpointStore } from './dynamo-checkpoint-store.ts';
+import { DynamoLedger } from './dynamo-ledger.ts';
+import { S3BlobStore } from './s3-blob-store.ts';
+import { SqsRunQueue } from './sqs-run-queue.ts';
+
+export interface AwsRuntimeOptions extends AwsClientOptions {
+  /** DynamoDB table (env TABLE_NAME). */
+  tableName?: string;
+  /** S3 bucket for large outputs and spilled values (env BUCKET_NAME). */
+  bucketName?: string;
+  /** SQS FIFO queue URL (env QUEUE_URL). */
+  queueUrl?: string;
+  /** Checkpoint history retention (env STEPWISE_RETENTION_DAYS, default 7 days). */
+  retentionMs?: number;
+  /** Encrypt blobs with this KMS key (env STEPWISE_KMS_KEY_ID); SSE-S3 otherwise. */
+  kmsKeyId?: string;
+  spillBytes?: number;
+  clock?: Clock;
+  /** Bring your own clients (to share them, or to instrument them). */
+  clients?: AwsClients;
+}
+
+export interface AwsRuntime {
+  store: DynamoCheckpointStore;
+  blobs: S3BlobStore;
+  ledger: DynamoLedger;
+  queue: SqsRunQueue;
+  clients: AwsClients;
+  tableName: string;
+  bucketName: string;
+  queueUrl: string;
+  close(): void;
+}
+
+/**
+ * The production backend: checkpoints and the idempotency ledger in DynamoDB, large values in S3, the run
+ * queue on SQS FIFO. Options win over the environment; the Lambda handlers pass none.
+ */
+export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.ProcessEnv = process.env): AwsRuntime {
+  const tableName = options.tableName ?? env.TABLE_NAME;
+  const bucketName = options.bucketName ?? env.BUCKET_NAME;
+  const queueUrl = options.queueUrl ?? env.QUEUE_URL;
+  const missing = [!tableName && 'TABLE_NAME', !bucketName && 'BUCKET_NAME', !queueUrl && 'QUEUE_URL'].filter(Boolean);
+  if (!tableName || !bucketName || !queueUrl) {
+    throw new InvalidInputError(`the AWS backend needs ${missing.join(', ')} (environment) or the matching options`);
+  }
+  const retentionDays = env.STEPWISE_RETENTION_DAYS ? Number(env.STEPWISE_RETENTION_DAYS) : undefined;
+  if (retentionDays !== undefined && !(retentionDays > 0)) throw new InvalidInputError(`STEPWISE_RETENTION_DAYS must be a positive number, got ${env.STEPWISE_RETENTION_DAYS}`);
+  const retentionMs = options.retentionMs ?? (retentionDays !== undefined ? retentionDays * 24 * 3600 * 1000 : undefined);
+  const kmsKeyId = options.kmsKeyId ?? env.STEPWISE_KMS_KEY_ID;
+  const clock = options.clock ?? systemClock;
+  const ownClients = !options.clients;
+  const clients = options.clients ?? createAwsClients(options, env);
+
+  const blobs = new S3BlobStore({ s3: clients.s3, bucket: bucketName, ...(kmsKeyId ? { kmsKeyId } : {}) });
+  const shared = { doc: clients.doc, tableName, blobs, clock, ...(options.spillBytes !== undefined ? { spillBytes: options.spillBytes } : {}) };
+  return {
+    store: new DynamoCheckpointStore({ ...shared, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
+    blobs,
+    ledger: new DynamoLedger(shared),
+    queue: new SqsRunQueue({ sqs: clients.sqs, queueUrl, clock }),
+    clients, tableName, bucketName, queueUrl,
+    close: () => {
+      if (ownClients) clients.destroy();
+    },
+  };
+}

@@ -1,0 +1,96 @@
+import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import type { AgentDefinition } from '../agent.ts';
+import { errorMessage } from '../core/errors.ts';
+import type { CrashPoint, EngineDeps } from '../engine/deps.ts';
+import { handleDelivery, retryDelayMs } from '../engine/handle-message.ts';
+import type { Logger } from '../log.ts';
+import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model } from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import { NOT_BEFORE_ATTRIBUTE, type SqsRunQueue } from './sqs-run-queue.ts';
+
+export interface SqsWorkerHandlerOptions {
+  runtime: { store: CheckpointStore; blobs: BlobStore; ledger: IdempotencyLedger; queue: SqsRunQueue };
+  agent: AgentDefinition;
+  model: Model;
+  log: Logger;
+  codeVersion: string;
+  clock?: Clock;
+  maxReceives?: number;
+  /** Crash injection for tests (see EngineDeps.probe). */
+  probe?: (point: CrashPoint, at: { runId: string; step: number }) => void | Promise<void>;
+}
+
+export type SqsWorkerHandler = (event: SQSEvent, context: Pick<Context, 'awsRequestId'>) => Promise<SQSBatchResponse>;
+
+/**
+ * The SQS-triggered Lambda: each record advances its run by one step (handleDelivery) and the handler
+ * answers with a partial batch response, so only the records that must be retried come back. The
+ * Lambda request id is the worker id in every checkpoint and log line.
+ *
+ * Records of one message group (one run) are handled in order and, once one of them is to be retried,
+ * the later ones are returned with it: a FIFO queue must not deliver them out of order. Different runs
+ * in a batch proceed in parallel.
+ */
+export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWorkerHandler {
+  return async (event, context) => {
+    const workerId = context.awsRequestId;
+    const log = options.log.child({ workerId });
+    const deps: EngineDeps = {
+      ...options.runtime, model: options.model, agent: options.agent, clock: options.clock ?? systemClock,
+      workerId, codeVersion: options.codeVersion, log, ...(options.probe ? { probe: options.probe } : {}),
+    };
+    const failures: string[] = [];
+    await Promise.all([...byMessageGroup(event.Records).values()].map(async (records) => {
+      let blocked = false;
+      for (const record of records) {
+        if (blocked || !(await handleRecord(deps, options, record))) {
+          blocked = true;
+          failures.push(record.messageId);
+        }
+      }
+    }));
+    return { batchItemFailures: failures.map((itemIdentifier) => ({ itemIdentifier })) };
+  };
+}
+
+/** True when the record is done (Lambda deletes it); false to have it delivered again. */
+async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, record: SQSRecord): Promise<boolean> {
+  const queue = options.runtime.queue;
+  const receiveCount = Number(record.attributes.ApproximateReceiveCount ?? 1);
+  const waitMs = queue.remainingDelayMs(record.messageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.stringValue);
+  if (waitMs > 0) {
+    // A retry with backoff that arrived early: hide it again until it is due (FIFO has no message delay).
+    await hideQuietly(deps, queue, record, waitMs);
+    return false;
+  }
+  try {
+    const handled = await handleDelivery(deps, { body: record.body, receiveCount }, options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {});
+    if (handled.action === 'ack') return true;
+    await hideQuietly(deps, queue, record, handled.delayMs);
+    return false;
+  } catch (error) {
+    // The step's checkpoint may be written but the next message was not sent (or a crash probe fired):
+    // the redelivery finds the run moved on and re-drives its latest version.
+    deps.log.error({ event: 'delivery-error', messageId: record.messageId, receiveCount, error: errorMessage(error) }, 'message not finished; it will be delivered again');
+    await hideQuietly(deps, queue, record, retryDelayMs(Math.min(receiveCount, 6)));
+    return false;
+  }
+}
+
+async function hideQuietly(deps: EngineDeps, queue: SqsRunQueue, record: SQSRecord, delayMs: number): Promise<void> {
+  try {
+    await queue.hide(record.receiptHandle, delayMs);
+  } catch (error) {
+    // The message still comes back, after the queue's visibility timeout instead.
+    deps.log.warn({ event: 'visibility-error', messageId: record.messageId, error: errorMessage(error) }, 'could not set the retry delay');
+  }
+}
+
+function byMessageGroup(records: SQSRecord[]): Map<string, SQSRecord[]> {
+  const groups = new Map<string, SQSRecord[]>();
+  for (const record of records) {
+    const group = record.attributes.MessageGroupId ?? record.messageId;
+    groups.set(group, [...(groups.get(group) ?? []), record]);
+  }
+  return groups;
+}

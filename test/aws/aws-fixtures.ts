@@ -1,0 +1,84 @@
+import { randomUUID } from 'node:crypto';
+import { GetQueueAttributesCommand, ReceiveMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import { createAwsClients, type AwsClients } from '../../lib/aws/clients.ts';
+import { ensureBucket, ensureQueue, ensureTable, type QueueOptions } from '../../lib/aws/provision.ts';
+import { openAwsRuntime, type AwsRuntime, type AwsRuntimeOptions } from '../../lib/aws/runtime.ts';
+
+/** One test's own table, bucket and FIFO queue (with its DLQ) on the local servers. */
+export interface TestResources {
+  tableName: string;
+  bucketName: string;
+  queueUrl: string;
+  dlqUrl: string;
+  /** Clients for the test itself (inspection, setup), separate from any worker's. */
+  clients: AwsClients;
+  runtime(options?: Omit<AwsRuntimeOptions, 'tableName' | 'bucketName' | 'queueUrl'>): AwsRuntime;
+  close(): void;
+}
+
+export function uniqueName(label: string): string {
+  return `${label}-${randomUUID().slice(0, 8)}`.toLowerCase();
+}
+
+export async function createTestResources(label: string, queue: QueueOptions = {}): Promise<TestResources> {
+  const clients = createAwsClients();
+  const name = uniqueName(label);
+  const tableName = `stepwise-${name}`;
+  const bucketName = `stepwise-${name}`;
+  const [, , urls] = await Promise.all([
+    ensureTable(clients.dynamo, tableName),
+    ensureBucket(clients.s3, bucketName),
+    ensureQueue(clients.sqs, `stepwise-${name}`, { visibilityTimeoutSeconds: 30, ...queue }),
+  ]);
+  const opened: AwsRuntime[] = [];
+  return {
+    tableName, bucketName, queueUrl: urls.queueUrl, dlqUrl: urls.dlqUrl, clients,
+    runtime: (options = {}) => {
+      const runtime = openAwsRuntime({ tableName, bucketName, queueUrl: urls.queueUrl, clients, ...options });
+      opened.push(runtime);
+      return runtime;
+    },
+    close: () => {
+      for (const runtime of opened) runtime.close();
+      clients.destroy();
+    },
+  };
+}
+
+/** Messages waiting, in flight and delayed, as SQS reports them. */
+export async function queueDepth(clients: AwsClients, queueUrl: string): Promise<number> {
+  const { Attributes } = await clients.sqs.send(new GetQueueAttributesCommand({
+    QueueUrl: queueUrl,
+    AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
+  }));
+  return Number(Attributes?.ApproximateNumberOfMessages ?? 0)
+    + Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0)
+    + Number(Attributes?.ApproximateNumberOfMessagesDelayed ?? 0);
+}
+
+/** Takes every visible message off a queue (they come back after the visibility timeout unless deleted). */
+export async function receiveAll(clients: AwsClients, queueUrl: string, visibilitySeconds = 30): Promise<Message[]> {
+  const out: Message[] = [];
+  for (;;) {
+    const { Messages } = await clients.sqs.send(new ReceiveMessageCommand({
+      QueueUrl: queueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: visibilitySeconds, WaitTimeSeconds: 0,
+      MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'],
+    }));
+    if (!Messages?.length) return out;
+    out.push(...Messages);
+  }
+}
+
+/** Counts SDK commands by name on a client, for call-count assertions and the benchmarks. */
+export function countCommands(client: { middlewareStack: { add(middleware: any, options: any): void } }): Map<string, number> {
+  const counts = new Map<string, number>();
+  client.middlewareStack.add(
+    (next: (args: unknown) => Promise<unknown>, context: { commandName?: string }) => async (args: unknown) => {
+      const name = context.commandName ?? 'unknown';
+      counts.set(name, (counts.get(name) ?? 0) + 1);
+      return next(args);
+    },
+    { step: 'initialize', name: `count-${randomUUID()}` },
+  );
+  return counts;
+}

@@ -1,0 +1,185 @@
+import { DescribeTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
+import { GetCommand, PutCommand, QueryCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DynamoCheckpointStore } from '../../lib/aws/dynamo-checkpoint-store.ts';
+import { DYNAMODB_ITEM_LIMIT, itemSize } from '../../lib/aws/item-size.ts';
+import { HEAD_SK, PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk } from '../../lib/aws/table-layout.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { blobRef } from '../../lib/core/result.ts';
+import { complete, completeStep } from '../../lib/core/transitions.ts';
+import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
+import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
+import { countCommands, createTestResources, type TestResources } from './aws-fixtures.ts';
+
+let resources: TestResources;
+let store: DynamoCheckpointStore;
+beforeAll(async () => {
+  resources = await createTestResources('store');
+  store = resources.runtime().store;
+});
+afterAll(() => resources?.close());
+
+checkpointStoreContract('DynamoDB Local', () => ({
+  store,
+  corruptLatestHead: async (runId) => {
+    await resources.clients.doc.send(new UpdateCommand({
+      TableName: resources.tableName, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
+      UpdateExpression: 'SET head = :bad', ExpressionAttributeValues: { ':bad': '{not json' },
+    }));
+  },
+}));
+
+async function rawItems(runId: string): Promise<Record<string, unknown>[]> {
+  const page = await resources.clients.doc.send(new QueryCommand({
+    TableName: resources.tableName, KeyConditionExpression: '#pk = :pk',
+    ExpressionAttributeNames: { '#pk': PK }, ExpressionAttributeValues: { ':pk': runPk(runId) }, ConsistentRead: true,
+  }));
+  return page.Items ?? [];
+}
+
+async function commitSteps(target: DynamoCheckpointStore, runId: string, steps: number): Promise<number> {
+  await target.create(newState(runId), META);
+  let version = 1;
+  for (let n = 1; n <= steps; n++) {
+    version = (await target.commit({ runId, expectedVersion: version, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META })).version;
+  }
+  return version;
+}
+
+describe('DynamoDB checkpoint store: calls and items', () => {
+  it('loads with one Query, records a decision with one UpdateItem and commits with one TransactWriteItems', async () => {
+    const runId = 'calls-run';
+    await commitSteps(store, runId, 3);
+    const counts = countCommands(resources.clients.dynamo);
+    const loaded = await store.load(runId);
+    expect(Object.fromEntries(counts)).toEqual({ QueryCommand: 1 });
+    counts.clear();
+    await store.recordDecision(runId, 4, decisionFor(runId, 4));
+    expect(Object.fromEntries(counts)).toEqual({ UpdateItemCommand: 1 });
+    counts.clear();
+    const state = decodeState(loaded!);
+    await store.commit({ runId, expectedVersion: 4, state: completeStep(state, recordFor(runId, 4), 9_000), appended: recordFor(runId, 4), ...META });
+    expect(Object.fromEntries(counts)).toEqual({ TransactWriteItemsCommand: 1 });
+  });
+
+  it('keeps one head, one record per step and one history row per version; only history rows carry a TTL', async () => {
+    const runId = 'layout-run';
+    await commitSteps(store, runId, 3);
+    const items = await rawItems(runId);
+    const keys = items.map((i) => i[SK]);
+    expect(keys).toEqual([checkpointSk(1), checkpointSk(2), checkpointSk(3), checkpointSk(4), HEAD_SK, stepSk(1), stepSk(2), stepSk(3)]);
+    for (const item of items) {
+      if (String(item[SK]).startsWith('c#')) expect(item[TTL_ATTRIBUTE]).toBeTypeOf('number');
+      else expect(item[TTL_ATTRIBUTE]).toBeUndefined();
+    }
+    const ttl = await resources.clients.dynamo.send(new DescribeTimeToLiveCommand({ TableName: resources.tableName }));
+    expect(ttl.TimeToLiveDescription).toMatchObject({ AttributeName: TTL_ATTRIBUTE, TimeToLiveStatus: 'ENABLED' });
+  });
+
+  it('writes items whose size does not depend on how long the run is', async () => {
+    const runId = 'size-run';
+    await commitSteps(store, runId, 30);
+    const items = await rawItems(runId);
+    const size = (sk: string) => itemSize(items.find((i) => i[SK] === sk)!);
+    // The only difference is the digits of counters and sizes; a write carrying the history would be 30x.
+    expect(Math.abs(size(stepSk(30)) - size(stepSk(1)))).toBeLessThan(16);
+    expect(Math.abs(size(checkpointSk(31)) - size(checkpointSk(2)))).toBeLessThan(32);
+    expect(size(HEAD_SK)).toBeLessThan(2 * size(checkpointSk(2)));
+  });
+
+  it('keeps history for the retention window, then shows only the latest, which never expires', async () => {
+    let now = 1_000_000_000_000;
+    const clocked = resources.runtime({ clock: { now: () => now }, retentionMs: 60_000 }).store;
+    const runId = 'retention-run';
+    await clocked.create(newState(runId), META);
+    for (let n = 1; n <= 3; n++) {
+      now += 1000;
+      await clocked.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+    }
+    expect((await clocked.history(runId)).map((h) => h.version)).toEqual([1, 2, 3, 4]);
+    now += 60_001 - 2000; // versions 1 and 2 are past the window, 3 is not, 4 is the latest
+    expect((await clocked.history(runId)).map((h) => h.version)).toEqual([3, 4]);
+    now += 10 * 60_000; // every history row has expired, including the latest's own row
+    const history = await clocked.history(runId);
+    expect(history.map((h) => h.version)).toEqual([4]);
+    expect(history[0]).toMatchObject({ step: 3, tool: 'write_row', idempotencyKey: `${runId}/step-3`, status: 'running' });
+    // The latest checkpoint still resumes the run with every step.
+    expect(decodeState((await clocked.load(runId))!).steps.map((s) => s.step)).toEqual([1, 2, 3]);
+  });
+
+  it('lists runs by status across the index shards, newest first, with a limit', async () => {
+    let now = 2_000_000_000_000;
+    const clocked = resources.runtime({ clock: { now: () => now } }).store;
+    const ids = Array.from({ length: 12 }, (_, i) => `shard-run-${i}`);
+    for (const runId of ids) {
+      now += 10;
+      await clocked.create(newState(runId), META);
+    }
+    const state = decodeState((await clocked.load(ids[3]!))!);
+    now += 10;
+    await clocked.commit({ runId: ids[3]!, expectedVersion: 1, state: complete(state, 'done', undefined, now), ...META });
+    const running = (await clocked.list({ status: 'running', limit: 1000 })).filter((r) => r.runId.startsWith('shard-run-'));
+    expect(running.map((r) => r.runId)).toEqual(ids.filter((_, i) => i !== 3).reverse());
+    const newest = await clocked.list({ status: 'running', limit: 2 });
+    expect(newest.map((r) => r.runId)).toEqual([ids[11], ids[10]]);
+    const stalled = await clocked.list({ status: 'running', updatedBefore: 2_000_000_000_000 + 25, limit: 1000 });
+    expect(stalled.map((r) => r.runId).filter((id) => id.startsWith('shard-run-'))).toEqual([ids[1], ids[0]]);
+    const all = await clocked.list({ limit: 1000 });
+    expect(all.find((r) => r.runId === ids[3])).toMatchObject({ status: 'completed', version: 2 });
+  });
+});
+
+describe('DynamoDB checkpoint store: values too large for an item', () => {
+  it('spills an oversized head, decision and step record to S3 and loads them back unchanged', async () => {
+    const runId = 'spill-run';
+    const big = 'model chose this input '.repeat(20_000); // ~460 KB: more than a whole item may hold
+    await store.create(newState(runId), META);
+    await store.recordDecision(runId, 1, decisionFor(runId, 1, { payload: big }));
+    const pending = decodeState((await store.load(runId))!).pending!;
+    expect(pending.input).toEqual({ payload: big });
+    const record = { ...recordFor(runId, 1, big), input: { payload: big } };
+    const state = completeStep(decodeState((await store.load(runId))!), record, 5_000);
+    await store.commit({ runId, expectedVersion: 1, state: complete(state, big, undefined, 6_000), appended: record, ...META });
+
+    const items = await rawItems(runId);
+    for (const item of items) expect(itemSize(item)).toBeLessThan(DYNAMODB_ITEM_LIMIT / 4);
+    const head = items.find((i) => i[SK] === HEAD_SK)!;
+    expect(head.head).toBeUndefined();
+    expect(head.headRef).toMatch(/^sha256:/);
+    expect(items.find((i) => i[SK] === stepSk(1))!.recordRef).toMatch(/^sha256:/);
+
+    const loaded = decodeState((await store.load(runId))!);
+    expect(loaded.summary).toBe(big);
+    expect(loaded.steps[0]).toEqual(record);
+  });
+
+  it('is needed: DynamoDB Local itself refuses an item over 400 KB', async () => {
+    await expect(resources.clients.doc.send(new PutCommand({
+      TableName: resources.tableName, Item: { [PK]: 'too-big', [SK]: HEAD_SK, head: 'x'.repeat(401 * 1024) },
+    }))).rejects.toMatchObject({ name: 'ValidationException' });
+  });
+
+  it('reports a spilled value that is gone as an unreadable checkpoint, never as a shorter run', async () => {
+    const runId = 'lost-blob-run';
+    await commitSteps(store, runId, 1);
+    const missing = blobRef(Buffer.from('never stored'));
+    await resources.clients.doc.send(new UpdateCommand({
+      TableName: resources.tableName, Key: { [PK]: runPk(runId), [SK]: stepSk(1) },
+      UpdateExpression: 'SET recordRef = :ref REMOVE #record', ExpressionAttributeNames: { '#record': 'record' },
+      ExpressionAttributeValues: { ':ref': missing },
+    }));
+    const stored = (await store.load(runId))!;
+    expect(() => decodeState(stored)).toThrow(/unreadable.*step 1/);
+  });
+
+  it('never lets a stale writer leave a step record or history row behind', async () => {
+    const runId = 'stale-leftovers';
+    await commitSteps(store, runId, 2);
+    await expect(store.commit({ runId, expectedVersion: 2, state: stateAfter(runId, 3), appended: recordFor(runId, 3), ...META }))
+      .rejects.toThrow(/stale/);
+    const record = await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: { [PK]: runPk(runId), [SK]: stepSk(3) } }));
+    expect(record.Item).toBeUndefined();
+    const row = await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: { [PK]: runPk(runId), [SK]: checkpointSk(4) } }));
+    expect(row.Item).toBeUndefined();
+  });
+});
