@@ -6,21 +6,53 @@ import { DEFAULT_DB_PATH, openLocalRuntime, type LocalRuntime } from '../local/r
 import { InvalidInputError } from '../core/errors.ts';
 import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { selectModel } from '../llm/select-model.ts';
-import type { Model } from '../ports.ts';
+import type { BlobStore, CheckpointStore, IdempotencyLedger, Model, RunQueue, RunQueueConsumer } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
 
 export interface CliOptions {
   db?: string;
   agent?: string;
+  /** 'local' (SQLite, the default) or 'aws' (DynamoDB, S3, SQS); or STEPWISE_BACKEND. */
+  backend?: string;
+  table?: string;
+  bucket?: string;
+  queueUrl?: string;
+}
+
+/** What the commands need from a backend: the same engine ports, whichever it is. */
+export interface Backend {
+  kind: 'local' | 'aws';
+  store: CheckpointStore;
+  blobs: BlobStore;
+  ledger: IdempotencyLedger;
+  queue: RunQueue & RunQueueConsumer;
+  /** The local runtime, for what only it can do (a queue consumer for one run, pruning). */
+  local?: LocalRuntime;
+  close(): void;
 }
 
 export function dbPath(options: CliOptions): string {
   return options.db ?? process.env.STEPWISE_DB ?? DEFAULT_DB_PATH;
 }
 
-export function openRuntime(options: CliOptions): LocalRuntime {
-  return openLocalRuntime({ dbPath: dbPath(options) });
+export async function openBackend(options: CliOptions): Promise<Backend> {
+  const kind = options.backend ?? process.env.STEPWISE_BACKEND ?? 'local';
+  if (kind === 'local') {
+    const local = openLocalRuntime({ dbPath: dbPath(options) });
+    return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, close: () => local.close() };
+  }
+  if (kind === 'aws') {
+    // Loaded only when asked for: the AWS SDK is a large import the local default does not need.
+    const { openAwsRuntime } = await import('../aws/runtime.ts');
+    const aws = openAwsRuntime({
+      ...(options.table ? { tableName: options.table } : {}),
+      ...(options.bucket ? { bucketName: options.bucket } : {}),
+      ...(options.queueUrl ? { queueUrl: options.queueUrl } : {}),
+    });
+    return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, close: () => aws.close() };
+  }
+  throw new InvalidInputError(`--backend must be local or aws, got ${JSON.stringify(kind)}`);
 }
 
 export const workerId = (): string => `${hostname()}-${process.pid}`;
@@ -41,7 +73,7 @@ export function pricingModel(): string {
   return process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
 }
 
-export function engineDeps(runtime: LocalRuntime, agent: AgentDefinition, model: Model, id = workerId()): EngineDeps {
+export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Model, id = workerId()): EngineDeps {
   return {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION,

@@ -15,8 +15,10 @@ usage:
   stepwise history <runId> [--json]                                                the checkpoint timeline
 
 common options:
-  --db <file>   the SQLite file (default .stepwise/stepwise.db, or STEPWISE_DB)
-  --agent       a module exporting defineAgent({...}) (.ts or .js; or STEPWISE_AGENT)
+  --db <file>          the SQLite file (default .stepwise/stepwise.db, or STEPWISE_DB)
+  --agent <path>       a module exporting defineAgent({...}) (.ts or .js; or STEPWISE_AGENT)
+  --backend aws        DynamoDB + S3 + SQS instead of SQLite (or STEPWISE_BACKEND=aws), with
+  --table, --bucket, --queue-url   (or TABLE_NAME, BUCKET_NAME, QUEUE_URL; endpoints from AWS_ENDPOINT_URL_*)
 `;
 
 const OPTIONS = {
@@ -25,6 +27,10 @@ const OPTIONS = {
   'run-id': { type: 'string' },
   'step-cap': { type: 'string' },
   db: { type: 'string' },
+  backend: { type: 'string' },
+  table: { type: 'string' },
+  bucket: { type: 'string' },
+  'queue-url': { type: 'string' },
   json: { type: 'boolean' },
   status: { type: 'string' },
   'visibility-ms': { type: 'string' },
@@ -45,7 +51,11 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   const [command, arg] = positionals;
   if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
-  const common = { ...(values.db ? { db: values.db } : {}), ...(values.agent ? { agent: values.agent } : {}) };
+  const common = {
+    ...(values.db ? { db: values.db } : {}), ...(values.agent ? { agent: values.agent } : {}),
+    ...(values.backend ? { backend: values.backend } : {}), ...(values.table ? { table: values.table } : {}),
+    ...(values.bucket ? { bucket: values.bucket } : {}), ...(values['queue-url'] ? { queueUrl: values['queue-url'] } : {}),
+  };
   const start = {
     ...common,
     ...(values.goal !== undefined ? { goal: values.goal } : {}),

@@ -5,7 +5,7 @@ import { RUN_STATUSES } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { historyTable, runDetail, runsTable } from '../format.ts';
 import { runCost } from '../../llm/cost.ts';
-import { openRuntime, pricingModel, type CliOptions } from '../context.ts';
+import { openBackend, pricingModel, type CliOptions } from '../context.ts';
 
 export interface ReadOptions extends CliOptions {
   json?: boolean;
@@ -14,7 +14,7 @@ export interface ReadOptions extends CliOptions {
 
 /** `status [runId]`: one run in detail, or a table of runs. */
 export async function statusCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
-  const runtime = openRuntime(options);
+  const runtime = await openBackend(options);
   try {
     if (!runId) {
       if (options.status && !RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
@@ -45,7 +45,7 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
 /** `history runId`: the checkpoint timeline. */
 export async function historyCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise history <runId>');
-  const runtime = openRuntime(options);
+  const runtime = await openBackend(options);
   try {
     const history = await runtime.store.history(runId);
     if (!history.length) throw new UnknownRunError(runId);

@@ -1,7 +1,8 @@
+import { InvalidInputError } from '../../core/errors.ts';
 import { isTerminal } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
-import { chooseModel, engineDeps, openRuntime, requireAgent } from '../context.ts';
+import { chooseModel, engineDeps, openBackend, requireAgent } from '../context.ts';
 import { progressLine } from '../progress.ts';
 import type { StartOptions } from './start.ts';
 
@@ -12,7 +13,12 @@ import type { StartOptions } from './start.ts';
 export async function runCommand(options: StartOptions & { visibilityMs?: number }, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
   const { model, label } = chooseModel(agent);
-  const runtime = openRuntime(options);
+  const runtime = await openBackend(options);
+  const local = runtime.local;
+  if (!local) {
+    runtime.close();
+    throw new InvalidInputError('`stepwise run` works a run in this process on the local backend; with --backend aws use `stepwise start` and `stepwise worker`');
+  }
   const deps = engineDeps(runtime, agent, model);
   try {
     out(`model: ${label}`);
@@ -26,7 +32,7 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
       void runtime.store.load(started.runId).then((s) => { if (!s || s.status !== 'running') stop.abort(); });
     }, 500);
     try {
-      await runWorker(deps, runtime.queue.forRun(started.runId), {
+      await runWorker(deps, local.queue.forRun(started.runId), {
         signal: stop.signal, waitMs: 250,
         ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
         onHandled: (handled) => {

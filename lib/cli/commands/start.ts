@@ -2,7 +2,7 @@ import { startRun } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
-import { openRuntime, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -13,7 +13,7 @@ export interface StartOptions extends CliOptions {
 /** Creates the run and enqueues its first step; a worker does the rest. No model is needed to start. */
 export async function startCommand(options: StartOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
-  const runtime = openRuntime(options);
+  const runtime = await openBackend(options);
   try {
     const id = workerId();
     const started = await startRun(

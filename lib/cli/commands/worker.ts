@@ -1,5 +1,5 @@
 import { runWorker } from '../../engine/worker-loop.ts';
-import { chooseModel, engineDeps, openRuntime, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { progressLine } from '../progress.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
@@ -11,7 +11,7 @@ export interface WorkerCommandOptions extends CliOptions {
 export async function workerCommand(options: WorkerCommandOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
   const { model, label } = chooseModel(agent);
-  const runtime = openRuntime(options);
+  const runtime = await openBackend(options);
   const id = workerId();
   const deps = engineDeps(runtime, agent, model, id);
   const stop = new AbortController();
@@ -19,8 +19,8 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   out(`worker ${id} started: agent ${agent.name}, model ${label}`);
-  runtime.store.prune();
-  runtime.queue.prune();
+  runtime.local?.store.prune();
+  runtime.local?.queue.prune();
   try {
     await runWorker(deps, runtime.queue, {
       signal: stop.signal,
