@@ -56,7 +56,7 @@ describe('the stepwise command', () => {
 
   it('history prints the checkpoint timeline, and --json', () => {
     const h = stepwise('history', 'cli-1');
-    expect(h.out).toMatch(/VERSION\s+STEP\s+STATUS\s+TOOL\s+IDEMPOTENCY KEY\s+WORKER\s+BYTES\s+TIME/);
+    expect(h.out).toMatch(/VERSION\s+STEP\s+STATUS\s+TOOL\s+IDEMPOTENCY KEY\s+WORKER\s+BYTES\s+TOKENS\s+COST\s+TIME/);
     expect(h.out).toMatch(/3\s+2\s+running\s+write_row\s+cli-1\/step-2/);
     const rows = JSON.parse(stepwise('history', 'cli-1', '--json').out) as { version: number; step: number; status: string }[];
     expect(rows.map((r) => [r.version, r.step, r.status])).toEqual([[1, 0, 'running'], [2, 1, 'running'], [3, 2, 'running'], [4, 3, 'running'], [5, 3, 'completed']]);
