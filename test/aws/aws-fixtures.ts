@@ -1,8 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { GetQueueAttributesCommand, ReceiveMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import type { AgentDefinition } from '../../lib/agent.ts';
 import { createAwsClients, type AwsClients } from '../../lib/aws/clients.ts';
 import { ensureBucket, ensureQueue, ensureTable, type QueueOptions } from '../../lib/aws/provision.ts';
 import { openAwsRuntime, type AwsRuntime, type AwsRuntimeOptions } from '../../lib/aws/runtime.ts';
+import { startRun } from '../../lib/engine/start.ts';
+import { silentLogger } from '../../lib/log.ts';
+import { systemClock } from '../../lib/ports.ts';
 
 /** One test's own table, bucket and FIFO queue (with its DLQ) on the local servers. */
 export interface TestResources {
@@ -81,4 +85,13 @@ export function countCommands(client: { middlewareStack: { add(middleware: any, 
     { step: 'initialize', name: `count-${randomUUID()}` },
   );
   return counts;
+}
+
+/** Creates a run and enqueues its first step, as `stepwise start --backend aws` would. */
+export async function startTestRun(runtime: AwsRuntime, agent: AgentDefinition, runId: string, goal = 'copy the rows in batches'): Promise<string> {
+  const started = await startRun(
+    { store: runtime.store, queue: runtime.queue, agent, clock: systemClock, workerId: 'starter', codeVersion: 'test', log: silentLogger },
+    { goal, runId },
+  );
+  return started.runId;
 }

@@ -86,6 +86,15 @@ export class WorkerProcess {
   }
 }
 
+export interface PollOptions {
+  waitSeconds?: number;
+  max?: number;
+  /** The visibility timeout of the receive: how long a crashed batch stays hidden. */
+  visibilitySeconds?: number;
+  /** Wait out the visibility timeout after a crash instead of ending it at once. */
+  realTimeouts?: boolean;
+}
+
 export interface PollResult {
   records: SQSRecord[];
   failures: string[];
@@ -100,7 +109,7 @@ export interface PollResult {
  */
 export async function pollOnce(
   control: AwsClients, queueUrl: string, worker: WorkerProcess,
-  options: { waitSeconds?: number; max?: number; visibilitySeconds?: number } = {},
+  options: PollOptions = {},
 ): Promise<PollResult> {
   const requestId = randomUUID();
   const { Messages } = await control.sqs.send(new ReceiveMessageCommand({
@@ -118,6 +127,7 @@ export async function pollOnce(
     failures = records.map((r) => r.messageId);
   }
   if (worker.crashed) {
+    if (options.realTimeouts) return { records, failures: records.map((r) => r.messageId), crashed: true, requestId };
     await Promise.all(records.map((r) => control.sqs.send(new ChangeMessageVisibilityCommand({
       QueueUrl: queueUrl, ReceiptHandle: r.receiptHandle, VisibilityTimeout: 0,
     }))));
@@ -137,7 +147,7 @@ export async function pollOnce(
  * (container) takes over: `spawn(n)` makes the n-th one.
  */
 export async function driveRun(options: {
-  resources: TestResources; runId: string; spawn: (n: number) => WorkerProcess; maxPolls?: number;
+  resources: TestResources; runId: string; spawn: (n: number) => WorkerProcess; maxPolls?: number; poll?: PollOptions;
 }): Promise<{ polls: PollResult[]; workers: WorkerProcess[] }> {
   const { resources, runId } = options;
   const workers = [options.spawn(0)];
@@ -149,7 +159,7 @@ export async function driveRun(options: {
       if (stored && isTerminal(stored.status) && (await queueDepth(resources.clients, resources.queueUrl)) === 0) {
         return { polls, workers };
       }
-      const result = await pollOnce(resources.clients, resources.queueUrl, workers[workers.length - 1]!);
+      const result = await pollOnce(resources.clients, resources.queueUrl, workers[workers.length - 1]!, options.poll);
       polls.push(result);
       if (result.crashed) {
         workers[workers.length - 1]!.close();
