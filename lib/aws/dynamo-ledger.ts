@@ -55,7 +55,7 @@ export class DynamoLedger implements IdempotencyLedger {
     // arguments (refuse), or a live lease (someone is applying it now).
     const condition = [
       `attribute_not_exists(${claim.name(PK)})`,
-      `${claim.name(TTL_ATTRIBUTE)} < ${claim.value(Math.floor(now / 1000))}`,
+      `${claim.name(TTL_ATTRIBUTE)} < ${claim.value(now / 1000)}`,
       `(${claim.name('status')} = ${claim.value('in_progress')} AND ${claim.name('leaseUntil')} < ${claim.value(now)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)})`,
     ].join(' OR ');
     try {

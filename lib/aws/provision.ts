@@ -87,8 +87,10 @@ async function createOrUpdateQueue(sqs: SQSClient, name: string, attributes: Rec
     // Exists with other attributes: update the ones SQS allows to change (FifoQueue cannot).
     if (!errorName(error).includes('QueueNameExists') && !errorName(error).includes('QueueAlreadyExists')) throw error;
     const { QueueUrl } = await sqs.send(new GetQueueUrlCommand({ QueueName: name }));
+    const current: Record<string, string | undefined> = (await sqs.send(new GetQueueAttributesCommand({ QueueUrl, AttributeNames: ['All'] }))).Attributes ?? {};
     const { FifoQueue: _fifo, ...changeable } = attributes;
-    await sqs.send(new SetQueueAttributesCommand({ QueueUrl, Attributes: changeable }));
+    const changed = Object.fromEntries(Object.entries(changeable).filter(([key, value]) => current[key] !== value));
+    if (Object.keys(changed).length) await sqs.send(new SetQueueAttributesCommand({ QueueUrl, Attributes: changed }));
     return QueueUrl!;
   }
 }

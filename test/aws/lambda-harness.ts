@@ -108,7 +108,7 @@ export interface PollResult {
  * the batch comes back when its visibility timeout ends (made immediate here instead of waiting it out).
  */
 export async function pollOnce(
-  control: AwsClients, queueUrl: string, worker: WorkerProcess,
+  control: AwsClients, queueUrl: string, worker: Pick<WorkerProcess, 'handler' | 'crashed'>,
   options: PollOptions = {},
 ): Promise<PollResult> {
   const requestId = randomUUID();

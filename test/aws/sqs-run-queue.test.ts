@@ -1,0 +1,93 @@
+import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ensureQueue } from '../../lib/aws/provision.ts';
+import { SqsRunQueue, deduplicationId } from '../../lib/aws/sqs-run-queue.ts';
+import { createTestResources, queueDepth, uniqueName, type TestResources } from './aws-fixtures.ts';
+
+let resources: TestResources | undefined;
+afterEach(() => resources?.close());
+
+describe('SQS FIFO run queue', () => {
+  it('enqueues the message for a run version once, however often it is sent', async () => {
+    resources = await createTestResources('queue-dedup');
+    const queue = resources.runtime().queue;
+    await queue.send({ runId: 'r1', version: 3 });
+    await queue.send({ runId: 'r1', version: 3 });
+    await queue.send({ runId: 'r1', version: 3 });
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+    const [delivery] = await queue.receive({ max: 10 });
+    expect(JSON.parse(delivery!.body)).toEqual({ runId: 'r1', version: 3 });
+    expect(delivery!.receiveCount).toBe(1);
+    expect(await queue.ack(delivery!)).toBe(true);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
+  });
+
+  it('delivers one run\'s messages one at a time and in order, other runs alongside', async () => {
+    resources = await createTestResources('queue-order');
+    const queue = resources.runtime().queue;
+    await queue.send({ runId: 'a', version: 1 });
+    await queue.send({ runId: 'a', version: 2 });
+    await queue.send({ runId: 'b', version: 1 });
+    const first = await queue.receive({ max: 10 });
+    expect(first.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'a', version: 1 }, { runId: 'b', version: 1 }]);
+    // Run a's next message waits until its first is done.
+    expect(await queue.receive({ max: 10 })).toEqual([]);
+    await queue.ack(first[0]!);
+    expect((await queue.receive({ max: 10 })).map((d) => JSON.parse(d.body))).toEqual([{ runId: 'a', version: 2 }]);
+  });
+
+  it('releases a message to be delivered again with a higher receive count', async () => {
+    resources = await createTestResources('queue-release');
+    const queue = resources.runtime().queue;
+    await queue.send({ runId: 'r', version: 1 });
+    const [first] = await queue.receive({ visibilityMs: 30_000 });
+    await queue.release(first!, 0);
+    const [again] = await queue.receive({ visibilityMs: 30_000 });
+    expect(again!.body).toBe(first!.body);
+    expect(again!.receiveCount).toBe(2);
+  });
+
+  it('holds a delayed message back until it is due (FIFO queues have no per-message delay)', async () => {
+    resources = await createTestResources('queue-delay');
+    let now = Date.now();
+    const queue = resources.runtime({ clock: { now: () => now } }).queue;
+    await queue.send({ runId: 'r', version: 4 }, { delayMs: 1000 });
+    expect(await queue.receive({ max: 10 })).toEqual([]);
+    now += 1000; // the consumer's clock says it is due; SQS makes it visible after the hide it was given
+    let delivered: Awaited<ReturnType<typeof queue.receive>> = [];
+    for (let i = 0; i < 5 && !delivered.length; i++) delivered = await queue.receive({ max: 10, waitMs: 1000 });
+    expect(delivered.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'r', version: 4 }]);
+  });
+
+  it('redrives past the deduplication of the original send, once per token', async () => {
+    resources = await createTestResources('queue-redrive');
+    const queue = resources.runtime().queue;
+    await queue.send({ runId: 'r', version: 2 });
+    await queue.redrive({ runId: 'r', version: 2 }, 'sweep-1');
+    await queue.redrive({ runId: 'r', version: 2 }, 'sweep-1');
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
+  });
+
+  it('keeps deduplication ids within SQS limits for the longest run ids', () => {
+    const id = deduplicationId({ runId: 'x'.repeat(128), version: 123456 }, 'sweep-99');
+    expect(id).toMatch(/^[0-9a-f]{64}$/);
+    expect(deduplicationId({ runId: 'run-1', version: 7 })).toBe('run-1/v7');
+  });
+
+  it('refuses a standard queue', async () => {
+    resources = await createTestResources('queue-standard');
+    expect(() => new SqsRunQueue({ sqs: resources!.clients.sqs, queueUrl: resources!.queueUrl.replace('.fifo', '') })).toThrow(/not a FIFO queue/);
+  });
+
+  it('ensureQueue creates a FIFO queue with a FIFO dead-letter queue, and is idempotent', async () => {
+    resources = await createTestResources('queue-provision', { maxReceiveCount: 7, visibilityTimeoutSeconds: 90 });
+    const name = uniqueName('again');
+    const first = await ensureQueue(resources.clients.sqs, name, { maxReceiveCount: 7, visibilityTimeoutSeconds: 90 });
+    const second = await ensureQueue(resources.clients.sqs, `${name}.fifo`, { maxReceiveCount: 7, visibilityTimeoutSeconds: 120 });
+    expect(second).toEqual(first);
+    const { Attributes } = await resources.clients.sqs.send(new GetQueueAttributesCommand({ QueueUrl: first.queueUrl, AttributeNames: ['All'] }));
+    expect(Attributes).toMatchObject({ FifoQueue: 'true', VisibilityTimeout: '120' });
+    expect(JSON.parse(Attributes!.RedrivePolicy!)).toMatchObject({ maxReceiveCount: 7 });
+    expect(first.dlqUrl).toMatch(/-dlq\.fifo$/);
+  });
+});

@@ -1,0 +1,87 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { sweepStalledRuns } from '../../lib/aws/stalled-runs.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { idempotencyKey } from '../../lib/core/keys.ts';
+import { silentLogger } from '../../lib/log.ts';
+import { systemClock } from '../../lib/ports.ts';
+import { META, newState } from '../support/states.ts';
+import { createTestResources, queueDepth, startTestRun, type TestResources } from './aws-fixtures.ts';
+import { WorkerProcess, driveRun, pollOnce } from './lambda-harness.ts';
+import { FakeDatabase, ScriptedModel, writeRowsAgent } from './write-rows-agent.ts';
+
+let resources: TestResources | undefined;
+afterEach(() => resources?.close());
+
+const MINUTE = 60_000;
+
+describe('the sweeper: runs whose message was lost', () => {
+  it('re-enqueues a run whose message went to the dead-letter queue, once per stall window, and the run completes', async () => {
+    // Two receives, then SQS moves the message to the DLQ: the run would wait forever.
+    resources = await createTestResources('sweep-dlq', { maxReceiveCount: 2 });
+    const db = new FakeDatabase();
+    const agent = writeRowsAgent(db);
+    const model = new ScriptedModel({ steps: 3 });
+    const runtime = resources.runtime();
+    // A run that already finished: never re-enqueued.
+    const finishedAgent = writeRowsAgent(new FakeDatabase());
+    const done = await startTestRun(runtime, finishedAgent, 'finished-run');
+    await driveRun({ resources, runId: done, spawn: () => new WorkerProcess({ resources: resources!, agent: finishedAgent, model: new ScriptedModel({ steps: 0 }) }) });
+    const runId = await startTestRun(runtime, agent, 'stalled-run');
+
+    // Every container that takes step 2 dies after the model answered.
+    let worker = new WorkerProcess({ resources, agent, model, crash: { point: 'C2', step: 2 } });
+    for (let i = 0; i < 8; i++) {
+      const result = await pollOnce(resources.clients, resources.queueUrl, worker);
+      if (result.crashed) {
+        worker.close();
+        worker = new WorkerProcess({ resources, agent, model, crash: { point: 'C2', step: 2 } });
+      }
+    }
+    worker.close();
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
+    expect(await queueDepth(resources.clients, resources.dlqUrl)).toBe(1);
+    expect((await runtime.store.load(runId))).toMatchObject({ status: 'running', version: 2 });
+    expect((await runtime.store.load(done))?.status).toBe('completed');
+
+    const deps = { store: runtime.store, queue: runtime.queue, log: silentLogger };
+    // Not stalled yet by the real clock: nothing to do.
+    expect(await sweepStalledRuns({ ...deps, clock: systemClock }, { stallMs: 15 * MINUTE })).toEqual([]);
+    const later = { now: () => Date.now() + 20 * MINUTE };
+    expect(await sweepStalledRuns({ ...deps, clock: later }, { stallMs: 15 * MINUTE })).toEqual([{ runId, version: 2 }]);
+    // A second sweep in the same window does not add a copy.
+    await sweepStalledRuns({ ...deps, clock: later }, { stallMs: 15 * MINUTE });
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+
+    await driveRun({ resources, runId, spawn: () => new WorkerProcess({ resources: resources!, agent, model }) });
+    const state = decodeState((await runtime.store.load(runId))!);
+    expect(state.status).toBe('completed');
+    expect(state.steps.map((s) => s.step)).toEqual([1, 2, 3]);
+    for (let n = 1; n <= 3; n++) expect(db.applied.get(idempotencyKey(runId, n))).toBe(1);
+    expect((await runtime.store.history(runId)).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+  });
+});
+
+describe('functions/sweeper.ts', () => {
+  const saved = { ...process.env };
+  afterEach(() => {
+    process.env = { ...saved };
+    vi.resetModules();
+  });
+
+  it('reads its configuration from the environment and re-enqueues runs idle longer than STEPWISE_STALL_SECONDS', async () => {
+    resources = await createTestResources('sweep-fn');
+    // Runs created an hour ago whose first message never went out.
+    const past = resources.runtime({ clock: { now: () => Date.now() - 60 * MINUTE } }).store;
+    await past.create(newState('idle-run-1'), META);
+    await past.create(newState('idle-run-2'), META);
+    await resources.runtime().store.create(newState('fresh-run'), META);
+    Object.assign(process.env, {
+      TABLE_NAME: resources.tableName, BUCKET_NAME: resources.bucketName, QUEUE_URL: resources.queueUrl,
+      STEPWISE_STALL_SECONDS: '600', STEPWISE_LOG_LEVEL: 'silent',
+    });
+    const { handler } = await import('../../functions/sweeper.ts');
+    const result = await handler();
+    expect(result.requeued.map((m) => m.runId).sort()).toEqual(['idle-run-1', 'idle-run-2']);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
+  });
+});
