@@ -98,10 +98,21 @@ describe('duplicate, stale, unknown and malformed messages', () => {
     // Two more copies of the first message, past the queue's deduplication (as a producer retry could).
     await sendRaw(JSON.stringify({ runId, version: 1 }), runId);
     await sendRaw(JSON.stringify({ runId, version: 1 }), runId);
-    await driveRun({ resources, runId, spawn: () => worker({ resources: resources!, agent, model }) });
+    const { log, lines } = captureLogs();
+    const { polls } = await driveRun({ resources, runId, spawn: () => worker({ resources: resources!, agent, model, log }) });
     expect(model.calls).toEqual([1, 2, 3, 4]);
     for (let n = 1; n <= 3; n++) expect(db.receivedCount(idempotencyKey(runId, n))).toBe(1);
     expect((await resources.runtime().store.history(runId)).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+    // Each checkpoint write is logged with the run, step, version, size and the Lambda request id as worker.
+    const checkpoints = lines.filter((l) => l.event === 'checkpoint');
+    expect(checkpoints.map((l) => [l.step, l.version])).toEqual([[1, 2], [2, 3], [3, 4], [3, 5]]);
+    const requestIds = new Set(polls.map((p) => p.requestId));
+    for (const line of checkpoints) {
+      expect(line).toMatchObject({ runId, workerId: expect.any(String), bytes: expect.any(Number) });
+      expect(requestIds.has(line.workerId as string)).toBe(true);
+      expect(line.bytes as number).toBeGreaterThan(0);
+    }
+    expect(lines.filter((l) => l.event === 'stale-message')).toHaveLength(2);
   });
 
   it('treats messages for versions the run has left as no-ops, before and after it completes', async () => {
