@@ -59,12 +59,12 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     expect(sent.body).not.toHaveProperty('temperature');
   });
 
-  it('turns a tool_use reply into one tool call, with the usage the server reported', async () => {
+  it('turns a tool_use reply into one tool call, with the usage and the model the server reported', async () => {
     server.script(toolUse('write_row', { row: 2 }, { text: 'Writing row 2 next.' }));
     const reply = await model.decide(stepRequest(1));
     const reported = server.requests[0]!.usage!;
     expect(reply).toEqual({
-      kind: 'tool', tool: 'write_row', input: { row: 2 },
+      kind: 'tool', tool: 'write_row', input: { row: 2 }, model: server.requests[0]!.body!.model,
       usage: {
         inputTokens: reported.input_tokens, outputTokens: reported.output_tokens,
         cacheWriteTokens: reported.cache_creation_input_tokens, cacheReadTokens: reported.cache_read_input_tokens,
