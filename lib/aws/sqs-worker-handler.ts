@@ -16,11 +16,21 @@ export interface SqsWorkerHandlerOptions {
   codeVersion: string;
   clock?: Clock;
   maxReceives?: number;
+  /**
+   * Time kept back from the Lambda's remaining time, for writing the step's outcome after the model gives
+   * up: the model call is aborted this long before the invocation would be killed (default 15 s).
+   */
+  reserveMs?: number;
   /** Crash injection for tests (see EngineDeps.probe). */
   probe?: (point: CrashPoint, at: { runId: string; step: number }) => void | Promise<void>;
 }
 
-export type SqsWorkerHandler = (event: SQSEvent, context: Pick<Context, 'awsRequestId'>) => Promise<SQSBatchResponse>;
+export type SqsWorkerHandler = (
+  event: SQSEvent,
+  context: Pick<Context, 'awsRequestId'> & Partial<Pick<Context, 'getRemainingTimeInMillis'>>,
+) => Promise<SQSBatchResponse>;
+
+export const DEFAULT_RESERVE_MS = 15_000;
 
 /**
  * The SQS-triggered Lambda: each record advances its run by one step (handleDelivery) and the handler
@@ -35,9 +45,14 @@ export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWor
   return async (event, context) => {
     const workerId = context.awsRequestId;
     const log = options.log.child({ workerId });
+    // The model's retries (and a retry-after it obeys) must end while there is still time to record the
+    // failed attempt; otherwise Lambda kills the invocation and the attempt is never counted.
+    const remainingMs = context.getRemainingTimeInMillis?.();
+    const signal = remainingMs === undefined ? undefined : AbortSignal.timeout(Math.max(1000, remainingMs - (options.reserveMs ?? DEFAULT_RESERVE_MS)));
     const deps: EngineDeps = {
       ...options.runtime, model: options.model, agent: options.agent, clock: options.clock ?? systemClock,
       workerId, codeVersion: options.codeVersion, log, ...(options.probe ? { probe: options.probe } : {}),
+      ...(signal ? { signal } : {}),
     };
     const failures: string[] = [];
     await Promise.all([...byMessageGroup(event.Records).values()].map(async (records) => {
