@@ -60,11 +60,19 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
   return definition;
 }
 
+const specs = new WeakMap<AgentDefinition, ToolSpec[]>();
+
+/** The tools as the model sees them; computed once per agent, since every step sends them. */
 export function toolSpecs(agent: AgentDefinition): ToolSpec[] {
-  return agent.tools.map((t) => {
-    const { $schema: _ignored, ...schema } = z.toJSONSchema(t.input) as Record<string, unknown>;
-    return { name: t.name, description: t.description, inputSchema: schema };
-  });
+  let cached = specs.get(agent);
+  if (!cached) {
+    cached = agent.tools.map((t) => {
+      const { $schema: _ignored, ...schema } = z.toJSONSchema(t.input) as Record<string, unknown>;
+      return { name: t.name, description: t.description, inputSchema: schema };
+    });
+    specs.set(agent, cached);
+  }
+  return cached;
 }
 
 /** Loads an agent module (TypeScript or JavaScript): its default export, or an export named `agent`. */

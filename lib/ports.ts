@@ -65,8 +65,12 @@ export interface ListRunsQuery {
 export interface CheckpointStore {
   /** Writes version 1 unless the run exists; says which. */
   create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }>;
-  /** The latest checkpoint with every step record and the pending decision, or undefined. */
-  load(runId: string): Promise<StoredCheckpoint | undefined>;
+  /**
+   * The latest checkpoint with the pending decision and the step records after `afterStep` (all of them
+   * by default), or undefined. Step records never change once written, so a caller that holds the first
+   * `afterStep` of them need not read them again.
+   */
+  load(runId: string, options?: { afterStep?: number }): Promise<StoredCheckpoint | undefined>;
   /**
    * Records the model's decision for a step before its side-effecting tool runs. Write-once per step:
    * fails with StaleVersionError if the run moved past expectedVersion or the step already has one.

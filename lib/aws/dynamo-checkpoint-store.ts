@@ -93,12 +93,17 @@ export class DynamoCheckpointStore implements CheckpointStore {
     }
   }
 
-  async load(runId: string): Promise<StoredCheckpoint | undefined> {
+  async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
+    const after = options.afterStep ?? 0;
     // Head and step records in one strongly consistent read: the resume read is one call per page of 1 MB.
+    // Step records the caller already holds are filtered out (a filter may not name key attributes, so it
+    // keeps the head by its `version` attribute, which step items lack): read capacity is still charged
+    // for them, but they are neither sent nor decoded again.
     const items = await this.queryAll({
       KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :stepsEnd',
-      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
-      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END },
+      ...(after ? { FilterExpression: 'attribute_exists(#version) OR #step > :after' } : {}),
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK, ...(after ? { '#version': 'version', '#step': 'step' } : {}) },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END, ...(after ? { ':after': after } : {}) },
     });
     const head = items.find((item) => item[SK] === HEAD_SK);
     if (!head) return undefined;
@@ -110,6 +115,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     ]);
     return {
       runId, version: Number(head.version), status: head.status as RunStatus, head: headText ?? '', steps: steps.map((s) => s ?? ''),
+      ...(after ? { stepsAfter: after } : {}),
       ...(pending !== undefined ? { pending } : {}),
       workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
     };

@@ -16,8 +16,9 @@ export interface StoredCheckpoint {
   /** The status column, readable even when the head is not. */
   status: RunStatus;
   head: string;
-  /** Step records in step order. */
+  /** Step records in step order, starting after `stepsAfter` (0 unless the load asked to skip some). */
   steps: string[];
+  stepsAfter?: number;
   /** The recorded decision for the next step, if any. */
   pending?: string;
   workerId: string;
@@ -30,7 +31,11 @@ export const encodeHead = (state: RunState): string => canonicalJson(headOf(stat
 export const encodeStep = (record: StepRecord): string => canonicalJson(record);
 export const encodeDecision = (decision: Decision): string => canonicalJson(decision);
 
-export function decodeState(stored: StoredCheckpoint): RunState {
+/**
+ * Decodes a stored checkpoint. `known` are step records the caller already holds (decoded earlier: they
+ * never change once written); `stored.steps` must continue them.
+ */
+export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord[] = []): RunState {
   const { runId, version } = stored;
   const raw = parseJson(stored.head, runId, version, 'head');
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) {
@@ -46,11 +51,13 @@ export function decodeState(stored: StoredCheckpoint): RunState {
   }
   const head = runHeadSchema.safeParse(migrated);
   if (!head.success) throw new UnreadableCheckpointError(runId, version, `head: ${head.error.issues[0]?.message ?? 'invalid'}`);
-  const steps = stored.steps.map((text, i) => {
-    const parsed = stepRecordSchema.safeParse(parseJson(text, runId, version, `step ${i + 1}`));
-    if (!parsed.success) throw new UnreadableCheckpointError(runId, version, `step ${i + 1}: ${parsed.error.issues[0]?.message}`);
+  const after = stored.stepsAfter ?? 0;
+  if (after !== known.length) throw new Error(`decodeState: ${known.length} known steps, but the load skipped ${after}`);
+  const steps = [...known, ...stored.steps.map((text, i) => {
+    const parsed = stepRecordSchema.safeParse(parseJson(text, runId, version, `step ${after + i + 1}`));
+    if (!parsed.success) throw new UnreadableCheckpointError(runId, version, `step ${after + i + 1}: ${parsed.error.issues[0]?.message}`);
     return parsed.data;
-  });
+  })];
   if (steps.length !== head.data.step || steps.some((s, i) => s.step !== i + 1)) {
     throw new UnreadableCheckpointError(runId, version, `head says ${head.data.step} steps, found ${steps.length}`);
   }

@@ -50,8 +50,19 @@ export function promptText(blocks: PromptBlock[]): string {
   return blocks.map((b) => b.text).join('');
 }
 
-/** One line per completed step; whitespace folded so a step never spans lines. */
+const lines = new WeakMap<StepRecord, string>();
+
+/**
+ * One line per completed step; whitespace folded so a step never spans lines. Step records never change,
+ * so each line is rendered once per process, not once per step of the run.
+ */
 export function stepLine(record: StepRecord): string {
+  let line = lines.get(record);
+  if (line === undefined) lines.set(record, (line = renderStepLine(record)));
+  return line;
+}
+
+function renderStepLine(record: StepRecord): string {
   const outcome = record.result.ok ? 'ok' : 'error';
   const text = excerpt(record.result.text.replace(/\s+/g, ' ').trim(), STEP_LINE_EXCERPT);
   const ref = record.result.ref ? ` [full output ${record.result.bytes} bytes: ${record.result.ref}]` : '';

@@ -11,6 +11,7 @@ import type { Decision, RunState, RunStatus, StepRecord, Usage } from '../core/s
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
 import type { ModelReply } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
+import { stepCacheOf } from './step-cache.ts';
 
 export type Advance =
   /** A checkpoint was written: a step, a failed attempt, or the run's end. */
@@ -33,20 +34,33 @@ export interface AdvanceOptions {
  * version it loaded. Every write is fenced, so a stale worker is rejected with StaleVersionError.
  */
 export async function advance(deps: EngineDeps, runId: string, options: AdvanceOptions = {}): Promise<Advance> {
-  const stored = await deps.store.load(runId);
+  const cache = stepCacheOf(deps.store);
+  const known = cache.get(runId) ?? [];
+  let stored = await deps.store.load(runId, known.length ? { afterStep: known.length } : undefined);
   if (!stored) throw new UnknownRunError(runId);
   const version = stored.version;
   if (options.expectVersion !== undefined && options.expectVersion !== version) {
     return { kind: 'stale-message', version, status: stored.status };
   }
-  if (stored.status !== 'running') return { kind: 'idle', version, status: stored.status };
+  if (stored.status !== 'running') {
+    cache.delete(runId);
+    return { kind: 'idle', version, status: stored.status };
+  }
 
   let state: RunState;
   try {
-    state = decodeState(stored);
+    state = decodeState(stored, known);
   } catch (error) {
     if (!(error instanceof UnreadableCheckpointError)) throw error;
-    return markUnreadable(deps, runId, version, error.message);
+    cache.delete(runId);
+    try {
+      // Judge the checkpoint on a full read, never on what this process remembered.
+      if (known.length) stored = (await deps.store.load(runId))!;
+      state = decodeState(stored);
+    } catch (again) {
+      if (!(again instanceof UnreadableCheckpointError)) throw again;
+      return markUnreadable(deps, runId, stored.version, again.message);
+    }
   }
   const n = state.step + 1;
   await deps.probe?.('C1', { runId, step: n });
@@ -157,6 +171,8 @@ async function commit(deps: EngineDeps, version: number, next: RunState, appende
     runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
     ...(appended ? { appended } : {}),
   });
+  if (next.status === 'running') stepCacheOf(deps.store).set(next.runId, next.steps);
+  else stepCacheOf(deps.store).delete(next.runId);
   deps.log.info({
     event: 'checkpoint', runId: next.runId, step: next.step, version: written.version, workerId: deps.workerId,
     bytes: written.bytes, status: next.status, ...(appended ? { tool: appended.tool } : {}),

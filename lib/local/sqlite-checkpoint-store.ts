@@ -54,18 +54,19 @@ export class SqliteCheckpointStore implements CheckpointStore {
     });
   }
 
-  async load(runId: string): Promise<StoredCheckpoint | undefined> {
+  async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
+    const after = options.afterStep ?? 0;
     // One read transaction, so the head and the step rows come from the same moment.
     return this.db.transaction(() => {
       const row = this.sql(
         'SELECT r.version, r.status, r.reason, r.updated_at, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
       ).get(runId) as { version: number; status: RunStatus; reason: string | null; updated_at: number; head: string; worker_id: string } | undefined;
       if (!row) return undefined;
-      const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? ORDER BY step').all(runId) as { step: number; decision: string | null; record: string | null }[];
+      const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? AND step > ? ORDER BY step').all(runId, after) as { step: number; decision: string | null; record: string | null }[];
       const steps = stepRows.filter((s) => s.record !== null).map((s) => s.record as string);
       const pending = stepRows.find((s) => s.record === null)?.decision ?? undefined;
       return {
-        runId, version: row.version, status: row.status, head: row.head, steps,
+        runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
         ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
         ...(row.reason ? { reason: row.reason } : {}),
       };

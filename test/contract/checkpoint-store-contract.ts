@@ -70,6 +70,19 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(state.steps.map((x) => x.step)).toEqual([1, 2, 3, 4, 5]);
     });
 
+    it('loads only the step records after afterStep when asked, with the same head and decision', async () => {
+      const { runId } = await runWithSteps('after-step', 4);
+      await s().recordDecision(runId, 5, decisionFor(runId, 5));
+      const full = (await s().load(runId))!;
+      const tail = (await s().load(runId, { afterStep: 3 }))!;
+      expect(tail.steps).toEqual(full.steps.slice(3));
+      expect(tail.stepsAfter).toBe(3);
+      expect({ ...tail, steps: undefined, stepsAfter: undefined }).toEqual({ ...full, steps: undefined, stepsAfter: undefined });
+      const known = decodeState(full).steps.slice(0, 3);
+      expect(decodeState(tail, known)).toEqual(decodeState(full));
+      expect((await s().load(runId, { afterStep: 4 }))!.steps).toEqual([]);
+    });
+
     it('rejects a stale write with StaleVersionError and changes nothing', async () => {
       const { runId } = await runWithSteps('stale', 2);
       const before = await s().load(runId);

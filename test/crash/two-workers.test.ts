@@ -83,4 +83,28 @@ describe('two workers on one run', () => {
     expect(history.map((h) => [h.version, h.workerId])).toEqual([[1, 'A'], [2, 'A']]);
     a.runtime.close(); b.runtime.close();
   });
+
+  it('workers taking turns on one run each see every step, including those the other wrote since', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const agent = rowsAgent(rows);
+    const modelA = new StubModel(writeRowsScript(6));
+    const modelB = new StubModel(writeRowsScript(6));
+    const a = workerProcess({ dbPath: db.path, agent, model: modelA, clock, workerId: 'A' });
+    const b = workerProcess({ dbPath: db.path, agent, model: modelB, clock, workerId: 'B' });
+    await start(a.deps);
+    // A, A, B, A, B, B, A: each worker keeps the steps it decoded and reads only what is new.
+    for (const w of [a, a, b, a, b, b, a]) await advance(w.deps, 'run');
+    const state = await loadState(a.runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 6 });
+    expect(state.steps.map((s) => s.workerId)).toEqual(['A', 'A', 'B', 'A', 'B', 'B']);
+    // Each prompt listed exactly the steps completed before it, whoever wrote them.
+    for (const r of [...modelA.requests, ...modelB.requests]) {
+      expect(r.prompt.match(/^\d+\. write_row/gm)?.length ?? 0).toBe(r.step - 1);
+    }
+    expect([...modelA.stepsAsked(), ...modelB.stepsAsked()].sort()).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    a.runtime.close(); b.runtime.close();
+  });
 });
+
