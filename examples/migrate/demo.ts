@@ -93,7 +93,12 @@ async function main(): Promise<void> {
   const check = checkMigration(db);
   const redo = db.prepare('SELECT count(*) AS n FROM applied_keys').get() as { n: number };
   db.close();
-  say('\n6. check');
+  const run = JSON.parse((await finish(stepwise(['status', runId, '--json']))).out) as { steps: { step: number; idempotencyKey?: string; workerId: string; result: { text: string } }[] };
+  const redone = run.steps.find((s) => s.step === KILL_AT_STEP);
+  say(`\n6. step ${KILL_AT_STEP}, redone by worker B under the same idempotency key ${redone?.idempotencyKey}:`);
+  say(`  ${redone?.result.text}`);
+
+  say('\n7. check');
   say(`  source rows ${check.sourceRows}, target rows ${check.targetRows}, distinct ${check.distinctCopied}, duplicates ${check.duplicates}, missing ${check.missing}, mismatched ${check.mismatched}, batches applied ${redo.n}`);
   say(check.exactlyOnce ? '  every row was copied exactly once: yes' : '  every row was copied exactly once: NO');
   if (!check.exactlyOnce || statusOf() !== 'completed') process.exitCode = 1;
