@@ -2,7 +2,7 @@ import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import {
-  PermanentError, StaleVersionError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
+  PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
@@ -185,8 +185,5 @@ async function commit(deps: EngineDeps, version: number, next: RunState, appende
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {
   const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
   deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: 'failed', reason }, 'run failed: unreadable checkpoint');
-  const stored = await deps.store.load(runId);
-  return { kind: 'idle', version: written.version, status: stored?.status ?? 'failed' };
+  return { kind: 'idle', version: written.version, status: 'failed' };
 }
-
-export { StaleVersionError };

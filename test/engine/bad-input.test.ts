@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
-import { IdempotencyKeyReuseError, InvalidInputError, UnknownRunError } from '../../lib/core/errors.ts';
+import { IdempotencyKeyReuseError, InvalidInputError, ToolError, UnknownRunError } from '../../lib/core/errors.ts';
 import { MAX_GOAL_BYTES } from '../../lib/core/state.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
@@ -173,6 +173,22 @@ describe('bad input gets a clear error and nothing is lost', () => {
     clock.advance(60_001);
     await drain(deps, runtime, clock);
     expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 2 });
+  });
+
+  it('a tool that throws ToolError answers the model with the error instead of failing the step', async () => {
+    const agent = defineAgent({
+      name: 'picky', tools: [tool({
+        name: 'write_row', description: 'refuses odd rows', input: z.object({ row: z.number() }), sideEffect: false,
+        run: (input) => { if (input.row % 2) throw new ToolError(`row ${input.row} is odd: table rows must be even`); return 'ok'; },
+      })],
+    });
+    const { deps, runtime, clock, model } = setup(writeRowsScript(2), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 2, failures: 0 });
+    expect(state.steps[0]!.result).toEqual({ ok: false, text: 'row 1 is odd: table rows must be even', bytes: 37 });
+    expect(model.requests[1]!.prompt).toContain('1. write_row {"row":1} -> error: row 1 is odd');
   });
 
   it('an oversized tool output is stored by reference and the checkpoint stays small', async () => {
