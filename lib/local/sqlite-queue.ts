@@ -87,7 +87,11 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const now = this.now;
     const receipt = randomUUID();
     const byRun = this.options.runId ? 'AND run_id = ?' : '';
-    const args: unknown[] = [now + visibilityMs, receipt, now, ...(this.options.runId ? [this.options.runId] : []), max];
+    const runArg = this.options.runId ? [this.options.runId] : [];
+    // An idle worker polls often: look first with a read, so polling an empty queue never takes the
+    // write lock that other workers' checkpoints need.
+    if (!this.sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${byRun} LIMIT 1`).get(now, ...runArg)) return [];
+    const args: unknown[] = [now + visibilityMs, receipt, now, ...runArg, max];
     return this.sql(
       `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
        WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${byRun} ORDER BY visible_at, id LIMIT ?)
