@@ -1,12 +1,9 @@
-import { spawn } from 'node:child_process';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { createTestResources, type TestResources } from './aws-fixtures.ts';
 
-const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const effects = tempDb();
 let aws: TestResources;
@@ -14,15 +11,10 @@ let aws: TestResources;
 beforeAll(async () => { aws = await createTestResources('cli'); });
 afterAll(() => { aws?.close(); effects.cleanup(); });
 
-/** The CLI as a user runs it, against DynamoDB Local + fauxqs (endpoints from AWS_ENDPOINT_URL_* set by the test setup). */
-function stepwise(...args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  const child = spawn(process.execPath, [BIN, ...args, '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl], {
-    cwd: ROOT, env: { ...process.env, EFFECTS_DB: effects.path, PROCESS_AGENT_ROWS: '3', STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' },
-  });
-  let out = ''; let err = '';
-  child.stdout.on('data', (d: Buffer) => { out += d; });
-  child.stderr.on('data', (d: Buffer) => { err += d; });
-  return new Promise((r) => child.on('exit', (code) => r({ code, out, err })));
+/** The CLI against DynamoDB Local + fauxqs (endpoints from AWS_ENDPOINT_URL_* set by the test setup). */
+function stepwise(...args: string[]) {
+  return stepwiseCli([...args, '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl],
+    { EFFECTS_DB: effects.path, PROCESS_AGENT_ROWS: '3', STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' });
 }
 
 describe('the stepwise command on the AWS backend', () => {
@@ -51,11 +43,8 @@ describe('the stepwise command on the AWS backend', () => {
     const run = await stepwise('run', '--agent', AGENT, '--goal', 'x');
     expect(run.code).toBe(2);
     expect(run.err).toContain('works a run in this process on the local backend');
-    const child = spawn(process.execPath, [BIN, 'status', '--backend', 'aws'], { cwd: ROOT, env: { ...process.env, TABLE_NAME: '', BUCKET_NAME: '', QUEUE_URL: '' } });
-    let err = '';
-    child.stderr.on('data', (d: Buffer) => { err += d; });
-    const code = await new Promise((r) => child.on('exit', r));
-    expect(code).toBe(2);
-    expect(err).toContain('the AWS backend needs TABLE_NAME, BUCKET_NAME, QUEUE_URL');
+    const missing = await stepwiseCli(['status', '--backend', 'aws'], { TABLE_NAME: '', BUCKET_NAME: '', QUEUE_URL: '' });
+    expect(missing.code).toBe(2);
+    expect(missing.err).toContain('the AWS backend needs TABLE_NAME, BUCKET_NAME, QUEUE_URL');
   });
 });

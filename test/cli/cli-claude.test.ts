@@ -1,12 +1,9 @@
-import { spawn } from 'node:child_process';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { completedStepLines, done, startMessagesServer, toolUse, type MessagesServer } from '../support/messages-server.ts';
 
-const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const db = tempDb();
 let server: MessagesServer;
@@ -21,19 +18,11 @@ beforeAll(async () => {
 });
 afterAll(async () => { await server.stop(); db.cleanup(); });
 
-/** Async spawn: the local Messages server lives in this process and must keep answering meanwhile. */
-function stepwise(...args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  const child = spawn(process.execPath, [BIN, ...args], {
-    cwd: ROOT,
-    env: {
-      ...process.env, STEPWISE_DB: db.path, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'effects.db'), STEPWISE_LOG_LEVEL: 'warn',
-      ANTHROPIC_API_KEY: 'sk-test-local', ANTHROPIC_BASE_URL: server.url, STEPWISE_MODEL: 'claude-opus-5-5',
-    },
+function stepwise(...args: string[]) {
+  return stepwiseCli(args, {
+    STEPWISE_DB: db.path, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'effects.db'), STEPWISE_LOG_LEVEL: 'warn',
+    ANTHROPIC_API_KEY: 'sk-test-local', ANTHROPIC_BASE_URL: server.url, STEPWISE_MODEL: 'claude-opus-5-5',
   });
-  let out = ''; let err = '';
-  child.stdout.on('data', (d: Buffer) => { out += d; });
-  child.stderr.on('data', (d: Buffer) => { err += d; });
-  return new Promise((r) => child.on('exit', (code) => r({ code, out, err })));
 }
 
 describe('the stepwise command with Claude (the local Messages API server)', () => {
