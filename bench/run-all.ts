@@ -4,7 +4,7 @@ import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const dir = fileURLToPath(new URL('.', import.meta.url));
-const benches = readdirSync(dir).filter((f) => f.endsWith('.ts') && !['run-all.ts', 'support.ts'].includes(f)).sort();
+const benches = readdirSync(dir).filter((f) => f.endsWith('.ts') && f !== 'run-all.ts' && !f.endsWith('support.ts')).sort();
 let failed = 0;
 for (const file of benches) {
   console.log(`\n=== ${file}`);
