@@ -1,0 +1,65 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { startRun } from '../../lib/engine/start.ts';
+import { runWorker } from '../../lib/engine/worker-loop.ts';
+import { silentLogger } from '../../lib/log.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { systemClock } from '../../lib/ports.ts';
+import { tempDb } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+describe('the worker heartbeat', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('keeps a step that outlasts the visibility timeout hidden from other workers until it finishes', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path });
+    const other = openLocalRuntime({ dbPath: db.path });
+    const calls: number[] = [];
+    let stepRunning = false;
+    const agent = defineAgent({
+      name: 'slow', tools: [tool({
+        name: 'write_row', description: 'takes 4 visibility timeouts', input: z.object({ row: z.number() }), sideEffect: true,
+        run: async (input) => {
+          calls.push(input.row);
+          stepRunning = true;
+          await new Promise((r) => setTimeout(r, 800));
+          stepRunning = false;
+          return 'ok';
+        },
+      })],
+    });
+    const deps: EngineDeps = {
+      store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue, model: new StubModel(writeRowsScript(1)),
+      agent, clock: systemClock, workerId: 'slow-worker', codeVersion: 'test', log: silentLogger,
+    };
+    await startRun(deps, { goal: 'one slow row', runId: 'slow' });
+
+    // Another worker polls all the while; it must never get the message of the step in progress.
+    const stolen: string[] = [];
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        if (stepRunning) {
+          const [d] = await other.queue.receive({ visibilityMs: 200 });
+          if (d) { stolen.push(d.body); await other.queue.release(d, 0); }
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    await runWorker(deps, runtime.queue, {
+      visibilityMs: 200, waitMs: 50,
+      onHandled: (h) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status !== 'running',
+    });
+    polling = false;
+    await poller;
+
+    expect(stolen).toEqual([]);
+    expect(calls).toEqual([1]);
+    expect((await runtime.store.load('slow'))?.status).toBe('completed');
+    runtime.close(); other.close();
+  });
+});
