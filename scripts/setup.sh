@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Everything a fresh machine needs besides `npm install`: a Java runtime for DynamoDB Local (the AWS
-# integration tests). Idempotent: does nothing when it is already there.
+# Everything a fresh machine needs besides `npm install`, from Debian's packages: a Java runtime for
+# DynamoDB Local (the AWS integration tests) and Chromium for the browser tests of the approval and
+# inspector pages (driven by playwright-core; it never downloads a browser of its own).
+# Idempotent: does nothing when they are already there.
 set -euo pipefail
-if ! command -v java >/dev/null 2>&1; then
-  echo "setup: installing a Java runtime for DynamoDB Local"
-  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q default-jre-headless
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 java -version 2>&1 | head -n 1
+/usr/bin/chromium --version 2>/dev/null || chromium --version
