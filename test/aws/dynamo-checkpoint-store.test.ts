@@ -9,7 +9,7 @@ import { blobRef } from '../../lib/core/result.ts';
 import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
-import { countCommands, createTestResources, type TestResources } from './aws-fixtures.ts';
+import { countCommands, countReadUnits, createTestResources, type TestResources } from './aws-fixtures.ts';
 
 let resources: TestResources;
 let store: DynamoCheckpointStore;
@@ -126,6 +126,51 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     expect(stalled.map((r) => r.runId).filter((id) => id.startsWith('shard-run-'))).toEqual([ids[1], ids[0]]);
     const all = await clocked.list({ limit: 1000 });
     expect(all.find((r) => r.runId === ids[3])).toMatchObject({ status: 'completed', version: 2 });
+  });
+});
+
+describe('DynamoDB checkpoint store: the resume read', () => {
+  it('reads no more capacity for a warm resume at step 600 than at step 2, and only the missing records when behind', async () => {
+    const runId = 'resume-read-run';
+    const reads = countReadUnits(resources.clients.dynamo);
+    await store.create(newState(runId), META);
+    let version = 1;
+    const commitThrough = async (last: number) => {
+      for (let n = version; n <= last; n++) {
+        version = (await store.commit({ runId, expectedVersion: version, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META })).version;
+      }
+    };
+    const unitsOf = async (load: () => Promise<unknown>) => {
+      reads.units = 0;
+      await load();
+      return reads.units;
+    };
+
+    await commitThrough(1);
+    // Step 2: a cold worker reads the head and record 1; a warm one, which holds record 1, reads the head.
+    const coldAt2 = await unitsOf(() => store.load(runId));
+    const warmAt2 = await unitsOf(() => store.load(runId, { afterStep: 1 }));
+    await commitThrough(599);
+    const warmAt600 = await unitsOf(() => store.load(runId, { afterStep: 599 }));
+    const behindAt600 = await unitsOf(() => store.load(runId, { afterStep: 598 }));
+    const coldAt600 = await unitsOf(() => store.load(runId));
+
+    expect(warmAt2).toBeGreaterThan(0);
+    expect(warmAt600).toBeLessThanOrEqual(warmAt2);
+    // A worker one step behind (another worker did step 599) reads the head and one record, however long
+    // the run: at most what a cold worker reads at step 2 plus the head again.
+    expect(behindAt600).toBeLessThanOrEqual(coldAt2 + warmAt2);
+    // The cold read is the one that grows: it is what the warm reads no longer pay.
+    expect(coldAt600).toBeGreaterThan(10 * coldAt2);
+
+    const full = decodeState((await store.load(runId))!);
+    expect(full.steps).toHaveLength(599);
+    const warm = (await store.load(runId, { afterStep: 599 }))!;
+    expect(warm).toMatchObject({ version: 600, steps: [], stepsAfter: 599 });
+    expect(decodeState(warm, full.steps)).toEqual(full);
+    const behind = (await store.load(runId, { afterStep: 598 }))!;
+    expect(behind.steps).toHaveLength(1);
+    expect(decodeState(behind, full.steps.slice(0, 598))).toEqual(full);
   });
 });
 
