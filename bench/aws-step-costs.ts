@@ -2,19 +2,25 @@
  * AWS calls, capacity and bytes per step of a 60-step run through the SQS worker handler, against
  * DynamoDB Local and fauxqs (started here unless AWS_ENDPOINT_URL_* already point at servers). Every
  * SDK call is counted by a middleware on the clients: the worker's (handler) and the event source's
- * (receives and deletes, which Lambda's SQS trigger makes in production). Figures, not assertions.
+ * (receives and deletes, which Lambda's SQS trigger makes in production). Then the resume read's capacity
+ * at steps 1, 60 and 600 of a second, 600-step run: warm (the handler of a container that ran the earlier
+ * steps and holds them in its step cache), one step behind, and cold (a fresh container, empty cache).
+ * Figures, not assertions.
  *
- *   node --import tsx bench/aws-step-costs.ts [steps]
+ *   node --import tsx bench/aws-step-costs.ts [steps] [resume-read steps]
  */
 import { QueryCommand } from '@aws-sdk/client-dynamodb';
 import { decodeState } from '../lib/core/codec.ts';
 import { HEAD_SK, checkpointSk, runPk, stepSk } from '../lib/aws/table-layout.ts';
-import { createTestResources, startTestRun } from '../test/aws/aws-fixtures.ts';
-import { WorkerProcess, driveRun } from '../test/aws/lambda-harness.ts';
+import { createAwsClients } from '../lib/aws/clients.ts';
+import { countCommands, countReadUnits, createTestResources, queueDepth, startTestRun, type TestResources } from '../test/aws/aws-fixtures.ts';
+import { WorkerProcess, driveRun, pollOnce } from '../test/aws/lambda-harness.ts';
 import { useAwsServers } from '../test/support/aws-servers.ts';
 import { benchAgent, perStep, rawItemSize } from './aws-support.ts';
 
 const STEPS = Number(process.argv[2] ?? 60);
+const READ_STEPS = Number(process.argv[3] ?? 600);
+const READ_AT = [1, 60, 600].filter((n) => n <= READ_STEPS);
 const LARGE_EVERY = 10;
 
 type Stack = { add(middleware: unknown, options: unknown): void };
@@ -103,7 +109,62 @@ try {
   }
   const largest = Items.map((i) => ({ sk: i.sk?.S ?? '', bytes: rawItemSize(i) })).sort((a, b) => b.bytes - a.bytes)[0]!;
   console.log(`  largest item: ${largest.sk} at ${largest.bytes} bytes (limit 409600); ${Items.length} items in the run's partition`);
+
+  await resumeReads(resources);
 } finally {
   resources.close();
   await stopServers();
+}
+
+/**
+ * The resume read of step n: warm, it is the whole read of the handler invocation that runs step n in the
+ * container that ran steps 1..n-1 (so it holds them); cold and one step behind, it is the load that a
+ * container with an empty cache, or holding steps 1..n-2, makes (store.load on fresh clients, the exact call
+ * advance() makes there), taken just before the warm invocation.
+ */
+async function resumeReads(resources: TestResources): Promise<void> {
+  const { agent, model } = benchAgent({ steps: READ_STEPS, largeEvery: LARGE_EVERY, largeBytes: 20_000 });
+  const runId = await startTestRun(resources.runtime(), agent, 'bench-reads-run', `take ${READ_STEPS} steps`);
+  const warm = new WorkerProcess({ resources, agent, model: model() });
+  const warmUnits = countReadUnits(warm.clients.dynamo);
+  const warmCalls = countCommands(warm.clients.dynamo);
+  const fresh = createAwsClients();
+  const freshStore = resources.runtime({ clients: fresh }).store;
+  const freshUnits = countReadUnits(fresh.dynamo);
+  const freshCalls = countCommands(fresh.dynamo);
+  const reads = (calls: Map<string, number>) => [...calls].filter(([name]) => /^(Get|Query|BatchGet)/.test(name))
+    .map(([name, count]) => `${count} ${name.replace(/(Item)?Command$/, '')}`).join(' + ');
+  const measure = async (units: { units: number }, calls: Map<string, number>, read: () => Promise<unknown>) => {
+    units.units = 0;
+    calls.clear();
+    await read();
+    return { units: units.units, calls: reads(calls) };
+  };
+  const rows: string[] = [];
+  let total = 0;
+  try {
+    // One message per invocation: the n-th invocation runs step n (the last one, the model's DONE).
+    for (let n = 1; n <= READ_STEPS + 1; n++) {
+      const measured = READ_AT.includes(n);
+      const cold = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId)) : undefined;
+      const behind = measured && n > 2 ? await measure(freshUnits, freshCalls, () => freshStore.load(runId, { afterStep: n - 2 })) : undefined;
+      const invocation = await measure(warmUnits, warmCalls, async () => {
+        const poll = await pollOnce(resources.clients, resources.queueUrl, warm, { max: 1 });
+        if (poll.records.length !== 1 || poll.failures.length) throw new Error(`step ${n}: ${poll.records.length} records, ${poll.failures.length} failures`);
+      });
+      total += invocation.units;
+      if (cold) {
+        const cell = (m: { units: number; calls: string } | undefined) => (m ? `${m.units} RCU (${m.calls})` : 'n/a').padEnd(26);
+        rows.push(`  step ${String(n).padStart(3)}   ${cell(invocation)} ${cell(behind)} ${cell(cold)}`);
+      }
+    }
+    if ((await queueDepth(resources.clients, resources.queueUrl)) !== 0) throw new Error('the run left messages behind');
+  } finally {
+    warm.close();
+    fresh.destroy();
+  }
+  console.log(`\nresume read per step, ${READ_STEPS}-step run (same agent; DynamoDB Local's capacity accounting, strongly consistent):`);
+  console.log(`             ${'warm (handler)'.padEnd(26)} ${'one step behind'.padEnd(26)} ${'cold (empty cache)'.padEnd(26)}`);
+  for (const row of rows) console.log(row);
+  console.log(`  whole run, warm container: ${total} RCU for ${READ_STEPS + 1} invocations (${perStep(total, READ_STEPS + 1)} per step)`);
 }

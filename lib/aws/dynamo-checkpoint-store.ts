@@ -42,7 +42,8 @@ type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[numb
  * Checkpoints in DynamoDB (layout in table-layout.ts). Every write that moves a run is ONE
  * TransactWriteItems: the head update fenced on the version, the new step record and the new history row
  * succeed or fail together, so a crash or a lost race can never leave a step without its checkpoint or a
- * gap in the history. Loading a run is ONE strongly consistent Query over its partition.
+ * gap in the history. Loading a run is one strongly consistent Query over its partition; a worker that
+ * holds the run's earlier steps reads only the head and the steps it lacks (load with afterStep).
  */
 export class DynamoCheckpointStore implements CheckpointStore {
   private readonly spill: AttributeSpill;
@@ -95,15 +96,12 @@ export class DynamoCheckpointStore implements CheckpointStore {
 
   async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
     const after = options.afterStep ?? 0;
-    // Head and step records in one strongly consistent read: the resume read is one call per page of 1 MB.
-    // Step records the caller already holds are filtered out (a filter may not name key attributes, so it
-    // keeps the head by its `version` attribute, which step items lack): read capacity is still charged
-    // for them, but they are neither sent nor decoded again.
-    const items = await this.queryAll({
+    // Cold, the head and every step record in one strongly consistent Query (one call per 1 MB page).
+    // Warm, only what the caller lacks: see loadAfter.
+    const items = after ? await this.loadAfter(runId, after) : await this.queryAll({
       KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :stepsEnd',
-      ...(after ? { FilterExpression: 'attribute_exists(#version) OR #step > :after' } : {}),
-      ExpressionAttributeNames: { '#pk': PK, '#sk': SK, ...(after ? { '#version': 'version', '#step': 'step' } : {}) },
-      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END, ...(after ? { ':after': after } : {}) },
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END },
     });
     const head = items.find((item) => item[SK] === HEAD_SK);
     if (!head) return undefined;
@@ -119,6 +117,29 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ...(pending !== undefined ? { pending } : {}),
       workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
     };
+  }
+
+  /**
+   * The head, then, only if the run has steps the caller does not hold, a Query for exactly those. Capacity
+   * is charged for every item a Query reads, filtered or not, so the held records must stay outside the key
+   * range; the head and the newer steps are not adjacent in sort order (h < s#<held> < s#<newer>), so this
+   * takes two calls when the caller is behind. The common warm case (the caller ran the previous step)
+   * is one GetItem of the head. Both reads are strongly consistent; the Query ends at the head's step, so a
+   * commit landing between the two reads adds nothing the head does not account for.
+   */
+  private async loadAfter(runId: string, after: number): Promise<Item[]> {
+    const { Item: head } = await this.options.doc.send(new GetCommand({
+      TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, ConsistentRead: true,
+    }));
+    if (!head) return [];
+    const last = Number(head.step);
+    if (!(last > after)) return [head];
+    const steps = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :first AND :last',
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':first': stepSk(after + 1), ':last': stepSk(last) },
+    });
+    return [head, ...steps];
   }
 
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {

@@ -95,3 +95,26 @@ export async function startTestRun(runtime: AwsRuntime, agent: AgentDefinition, 
   );
   return started.runId;
 }
+
+/**
+ * Sums the read capacity DynamoDB reports for the reads sent through a client (asking each read for
+ * ReturnConsumedCapacity), for capacity assertions and the benchmarks.
+ */
+export function countReadUnits(client: { middlewareStack: { add(middleware: any, options: any): void } }): { units: number } {
+  const counter = { units: 0 };
+  client.middlewareStack.add(
+    (next: (args: { input: Record<string, unknown> }) => Promise<{ output: Record<string, any> }>, context: { commandName?: string }) => async (args: { input: Record<string, unknown> }) => {
+      const read = /^(Get|BatchGet|TransactGet|Query|Scan)/.test(context.commandName ?? '');
+      if (read) args.input.ReturnConsumedCapacity = 'TOTAL';
+      const result = await next(args);
+      if (read) {
+        for (const c of [result.output.ConsumedCapacity ?? []].flat() as { CapacityUnits?: number; ReadCapacityUnits?: number }[]) {
+          counter.units += c.CapacityUnits ?? c.ReadCapacityUnits ?? 0;
+        }
+      }
+      return result;
+    },
+    { step: 'initialize', name: `read-units-${randomUUID()}` },
+  );
+  return counter;
+}

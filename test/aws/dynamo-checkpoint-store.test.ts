@@ -1,6 +1,7 @@
 import { DescribeTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
 import { GetCommand, PutCommand, QueryCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAwsClients } from '../../lib/aws/clients.ts';
 import { DynamoCheckpointStore } from '../../lib/aws/dynamo-checkpoint-store.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from '../../lib/aws/item-size.ts';
 import { HEAD_SK, PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk } from '../../lib/aws/table-layout.ts';
@@ -9,7 +10,7 @@ import { blobRef } from '../../lib/core/result.ts';
 import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
-import { countCommands, createTestResources, type TestResources } from './aws-fixtures.ts';
+import { countCommands, countReadUnits, createTestResources, type TestResources } from './aws-fixtures.ts';
 
 let resources: TestResources;
 let store: DynamoCheckpointStore;
@@ -126,6 +127,114 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     expect(stalled.map((r) => r.runId).filter((id) => id.startsWith('shard-run-'))).toEqual([ids[1], ids[0]]);
     const all = await clocked.list({ limit: 1000 });
     expect(all.find((r) => r.runId === ids[3])).toMatchObject({ status: 'completed', version: 2 });
+  });
+});
+
+describe('DynamoDB checkpoint store: the resume read', () => {
+  it('reads no more capacity for a warm resume at step 600 than at step 2, and only the missing records when behind', async () => {
+    const runId = 'resume-read-run';
+    const reads = countReadUnits(resources.clients.dynamo);
+    await store.create(newState(runId), META);
+    let version = 1;
+    const commitThrough = async (last: number) => {
+      for (let n = version; n <= last; n++) {
+        version = (await store.commit({ runId, expectedVersion: version, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META })).version;
+      }
+    };
+    const unitsOf = async (load: () => Promise<unknown>) => {
+      reads.units = 0;
+      await load();
+      return reads.units;
+    };
+
+    await commitThrough(1);
+    // Step 2: a cold worker reads the head and record 1; a warm one, which holds record 1, reads the head.
+    const coldAt2 = await unitsOf(() => store.load(runId));
+    const warmAt2 = await unitsOf(() => store.load(runId, { afterStep: 1 }));
+    await commitThrough(599);
+    const warmAt600 = await unitsOf(() => store.load(runId, { afterStep: 599 }));
+    const behindAt600 = await unitsOf(() => store.load(runId, { afterStep: 598 }));
+    const coldAt600 = await unitsOf(() => store.load(runId));
+
+    expect(warmAt2).toBeGreaterThan(0);
+    expect(warmAt600).toBeLessThanOrEqual(warmAt2);
+    // A worker one step behind (another worker did step 599) reads the head and one record, however long
+    // the run: at most what a cold worker reads at step 2 plus the head again.
+    expect(behindAt600).toBeLessThanOrEqual(coldAt2 + warmAt2);
+    // The cold read is the one that grows: it is what the warm reads no longer pay.
+    expect(coldAt600).toBeGreaterThan(10 * coldAt2);
+
+    const full = decodeState((await store.load(runId))!);
+    expect(full.steps).toHaveLength(599);
+    const warm = (await store.load(runId, { afterStep: 599 }))!;
+    expect(warm).toMatchObject({ version: 600, steps: [], stepsAfter: 599 });
+    expect(decodeState(warm, full.steps)).toEqual(full);
+    const behind = (await store.load(runId, { afterStep: 598 }))!;
+    expect(behind.steps).toHaveLength(1);
+    expect(decodeState(behind, full.steps.slice(0, 598))).toEqual(full);
+  });
+
+  it('reads the head alone when the caller holds every step, and the head plus the missing records otherwise', async () => {
+    const runId = 'resume-calls-run';
+    await commitSteps(store, runId, 3);
+    const counts = countCommands(resources.clients.dynamo);
+    await store.load(runId, { afterStep: 3 });
+    expect(Object.fromEntries(counts)).toEqual({ GetItemCommand: 1 });
+    counts.clear();
+    await store.load(runId, { afterStep: 1 });
+    expect(Object.fromEntries(counts)).toEqual({ GetItemCommand: 1, QueryCommand: 1 });
+    counts.clear();
+    expect(await store.load('resume-calls-nobody', { afterStep: 3 })).toBeUndefined();
+    expect(Object.fromEntries(counts)).toEqual({ GetItemCommand: 1 });
+  });
+
+  it('keeps a commit that lands between the head read and the records read out of the checkpoint', async () => {
+    const runId = 'resume-race-run';
+    await commitSteps(store, runId, 3);
+    // The reader's own clients: after its head read returns, another worker commits step 4 before the
+    // reader's Query is sent (an interleaving the server cannot be asked for).
+    const clients = createAwsClients();
+    const reader = resources.runtime({ clients }).store;
+    let interleaved = false;
+    (clients.dynamo.middlewareStack as { add(middleware: unknown, options: unknown): void }).add(
+      (next: (args: unknown) => Promise<unknown>, context: { commandName?: string }) => async (args: unknown) => {
+        const result = await next(args);
+        if (context.commandName === 'GetItemCommand' && !interleaved) {
+          interleaved = true;
+          await store.commit({ runId, expectedVersion: 4, state: stateAfter(runId, 4), appended: recordFor(runId, 4), ...META });
+        }
+        return result;
+      },
+      { step: 'initialize', name: 'commit-between-reads' },
+    );
+    try {
+      const known = decodeState((await store.load(runId))!).steps.slice(0, 1);
+      const loaded = (await reader.load(runId, { afterStep: 1 }))!;
+      expect(interleaved).toBe(true);
+      expect(loaded.version).toBe(4);
+      expect(decodeState(loaded, known).steps.map((s) => s.step)).toEqual([1, 2, 3]);
+      expect((await store.load(runId))!.version).toBe(5);
+    } finally {
+      clients.destroy();
+    }
+  });
+
+  it('restores a spilled head, decision and step records on a warm load', async () => {
+    const runId = 'resume-spill-run';
+    // A low threshold spills every head and record too, not only the large decision.
+    const spilling = resources.runtime({ spillBytes: 100 }).store;
+    const big = 'a large decision input '.repeat(5_000);
+    await commitSteps(spilling, runId, 2);
+    await spilling.recordDecision(runId, 3, decisionFor(runId, 3, { payload: big }));
+    const items = await rawItems(runId);
+    const head = items.find((i) => i[SK] === HEAD_SK)!;
+    expect([head.headRef, head.pendingRef, items.find((i) => i[SK] === stepSk(2))!.recordRef]).toEqual([
+      expect.stringMatching(/^sha256:/), expect.stringMatching(/^sha256:/), expect.stringMatching(/^sha256:/),
+    ]);
+    const cold = decodeState((await spilling.load(runId))!);
+    expect(cold.pending?.input).toEqual({ payload: big });
+    expect(decodeState((await spilling.load(runId, { afterStep: 2 }))!, cold.steps)).toEqual(cold);
+    expect(decodeState((await spilling.load(runId, { afterStep: 1 }))!, cold.steps.slice(0, 1))).toEqual(cold);
   });
 });
 

@@ -80,7 +80,12 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect({ ...tail, steps: undefined, stepsAfter: undefined }).toEqual({ ...full, steps: undefined, stepsAfter: undefined });
       const known = decodeState(full).steps.slice(0, 3);
       expect(decodeState(tail, known)).toEqual(decodeState(full));
-      expect((await s().load(runId, { afterStep: 4 }))!.steps).toEqual([]);
+      // A caller that holds every step (it ran the last one) gets the same head and decision, and no records.
+      const warm = (await s().load(runId, { afterStep: 4 }))!;
+      expect(warm.steps).toEqual([]);
+      expect({ ...warm, steps: undefined, stepsAfter: undefined }).toEqual({ ...full, steps: undefined, stepsAfter: undefined });
+      expect(decodeState(warm, decodeState(full).steps)).toEqual(decodeState(full));
+      expect(await s().load(uniqueRunId('nobody'), { afterStep: 4 })).toBeUndefined();
     });
 
     it('rejects a stale write with StaleVersionError and changes nothing', async () => {
