@@ -105,7 +105,9 @@ export class DynamoCheckpointStore implements CheckpointStore {
     });
     const head = items.find((item) => item[SK] === HEAD_SK);
     if (!head) return undefined;
-    const stepItems = items.filter((item) => isStepSk(String(item[SK])));
+    // A Query is not a snapshot: a commit landing while it pages may add a record after the head it
+    // already read. The head is the truth; records past its step belong to a version this read did not see.
+    const stepItems = items.filter((item) => isStepSk(String(item[SK])) && Number(item.step) <= Number(head.step));
     const [headText, pending, ...steps] = await Promise.all([
       this.restore(head, 'head'),
       head.pending !== undefined || head.pendingRef !== undefined ? this.restore(head, 'pending') : Promise.resolve(undefined),
