@@ -25,7 +25,10 @@ export function renewEveryMs(leaseMs: number): number {
   return Math.floor(leaseMs / 3);
 }
 
-/** How long a second attempt waits before asking again: until the lease ends, plus the margin. */
+/**
+ * How long a second attempt waits before asking again: until the lease ends, plus the margin. Never more
+ * than the longest lease: a holder whose clock runs far ahead must not park the step for hours.
+ */
 export function retryAfterMs(leaseUntil: number, now: number): number {
-  return Math.max(0, leaseUntil - now) + LEASE_MARGIN_MS;
+  return Math.min(MAX_LEASE_MS, Math.max(0, leaseUntil - now)) + LEASE_MARGIN_MS;
 }
