@@ -56,12 +56,13 @@ describe('DynamoDB idempotency ledger: what only DynamoDB has', () => {
 });
 
 describe('DynamoDB idempotency ledger: a write the SDK retries after its first try was applied', () => {
-  let clients: AwsClients | undefined;
-  afterAll(() => clients?.destroy());
+  const opened: AwsClients[] = [];
+  afterAll(() => { for (const clients of opened) clients.destroy(); });
 
   /** A ledger on its own client, whose first attempt of a matching write is applied and then fails. */
   function faultyLedger(matches: AttemptMatcher, error: () => Error, clock: ManualClock) {
-    clients = createAwsClients();
+    const clients = createAwsClients();
+    opened.push(clients);
     const fault = appliedThenFails(clients.doc, matches, error);
     return { fault, ledger: new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock }) };
   }
