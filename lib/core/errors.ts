@@ -58,7 +58,7 @@ export class IdempotencyKeyReuseError extends PermanentError {
  */
 export class IdempotencyInProgressError extends TransientError {
   constructor(readonly key: string, readonly leaseUntil: number, readonly retryAfterMs: number) {
-    super(`idempotency key ${key} is being applied by another attempt; its claim ends at ${new Date(leaseUntil).toISOString()} unless renewed`);
+    super(`idempotency key ${key} is being applied by another attempt; its claim ends at ${Number.isFinite(leaseUntil) ? new Date(leaseUntil).toISOString() : 'an unknown time'} unless renewed`);
   }
 }
 

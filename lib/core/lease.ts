@@ -30,5 +30,6 @@ export function renewEveryMs(leaseMs: number): number {
  * than the longest lease: a holder whose clock runs far ahead must not park the step for hours.
  */
 export function retryAfterMs(leaseUntil: number, now: number): number {
-  return Math.min(MAX_LEASE_MS, Math.max(0, leaseUntil - now)) + LEASE_MARGIN_MS;
+  const left = Number.isFinite(leaseUntil - now) ? leaseUntil - now : DEFAULT_LEASE_MS;
+  return Math.min(MAX_LEASE_MS, Math.max(0, left)) + LEASE_MARGIN_MS;
 }

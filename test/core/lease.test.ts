@@ -14,5 +14,7 @@ describe('leases on idempotency keys', () => {
     expect(retryAfterMs(now - 5_000, now)).toBe(LEASE_MARGIN_MS);
     // A holder whose clock runs hours ahead does not park the step for hours.
     expect(retryAfterMs(now + 5 * 3_600_000, now)).toBe(MAX_LEASE_MS + LEASE_MARGIN_MS);
+    // An unreadable lease end waits one default lease.
+    expect(retryAfterMs(Number.NaN, now)).toBe(DEFAULT_LEASE_MS + LEASE_MARGIN_MS);
   });
 });
