@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { InvalidInputError } from './core/errors.ts';
-import type { Model, ModelSettings, ToolSpec } from './ports.ts';
+import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 
 /** What a tool receives besides its input. */
 export interface ToolContext {
@@ -13,11 +13,15 @@ export interface ToolContext {
   /** `${runId}/step-${step}`: the same on every retry of this step, on any worker. */
   idempotencyKey: string;
   /**
-   * Runs `effect` at most once for this step's key and input, returning the remembered result on a retry.
-   * A reused key with different input is an error. An effect that can take the key itself (a unique
-   * column, a request header) is stronger still: it stays exact even across a crash inside `effect`.
+   * Runs `effect` at most once for this step's key and input while this worker lives, returning the
+   * remembered result on a retry; a reused key with different input is an error. The claim on the key
+   * lasts `leaseMs` (default 60 s) and is renewed while the effect runs; another attempt of the step
+   * waits for it instead of failing. If the worker dies inside `effect`, the effect may or may not have
+   * happened, and after the lease it runs again: only an effect that takes the key itself (a unique
+   * column in the same transaction, an idempotency header) stays exact then. `signal` aborts if this
+   * worker lost the claim (it froze past its lease and another attempt took the key).
    */
-  once<T>(effect: () => Promise<T>): Promise<T>;
+  once<T>(effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
 }
 
 export interface ToolDefinition<I = any> {

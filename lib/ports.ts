@@ -126,9 +126,24 @@ export interface RunQueueConsumer {
   release(delivery: Delivery, delayMs: number): Promise<void>;
 }
 
-/** Applies an effect at most once per idempotency key, remembering its result. */
+export interface OnceOptions {
+  /**
+   * How long a claim on the key lasts unless renewed (default 60 s; 1 s to 1 h). The holder renews it
+   * every third of that while the effect runs, so this is how long a worker that died inside the effect
+   * blocks the key, and how long a pause (a frozen process) it survives.
+   */
+  leaseMs?: number;
+}
+
+/**
+ * Applies an effect at most once per idempotency key while its holder lives, remembering its result.
+ * A claim has an owner: only the owner renews, releases (when the effect fails) or completes it. A live
+ * claim of another attempt is IdempotencyInProgressError; a reused key with other arguments is
+ * IdempotencyKeyReuseError. The effect's signal aborts if the claim was lost (the holder froze past its
+ * lease and another attempt took the key); a holder that lost its claim never undoes the new owner's.
+ */
 export interface IdempotencyLedger {
-  once<T>(key: string, args: unknown, effect: () => Promise<T>, options?: { leaseMs?: number }): Promise<T>;
+  once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
 }
 
 export interface ToolSpec {
@@ -168,6 +183,16 @@ export interface Model {
 
 export interface Clock {
   now(): number;
+  /** Calls `fn` every `ms` until the returned function is called; a test clock fires it as its time passes. */
+  every?(ms: number, fn: () => unknown): () => void;
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
+
+/** A repeating timer on `clock`: its own if it has one, else setInterval (which never keeps a process alive). */
+export function everyOn(clock: Clock, ms: number, fn: () => unknown): () => void {
+  if (clock.every) return clock.every(ms, fn);
+  const timer = setInterval(fn, ms);
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -2,14 +2,16 @@ import { createHash, randomUUID } from 'node:crypto';
 import { DeleteCommand, PutCommand, UpdateCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError } from '../core/errors.ts';
-import type { BlobStore, Clock, IdempotencyLedger } from '../ports.ts';
+import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
+import { holdWhileRenewing } from '../lease-renewal.ts';
+import type { BlobStore, Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { AttributeSpill } from './attribute-spill.ts';
 import { isConditionalCheckFailed } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
 import { LEDGER_SK, PK, SK, TTL_ATTRIBUTE, ledgerPk } from './table-layout.ts';
 
-export const DEFAULT_LEASE_MS = 60_000;
+export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 /** Completed records outlive any retry of their step by far; then TTL removes them. */
 export const DEFAULT_LEDGER_RETENTION_MS = 30 * 24 * 3600 * 1000;
 
@@ -24,13 +26,26 @@ export interface DynamoLedgerOptions {
 }
 
 type RawItem = Record<string, { S?: string; N?: string }>;
+type Key = Record<string, string>;
+
+const IN_PROGRESS = 'in_progress';
+/** A completion that keeps losing races gives up after this many tries: the effect's result is returned anyway. */
+const COMPLETE_TRIES = 5;
 
 /**
  * Apply-once records in DynamoDB, with the semantics of lib/local/sqlite-ledger.ts and the record design
  * of Powertools' idempotency utility (status, expiry, lease, payload hash): claim the key with an
- * in-progress lease (one conditional put), run the effect, store its result. A retry gets the stored
- * result; a reused key with other arguments is refused; a lease left by a crashed attempt expires so the
- * effect can be tried again.
+ * in-progress lease (one conditional put), run the effect while renewing the lease, store its result. A
+ * retry gets the stored result; a reused key with other arguments is refused; the lease of a claim whose
+ * holder died runs out so the effect can be tried again.
+ *
+ * Every claim carries its owner's token and every later write is conditional on it. A holder that lost
+ * its claim still applied its effect, so its completion puts its result on record without touching the
+ * new owner's claim: a result on record means the effect happened, and no later attempt runs it again.
+ *
+ * The SDK retries a write whose answer was lost (a 500, a timeout) although its first try may have been
+ * applied; each write here reads such a retry's condition failure as what it is: the old item returned
+ * with it carries our own token (a claim) or the result on record (a completion).
  */
 export class DynamoLedger implements IdempotencyLedger {
   private readonly spill: AttributeSpill;
@@ -39,69 +54,174 @@ export class DynamoLedger implements IdempotencyLedger {
     this.spill = new AttributeSpill(options.blobs, options.spillBytes);
   }
 
-  private get now(): number {
-    return (this.options.clock ?? systemClock).now();
+  private get clock(): Clock {
+    return this.options.clock ?? systemClock;
   }
 
-  async once<T>(key: string, args: unknown, effect: () => Promise<T>, options: { leaseMs?: number } = {}): Promise<T> {
+  private get now(): number {
+    return this.clock.now();
+  }
+
+  async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => Promise<T>, options: OnceOptions = {}): Promise<T> {
+    const leaseMs = leaseMsOf(options);
     const argsHash = hashArgs(args);
     const token = randomUUID();
-    const now = this.now;
     const itemKey = { [PK]: ledgerPk(key), [SK]: LEDGER_SK };
+    const claimed = await this.claim<T>(key, itemKey, argsHash, token, leaseMs);
+    if (claimed.done) return claimed.result;
+
+    let result: T;
+    try {
+      result = await holdWhileRenewing({ key, clock: this.clock, leaseMs, effect, renew: () => this.renew(itemKey, token, leaseMs) });
+    } catch (error) {
+      // The effect failed: release our claim (only ours) so a retry may run it. If this write fails too,
+      // the lease runs out instead.
+      await this.release(itemKey, token).catch(() => undefined);
+      throw error;
+    }
+    return this.complete(itemKey, argsHash, token, result);
+  }
+
+  private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number): Promise<{ done: true; result: T } | { done: false }> {
+    const now = this.now;
     const claim = new Expression();
     // The claim succeeds when nobody holds the key, when the record outlived its retention (TTL has not
-    // swept it yet), or when an attempt with the same arguments crashed and its lease ran out. Otherwise
-    // the old record comes back with the failure and says why: completed (return its result), other
-    // arguments (refuse), or a live lease (someone is applying it now).
+    // swept it yet), or when an attempt with the same arguments died and its lease ran out without a
+    // result on record. Otherwise the old record comes back with the failure and says why.
     const condition = [
       `attribute_not_exists(${claim.name(PK)})`,
       `${claim.name(TTL_ATTRIBUTE)} < ${claim.value(now / 1000)}`,
-      `(${claim.name('status')} = ${claim.value('in_progress')} AND ${claim.name('leaseUntil')} < ${claim.value(now)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)})`,
+      `(${claim.name('status')} = ${claim.value(IN_PROGRESS)} AND ${claim.name('leaseUntil')} < ${claim.value(now)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)} AND ${noResult(claim)})`,
     ].join(' OR ');
     try {
       await this.options.doc.send(new PutCommand({
         TableName: this.options.tableName,
-        Item: {
-          ...itemKey, status: 'in_progress', argsHash, token, leaseUntil: now + (options.leaseMs ?? DEFAULT_LEASE_MS),
-          updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now),
-        },
+        Item: { ...itemKey, status: IN_PROGRESS, argsHash, token, leaseUntil: now + leaseMs, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now) },
         ConditionExpression: condition, ...claim.params(), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }));
+      return { done: false };
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error;
-      const old = (error as { Item?: RawItem }).Item ?? {};
+      const old = oldItem(error);
+      // The SDK retried this very put after its first try was applied: the claim is ours.
+      if (old.token?.S === token) return { done: false };
       if (old.argsHash?.S !== argsHash) throw new IdempotencyKeyReuseError(key);
-      if (old.status?.S === 'completed') return this.storedResult<T>(old);
-      throw new IdempotencyInProgressError(key);
+      // A result on record: completed, or finished by a holder that had lost its claim.
+      if (hasResult(old)) return { done: true, result: await this.storedResult<T>(old) };
+      const leaseUntil = Number(old.leaseUntil?.N ?? now);
+      throw new IdempotencyInProgressError(key, leaseUntil, retryAfterMs(leaseUntil, now));
     }
+  }
 
-    let result: T;
-    try {
-      result = await effect();
-    } catch (error) {
-      // The effect failed before completing: release our claim (and only ours) so a retry may run it.
-      const release = new Expression();
-      await this.options.doc.send(new DeleteCommand({
-        TableName: this.options.tableName, Key: itemKey,
-        ConditionExpression: `${release.name('token')} = ${release.value(token)}`, ...release.params(),
-      })).catch(() => undefined);
-      throw error;
-    }
-
-    const complete = new Expression();
-    const stored = await this.spill.keep('result', JSON.stringify(result ?? null));
+  /** False when the claim is no longer ours. A retried renewal whose first try was applied still holds. */
+  private async renew(itemKey: Key, token: string, leaseMs: number): Promise<boolean> {
+    const now = this.now;
+    const renew = new Expression();
     try {
       await this.options.doc.send(new UpdateCommand({
         TableName: this.options.tableName, Key: itemKey,
-        UpdateExpression: complete.update({ status: 'completed', ...stored, updatedAt: this.now, [TTL_ATTRIBUTE]: this.expiresAt(this.now) }, ['leaseUntil', 'token']),
-        // Only the holder of the claim completes it. If our lease ran out and another attempt took the key
-        // over, that attempt owns the record now; the effect has happened either way, so return its result.
-        ConditionExpression: `${complete.name('token')} = ${complete.value(token)}`, ...complete.params(),
+        UpdateExpression: renew.update({ leaseUntil: now + leaseMs, updatedAt: now }),
+        ConditionExpression: ownClaim(renew, token), ...renew.params(),
+      }));
+      return true;
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) return false;
+      throw error;
+    }
+  }
+
+  private async release(itemKey: Key, token: string): Promise<void> {
+    const release = new Expression();
+    try {
+      await this.options.doc.send(new DeleteCommand({
+        TableName: this.options.tableName, Key: itemKey,
+        ConditionExpression: `${ownClaim(release, token)} AND ${noResult(release)}`, ...release.params(),
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }));
     } catch (error) {
+      // Gone already (a retried delete whose first try was applied), or not ours: nothing to do.
       if (!isConditionalCheckFailed(error)) throw error;
+      const old = oldItem(error);
+      // A holder that had lost the key finished the effect meanwhile: the key is completed with its result.
+      if (old.token?.S === token && old.status?.S === IN_PROGRESS && hasResult(old)) await this.finish(itemKey, token);
+    }
+  }
+
+  /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
+  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T): Promise<T> {
+    const stored = await this.spill.keep('result', JSON.stringify(result ?? null));
+    for (let tries = 0; tries < COMPLETE_TRIES; tries++) {
+      const now = this.now;
+      const complete = new Expression();
+      try {
+        await this.options.doc.send(new UpdateCommand({
+          TableName: this.options.tableName, Key: itemKey,
+          UpdateExpression: complete.update({ status: 'completed', ...stored, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now) }, ['leaseUntil']),
+          ConditionExpression: `${ownClaim(complete, token)} AND ${noResult(complete)}`, ...complete.params(),
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }));
+        return result;
+      } catch (error) {
+        if (!isConditionalCheckFailed(error)) throw error;
+        const old = oldItem(error);
+        if (!old.argsHash) {
+          // Nobody holds the key (it was taken over, then released): the effect happened all the same.
+          if (await this.putCompleted(itemKey, argsHash, token, stored, now)) return result;
+          continue;
+        }
+        if (old.argsHash.S !== argsHash) return result;
+        if (hasResult(old)) {
+          // Ours if the SDK retried a completion that was applied; another holder's otherwise.
+          if (old.token?.S === token && old.status?.S === IN_PROGRESS) await this.finish(itemKey, token);
+          return this.storedResult<T>(old);
+        }
+        // Another attempt holds the key now: leave its claim as it is, and put our result on record so
+        // that neither its failure nor its death lets the effect run a third time.
+        if (old.status?.S === IN_PROGRESS && old.token?.S && await this.putResultOn(itemKey, old.token.S, stored, now)) return result;
+      }
     }
     return result;
+  }
+
+  private async putCompleted(itemKey: Key, argsHash: string, token: string, stored: Record<string, string | undefined>, now: number): Promise<boolean> {
+    const put = new Expression();
+    try {
+      await this.options.doc.send(new PutCommand({
+        TableName: this.options.tableName,
+        Item: { ...itemKey, status: 'completed', argsHash, token, ...stored, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now) },
+        ConditionExpression: `attribute_not_exists(${put.name(PK)})`, ...put.params(),
+      }));
+      return true;
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) return false;
+      throw error;
+    }
+  }
+
+  private async putResultOn(itemKey: Key, holder: string, stored: Record<string, string | undefined>, now: number): Promise<boolean> {
+    const put = new Expression();
+    try {
+      await this.options.doc.send(new UpdateCommand({
+        TableName: this.options.tableName, Key: itemKey,
+        UpdateExpression: put.update({ ...stored, updatedAt: now }),
+        ConditionExpression: `${ownClaim(put, holder)} AND ${noResult(put)}`, ...put.params(),
+      }));
+      return true;
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) return false;
+      throw error;
+    }
+  }
+
+  /** Our claim carries a result another holder put there: it becomes the completed record. */
+  private async finish(itemKey: Key, token: string): Promise<void> {
+    const now = this.now;
+    const finish = new Expression();
+    await this.options.doc.send(new UpdateCommand({
+      TableName: this.options.tableName, Key: itemKey,
+      UpdateExpression: finish.update({ status: 'completed', updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now) }, ['leaseUntil']),
+      ConditionExpression: ownClaim(finish, token), ...finish.params(),
+    })).catch((error: unknown) => { if (!isConditionalCheckFailed(error)) throw error; });
   }
 
   private async storedResult<T>(raw: RawItem): Promise<T> {
@@ -112,6 +232,22 @@ export class DynamoLedger implements IdempotencyLedger {
   private expiresAt(now: number): number {
     return Math.ceil((now + (this.options.retentionMs ?? DEFAULT_LEDGER_RETENTION_MS)) / 1000);
   }
+}
+
+function oldItem(error: unknown): RawItem {
+  return (error as { Item?: RawItem }).Item ?? {};
+}
+
+function hasResult(item: RawItem): boolean {
+  return item.result?.S !== undefined || item.resultRef?.S !== undefined;
+}
+
+function ownClaim(e: Expression, token: string): string {
+  return `${e.name('token')} = ${e.value(token)} AND ${e.name('status')} = ${e.value(IN_PROGRESS)}`;
+}
+
+function noResult(e: Expression): string {
+  return `attribute_not_exists(${e.name('result')}) AND attribute_not_exists(${e.name('resultRef')})`;
 }
 
 export function hashArgs(args: unknown): string {

@@ -52,10 +52,13 @@ export class IdempotencyKeyReuseError extends PermanentError {
   }
 }
 
-/** Another attempt holds the key's in-progress lease; retry after it expires. */
+/**
+ * Another attempt holds the key's claim, until `leaseUntil` unless its holder renews it. Not a failed
+ * attempt of the step: the engine hands the message back for `retryAfterMs` and counts nothing.
+ */
 export class IdempotencyInProgressError extends TransientError {
-  constructor(readonly key: string) {
-    super(`idempotency key ${key} is being applied by another attempt`);
+  constructor(readonly key: string, readonly leaseUntil: number, readonly retryAfterMs: number) {
+    super(`idempotency key ${key} is being applied by another attempt; its claim ends at ${Number.isFinite(leaseUntil) ? new Date(leaseUntil).toISOString() : 'an unknown time'} unless renewed`);
   }
 }
 

@@ -2,7 +2,7 @@ import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import {
-  PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
+  IdempotencyInProgressError, PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
@@ -123,6 +123,9 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   try {
     output = await tool.run(decision.input, toolContext(deps, runId, n, state.failures + 1, decision));
   } catch (error) {
+    // Another attempt holds the key's live claim: not a failed attempt of this step (the caller waits
+    // for the lease and writes nothing).
+    if (error instanceof IdempotencyInProgressError) throw error;
     // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt.
     if (!(error instanceof ToolError)) return commit(deps, version, recordFailure(state, error, now()));
     output = error.message;
@@ -143,7 +146,7 @@ function toolContext(deps: EngineDeps, runId: string, step: number, attempt: num
   const key = decision.idempotencyKey ?? idempotencyKey(runId, step);
   return {
     runId, step, attempt, idempotencyKey: key,
-    once: (effect) => deps.ledger.once(key, decision.input, effect),
+    once: (effect, options) => deps.ledger.once(key, decision.input, effect, options),
   };
 }
 

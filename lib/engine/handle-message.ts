@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { NewerFormatError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
+import { IdempotencyInProgressError, NewerFormatError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
@@ -52,6 +52,12 @@ export async function handleDelivery(
     if (error instanceof StaleVersionError) {
       deps.log.warn({ event: 'stale-write', runId, version, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run; stopping');
       return { action: 'ack', runId };
+    }
+    if (error instanceof IdempotencyInProgressError) {
+      // A live claim of another attempt: not a failure of the step. Its holder renews it only while it
+      // lives, so the wait ends within a lease; the message comes back then, and nothing is written.
+      deps.log.info({ event: 'idempotency-key-busy', runId, version, key: error.key, leaseUntil: error.leaseUntil, retryAfterMs: error.retryAfterMs }, 'idempotency key held by another attempt: waiting for its lease');
+      return { action: 'release', delayMs: error.retryAfterMs, runId };
     }
     if (error instanceof NewerFormatError) {
       deps.log.warn({ event: 'newer-format', runId, version }, error.message);

@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS ledger (
   status      TEXT NOT NULL,
   result      TEXT,
   lease_until INTEGER NOT NULL,
+  owner       TEXT,
   updated_at  INTEGER NOT NULL
 );
 
@@ -93,7 +94,17 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
+  addLedgerOwner(db);
   return db;
+}
+
+/**
+ * Files created before claims had owners get the column (under the write lock, so two processes opening
+ * the same old file do not both add it). Their old in-progress rows have no owner and simply expire.
+ */
+function addLedgerOwner(db: Db): void {
+  const has = () => !!db.prepare("SELECT 1 FROM pragma_table_info('ledger') WHERE name = 'owner'").get();
+  if (!has()) immediate(db, () => { if (!has()) db.exec('ALTER TABLE ledger ADD COLUMN owner TEXT'); });
 }
 
 /** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */

@@ -1,47 +1,109 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError } from '../core/errors.ts';
-import type { Clock, IdempotencyLedger } from '../ports.ts';
+import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
+import { holdWhileRenewing } from '../lease-renewal.ts';
+import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { immediate, type Db } from './database.ts';
 
-export const DEFAULT_LEASE_MS = 60_000;
+export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
-interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number }
+interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null }
 
 /**
  * Apply-once records, like Powertools' idempotency utility: claim the key with an in-progress lease, run
- * the effect, store its result. A retry returns the stored result; a reused key with other arguments is
- * refused; a lease left by a crashed attempt expires so the effect can be tried again.
+ * the effect while renewing the lease, store its result. A retry returns the stored result; a reused key
+ * with other arguments is refused; the lease of a claim whose holder died runs out so the effect can be
+ * tried again.
+ *
+ * Every claim has an owner (a random token per call), and only the owner renews, releases or completes
+ * it. A holder that lost its claim (it froze past its lease and another attempt took the key) still
+ * applied its effect, so its completion puts its result on record without touching the new owner's
+ * claim: a result on record means the effect happened, and no later attempt runs it again.
+ *
+ * Each write is one local transaction that either commits or throws, so a write whose outcome is
+ * unknown (the DynamoDB ledger's SDK retry after a lost answer) cannot happen here.
  */
 export class SqliteLedger implements IdempotencyLedger {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
 
-  async once<T>(key: string, args: unknown, effect: () => Promise<T>, options: { leaseMs?: number } = {}): Promise<T> {
+  async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => Promise<T>, options: OnceOptions = {}): Promise<T> {
+    const leaseMs = leaseMsOf(options);
     const argsHash = hashArgs(args);
+    const owner = randomUUID();
     const claimed = immediate(this.db, () => {
       const now = this.clock.now();
-      const row = this.db.prepare('SELECT args_hash, status, result, lease_until FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
+      const row = this.row(key);
       if (row && row.args_hash !== argsHash) throw new IdempotencyKeyReuseError(key);
-      if (row?.status === 'completed') return { done: true as const, result: JSON.parse(row.result ?? 'null') as T };
-      if (row && row.lease_until > now) throw new IdempotencyInProgressError(key);
+      if (row && row.result !== null) return { done: true as const, result: JSON.parse(row.result) as T };
+      if (row && row.lease_until > now) throw new IdempotencyInProgressError(key, row.lease_until, retryAfterMs(row.lease_until, now));
       this.db.prepare(
-        "INSERT INTO ledger (key, args_hash, status, result, lease_until, updated_at) VALUES (?, ?, 'in_progress', NULL, ?, ?) ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, updated_at = excluded.updated_at",
-      ).run(key, argsHash, now + (options.leaseMs ?? DEFAULT_LEASE_MS), now);
+        `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at) VALUES (?, ?, 'in_progress', NULL, ?, ?, ?)
+         ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at`,
+      ).run(key, argsHash, now + leaseMs, owner, now);
       return { done: false as const };
     });
     if (claimed.done) return claimed.result;
+
     let result: T;
     try {
-      result = await effect();
+      result = await holdWhileRenewing({ key, clock: this.clock, leaseMs, effect, renew: () => this.renew(key, owner, leaseMs) });
     } catch (error) {
-      // The effect failed before completing: release the claim so the step's retry may run it again.
-      this.db.prepare("DELETE FROM ledger WHERE key = ? AND status = 'in_progress'").run(key);
+      // The effect failed: release our claim (only ours) so the step's retry may run it. If this write
+      // fails too, the lease runs out instead.
+      try { this.release(key, owner); } catch { /* the lease ends anyway */ }
       throw error;
     }
-    this.db.prepare("UPDATE ledger SET status = 'completed', result = ?, updated_at = ? WHERE key = ?")
-      .run(JSON.stringify(result ?? null), this.clock.now(), key);
-    return result;
+    return this.complete(key, argsHash, owner, result);
+  }
+
+  private row(key: string): LedgerRow | undefined {
+    return this.db.prepare('SELECT args_hash, status, result, lease_until, owner FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
+  }
+
+  private renew(key: string, owner: string, leaseMs: number): boolean {
+    const now = this.clock.now();
+    return this.db.prepare("UPDATE ledger SET lease_until = ?, updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress'")
+      .run(now + leaseMs, now, key, owner).changes === 1;
+  }
+
+  private release(key: string, owner: string): void {
+    immediate(this.db, () => {
+      const now = this.clock.now();
+      // A holder that had lost the key finished the effect meanwhile: the key is completed with its result.
+      this.db.prepare("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress' AND result IS NOT NULL")
+        .run(now, key, owner);
+      this.db.prepare("DELETE FROM ledger WHERE key = ? AND owner = ? AND status = 'in_progress' AND result IS NULL").run(key, owner);
+    });
+  }
+
+  /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
+  private complete<T>(key: string, argsHash: string, owner: string, result: T): T {
+    return immediate(this.db, () => {
+      const now = this.clock.now();
+      const json = JSON.stringify(result ?? null);
+      const row = this.row(key);
+      if (!row) {
+        // Nobody holds the key (it was taken over, then released): the effect happened all the same.
+        this.db.prepare("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at) VALUES (?, ?, 'completed', ?, ?, ?, ?)")
+          .run(key, argsHash, json, now, owner, now);
+        return result;
+      }
+      if (row.args_hash !== argsHash) return result;
+      if (row.result !== null) {
+        if (row.owner === owner) this.db.prepare("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ?").run(now, key);
+        return JSON.parse(row.result) as T;
+      }
+      if (row.owner === owner) {
+        this.db.prepare("UPDATE ledger SET status = 'completed', result = ?, updated_at = ? WHERE key = ?").run(json, now, key);
+        return result;
+      }
+      // Another attempt holds the key now: leave its claim as it is, and put our result on record so that
+      // neither its failure nor its death lets the effect run a third time.
+      this.db.prepare('UPDATE ledger SET result = ?, updated_at = ? WHERE key = ?').run(json, now, key);
+      return result;
+    });
   }
 }
 

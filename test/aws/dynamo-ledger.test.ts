@@ -1,65 +1,41 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAwsClients, type AwsClients } from '../../lib/aws/clients.ts';
 import { DynamoLedger } from '../../lib/aws/dynamo-ledger.ts';
 import { LEDGER_SK, PK, SK, TTL_ATTRIBUTE, ledgerPk } from '../../lib/aws/table-layout.ts';
-import { IdempotencyInProgressError, IdempotencyKeyReuseError } from '../../lib/core/errors.ts';
+import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
+import type { BlobStore } from '../../lib/ports.ts';
+import { HeldEffect, idempotencyLedgerContract } from '../contract/idempotency-ledger-contract.ts';
+import { ManualClock } from '../support/manual-clock.ts';
+import { appliedThenFails, serverError, timeout, type AttemptMatcher } from './applied-then-fails.ts';
 import { createTestResources, type TestResources } from './aws-fixtures.ts';
 
 let resources: TestResources;
+let blobs: BlobStore;
 let now = 5_000_000_000_000;
 let ledger: DynamoLedger;
 beforeAll(async () => {
   resources = await createTestResources('ledger');
-  ledger = resources.runtime({ clock: { now: () => now } }).ledger;
+  const runtime = resources.runtime({ clock: { now: () => now } });
+  ledger = runtime.ledger;
+  blobs = runtime.blobs;
 });
 afterAll(() => resources?.close());
+
+idempotencyLedgerContract('DynamoDB Local', () => ({
+  ledger: (clock) => new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock }),
+}));
 
 async function record(key: string): Promise<Record<string, unknown> | undefined> {
   return (await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }))).Item;
 }
 
-describe('DynamoDB idempotency ledger (same semantics as the SQLite ledger)', () => {
-  it('applies an effect once and returns the remembered result to a retry', async () => {
-    let applied = 0;
-    const effect = async () => ({ rows: ++applied });
-    expect(await ledger.once('run-a/step-1', { batch: 1 }, effect)).toEqual({ rows: 1 });
-    expect(await ledger.once('run-a/step-1', { batch: 1 }, effect)).toEqual({ rows: 1 });
-    expect(applied).toBe(1);
+describe('DynamoDB idempotency ledger: what only DynamoDB has', () => {
+  it('stores a completed record with a TTL past the retention window', async () => {
+    expect(await ledger.once('run-a/step-1', { batch: 1 }, async () => ({ rows: 1 }))).toEqual({ rows: 1 });
     const item = await record('run-a/step-1');
     expect(item).toMatchObject({ status: 'completed', result: '{"rows":1}' });
     expect(item?.[TTL_ATTRIBUTE]).toBeGreaterThan(now / 1000);
-  });
-
-  it('refuses a key used again with other arguments (key order does not matter)', async () => {
-    await ledger.once('run-a/step-2', { a: 1, b: 2 }, async () => 'ok');
-    expect(await ledger.once('run-a/step-2', { b: 2, a: 1 }, async () => 'again')).toBe('ok');
-    await expect(ledger.once('run-a/step-2', { a: 1, b: 3 }, async () => 'other')).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
-  });
-
-  it('lets exactly one of several concurrent attempts apply the effect', async () => {
-    let applied = 0;
-    const effect = async () => { applied++; await new Promise((r) => setTimeout(r, 100)); return 'done'; };
-    const results = await Promise.allSettled(Array.from({ length: 5 }, () => ledger.once('run-a/step-3', { x: 1 }, effect)));
-    expect(applied).toBe(1);
-    for (const r of results) {
-      if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(IdempotencyInProgressError);
-      else expect(r.value).toBe('done');
-    }
-  });
-
-  it('releases the claim when the effect fails, so the retry runs it', async () => {
-    await expect(ledger.once('run-a/step-4', {}, async () => { throw new Error('boom'); })).rejects.toThrow('boom');
-    expect(await record('run-a/step-4')).toBeUndefined();
-    expect(await ledger.once('run-a/step-4', {}, async () => 'second try')).toBe('second try');
-  });
-
-  it('takes over the lease of a crashed attempt only after it expired', async () => {
-    const crashed = ledger.once('run-a/step-5', { y: 1 }, () => new Promise<never>(() => undefined), { leaseMs: 30_000 });
-    void crashed;
-    await new Promise((r) => setTimeout(r, 100));
-    await expect(ledger.once('run-a/step-5', { y: 1 }, async () => 'too early')).rejects.toBeInstanceOf(IdempotencyInProgressError);
-    now += 30_001;
-    expect(await ledger.once('run-a/step-5', { y: 1 }, async () => 'taken over')).toBe('taken over');
   });
 
   it('keeps a result too large for an item in S3 and returns it to a retry', async () => {
@@ -72,9 +48,70 @@ describe('DynamoDB idempotency ledger (same semantics as the SQLite ledger)', ()
   });
 
   it('is a fresh key again once its record outlived the retention window', async () => {
-    const short = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs: resources.runtime().blobs, clock: { now: () => now }, retentionMs: 1000 });
+    const short = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock: { now: () => now }, retentionMs: 1000 });
     expect(await short.once('run-b/step-1', {}, async () => 'first')).toBe('first');
     now += 2000;
     expect(await short.once('run-b/step-1', {}, async () => 'after expiry')).toBe('after expiry');
+  });
+});
+
+describe('DynamoDB idempotency ledger: a write the SDK retries after its first try was applied', () => {
+  const opened: AwsClients[] = [];
+  afterAll(() => { for (const clients of opened) clients.destroy(); });
+
+  /** A ledger on its own client, whose first attempt of a matching write is applied and then fails. */
+  function faultyLedger(matches: AttemptMatcher, error: () => Error, clock: ManualClock) {
+    const clients = createAwsClients();
+    opened.push(clients);
+    const fault = appliedThenFails(clients.doc, matches, error);
+    return { fault, ledger: new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock }) };
+  }
+  const updateSetting = (attribute: string, value?: string) => (name: string, input: Record<string, unknown>) =>
+    name === 'UpdateItemCommand' && JSON.stringify(input.ExpressionAttributeNames ?? {}).includes(`"${attribute}"`)
+    && (value === undefined || JSON.stringify(input.ExpressionAttributeValues ?? {}).includes(`{"S":"${value}"}`));
+
+  it('a claim whose answer was lost (a 500) is recognised on the retry as our own claim, and the effect runs once', async () => {
+    const clock = new ManualClock();
+    const { fault, ledger: faulty } = faultyLedger((name) => name === 'PutItemCommand', serverError, clock);
+    let applied = 0;
+    expect(await faulty.once('retry/claim/step-1', { n: 1 }, async () => `applied ${++applied}`)).toBe('applied 1');
+    expect(fault.fired()).toBe(1);
+    expect(fault.attempts()).toBe(2);
+    expect(applied).toBe(1);
+    expect(await record('retry/claim/step-1')).toMatchObject({ status: 'completed', result: '"applied 1"' });
+  });
+
+  it('a completion whose answer was lost (a timeout) is a success on the retry, with our result on record', async () => {
+    const clock = new ManualClock();
+    const { fault, ledger: faulty } = faultyLedger(updateSetting('status', 'completed'), timeout, clock);
+    expect(await faulty.once('retry/complete/step-1', {}, async () => ({ rows: 7 }))).toEqual({ rows: 7 });
+    expect(fault.fired()).toBe(1);
+    expect(fault.attempts()).toBe(2);
+    expect(await record('retry/complete/step-1')).toMatchObject({ status: 'completed', result: '{"rows":7}' });
+    expect(await faulty.once('retry/complete/step-1', {}, async () => 'not again')).toEqual({ rows: 7 });
+  });
+
+  it('a lease renewal whose answer was lost (a 500) still counts: the claim stays ours', async () => {
+    const clock = new ManualClock();
+    const { fault, ledger: faulty } = faultyLedger(updateSetting('leaseUntil'), serverError, clock);
+    const slow = new HeldEffect();
+    const done = faulty.once('retry/renew/step-1', {}, slow.effect, { leaseMs: 60_000 });
+    await slow.started();
+    await clock.pass(70_000);
+    expect(fault.fired()).toBe(1);
+    expect(slow.signal?.aborted).toBe(false);
+    const other = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock: clock.process() });
+    await expect(other.once('retry/renew/step-1', {}, async () => 'not while held')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    slow.finish('held for 70 s');
+    expect(await done).toBe('held for 70 s');
+  });
+
+  it('a release whose answer was lost (a timeout) leaves the key free for the retry', async () => {
+    const clock = new ManualClock();
+    const { fault, ledger: faulty } = faultyLedger((name) => name === 'DeleteItemCommand', timeout, clock);
+    await expect(faulty.once('retry/release/step-1', {}, async () => { throw new Error('boom'); })).rejects.toThrow('boom');
+    expect(fault.fired()).toBe(1);
+    expect(await record('retry/release/step-1')).toBeUndefined();
+    expect(await faulty.once('retry/release/step-1', {}, async () => 'second try')).toBe('second try');
   });
 });

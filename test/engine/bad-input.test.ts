@@ -134,20 +134,6 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(await loadState(runtime)).toMatchObject({ status: 'failed', step: 0, reason: `step 1: ${new IdempotencyKeyReuseError('run/step-1').message}` });
   });
 
-  it('the ledger applies an effect once per key and returns the remembered result on a retry', async () => {
-    const { runtime, clock } = setup();
-    let applied = 0;
-    const effect = async () => ({ n: ++applied });
-    expect(await runtime.ledger.once('k', { a: 1, b: 2 }, effect)).toEqual({ n: 1 });
-    expect(await runtime.ledger.once('k', { b: 2, a: 1 }, effect)).toEqual({ n: 1 });
-    expect(applied).toBe(1);
-    // A crashed attempt's lease blocks others until it expires, then the effect may run again.
-    runtime.db.prepare("INSERT INTO ledger (key, args_hash, status, lease_until, updated_at) VALUES ('held', ?, 'in_progress', ?, 0)").run((await import('../../lib/local/sqlite-ledger.ts')).hashArgs({}), clock.now() + 1000);
-    await expect(runtime.ledger.once('held', {}, effect)).rejects.toThrow(/being applied by another attempt/);
-    clock.advance(1001);
-    expect(await runtime.ledger.once('held', {}, effect)).toEqual({ n: 2 });
-  });
-
   it.each([
     ['not JSON', 'hello'],
     ['no version', JSON.stringify({ runId: 'run' })],

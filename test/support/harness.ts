@@ -10,15 +10,11 @@ import { startRun } from '../../lib/engine/start.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
 import type { Model } from '../../lib/ports.ts';
+import type { ManualClock } from './manual-clock.ts';
 
 export const VISIBILITY_MS = 30_000;
 
-/** A clock the test moves by hand: visibility timeouts and retry delays pass instantly. */
-export class ManualClock {
-  constructor(public ms = 1_700_000_000_000) {}
-  now = (): number => this.ms;
-  advance(ms: number): void { this.ms += ms; }
-}
+export { ManualClock } from './manual-clock.ts';
 
 export class SimulatedCrash extends Error {
   constructor(readonly point: CrashPoint, readonly step: number) {

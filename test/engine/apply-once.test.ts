@@ -1,0 +1,202 @@
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { handleDelivery, type Handled } from '../../lib/engine/handle-message.ts';
+import type { LocalRuntime } from '../../lib/local/runtime.ts';
+import { HeldEffect } from '../contract/idempotency-ledger-contract.ts';
+import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+const LEASE_MS = 60_000;
+
+/**
+ * The effects a side-effecting tool starts through ctx.once, on every worker: each entry is one attempt
+ * to apply the step's effect. Held entries are finished by the test; once `auto` is set, new ones finish
+ * at once.
+ */
+class Effects {
+  readonly entries: { worker: string; at: number; held: HeldEffect<string> }[] = [];
+  auto = false;
+  applied = 0;
+  running = 0;
+  maxRunning = 0;
+
+  agent(clock: ManualClock, onceOptions?: { leaseMs?: number }): (worker: string) => AgentDefinition {
+    return (worker) => defineAgent({
+      name: 'once-agent', tools: [tool({
+        name: 'write_row', description: 'writes one row through ctx.once', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (input, ctx) => ctx.once(async () => {
+          const held = new HeldEffect<string>();
+          this.entries.push({ worker, at: clock.now(), held });
+          this.running++;
+          this.maxRunning = Math.max(this.maxRunning, this.running);
+          try {
+            const result = this.auto ? `row ${input.row} written by ${worker}` : await held.effect();
+            this.applied++;
+            return result;
+          } finally {
+            this.running--;
+          }
+        }, onceOptions),
+      })],
+    });
+  }
+}
+
+/** Waits (without a clock) until something another promise chain does has happened. */
+async function until(condition: () => boolean): Promise<void> {
+  for (let i = 0; i < 1000 && !condition(); i++) await new Promise((r) => setImmediate(r));
+  expect(condition()).toBe(true);
+}
+
+/** Log lines, as JSON objects. */
+function capturedLog(): { log: EngineDeps['log']; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  return { lines, log: pino({ level: 'info' }, { write: (line: string) => { lines.push(JSON.parse(line) as Record<string, unknown>); } }) };
+}
+
+/**
+ * A worker that polls all the time, as a real one does: when nothing is visible, a second passes. Retry
+ * delays of 1 s and 2 s are therefore seen as they would be in production.
+ */
+async function work(deps: EngineDeps, runtime: LocalRuntime, clock: ManualClock, handled: Handled[] = []): Promise<Handled[]> {
+  for (let i = 0; i < 10_000; i++) {
+    const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    if (!delivery) {
+      if (runtime.queue.depth() === 0) return handled;
+      clock.advance(1000);
+      continue;
+    }
+    const result = await handleDelivery(deps, delivery);
+    if (result.action === 'ack') await runtime.queue.ack(delivery);
+    else await runtime.queue.release(delivery, result.delayMs);
+    handled.push(result);
+  }
+  throw new Error('queue not drained');
+}
+
+describe('ctx.once in the engine: one application per key', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('a 70 s effect under a 60 s lease, whose message is redelivered and which then fails, is applied once', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const effects = new Effects();
+    const agentFor = effects.agent(clock, { leaseMs: LEASE_MS });
+    const proc = (workerId: string, log = capturedLog()) => ({
+      log, ...workerProcess({ dbPath: db.path, agent: agentFor(workerId), model: new StubModel(writeRowsScript(1)), clock: clock.process(), workerId }),
+    });
+    const a = proc('A');
+    const b = proc('B');
+    const c = proc('C');
+    b.deps.log = b.log.log;
+    await start(a.deps);
+
+    // Attempt 1 (A) starts the effect, which will take 70 s.
+    const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const aStep = handleDelivery(a.deps, m1!);
+    await until(() => effects.entries.length === 1);
+
+    // A's message is not heartbeated (its heartbeat failed): at 61 s a second worker gets it.
+    clock.advance(61_000);
+    const [again] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(again?.receiveCount).toBe(2);
+    let bHandled: Handled | undefined;
+    const bStep = handleDelivery(b.deps, again!).then((h) => { bHandled = h; return h; });
+    await until(() => bHandled !== undefined || effects.entries.length === 2);
+
+    // At 70 s, attempt 1 fails.
+    clock.advance(9_000);
+    effects.entries[0]!.held.fail(new Error('connection reset after 70 s'));
+    await aStep;
+    effects.auto = true;
+
+    // A third worker takes whatever is queued; then B's attempt, if it ever started, finishes.
+    await work(c.deps, c.runtime, clock);
+    effects.entries[1]?.held.finish('row 1 written by B');
+    const bResult = await bStep;
+    if (bResult.action === 'release') await b.runtime.queue.release(again!, bResult.delayMs);
+    await work(c.deps, c.runtime, clock);
+
+    expect(effects.applied).toBe(1);
+    expect(effects.maxRunning).toBe(1);
+    expect(effects.entries.map((e) => e.worker)).toEqual(['A', 'C']);
+    // B saw a live claim: it handed the message back until the lease ends and wrote nothing.
+    expect(bResult).toMatchObject({ action: 'release' });
+    expect((bResult as { delayMs: number }).delayMs).toBeGreaterThanOrEqual(LEASE_MS - 1000);
+    expect(b.log.lines).toContainEqual(expect.objectContaining({ event: 'idempotency-key-busy', runId: 'run', key: 'run/step-1' }));
+    const state = await loadState(c.runtime);
+    expect(state.status).toBe('completed');
+    expect(state.steps[0]).toMatchObject({ workerId: 'C', result: { text: 'row 1 written by C' } });
+    // Versions: start, A's failed attempt, step 1, DONE. B added none.
+    expect((await c.runtime.store.history('run')).map((h) => h.version)).toEqual([1, 2, 3, 4]);
+    for (const p of [a, b, c]) p.runtime.close();
+  });
+
+  it('a worker killed inside ctx.once: the step waits for the lease to end, then completes, and no failure is counted', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const effects = new Effects();
+    const agentFor = effects.agent(clock);
+    const deadClock = clock.process();
+    const a = workerProcess({ dbPath: db.path, agent: agentFor('A'), model: new StubModel(writeRowsScript(1)), clock: deadClock, workerId: 'A' });
+    const logB = capturedLog();
+    const b = workerProcess({ dbPath: db.path, agent: agentFor('B'), model: new StubModel(writeRowsScript(1)), clock: clock.process(), workerId: 'B' });
+    b.deps.log = logB.log;
+    await start(a.deps);
+
+    const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    void handleDelivery(a.deps, m1!);
+    await until(() => effects.entries.length === 1);
+    // A dies inside the effect: its claim stays, and nothing renews it.
+    deadClock.kill();
+    a.runtime.close();
+    effects.auto = true;
+
+    const handled = await work(b.deps, b.runtime, clock);
+    const state = await loadState(b.runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 1 });
+    expect(effects.entries.map((e) => e.worker)).toEqual(['A', 'B']);
+    // B ran the effect again only after A's lease ended (A may or may not have applied it: the key is the defence).
+    expect(effects.entries[1]!.at).toBeGreaterThanOrEqual(effects.entries[0]!.at + 60_000);
+    expect(handled.filter((h) => h.action === 'release').length).toBeGreaterThanOrEqual(1);
+    expect(logB.lines.filter((l) => l.event === 'checkpoint' && l.failures)).toEqual([]);
+    expect(logB.lines).toContainEqual(expect.objectContaining({ event: 'idempotency-key-busy', runId: 'run', key: 'run/step-1' }));
+    // Versions: start, step 1, DONE: the wait wrote no checkpoint.
+    expect((await b.runtime.store.history('run')).map((h) => h.version)).toEqual([1, 2, 3]);
+    b.runtime.close();
+  });
+
+  it('ctx.once takes a lease: the claim lasts leaseMs, and a bad lease fails the run with the reason', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const effects = new Effects();
+    const a = workerProcess({ dbPath: db.path, agent: effects.agent(clock, { leaseMs: 5_000 })('A'), model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
+    await start(a.deps);
+    const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const aStep = handleDelivery(a.deps, m1!);
+    await until(() => effects.entries.length === 1);
+    const row = a.runtime.db.prepare("SELECT lease_until FROM ledger WHERE key = 'run/step-1'").get() as { lease_until: number };
+    expect(row.lease_until).toBe(effects.entries[0]!.at + 5_000);
+    effects.entries[0]!.held.finish('done');
+    await aStep;
+    a.runtime.close();
+
+    const other = tempDb();
+    try {
+      const bad = workerProcess({ dbPath: other.path, agent: effects.agent(clock, { leaseMs: 0 })('B'), model: new StubModel(writeRowsScript(1)), clock, workerId: 'B' });
+      await start(bad.deps);
+      await work(bad.deps, bad.runtime, clock);
+      const state = await loadState(bad.runtime);
+      expect(state.status).toBe('failed');
+      expect(state.reason).toMatch(/leaseMs/);
+      expect(effects.entries).toHaveLength(1);
+      bad.runtime.close();
+    } finally {
+      other.cleanup();
+    }
+  });
+});

@@ -1,0 +1,44 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
+import { openDatabase } from '../../lib/local/database.ts';
+import { SqliteLedger, hashArgs } from '../../lib/local/sqlite-ledger.ts';
+import { idempotencyLedgerContract } from '../contract/idempotency-ledger-contract.ts';
+import { ManualClock } from '../support/manual-clock.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'stepwise-ledger-'));
+const db = openDatabase(join(dir, 'ledger.db'));
+afterAll(() => { db.close(); rmSync(dir, { recursive: true, force: true }); });
+
+idempotencyLedgerContract('SQLite', () => ({ ledger: (clock) => new SqliteLedger(db, clock) }));
+
+describe('SQLite ledger on a file written before claims had owners', () => {
+  it('gains the owner column on open; an old in-progress claim blocks until its lease ends, then is taken over', async () => {
+    const path = join(dir, 'old.db');
+    const old = new Database(path);
+    old.exec(`CREATE TABLE ledger (key TEXT PRIMARY KEY, args_hash TEXT NOT NULL, status TEXT NOT NULL, result TEXT,
+      lease_until INTEGER NOT NULL, updated_at INTEGER NOT NULL)`);
+    const clock = new ManualClock();
+    old.prepare("INSERT INTO ledger VALUES ('old/step-1', ?, 'in_progress', NULL, ?, 0), ('old/step-2', ?, 'completed', '\"done before\"', 0, 0)")
+      .run(hashArgs({}), clock.now() + 5_000, hashArgs({}));
+    old.close();
+
+    const upgraded = openDatabase(path);
+    const again = openDatabase(path);
+    try {
+      const columns = (upgraded.prepare("SELECT name FROM pragma_table_info('ledger')").all() as { name: string }[]).map((c) => c.name);
+      expect(columns).toContain('owner');
+      const ledger = new SqliteLedger(again, clock);
+      await expect(ledger.once('old/step-1', {}, async () => 'too early')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+      expect(await ledger.once('old/step-2', {}, async () => 'not again')).toBe('done before');
+      clock.advance(5_001);
+      expect(await ledger.once('old/step-1', {}, async () => 'taken over')).toBe('taken over');
+    } finally {
+      upgraded.close();
+      again.close();
+    }
+  });
+});

@@ -1,0 +1,96 @@
+import type { Clock } from '../../lib/ports.ts';
+
+interface Timer {
+  everyMs: number;
+  due: number;
+  fn: () => unknown;
+  owner: ManualClock;
+}
+
+interface Timeline {
+  ms: number;
+  timers: Set<Timer>;
+}
+
+/**
+ * A clock the test moves by hand: visibility timeouts, retry delays and leases pass instantly, and the
+ * timers a process set on it (a ledger's lease renewal) fire at their due times as time passes.
+ *
+ * `process()` gives another worker "process" on the same time line, with timers of its own that
+ * `freeze()` stops until `thaw()` (a SIGSTOP, a long GC pause) and `kill()` stops for good.
+ */
+export class ManualClock implements Clock {
+  private readonly line: Timeline;
+  private state: 'running' | 'frozen' | 'killed' = 'running';
+
+  constructor(ms = 1_700_000_000_000, line?: Timeline) {
+    this.line = line ?? { ms, timers: new Set() };
+  }
+
+  get ms(): number { return this.line.ms; }
+  set ms(value: number) { this.line.ms = value; }
+
+  now = (): number => this.line.ms;
+
+  every = (ms: number, fn: () => unknown): (() => void) => {
+    const timer: Timer = { everyMs: ms, due: this.line.ms + ms, fn, owner: this };
+    if (this.state !== 'killed') this.line.timers.add(timer);
+    return () => { this.line.timers.delete(timer); };
+  };
+
+  /** Moves time forward, firing due timers in order; what a timer starts is not waited for. */
+  advance(ms: number): void {
+    const target = this.line.ms + ms;
+    for (let timer = this.nextDue(target); timer; timer = this.nextDue(target)) this.fire(timer);
+    this.line.ms = target;
+  }
+
+  /** Moves time forward like advance(), waiting for what each timer starts (a renewal write) before going on. */
+  async pass(ms: number): Promise<void> {
+    const target = this.line.ms + ms;
+    for (let timer = this.nextDue(target); timer; timer = this.nextDue(target)) await this.fire(timer);
+    this.line.ms = target;
+  }
+
+  /** Another worker process on the same time line. */
+  process(): ManualClock {
+    return new ManualClock(this.line.ms, this.line);
+  }
+
+  /** This process stops: its timers do not fire while time passes. */
+  freeze(): void {
+    if (this.state === 'running') this.state = 'frozen';
+  }
+
+  /** The process runs again: each overdue timer fires once at once, as Node's do after a SIGCONT. */
+  async thaw(): Promise<void> {
+    if (this.state !== 'frozen') return;
+    this.state = 'running';
+    const overdue = [...this.line.timers].filter((t) => t.owner === this && t.due <= this.line.ms);
+    for (const timer of overdue) {
+      timer.due = this.line.ms + timer.everyMs;
+      await timer.fn();
+    }
+  }
+
+  /** The process is dead: its timers never fire again. */
+  kill(): void {
+    this.state = 'killed';
+    for (const timer of this.line.timers) if (timer.owner === this) this.line.timers.delete(timer);
+  }
+
+  private nextDue(target: number): Timer | undefined {
+    let next: Timer | undefined;
+    for (const timer of this.line.timers) {
+      if (timer.owner.state !== 'running' || timer.due > target) continue;
+      if (!next || timer.due < next.due) next = timer;
+    }
+    return next;
+  }
+
+  private fire(timer: Timer): unknown {
+    this.line.ms = Math.max(this.line.ms, timer.due);
+    timer.due += timer.everyMs;
+    return timer.fn();
+  }
+}
