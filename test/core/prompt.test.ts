@@ -1,18 +1,27 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { STEP_PROMPT, promptText, renderStepPrompt, stepLine } from '../../lib/core/prompt.ts';
 import { shapeResult } from '../../lib/core/result.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
 import { newState, recordFor, stateAfter } from '../support/states.ts';
 
-const SEED = new URL('../../../shared/seed/checkpoint-and-resume.md', import.meta.url);
+/** The seed document's Step prompt (its fenced block, byte for byte), kept in the repository. */
+const FIXTURE = new URL('../fixtures/step-prompt.md', import.meta.url);
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 describe('the Step prompt', () => {
   it('is the seed document\'s Step prompt, word for word', () => {
-    const seed = readFileSync(SEED, 'utf8');
-    const block = /### Step prompt\s*```markdown\n([\s\S]*?)```/.exec(seed)?.[1];
-    expect(block).toBeDefined();
-    expect(STEP_PROMPT).toBe(block);
+    expect(STEP_PROMPT).toBe(readFileSync(FIXTURE, 'utf8'));
+  });
+
+  it('is tested from inside the repository: no test, library or bench file reads outside it', () => {
+    const files = ['test', 'lib', 'bench'].flatMap((dir) => sourceFiles(join(ROOT, dir)));
+    expect(files.length).toBeGreaterThan(20);
+    const sharedDir = ['..', 'shared'].join('/'); // spelled apart so this file does not match itself
+    const outside = files.filter((f) => readFileSync(f, 'utf8').includes(sharedDir));
+    expect(outside).toEqual([]);
   });
 
   it('fills goal, completed steps and last result into the template and nothing else', () => {
@@ -60,3 +69,10 @@ describe('the Step prompt', () => {
     expect(promptText(renderStepPrompt(state))).toContain('<last_result>Your previous reply could not be used (no tool call).</last_result>');
   });
 });
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    return statSync(path).isDirectory() ? sourceFiles(path) : /\.(ts|mjs|js)$/.test(name) ? [path] : [];
+  });
+}
