@@ -18,9 +18,11 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  out(`worker ${id} started: agent ${agent.name}, model ${label}`);
   runtime.local?.store.prune();
   runtime.local?.queue.prune();
+  // The ready line is a stable, documented form (README): supervisors and scripts wait for it.
+  out(`worker ${id} ready: agent ${agent.name}, model ${label}`);
+  deps.log.info({ event: 'worker-ready', workerId: id, agent: agent.name, model: label, backend: runtime.kind }, 'worker ready');
   try {
     await runWorker(deps, runtime.queue, {
       signal: stop.signal,
