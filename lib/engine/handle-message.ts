@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { NewerFormatError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
+import { NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
@@ -9,6 +9,8 @@ const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number(
 /** Deliveries of one message beyond this fail its run: the step keeps killing its worker. */
 export const DEFAULT_MAX_RECEIVES = 10;
 const NEWER_FORMAT_RETRY_MS = 60_000;
+/** A message for another agent's run comes back this late, so the wrong worker does not spin on it. */
+export const WRONG_AGENT_RETRY_MS = 60_000;
 
 export type Handled =
   | { action: 'ack'; outcome?: Advance; runId?: string }
@@ -52,6 +54,12 @@ export async function handleDelivery(
     if (error instanceof StaleVersionError) {
       deps.log.warn({ event: 'stale-write', runId, version, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run; stopping');
       return { action: 'ack', runId };
+    }
+    if (error instanceof WrongAgentError) {
+      deps.log.error({
+        event: 'wrong-agent', runId, version, runAgent: error.runAgent, workerAgent: error.workerAgent, workerId: deps.workerId,
+      }, `${error.message}: handed back, not stepped. ${error.fix}`);
+      return { action: 'release', delayMs: WRONG_AGENT_RETRY_MS, runId };
     }
     if (error instanceof NewerFormatError) {
       deps.log.warn({ event: 'newer-format', runId, version }, error.message);

@@ -62,11 +62,13 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 
 -- The local queue. dedup_key makes a repeated send of the same (run, version) a no-op; acked rows stay
--- as tombstones for a day so late duplicates are still recognised.
+-- as tombstones for a day so late duplicates are still recognised. agent is the run's agent (NULL for a
+-- message of no known run): a worker receives only its agent's messages.
 CREATE TABLE IF NOT EXISTS queue (
   id            INTEGER PRIMARY KEY,
   dedup_key     TEXT NOT NULL UNIQUE,
   run_id        TEXT NOT NULL,
+  agent         TEXT,
   body          TEXT NOT NULL,
   visible_at    INTEGER NOT NULL,
   receive_count INTEGER NOT NULL DEFAULT 0,
@@ -93,7 +95,22 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
+  addQueueAgent(db);
   return db;
+}
+
+/**
+ * Files created before the queue knew agents: add the column and tag the waiting messages with their
+ * run's agent. Under the write lock and checked again inside it, since several processes open the file.
+ */
+function addQueueAgent(db: Db): void {
+  const hasColumn = () => db.prepare("SELECT 1 FROM pragma_table_info('queue') WHERE name = 'agent'").get() !== undefined;
+  if (hasColumn()) return;
+  immediate(db, () => {
+    if (hasColumn()) return;
+    db.exec(`ALTER TABLE queue ADD COLUMN agent TEXT;
+      UPDATE queue SET agent = (SELECT agent FROM runs WHERE runs.run_id = queue.run_id) WHERE acked_at IS NULL`);
+  });
 }
 
 /** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
