@@ -87,7 +87,7 @@ const SECTION_TAG = /<(\s*\/?\s*)(goal|completed_steps|last_result)\b/gi;
  * which reads as the same text but is no longer the tag. Applied to every value, never to the template.
  */
 export function neutraliseTags(value: string): string {
-  return value.replace(SECTION_TAG, '&lt;$1$2');
+  return value.includes('<') ? value.replace(SECTION_TAG, '&lt;$1$2') : value;
 }
 
 function lastResult(state: Pick<RunState, 'steps' | 'retryNote'>): string {
