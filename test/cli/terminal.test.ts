@@ -1,5 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { createInterface } from 'node:readline';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
