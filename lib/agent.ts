@@ -40,7 +40,13 @@ export interface AgentSettings extends ModelSettings {
 }
 
 export interface AgentDefinition {
+  /** Recorded on every run this agent starts; a worker of this agent works only runs recorded with it. */
   name: string;
+  /**
+   * Names this agent had before, whose runs it takes over. Without it, a renamed agent's worker leaves the
+   * old runs alone with an error naming both agents, never working them under the wrong tools by mistake.
+   */
+  formerNames?: string[];
   tools: ToolDefinition[];
   settings?: AgentSettings;
   /** A model that needs no network, used when no API key is configured (demos, tests). */
@@ -55,6 +61,11 @@ const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
 export function defineAgent(definition: AgentDefinition): AgentDefinition {
   if (!definition.name) throw new InvalidInputError('an agent needs a name');
+  for (const former of definition.formerNames ?? []) {
+    if (typeof former !== 'string' || !former || former === definition.name) {
+      throw new InvalidInputError(`agent ${definition.name}: formerNames must be earlier names, not ${JSON.stringify(former)}`);
+    }
+  }
   const seen = new Set<string>();
   for (const t of definition.tools) {
     if (!TOOL_NAME.test(t.name)) throw new InvalidInputError(`tool name ${JSON.stringify(t.name)} must match ${TOOL_NAME}`);
@@ -62,6 +73,15 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
     seen.add(t.name);
   }
   return definition;
+}
+
+/** The run agents this agent's workers work: its name, then its former names. */
+export function agentNames(agent: AgentDefinition): string[] {
+  return [agent.name, ...(agent.formerNames ?? [])];
+}
+
+export function worksRunsOf(agent: AgentDefinition, runAgent: string): boolean {
+  return runAgent === agent.name || (agent.formerNames?.includes(runAgent) ?? false);
 }
 
 const specs = new WeakMap<AgentDefinition, ToolSpec[]>();

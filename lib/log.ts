@@ -1,18 +1,81 @@
 import { pino, type Logger } from 'pino';
+import { InvalidInputError } from './core/errors.ts';
+import { redactSecrets } from './redact.ts';
 
 export type { Logger };
 
-/** Structured JSON logs on stderr, so stdout stays free for command output. */
-export function createLogger(bindings: Record<string, unknown> = {}): Logger {
+/**
+ * `json`: one JSON object per line at info and above, for supervisors, collectors and tests.
+ * `pretty`: for a person at a terminal, next to the command's own progress lines on stdout: warnings and
+ * errors only (STEPWISE_LOG_LEVEL lowers it), one `level: message (key=value ...)` line each.
+ */
+export type LogFormat = 'json' | 'pretty';
+const FORMATS: readonly LogFormat[] = ['json', 'pretty'];
+
+/** The one place the format is decided: --log, else STEPWISE_LOG_FORMAT, else pretty only on a terminal. */
+export function chooseLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, stderrIsTTY = Boolean(process.stderr.isTTY)): LogFormat {
+  const asked = flag ?? env.STEPWISE_LOG_FORMAT?.trim();
+  if (asked === undefined || asked === '') return stderrIsTTY ? 'pretty' : 'json';
+  if (!FORMATS.includes(asked as LogFormat)) throw new InvalidInputError(`--log must be json or pretty, got ${JSON.stringify(asked)}`);
+  return asked as LogFormat;
+}
+
+let processFormat: LogFormat = 'json';
+
+/** Sets the format of loggers created from now on in this process (the CLI does, once, from its flags). */
+export function setLogFormat(format: LogFormat): void {
+  processFormat = format;
+}
+
+export interface LoggerOptions {
+  format?: LogFormat;
+  env?: NodeJS.ProcessEnv;
+  /** Where lines go (default: stderr, synchronously), so stdout stays free for command output. */
+  write?: (line: string) => void;
+}
+
+/** Structured logs on stderr; every line is cleaned of URL credentials and secret-named query values. */
+export function createLogger(bindings: Record<string, unknown> = {}, options: LoggerOptions = {}): Logger {
+  const format = options.format ?? processFormat;
+  const env = options.env ?? process.env;
+  const write = options.write ?? stderrWriter();
   return pino(
     {
-      level: process.env.STEPWISE_LOG_LEVEL ?? 'info',
+      level: env.STEPWISE_LOG_LEVEL?.trim() || (format === 'pretty' ? 'warn' : 'info'),
       base: bindings,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
-    pino.destination({ fd: 2, sync: true }),
+    { write: format === 'pretty' ? (line: string) => write(redactSecrets(prettyLine(line))) : (line: string) => write(redactSecrets(line)) },
   );
+}
+
+function stderrWriter(): (line: string) => void {
+  const destination = pino.destination({ fd: 2, sync: true });
+  return (line) => { destination.write(line); };
+}
+
+const HIDDEN = new Set(['level', 'time', 'msg', 'pid', 'hostname']);
+
+/** `level: message (key=value ...)` from one JSON log line. */
+export function prettyLine(json: string): string {
+  let entry: Record<string, unknown>;
+  try {
+    entry = JSON.parse(json) as Record<string, unknown>;
+  } catch {
+    return json;
+  }
+  const fields = Object.entries(entry)
+    .filter(([key, value]) => !HIDDEN.has(key) && value !== undefined)
+    .map(([key, value]) => `${key}=${fieldText(value)}`);
+  return `${String(entry.level)}: ${String(entry.msg ?? '')}${fields.length ? ` (${fields.join(' ')})` : ''}\n`;
+}
+
+function fieldText(value: unknown): string {
+  // An error object (pino's err serializer) reads best as its message; the stack is in the JSON form.
+  if (value && typeof value === 'object' && typeof (value as { message?: unknown }).message === 'string') value = (value as { message: string }).message;
+  if (typeof value === 'string') return /^[^\s"=()]+$/.test(value) ? value : JSON.stringify(value);
+  return JSON.stringify(value);
 }
 
 export const silentLogger: Logger = pino({ level: 'silent' });

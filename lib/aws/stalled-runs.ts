@@ -12,6 +12,11 @@ export interface SweepOptions {
   stallMs: number;
   /** Runs re-enqueued per sweep at most; the next sweep takes the rest. */
   limit?: number;
+  /**
+   * Only runs of these agents (an agent's name and former names). Several agents can share a table, each
+   * with its own queue and worker: a sweeper must put back only its own agent's runs, on its own queue.
+   */
+  agents?: readonly string[];
 }
 
 export const DEFAULT_STALL_MS = 15 * 60 * 1000;
@@ -32,6 +37,7 @@ export async function sweepStalledRuns(
   const token = `sweep-${Math.floor(now / options.stallMs)}`;
   const requeued: RunMessage[] = [];
   for (const run of stalled) {
+    if (options.agents && !options.agents.includes(run.agent)) continue;
     const message = { runId: run.runId, version: run.version };
     try {
       await deps.queue.redrive(message, token);

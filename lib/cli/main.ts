@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { StepwiseError } from '../core/errors.ts';
+import { chooseLogFormat, setLogFormat } from '../log.ts';
 import { runCommand } from './commands/run.ts';
 import { historyCommand, statusCommand } from './commands/read.ts';
 import { startCommand } from './commands/start.ts';
@@ -19,6 +20,8 @@ common options:
   --agent <path>       a module exporting defineAgent({...}) (.ts or .js; or STEPWISE_AGENT)
   --backend aws        DynamoDB + S3 + SQS instead of SQLite (or STEPWISE_BACKEND=aws), with
   --table, --bucket, --queue-url   (or TABLE_NAME, BUCKET_NAME, QUEUE_URL; endpoints from AWS_ENDPOINT_URL_*)
+  --log json|pretty    logs on stderr: JSON lines at info, or warnings and errors as readable lines
+                       (default: pretty when stderr is a terminal, else json; or STEPWISE_LOG_FORMAT)
 `;
 
 const OPTIONS = {
@@ -35,6 +38,7 @@ const OPTIONS = {
   status: { type: 'string' },
   'visibility-ms': { type: 'string' },
   'idle-exit-ms': { type: 'string' },
+  log: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -50,6 +54,7 @@ class StepwiseUsageError extends StepwiseError {}
 export async function main(argv: string[], out: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
   const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   const [command, arg] = positionals;
+  setLogFormat(chooseLogFormat(values.log));
   if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
   const common = {
     ...(values.db ? { db: values.db } : {}), ...(values.agent ? { agent: values.agent } : {}),

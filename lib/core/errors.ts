@@ -45,6 +45,21 @@ export class NewerFormatError extends StepwiseError {
   }
 }
 
+/**
+ * A run recorded with another agent than the worker's: its tools and goal belong together, so the worker
+ * must not step it. Not permanent: the run is fine, only this worker is the wrong one.
+ */
+export class WrongAgentError extends StepwiseError {
+  constructor(readonly runId: string, readonly runAgent: string, readonly workerAgent: string) {
+    super(`run ${runId} belongs to agent "${runAgent}" but this worker runs agent "${workerAgent}"`);
+  }
+
+  /** What to do about it, including the case of a renamed agent. */
+  get fix(): string {
+    return `Run a worker of "${this.runAgent}"; or, if "${this.runAgent}" was renamed to "${this.workerAgent}", add formerNames: ["${this.runAgent}"] to its defineAgent`;
+  }
+}
+
 /** An idempotency key used again for different arguments: a bug in the caller, never a silent skip. */
 export class IdempotencyKeyReuseError extends PermanentError {
   constructor(readonly key: string) {

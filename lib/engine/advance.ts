@@ -1,8 +1,9 @@
 import type { ToolContext, ToolDefinition } from '../agent.ts';
-import { toolSpecs } from '../agent.ts';
+import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import {
-  IdempotencyInProgressError, PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
+  IdempotencyInProgressError, PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError,
+  WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
@@ -62,6 +63,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       return markUnreadable(deps, runId, stored.version, again.message);
     }
   }
+  // Another agent's run: its goal under this agent's tools could do anything. Before any write or call.
+  if (!worksRunsOf(deps.agent, state.agent)) throw new WrongAgentError(runId, state.agent, deps.agent.name);
   const n = state.step + 1;
   await deps.probe?.('C1', { runId, step: n });
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { IdempotencyInProgressError, NewerFormatError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
+import { IdempotencyInProgressError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
@@ -9,6 +9,8 @@ const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number(
 /** Deliveries of one message beyond this fail its run: the step keeps killing its worker. */
 export const DEFAULT_MAX_RECEIVES = 10;
 const NEWER_FORMAT_RETRY_MS = 60_000;
+/** A message for another agent's run comes back this late, so the wrong worker does not spin on it. */
+export const WRONG_AGENT_RETRY_MS = 60_000;
 
 export type Handled =
   | { action: 'ack'; outcome?: Advance; runId?: string }
@@ -58,6 +60,12 @@ export async function handleDelivery(
       // lives, so the wait ends within a lease; the message comes back then, and nothing is written.
       deps.log.info({ event: 'idempotency-key-busy', runId, version, key: error.key, leaseUntil: error.leaseUntil, retryAfterMs: error.retryAfterMs }, 'idempotency key held by another attempt: waiting for its lease');
       return { action: 'release', delayMs: error.retryAfterMs, runId };
+    }
+    if (error instanceof WrongAgentError) {
+      deps.log.error({
+        event: 'wrong-agent', runId, version, runAgent: error.runAgent, workerAgent: error.workerAgent, workerId: deps.workerId,
+      }, `${error.message}: handed back, not stepped. ${error.fix}`);
+      return { action: 'release', delayMs: WRONG_AGENT_RETRY_MS, runId };
     }
     if (error instanceof NewerFormatError) {
       deps.log.warn({ event: 'newer-format', runId, version }, error.message);

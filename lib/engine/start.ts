@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { worksRunsOf } from '../agent.ts';
+import { decodeState } from '../core/codec.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import { MAX_GOAL_BYTES } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
@@ -42,6 +44,13 @@ export async function startRun(
     deps.log.info({ event: 'checkpoint', runId, step: 0, version: 1, workerId: deps.workerId, bytes: created.bytes, status: 'running' }, 'run created');
   }
   const latest = created.created ? undefined : await deps.store.load(runId);
+  if (latest) {
+    let agent: string | undefined;
+    try { agent = decodeState(latest).agent; } catch { agent = undefined; } // unreadable: status and history say why
+    if (agent !== undefined && !worksRunsOf(deps.agent, agent)) {
+      throw new InvalidInputError(`run ${runId} belongs to agent "${agent}", not "${deps.agent.name}": use that agent's module or another run id; if "${agent}" was renamed to "${deps.agent.name}", add formerNames: ["${agent}"] to its defineAgent`);
+    }
+  }
   if (created.created || latest?.status === 'running') {
     await deps.queue.send({ runId, version: latest?.version ?? created.version });
   }

@@ -1,6 +1,7 @@
 import type { AgentDefinition } from '../agent.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import type { Model } from '../ports.ts';
+import { redactUrl } from '../redact.ts';
 import { AnthropicModel, type AnthropicModelOptions } from './anthropic.ts';
 import { API_KEY_ENV, API_KEY_SECRET_ENV, apiKeyFromEnv } from './api-key.ts';
 
@@ -28,7 +29,8 @@ export function selectModel(
     return {
       model,
       kind: 'anthropic',
-      label: `Anthropic ${model.defaultModel} (key from ${key.from}${where ? `, API at ${where}` : ''})`,
+      // The label is printed and logged: a gateway URL may carry credentials or a token.
+      label: `Anthropic ${model.defaultModel} (key from ${key.from}${where ? `, API at ${redactUrl(where)}` : ''})`,
     };
   }
   if (agent.offlineModel) {

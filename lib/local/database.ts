@@ -63,11 +63,13 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 
 -- The local queue. dedup_key makes a repeated send of the same (run, version) a no-op; acked rows stay
--- as tombstones for a day so late duplicates are still recognised.
+-- as tombstones for a day so late duplicates are still recognised. agent is the run's agent (NULL for a
+-- message of no known run): a worker receives only its agent's messages.
 CREATE TABLE IF NOT EXISTS queue (
   id            INTEGER PRIMARY KEY,
   dedup_key     TEXT NOT NULL UNIQUE,
   run_id        TEXT NOT NULL,
+  agent         TEXT,
   body          TEXT NOT NULL,
   visible_at    INTEGER NOT NULL,
   receive_count INTEGER NOT NULL DEFAULT 0,
@@ -94,17 +96,34 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
-  addLedgerOwner(db);
+  addMissingColumns(db);
   return db;
 }
 
 /**
- * Files created before claims had owners get the column (under the write lock, so two processes opening
- * the same old file do not both add it). Their old in-progress rows have no owner and simply expire.
+ * Columns added after a file may have been created by older code. Each is added on open under the write
+ * lock and checked again inside it, since several processes open the same file; `then` runs once, with it.
  */
-function addLedgerOwner(db: Db): void {
-  const has = () => !!db.prepare("SELECT 1 FROM pragma_table_info('ledger') WHERE name = 'owner'").get();
-  if (!has()) immediate(db, () => { if (!has()) db.exec('ALTER TABLE ledger ADD COLUMN owner TEXT'); });
+const ADDED_COLUMNS: { table: string; column: string; type: string; then?: string }[] = [
+  // Claims got owners: old in-progress rows have none and simply expire.
+  { table: 'ledger', column: 'owner', type: 'TEXT' },
+  // The queue learned agents: tag the waiting messages with their run's agent.
+  {
+    table: 'queue', column: 'agent', type: 'TEXT',
+    then: 'UPDATE queue SET agent = (SELECT agent FROM runs WHERE runs.run_id = queue.run_id) WHERE acked_at IS NULL',
+  },
+];
+
+function addMissingColumns(db: Db): void {
+  for (const { table, column, type, then } of ADDED_COLUMNS) {
+    const has = () => db.prepare(`SELECT 1 FROM pragma_table_info('${table}') WHERE name = ?`).get(column) !== undefined;
+    if (has()) continue;
+    immediate(db, () => {
+      if (has()) return;
+      db.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
+      if (then) db.exec(then);
+    });
+  }
 }
 
 /** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */

@@ -15,11 +15,15 @@ interface QueueRow { id: number; body: string; receive_count: number; receipt: s
  * An SQS-like queue in the SQLite file: a received message is hidden for the visibility timeout and
  * delivered again unless acked, with a receive count. Receiving is one UPDATE ... RETURNING, so two
  * worker processes can never take the same visible message.
+ *
+ * Several agents share one file: each message carries its run's agent, taken from the runs table when it
+ * is sent (so whoever sends it, the tag is the run's), and a worker's consumer (forAgents) receives only
+ * its agent's messages. Another agent's message stays for that agent's workers.
  */
 export class SqliteQueue implements RunQueue, RunQueueConsumer {
   constructor(
     private readonly db: Db,
-    private readonly options: { clock?: Clock; runId?: string } = {},
+    private readonly options: { clock?: Clock; runId?: string; agents?: readonly string[] } = {},
   ) {}
 
   private readonly statements = new Map<string, Database.Statement>();
@@ -36,8 +40,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   async send(message: RunMessage, options: { delayMs?: number } = {}): Promise<void> {
     const now = this.now;
-    this.sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
-      .run(`${message.runId}/v${message.version}`, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);
+    this.sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
+      .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);
   }
 
   /** Puts a raw body on the queue, as another system might: for tests of malformed messages. */
@@ -50,6 +54,23 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   /** A consumer that only takes messages of one run (the foreground `stepwise run`). */
   forRun(runId: string): SqliteQueue {
     return new SqliteQueue(this.db, { ...this.options, runId });
+  }
+
+  /**
+   * A consumer that only takes messages of runs of these agents (a worker's: its name and former names),
+   * plus messages of no known run, which any worker may drop.
+   */
+  forAgents(agents: readonly string[]): SqliteQueue {
+    if (!agents.length) throw new Error('forAgents needs at least one agent name');
+    return new SqliteQueue(this.db, { ...this.options, agents });
+  }
+
+  /** Messages ready to be received, by agent, for agents other than these: work no worker here takes. */
+  waitingForOthers(agents: readonly string[]): { agent: string; messages: number }[] {
+    const marks = agents.map(() => '?').join(', ');
+    return this.sql(
+      `SELECT agent, count(*) AS messages FROM queue WHERE acked_at IS NULL AND visible_at <= ? AND agent IS NOT NULL AND agent NOT IN (${marks}) GROUP BY agent ORDER BY agent`,
+    ).all(this.now, ...agents) as { agent: string; messages: number }[];
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
@@ -86,15 +107,16 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   private take(max: number, visibilityMs: number): QueueRow[] {
     const now = this.now;
     const receipt = randomUUID();
-    const byRun = this.options.runId ? 'AND run_id = ?' : '';
-    const runArg = this.options.runId ? [this.options.runId] : [];
+    const { runId, agents } = this.options;
+    const only = `${runId ? 'AND run_id = ?' : ''} ${agents ? `AND (agent IS NULL OR agent IN (${agents.map(() => '?').join(', ')}))` : ''}`;
+    const onlyArgs = [...(runId ? [runId] : []), ...(agents ?? [])];
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
-    if (!this.sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${byRun} LIMIT 1`).get(now, ...runArg)) return [];
-    const args: unknown[] = [now + visibilityMs, receipt, now, ...runArg, max];
+    if (!this.sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`).get(now, ...onlyArgs)) return [];
+    const args: unknown[] = [now + visibilityMs, receipt, now, ...onlyArgs, max];
     return this.sql(
       `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
-       WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${byRun} ORDER BY visible_at, id LIMIT ?)
+       WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} ORDER BY visible_at, id LIMIT ?)
        RETURNING id, body, receive_count, receipt`,
     ).all(...args) as QueueRow[];
   }

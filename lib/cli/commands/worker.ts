@@ -1,3 +1,4 @@
+import { agentNames } from '../../agent.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { progressLine } from '../progress.ts';
@@ -18,11 +19,29 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  out(`worker ${id} started: agent ${agent.name}, model ${label}`);
   runtime.local?.store.prune();
   runtime.local?.queue.prune();
+  // Locally, several agents share the file: this worker receives only its agent's messages. On AWS each
+  // agent has its own queue; the engine hands back any other agent's message all the same.
+  const names = agentNames(agent);
+  const consumer = runtime.local ? runtime.local.queue.forAgents(names) : runtime.queue;
+  const others = runtime.local?.queue.waitingForOthers(names) ?? [];
+  if (others.length) {
+    // Said once at start: legitimate when those agents have workers, the sign of a rename when not.
+    const count = others.reduce((n, o) => n + o.messages, 0);
+    const list = others.map((o) => `${o.agent}: ${o.messages}`).join(', ');
+    const renamed = others.length === 1 ? `"${others[0]!.agent}"` : 'one of them';
+    const former = others.length === 1 ? `["${others[0]!.agent}"]` : '[...]';
+    deps.log.warn(
+      { event: 'other-agents-waiting', workerId: id, agent: agent.name, waiting: others },
+      `${count} queued message${count === 1 ? ' belongs' : 's belong'} to other agents (${list}); this worker (agent "${agent.name}") leaves them for their workers. If ${renamed} was renamed to "${agent.name}", add formerNames: ${former} to its defineAgent`,
+    );
+  }
+  // The ready line is a stable, documented form (README): supervisors and scripts wait for it.
+  out(`worker ${id} ready: agent ${agent.name}, model ${label}`);
+  deps.log.info({ event: 'worker-ready', workerId: id, agent: agent.name, model: label, backend: runtime.kind }, 'worker ready');
   try {
-    await runWorker(deps, runtime.queue, {
+    await runWorker(deps, consumer, {
       signal: stop.signal,
       ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
       ...(options.idleExitMs !== undefined ? { idleExitMs: options.idleExitMs } : {}),

@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { chooseLogFormat, createLogger } from '../../lib/log.ts';
+
+function capture(format: 'json' | 'pretty', env: Record<string, string> = {}) {
+  const lines: string[] = [];
+  const log = createLogger({}, { format, env, write: (line) => { lines.push(line); } });
+  return { log, lines };
+}
+
+describe('log format', () => {
+  it('is pretty in a terminal and JSON otherwise, unless --log or STEPWISE_LOG_FORMAT says', () => {
+    expect(chooseLogFormat(undefined, {}, true)).toBe('pretty');
+    expect(chooseLogFormat(undefined, {}, false)).toBe('json');
+    expect(chooseLogFormat('json', {}, true)).toBe('json');
+    expect(chooseLogFormat('pretty', {}, false)).toBe('pretty');
+    expect(chooseLogFormat(undefined, { STEPWISE_LOG_FORMAT: 'json' }, true)).toBe('json');
+    expect(chooseLogFormat('pretty', { STEPWISE_LOG_FORMAT: 'json' }, false)).toBe('pretty');
+    expect(() => chooseLogFormat('yaml', {}, false)).toThrow(/--log must be json or pretty, got "yaml"/);
+  });
+
+  it('writes JSON lines at info by default, the checkpoint line with run id, step, worker id and size', () => {
+    const { log, lines } = capture('json');
+    log.debug('not shown');
+    log.info({ event: 'checkpoint', runId: 'r1', step: 3, version: 4, workerId: 'w1', bytes: 911 }, 'checkpoint written');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'info', event: 'checkpoint', runId: 'r1', step: 3, workerId: 'w1', bytes: 911, msg: 'checkpoint written' });
+  });
+
+  it('shows only warnings and errors in the pretty form, as one readable line each', () => {
+    const { log, lines } = capture('pretty');
+    log.info({ event: 'checkpoint', runId: 'r1' }, 'checkpoint written');
+    log.warn({ event: 'stale-write', runId: 'r1', version: 3, note: 'two words' }, 'stale write rejected');
+    log.error({ event: 'wrong-agent', detail: { a: 1 } }, 'run of another agent');
+    expect(lines).toEqual([
+      'warn: stale write rejected (event=stale-write runId=r1 version=3 note="two words")\n',
+      'error: run of another agent (event=wrong-agent detail={"a":1})\n',
+    ]);
+  });
+
+  it('keeps the info lines available in the pretty form with STEPWISE_LOG_LEVEL=info', () => {
+    const { log, lines } = capture('pretty', { STEPWISE_LOG_LEVEL: 'info' });
+    log.info({ event: 'checkpoint', runId: 'r1', step: 1, workerId: 'w1', bytes: 900 }, 'checkpoint written');
+    expect(lines).toEqual(['info: checkpoint written (event=checkpoint runId=r1 step=1 workerId=w1 bytes=900)\n']);
+  });
+
+  it('never carries credentials of a URL, in either form', () => {
+    for (const format of ['json', 'pretty'] as const) {
+      const { log, lines } = capture(format);
+      log.warn({ model: 'Anthropic x (API at https://gw-user:s3cret@gateway.example/v1?api_key=k-123&team=blue)' }, 'at https://u:p4ss@host/x');
+      expect(lines).toHaveLength(1);
+      for (const secret of ['gw-user', 's3cret', 'k-123', 'p4ss']) expect(lines[0]).not.toContain(secret);
+      expect(lines[0]).toContain('https://***@gateway.example/v1?api_key=***&team=blue');
+    }
+  });
+});
