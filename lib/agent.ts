@@ -8,7 +8,11 @@ import type { Model, ModelSettings, ToolSpec } from './ports.ts';
 export interface ToolContext {
   runId: string;
   step: number;
-  /** 1 on the first try of this step; counts retries recorded after failures. */
+  /**
+   * 1 on the first try of this step, 2 on the next, whether the first failed or its worker was killed.
+   * Never too low; it can be one too high when the message's first delivery never reached the step
+   * (the store was unavailable), so a tool that checks for its own earlier effect on attempt > 1 is safe.
+   */
   attempt: number;
   /** `${runId}/step-${step}`: the same on every retry of this step, on any worker. */
   idempotencyKey: string;

@@ -13,7 +13,10 @@ CREATE TABLE IF NOT EXISTS runs (
   agent      TEXT NOT NULL,
   reason     TEXT,
   created_at INTEGER NOT NULL,
-  updated_at INTEGER NOT NULL
+  updated_at INTEGER NOT NULL,
+  -- Redeliveries that started the next step at this version (see CheckpointStore.addRestarts); every
+  -- commit resets it.
+  restarts   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
 
@@ -93,7 +96,21 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
+  addMissingColumns(db);
   return db;
+}
+
+/** Columns added after a file may have been created: a file made by older code gets them on open. */
+function addMissingColumns(db: Db): void {
+  const columns = new Set((db.prepare('PRAGMA table_info(runs)').all() as { name: string }[]).map((c) => c.name));
+  if (!columns.has('restarts')) {
+    try {
+      db.exec('ALTER TABLE runs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0');
+    } catch (error) {
+      // Another process opening the same old file added it first.
+      if (!/duplicate column/i.test((error as Error).message)) throw error;
+    }
+  }
 }
 
 /** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
