@@ -114,7 +114,11 @@ export function messageRequest(request: ModelRequest, defaultModel: string): Ant
     // Only when asked for: newer models refuse a non-default temperature with a 400.
     ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
     messages: [{ role: 'user', content: userContent(request.prompt) }],
-    ...(request.tools.length ? { tools: request.tools.map(anthropicTool) } : {}),
+    // One tool call per reply is the protocol: ask for it, so a reply with several is a model bug, not
+    // the normal case. 'auto' is also the only choice that extended thinking allows besides 'none'.
+    ...(request.tools.length
+      ? { tools: request.tools.map(anthropicTool), tool_choice: { type: 'auto' as const, disable_parallel_tool_use: true } }
+      : {}),
   };
 }
 
