@@ -73,11 +73,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   // Only a delivery that got this far starts the step: one that failed to load the run (a throttled or
   // locked store) spent nothing. Only a redelivery writes the count, so the common path writes nothing.
   const restarts = (options.receiveCount ?? 1) > 1 ? await deps.store.addRestarts(runId, version, 1) : stored.restarts ?? 0;
-  const tries = restarts + 1;
+  // This delivery included. A paused first delivery leaves -1, which a new message (a redrive) must not
+  // turn into 0 tries.
+  const tries = Math.max(1, restarts + 1);
 
   const now = () => deps.clock.now();
-  // A recorded decision whose usage no commit has counted yet (it was made at this very version).
-  const pendingUsage = state.pending && !(state.pending.atVersion! < version) ? state.pending.usage : undefined;
+  const pendingUsage = uncountedUsage(state.pending, version);
   if (options.maxTries !== undefined && tries > options.maxTries) {
     const error = new PermanentError(`it was started ${tries} times without finishing (its worker keeps crashing)`);
     return commit(deps, version, recordFailure(state, error, now(), usageOnly(pendingUsage)));
@@ -166,6 +167,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   const { atVersion: _v, ...chosen } = decision;
   const record: StepRecord = { ...chosen, result: shaped.result, workerId: deps.workerId };
   return commit(deps, version, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record);
+}
+
+/** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
+function uncountedUsage(pending: Decision | undefined, version: number): Usage | undefined {
+  if (!pending) return undefined;
+  return pending.atVersion !== undefined && pending.atVersion < version ? undefined : pending.usage;
 }
 
 function usageOnly(usage: Usage | undefined): { usage?: Usage } {
