@@ -71,7 +71,8 @@ async function scriptedRun(outputBytes: number): Promise<RunFigures> {
       const outcome = await advance(deps, `cache-${outputBytes}`);
       if (outcome.kind !== 'advanced' || outcome.state.status !== 'running') break;
     }
-    const requests = [...server.requests];
+    // The figures are of the 60 steps; at the cap the model is asked once more (only DONE would end the run there).
+    const requests = server.requests.slice(0, STEPS);
     const usages = requests.map((r) => ({
       inputTokens: r.usage!.input_tokens, outputTokens: r.usage!.output_tokens,
       cacheWriteTokens: r.usage!.cache_creation_input_tokens, cacheReadTokens: r.usage!.cache_read_input_tokens,

@@ -8,7 +8,11 @@ import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 export interface ToolContext {
   runId: string;
   step: number;
-  /** 1 on the first try of this step; counts retries recorded after failures. */
+  /**
+   * 1 on the first try of this step, 2 on the next, whether the first failed or its worker was killed.
+   * Never too low; it can be one too high when the message's first delivery never reached the step
+   * (the store was unavailable), so a tool that checks for its own earlier effect on attempt > 1 is safe.
+   */
   attempt: number;
   /** `${runId}/step-${step}`: the same on every retry of this step, on any worker. */
   idempotencyKey: string;
@@ -71,6 +75,8 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
     if (!TOOL_NAME.test(t.name)) throw new InvalidInputError(`tool name ${JSON.stringify(t.name)} must match ${TOOL_NAME}`);
     if (seen.has(t.name)) throw new InvalidInputError(`tool ${t.name} is defined twice`);
     seen.add(t.name);
+    // Here, not at every step of every run: an input the model cannot be sent would fail them all.
+    toolSpec(t);
   }
   return definition;
 }
@@ -90,13 +96,26 @@ const specs = new WeakMap<AgentDefinition, ToolSpec[]>();
 export function toolSpecs(agent: AgentDefinition): ToolSpec[] {
   let cached = specs.get(agent);
   if (!cached) {
-    cached = agent.tools.map((t) => {
-      const { $schema: _ignored, ...schema } = z.toJSONSchema(t.input) as Record<string, unknown>;
-      return { name: t.name, description: t.description, inputSchema: schema };
-    });
+    cached = agent.tools.map(toolSpec);
     specs.set(agent, cached);
   }
   return cached;
+}
+
+/** A tool as the model sees it; InvalidInputError (permanent) naming the tool if its input cannot be. */
+function toolSpec(t: ToolDefinition): ToolSpec {
+  let json: Record<string, unknown>;
+  try {
+    json = z.toJSONSchema(t.input) as Record<string, unknown>;
+  } catch (error) {
+    throw new InvalidInputError(`tool ${t.name}: its input cannot be sent to the model as JSON Schema: ${(error as Error).message}`);
+  }
+  const { $schema: _ignored, ...schema } = json;
+  // The Messages API takes only an object schema as a tool's input.
+  if (schema.type !== 'object') {
+    throw new InvalidInputError(`tool ${t.name}: its input must be an object schema (z.object), not ${JSON.stringify(schema.type ?? 'untyped')}`);
+  }
+  return { name: t.name, description: t.description, inputSchema: schema };
 }
 
 /** Loads an agent module (TypeScript or JavaScript): its default export, or an export named `agent`. */

@@ -77,6 +77,14 @@ export interface CheckpointStore {
    */
   recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void>;
   commit(write: CheckpointWrite): Promise<CommitResult>;
+  /**
+   * Adds `delta` to the run's restart count and returns the new count: how many redeliveries started the
+   * next step at this version (less the deliveries that started it and then paused, which add -1). Only
+   * a redelivery writes it, so the first delivery of a step, the common path, writes nothing. Fenced on
+   * the version (StaleVersionError), but it writes no checkpoint and leaves the version as it is; the next
+   * commit resets the count to 0. load() returns it.
+   */
+  addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number>;
   /** Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. */
   markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
   /** The retained checkpoint timeline, oldest first. */

@@ -15,7 +15,7 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  HEAD_SK, HISTORY_START, PK, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
+  HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
   checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk,
 } from './table-layout.ts';
 
@@ -118,6 +118,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ...(after ? { stepsAfter: after } : {}),
       ...(pending !== undefined ? { pending } : {}),
       workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
+      ...(Number(head[RESTARTS_ATTRIBUTE] ?? 0) ? { restarts: Number(head[RESTARTS_ATTRIBUTE]) } : {}),
     };
   }
 
@@ -142,6 +143,23 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ExpressionAttributeValues: { ':pk': runPk(runId), ':first': stepSk(after + 1), ':last': stepSk(last) },
     });
     return [head, ...steps];
+  }
+
+  async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
+    const e = new Expression();
+    // ADD on the head, fenced on the version, which it leaves as it is: no checkpoint, no history row.
+    const update = `ADD ${e.name(RESTARTS_ATTRIBUTE)} ${e.value(delta)}`;
+    try {
+      const result = await retryConflicts(() => this.options.doc.send(new UpdateCommand({
+        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
+        UpdateExpression: update, ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
+        ReturnValues: 'UPDATED_NEW',
+      })));
+      return Number(result.Attributes?.[RESTARTS_ATTRIBUTE] ?? 0);
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion);
+      throw error;
+    }
   }
 
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
@@ -177,8 +195,9 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const e = new Expression();
     const update = e.update(
       this.headAttributes(state, version, now, headAttributes, write, bytes, appended),
-      // The decision has become the step record: drop it with the same write.
-      appended ? ['pending', 'pendingRef', 'pendingStep'] : [],
+      // The decision has become the step record: drop it with the same write. A new version starts
+      // with no restarts.
+      appended ? ['pending', 'pendingRef', 'pendingStep', RESTARTS_ATTRIBUTE] : [RESTARTS_ATTRIBUTE],
     );
     const items: TransactItem[] = [{
       Update: {
@@ -227,7 +246,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const update = e.update({
       version, status: 'failed', reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now,
       [STATUS_KEY]: statusKey('failed', runId), workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0,
-    }, ['tool', 'idempotencyKey']);
+    }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE]);
     const row: Item = {
       [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: Number(current.step), status: 'failed',
       workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT),

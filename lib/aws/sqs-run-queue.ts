@@ -68,20 +68,21 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
       MaxNumberOfMessages: Math.min(10, Math.max(1, options.max ?? 1)),
       WaitTimeSeconds: Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000)),
       VisibilityTimeout: seconds(options.visibilityMs ?? DEFAULT_VISIBILITY_MS),
-      MessageSystemAttributeNames: ['ApproximateReceiveCount'],
+      MessageSystemAttributeNames: ['ApproximateReceiveCount', 'ApproximateFirstReceiveTimestamp'],
       MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE],
     }));
     const deliveries: Delivery[] = [];
     for (const message of received.Messages ?? []) {
       if (!message.ReceiptHandle) continue;
-      const waitMs = this.remainingDelayMs(message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue);
+      const notBefore = message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue;
+      const waitMs = this.remainingDelayMs(notBefore);
       if (waitMs > 0) {
         await this.hide(message.ReceiptHandle, waitMs);
         continue;
       }
       deliveries.push({
         body: message.Body ?? '',
-        receiveCount: Number(message.Attributes?.ApproximateReceiveCount ?? 1),
+        receiveCount: stepReceiveCount(message.Attributes?.ApproximateReceiveCount, message.Attributes?.ApproximateFirstReceiveTimestamp, notBefore),
         receipt: message.ReceiptHandle,
       });
     }
@@ -131,6 +132,23 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
         : {}),
     }));
   }
+}
+
+/** A first receive this long before notBefore was early: it was hidden again, not handed to the engine. */
+const EARLY_RECEIVE_MARGIN_MS = 500;
+
+/**
+ * The receive count to hand to the engine, which counts a delivery above 1 as a restart of the step. SQS
+ * also counts the early receive of a delayed message, which was only hidden again until notBefore; when
+ * the first receive came clearly before notBefore, that one is taken off (the hide lasts until notBefore,
+ * so there is usually no second early receive). Off by one at most, and then too high, never too low.
+ */
+export function stepReceiveCount(receiveCount: string | undefined, firstReceiveAt: string | undefined, notBefore: string | undefined): number {
+  const count = Number(receiveCount ?? 1);
+  const first = Number(firstReceiveAt);
+  const due = Number(notBefore);
+  if (count <= 1 || !Number.isFinite(first) || !Number.isFinite(due)) return count;
+  return first < due - EARLY_RECEIVE_MARGIN_MS ? count - 1 : count;
 }
 
 export function deduplicationId(message: RunMessage, token?: string): string {

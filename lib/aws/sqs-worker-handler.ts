@@ -6,7 +6,7 @@ import { handleDelivery, retryDelayMs } from '../engine/handle-message.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { NOT_BEFORE_ATTRIBUTE, type SqsRunQueue } from './sqs-run-queue.ts';
+import { NOT_BEFORE_ATTRIBUTE, stepReceiveCount, type SqsRunQueue } from './sqs-run-queue.ts';
 
 export interface SqsWorkerHandlerOptions {
   runtime: { store: CheckpointStore; blobs: BlobStore; ledger: IdempotencyLedger; queue: SqsRunQueue };
@@ -72,14 +72,16 @@ export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWor
 async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, record: SQSRecord): Promise<boolean> {
   const queue = options.runtime.queue;
   const receiveCount = Number(record.attributes.ApproximateReceiveCount ?? 1);
-  const waitMs = queue.remainingDelayMs(record.messageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.stringValue);
+  const notBefore = record.messageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.stringValue;
+  const waitMs = queue.remainingDelayMs(notBefore);
   if (waitMs > 0) {
     // A retry with backoff that arrived early: hide it again until it is due (FIFO has no message delay).
     await hideQuietly(deps, queue, record, waitMs);
     return false;
   }
   try {
-    const handled = await handleDelivery(deps, { body: record.body, receiveCount }, options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {});
+    const delivery = { body: record.body, receiveCount: stepReceiveCount(record.attributes.ApproximateReceiveCount, record.attributes.ApproximateFirstReceiveTimestamp, notBefore) };
+    const handled = await handleDelivery(deps, delivery, options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {});
     if (handled.action === 'ack') return true;
     await hideQuietly(deps, queue, record, handled.delayMs);
     return false;

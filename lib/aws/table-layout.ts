@@ -8,7 +8,8 @@ import type { RunStatus } from '../core/state.ts';
  *   pk = run#<runId>   sk = c#0000000007   history row of version 7 (head snapshot, tool, key, worker, bytes);
  *                                          expiresAt = written + retention (DynamoDB TTL)
  *                      sk = h              the run head: latest version, status, step, head JSON, the recorded
- *                                          decision for the next step, and the latest checkpoint's metadata.
+ *                                          decision for the next step, the latest checkpoint's metadata, and
+ *                                          the next step's restart count (set only by a redelivery).
  *                                          Never expires: history() shows it as the latest checkpoint, so the
  *                                          latest stays visible even after its own c# row has expired.
  *                      sk = s#0000000003   step record 3, written once by the commit that completes step 3
@@ -23,6 +24,8 @@ export const SK = 'sk';
 export const HEAD_SK = 'h';
 export const LEDGER_SK = 'i';
 export const TTL_ATTRIBUTE = 'expiresAt';
+/** On the head: redeliveries that started the next step at the head's version; removed by every commit. */
+export const RESTARTS_ATTRIBUTE = 'restarts';
 
 /** Sparse index on run heads only: list runs by status, newest first, and find stalled ones. */
 export const STATUS_INDEX = 'by-status';

@@ -25,6 +25,8 @@ export interface StoredCheckpoint {
   updatedAt: number;
   /** Why the run ended, from the status column: readable even when the head is not. */
   reason?: string;
+  /** Redeliveries that started the next step at this version (CheckpointStore.addRestarts); 0 if absent. */
+  restarts?: number;
 }
 
 export const encodeHead = (state: RunState): string => canonicalJson(headOf(state));

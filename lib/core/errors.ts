@@ -18,6 +18,13 @@ export class PermanentError extends StepwiseError {
 
 export class TransientError extends StepwiseError {}
 
+/**
+ * The model API refused the credentials (401, 403), or the key cannot be read: no step can be tried until
+ * the key is fixed. The work pauses (the message comes back later, after the key is read again); it is
+ * neither a failed attempt nor a reason to fail the run.
+ */
+export class ModelKeyError extends StepwiseError {}
+
 /** A write that was based on an older version of the run: another worker got there first. */
 export class StaleVersionError extends StepwiseError {
   constructor(readonly runId: string, readonly expectedVersion: number, detail = '') {

@@ -90,14 +90,15 @@ export function neutraliseTags(value: string): string {
   return value.includes('<') ? value.replace(SECTION_TAG, '&lt;$1$2') : value;
 }
 
+/** The last step's result; after an unusable reply, followed by the retry note, so the model keeps seeing it. */
 function lastResult(state: Pick<RunState, 'steps' | 'retryNote'>): string {
-  if (state.retryNote) return state.retryNote;
   const last = state.steps[state.steps.length - 1];
-  if (!last) return NO_STEPS_YET;
+  if (!last) return state.retryNote ?? NO_STEPS_YET;
   const ref = last.result.ref
     ? `\n[excerpt only: the full output is ${last.result.bytes} bytes, stored as ${last.result.ref}]`
     : '';
-  return `step ${last.step} ${last.tool} -> ${last.result.ok ? 'ok' : 'error'}:\n${last.result.text}${ref}`;
+  const result = `step ${last.step} ${last.tool} -> ${last.result.ok ? 'ok' : 'error'}:\n${last.result.text}${ref}`;
+  return state.retryNote ? `${result}\n\n${state.retryNote}` : result;
 }
 
 export function excerpt(text: string, max: number): string {

@@ -38,6 +38,11 @@ export const decisionSchema = z.object({
   /** The model that chose this step, for its cost. */
   model: z.string().optional(),
   at: z.number(),
+  /**
+   * The run's version when the model chose this step. Once the run is past it, a failed attempt has
+   * counted the decision's usage, and completing the step must not count it again. Not kept in the record.
+   */
+  atVersion: z.number().int().positive().optional(),
 });
 export type Decision = z.infer<typeof decisionSchema>;
 

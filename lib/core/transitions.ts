@@ -25,14 +25,15 @@ export function initialState(input: {
   };
 }
 
-export function completeStep(state: RunState, record: StepRecord, now: number): RunState {
+/** `countUsage: false` when a failed attempt of this step already counted the usage of its decision. */
+export function completeStep(state: RunState, record: StepRecord, now: number, options: { countUsage?: boolean } = {}): RunState {
   const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
   return {
     ...rest,
     step: record.step,
     failures: 0,
     steps: [...state.steps, record],
-    usage: addUsage(state.usage, record.usage),
+    usage: options.countUsage === false ? state.usage : addUsage(state.usage, record.usage),
     updatedAt: now,
   };
 }
@@ -46,8 +47,13 @@ export function capReached(state: RunState): boolean {
   return state.step >= state.stepCap;
 }
 
-export function cap(state: RunState, now: number): RunState {
-  return { ...state, status: 'capped', reason: `step cap of ${state.stepCap} reached before the goal was done`, updatedAt: now };
+/** `usage`: the model call at the cap whose reply asked for one more step. */
+export function cap(state: RunState, now: number, usage?: Usage): RunState {
+  const { retryNote: _n, ...rest } = state;
+  return {
+    ...rest, status: 'capped', reason: `step cap of ${state.stepCap} reached before the goal was done`,
+    usage: addUsage(state.usage, usage), updatedAt: now,
+  };
 }
 
 /**

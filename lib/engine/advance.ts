@@ -2,8 +2,8 @@ import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import {
-  IdempotencyInProgressError, PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError,
-  WrongAgentError, errorMessage,
+  IdempotencyInProgressError, ModelKeyError, PermanentError, ToolError, TransientError, UnknownRunError,
+  UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
@@ -25,8 +25,13 @@ export type Advance =
 export interface AdvanceOptions {
   /** The version the caller expects; a different latest version means the caller is stale. */
   expectVersion?: number;
-  /** Fail the run instead of stepping it (a step that keeps crashing its worker). */
-  failWith?: string;
+  /**
+   * How many times the queue has delivered this message. Above 1, an earlier delivery may have started
+   * the step and died, so this one counts itself as a restart before it begins (addRestarts).
+   */
+  receiveCount?: number;
+  /** Tries of one step beyond this fail the run instead of stepping it: the step keeps killing its worker. */
+  maxTries?: number;
 }
 
 /**
@@ -68,15 +73,29 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   const n = state.step + 1;
   await deps.probe?.('C1', { runId, step: n });
 
+  // Only a delivery that got this far starts the step: one that failed to load the run (a throttled or
+  // locked store) spent nothing. Only a redelivery writes the count, so the common path writes nothing.
+  const restarts = (options.receiveCount ?? 1) > 1 ? await deps.store.addRestarts(runId, version, 1) : stored.restarts ?? 0;
+  // This delivery included. A paused first delivery leaves -1, which a new message (a redrive) must not
+  // turn into 0 tries.
+  const tries = Math.max(1, restarts + 1);
+
   const now = () => deps.clock.now();
-  if (options.failWith) return commit(deps, version, recordFailure(state, new PermanentError(options.failWith), now()));
-  if (capReached(state)) return commit(deps, version, cap(state, now()));
+  const pendingUsage = uncountedUsage(state.pending, version);
+  if (options.maxTries !== undefined && tries > options.maxTries) {
+    const error = new PermanentError(`it was started ${tries} times without finishing (its worker keeps crashing)`);
+    return commit(deps, version, recordFailure(state, error, now(), usageOnly(pendingUsage)));
+  }
 
   let decision = state.pending;
   let tool: ToolDefinition | undefined;
+  let uncounted = pendingUsage;
   if (decision) {
     tool = deps.agent.tools.find((t) => t.name === decision!.tool);
   } else {
+    // At the cap the model is still asked, so a goal done in exactly stepCap steps completes; only DONE
+    // is accepted then.
+    const atCap = capReached(state);
     let reply: ModelReply;
     try {
       reply = await deps.model.decide({
@@ -84,11 +103,18 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
         settings: deps.agent.settings ?? {}, ...(deps.signal ? { signal: deps.signal } : {}),
       });
     } catch (error) {
+      if (error instanceof ModelKeyError) {
+        // Not a try of the step: the work waits for a valid key. Taking this delivery's start back keeps
+        // a long pause from adding up to a crash loop.
+        await deps.store.addRestarts(runId, version, -1);
+        throw error;
+      }
       return commit(deps, version, recordFailure(state, asStepError(error), now()));
     }
     await deps.probe?.('C2', { runId, step: n });
 
     if (reply.kind === 'done') return commit(deps, version, complete(state, reply.summary, reply.usage, now()));
+    if (atCap) return commit(deps, version, cap(state, now(), reply.usage));
     if (reply.kind === 'invalid') {
       const note = `Your previous reply could not be used (${reply.reason}). Call exactly one tool, or reply with DONE and a one-paragraph summary.`;
       return commit(deps, version, recordFailure(state, new TransientError(`model reply unusable: ${reply.reason}`), now(), { retryNote: note, ...(reply.usage ? { usage: reply.usage } : {}) }));
@@ -104,11 +130,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       return commitStep(deps, state, version, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
     }
     decision = {
-      step: n, tool: tool.name, input: parsed.data, at: now(),
+      step: n, tool: tool.name, input: parsed.data, at: now(), atVersion: version,
       ...(tool.sideEffect ? { idempotencyKey: idempotencyKey(runId, n) } : {}),
       ...(reply.usage ? { usage: reply.usage } : {}),
       ...(reply.model ? { model: reply.model } : {}),
     };
+    uncounted = reply.usage;
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {
@@ -118,19 +145,24 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   }
 
   if (!tool) {
-    return commit(deps, version, recordFailure(state, new PermanentError(`recorded tool "${decision.tool}" no longer exists in agent ${deps.agent.name}`), now()));
+    return commit(deps, version, recordFailure(state, new PermanentError(`recorded tool "${decision.tool}" no longer exists in agent ${deps.agent.name}`), now(), usageOnly(uncounted)));
   }
 
   let output: unknown;
   let ok = true;
   try {
-    output = await tool.run(decision.input, toolContext(deps, runId, n, state.failures + 1, decision));
+    // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
+    output = await tool.run(decision.input, toolContext(deps, runId, n, state.failures + tries, decision));
   } catch (error) {
-    // Another attempt holds the key's live claim: not a failed attempt of this step (the caller waits
-    // for the lease and writes nothing).
-    if (error instanceof IdempotencyInProgressError) throw error;
-    // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt.
-    if (!(error instanceof ToolError)) return commit(deps, version, recordFailure(state, error, now()));
+    // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
+    // and writes nothing; taking this delivery's start back keeps such waits from adding up to a crash loop.
+    if (error instanceof IdempotencyInProgressError) {
+      await deps.store.addRestarts(runId, version, -1);
+      throw error;
+    }
+    // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt. The
+    // model call that chose the tool was paid for, so its usage is counted now, and only now.
+    if (!(error instanceof ToolError)) return commit(deps, version, recordFailure(state, error, now(), usageOnly(uncounted)));
     output = error.message;
     ok = false;
   }
@@ -141,8 +173,19 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
     await deps.probe?.('C5', { runId, step: n });
   }
-  const record: StepRecord = { ...decision, result: shaped.result, workerId: deps.workerId };
-  return commitStep(deps, state, version, record);
+  const { atVersion: _v, ...chosen } = decision;
+  const record: StepRecord = { ...chosen, result: shaped.result, workerId: deps.workerId };
+  return commit(deps, version, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record);
+}
+
+/** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
+function uncountedUsage(pending: Decision | undefined, version: number): Usage | undefined {
+  if (!pending) return undefined;
+  return pending.atVersion !== undefined && pending.atVersion < version ? undefined : pending.usage;
+}
+
+function usageOnly(usage: Usage | undefined): { usage?: Usage } {
+  return usage ? { usage } : {};
 }
 
 function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision): ToolContext {

@@ -1,16 +1,24 @@
 import { z } from 'zod';
-import { IdempotencyInProgressError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
+import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 
 const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number().int().positive() }).strict();
 
-/** Deliveries of one message beyond this fail its run: the step keeps killing its worker. */
+/**
+ * Tries of one step beyond this fail its run: the step keeps killing its worker. A try is a delivery that
+ * reached the step (advance counts them); deliveries lost to an unavailable store do not count.
+ */
 export const DEFAULT_MAX_RECEIVES = 10;
 const NEWER_FORMAT_RETRY_MS = 60_000;
 /** A message for another agent's run comes back this late, so the wrong worker does not spin on it. */
 export const WRONG_AGENT_RETRY_MS = 60_000;
+
+/** How long a step waits for a valid model key: 1 minute, doubling per delivery, at most 15. */
+export function keyRetryDelayMs(receiveCount: number): number {
+  return Math.min(15 * 60_000, 60_000 * 2 ** (Math.min(Math.max(receiveCount, 1), 5) - 1));
+}
 
 export type Handled =
   | { action: 'ack'; outcome?: Advance; runId?: string }
@@ -40,12 +48,7 @@ export async function handleDelivery(
   const maxReceives = options.maxReceives ?? DEFAULT_MAX_RECEIVES;
   let outcome: Advance;
   try {
-    outcome = await advance(deps, runId, {
-      expectVersion: version,
-      ...(delivery.receiveCount > maxReceives
-        ? { failWith: `the step was delivered ${delivery.receiveCount} times without finishing (its worker keeps crashing)` }
-        : {}),
-    });
+    outcome = await advance(deps, runId, { expectVersion: version, receiveCount: delivery.receiveCount, maxTries: maxReceives });
   } catch (error) {
     if (error instanceof UnknownRunError) {
       deps.log.error({ event: 'unknown-run', runId, version }, error.message);
@@ -66,6 +69,11 @@ export async function handleDelivery(
         event: 'wrong-agent', runId, version, runAgent: error.runAgent, workerAgent: error.workerAgent, workerId: deps.workerId,
       }, `${error.message}: handed back, not stepped. ${error.fix}`);
       return { action: 'release', delayMs: WRONG_AGENT_RETRY_MS, runId };
+    }
+    if (error instanceof ModelKeyError) {
+      const delayMs = keyRetryDelayMs(delivery.receiveCount);
+      deps.log.error({ event: 'model-key-refused', runId, version, delayMs, error: error.message }, 'the model key was refused: the run waits for a valid key, nothing is counted');
+      return { action: 'release', delayMs, runId };
     }
     if (error instanceof NewerFormatError) {
       deps.log.warn({ event: 'newer-format', runId, version }, error.message);

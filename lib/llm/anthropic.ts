@@ -1,11 +1,11 @@
 import Anthropic, {
   APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError, type Middleware,
 } from '@anthropic-ai/sdk';
-import { PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
+import { ModelKeyError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
 import { excerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
-import { apiKeyFromEnv, type ApiKeySource } from './api-key.ts';
+import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**
  * The Anthropic Messages API behind the engine's Model port. One call per step: the Step prompt as the
@@ -46,14 +46,17 @@ export class AnthropicModel implements Model {
   private readonly maxRetries: number;
   private readonly attemptTimeoutMs: number;
   private readonly deadlineMs: number;
-  private client: Promise<Anthropic> | undefined;
+  /** The client for the key last read; made again when the key changes. */
+  private client: { key: string; anthropic: Anthropic } | undefined;
 
   constructor(options: AnthropicModelOptions = {}) {
     const env = options.env ?? process.env;
     this.defaultModel = options.model ?? (env[MODEL_ENV]?.trim() || DEFAULT_MODEL);
     this.name = `anthropic:${this.defaultModel}`;
     const key = options.apiKey;
-    this.keySource = typeof key === 'string' ? async () => key : key ?? apiKeyFromEnv(env)?.source;
+    // A plain function of the caller's is remembered too (read once per refresh interval, not per step);
+    // a source that remembers already has invalidate().
+    this.keySource = typeof key === 'string' ? async () => key : key ? (key.invalidate ? key : rememberKey(key)) : apiKeyFromEnv(env)?.source;
     this.baseURL = options.baseURL ?? (env.ANTHROPIC_BASE_URL?.trim() || undefined);
     this.maxRetries = options.maxRetries ?? DEFAULT_MAX_RETRIES;
     this.attemptTimeoutMs = options.attemptTimeoutMs ?? DEFAULT_ATTEMPT_TIMEOUT_MS;
@@ -62,7 +65,20 @@ export class AnthropicModel implements Model {
 
   async decide(request: ModelRequest): Promise<ModelReply> {
     const params = messageRequest(request, this.defaultModel);
-    const client = await this.connect();
+    const first = await this.connect();
+    try {
+      return await this.send(first.anthropic, params, request);
+    } catch (error) {
+      if (!(error instanceof ModelKeyError)) throw error;
+      // The key was refused: read it again. A rotated key is used at once; the same key pauses the work.
+      this.keySource?.invalidate?.();
+      const again = await this.connect();
+      if (again.key === first.key) throw error;
+      return await this.send(again.anthropic, params, request);
+    }
+  }
+
+  private async send(client: Anthropic, params: Anthropic.MessageCreateParamsNonStreaming, request: ModelRequest): Promise<ModelReply> {
     const deadline = Date.now() + this.deadlineMs;
     const deadlineHit = new AbortController();
     const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
@@ -87,19 +103,19 @@ export class AnthropicModel implements Model {
     }
   }
 
-  /** One client per model object, made once the key is known: the key is read once, not per step. */
-  private connect(): Promise<Anthropic> {
+  /** The client for the current key. The source remembers the key, so this reads it once per refresh, not per step. */
+  private async connect(): Promise<{ key: string; anthropic: Anthropic }> {
     const source = this.keySource;
-    if (!source) {
-      return Promise.reject(new PermanentError('no Anthropic API key: set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_SECRET_ID on AWS'));
+    if (!source) throw new PermanentError('no Anthropic API key: set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_SECRET_ID on AWS');
+    let key: string;
+    try {
+      key = await source();
+    } catch (error) {
+      throw error instanceof StepwiseError ? error : new TransientError(`cannot get the Anthropic API key: ${errorMessage(error)}`, { cause: error });
     }
-    this.client ??= source().then(
-      (apiKey) => new Anthropic({ apiKey, maxRetries: this.maxRetries, ...(this.baseURL ? { baseURL: this.baseURL } : {}) }),
-      (error: unknown) => {
-        this.client = undefined;
-        throw error instanceof StepwiseError ? error : new TransientError(`cannot get the Anthropic API key: ${errorMessage(error)}`, { cause: error });
-      },
-    );
+    if (this.client?.key !== key) {
+      this.client = { key, anthropic: new Anthropic({ apiKey: key, maxRetries: this.maxRetries, ...(this.baseURL ? { baseURL: this.baseURL } : {}) }) };
+    }
     return this.client;
   }
 }
@@ -114,7 +130,11 @@ export function messageRequest(request: ModelRequest, defaultModel: string): Ant
     // Only when asked for: newer models refuse a non-default temperature with a 400.
     ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
     messages: [{ role: 'user', content: userContent(request.prompt) }],
-    ...(request.tools.length ? { tools: request.tools.map(anthropicTool) } : {}),
+    // One tool call per reply is the protocol: ask for it, so a reply with several is a model bug, not
+    // the normal case. 'auto' is also the only choice that extended thinking allows besides 'none'.
+    ...(request.tools.length
+      ? { tools: request.tools.map(anthropicTool), tool_choice: { type: 'auto' as const, disable_parallel_tool_use: true } }
+      : {}),
   };
 }
 
@@ -239,7 +259,8 @@ function isTransientStatus(status: number): boolean {
 
 /**
  * What is left after the SDK's own retries, sorted for the engine: TransientError counts toward the
- * step's 3 failures; PermanentError (bad request, auth, not found, too large) fails the run at once.
+ * step's 3 failures; PermanentError (bad request, not found, too large) fails the run at once;
+ * ModelKeyError (401, 403: a missing, rotated or revoked key) pauses the work until the key is fixed.
  */
 export function classifyError(error: unknown, context: { callerAborted: boolean; deadlineHit: boolean; deadlineMs: number }): StepwiseError {
   if (error instanceof StepwiseError) return error;
@@ -257,6 +278,7 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
   }
   if (error instanceof APIError && typeof error.status === 'number') {
     const reason = describeApiError(error);
+    if (error.status === 401 || error.status === 403) return new ModelKeyError(`the Anthropic API refused the key: ${reason}`, { cause: error });
     if (!isTransientStatus(error.status)) return new PermanentError(`the Anthropic API refused the request: ${reason}`, { cause: error });
     const pastDeadline = error.headers?.get(PAST_DEADLINE_HEADER);
     const why = pastDeadline ? `; it asked to retry after ${Math.round(Number(pastDeadline) / 1000)} s, past this call's deadline` : ', after retries';

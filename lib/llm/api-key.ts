@@ -1,8 +1,17 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { PermanentError, TransientError, errorMessage } from '../core/errors.ts';
+import { ModelKeyError, TransientError, errorMessage } from '../core/errors.ts';
 
 /** Where the Anthropic API key comes from: the environment locally, Secrets Manager on AWS. */
-export type ApiKeySource = () => Promise<string>;
+export interface ApiKeySource {
+  (): Promise<string>;
+  /** Forgets a remembered key, so the next call reads it again: the API refused it (a rotated key). */
+  invalidate?(): void;
+}
+
+/** How long a key read from a store is used before it is read again, so a rotation reaches every container. */
+export const KEY_REFRESH_MS = 5 * 60_000;
+/** After a failed refresh, the key that worked is used this much longer before the next read. */
+const REFRESH_RETRY_MS = 30_000;
 
 export const API_KEY_ENV = 'ANTHROPIC_API_KEY';
 export const API_KEY_SECRET_ENV = 'ANTHROPIC_API_KEY_SECRET_ID';
@@ -10,8 +19,8 @@ export const API_KEY_SECRET_ENV = 'ANTHROPIC_API_KEY_SECRET_ID';
 /** Fields a JSON secret may keep the key under (the console's key/value editor stores JSON). */
 const SECRET_FIELDS = ['ANTHROPIC_API_KEY', 'apiKey', 'api_key'] as const;
 
-/** Secrets Manager errors that no retry can fix: wrong id, no permission, undecryptable. */
-const PERMANENT_SECRET_ERRORS = new Set([
+/** Secrets Manager errors no immediate retry fixes (wrong id, no permission, undecryptable): the work waits for a fix. */
+const KEY_SECRET_ERRORS = new Set([
   'ResourceNotFoundException', 'AccessDeniedException', 'AccessDeniedFault', 'DecryptionFailure',
   'InvalidParameterException', 'InvalidRequestException', 'UnrecognizedClientException',
 ]);
@@ -36,57 +45,92 @@ const containerSources = new Map<string, ApiKeySource>();
 
 /**
  * The key stored in a Secrets Manager secret (the plain key, or JSON with an ANTHROPIC_API_KEY field),
- * read once and remembered for the life of the process: one read per container, not one per step.
+ * remembered for KEY_REFRESH_MS and read again after that or after invalidate(): one read per container
+ * every few minutes, not one per step, and a rotated key is picked up without a restart.
  */
-export function secretsManagerApiKey(secretId: string, client?: SecretsManagerClient): ApiKeySource {
+export function secretsManagerApiKey(
+  secretId: string, client?: SecretsManagerClient, options: { refreshMs?: number; now?: () => number } = {},
+): ApiKeySource {
   if (!client) {
     const shared = containerSources.get(secretId);
     if (shared) return shared;
   }
   const sm = client ?? new SecretsManagerClient({});
-  const source = rememberOnce(async () => {
+  const source = rememberKey(async () => {
     let value: string | undefined;
     try {
       value = (await sm.send(new GetSecretValueCommand({ SecretId: secretId }))).SecretString;
     } catch (error) {
       const name = (error as { name?: string }).name ?? '';
       const message = `cannot read the Anthropic API key from secret ${secretId}: ${name ? `${name}: ` : ''}${errorMessage(error)}`;
-      throw PERMANENT_SECRET_ERRORS.has(name) ? new PermanentError(message, { cause: error }) : new TransientError(message, { cause: error });
+      throw KEY_SECRET_ERRORS.has(name) ? new ModelKeyError(message, { cause: error }) : new TransientError(message, { cause: error });
     }
     return keyFromSecret(value, secretId);
-  });
+  }, options);
   if (!client) containerSources.set(secretId, source);
   return source;
 }
 
+/** The key in a secret's value; a value without one is a ModelKeyError: the work waits until the secret is fixed. */
 export function keyFromSecret(value: string | undefined, secretId: string): string {
   const text = value?.trim();
-  if (!text) throw new PermanentError(`secret ${secretId} has no string value (a binary secret cannot hold the API key)`);
+  if (!text) throw new ModelKeyError(`secret ${secretId} has no string value (a binary secret cannot hold the API key)`);
   if (!text.startsWith('{')) return text;
   let fields: Record<string, unknown>;
   try {
     fields = JSON.parse(text) as Record<string, unknown>;
   } catch {
-    throw new PermanentError(`secret ${secretId} starts like JSON but does not parse`);
+    throw new ModelKeyError(`secret ${secretId} starts like JSON but does not parse`);
   }
   for (const field of SECRET_FIELDS) {
     const key = fields[field];
     if (typeof key === 'string' && key.trim()) return key.trim();
   }
-  throw new PermanentError(`secret ${secretId} is JSON without a ${SECRET_FIELDS.join(' / ')} field`);
+  throw new ModelKeyError(`secret ${secretId} is JSON without a ${SECRET_FIELDS.join(' / ')} field`);
 }
 
 /**
- * Runs `read` once and shares its result with every later caller. A failed read is forgotten, so the next
- * step tries again instead of failing for the life of the container.
+ * Shares what `read` returns with every caller for `refreshMs`, then reads again (one read at a time).
+ * A failed first read is not remembered, so the next step tries again. A failed refresh keeps the key
+ * that worked a little longer: a throttled secret store does not stop the steps. invalidate() drops the
+ * key (the API refused it), so the next call must read a new one; a source `read` of its own is
+ * invalidated with it.
  */
-export function rememberOnce(read: () => Promise<string>): ApiKeySource {
-  let pending: Promise<string> | undefined;
-  return () => {
-    pending ??= read().catch((error: unknown) => {
-      pending = undefined;
-      throw error;
-    });
-    return pending;
+export function rememberKey(
+  read: (() => Promise<string>) | ApiKeySource,
+  options: { refreshMs?: number; now?: () => number } = {},
+): ApiKeySource {
+  const refreshMs = options.refreshMs ?? KEY_REFRESH_MS;
+  const now = options.now ?? Date.now;
+  let key: string | undefined;
+  let freshUntil = 0;
+  let reading: Promise<string> | undefined;
+  let generation = 0;
+  const source: ApiKeySource = () => {
+    if (key !== undefined && now() < freshUntil) return Promise.resolve(key);
+    if (!reading) {
+      const mine = generation;
+      const current = (reading = read().then(
+        (value) => {
+          if (mine === generation) { key = value; freshUntil = now() + refreshMs; }
+          return value;
+        },
+        (error: unknown) => {
+          if (mine !== generation || key === undefined) throw error;
+          freshUntil = now() + REFRESH_RETRY_MS;
+          return key;
+        },
+      ).finally(() => {
+        if (reading === current) reading = undefined;
+      }));
+    }
+    return reading;
   };
+  source.invalidate = () => {
+    generation++;
+    key = undefined;
+    reading = undefined;
+    (read as ApiKeySource).invalidate?.();
+  };
+  return source;
 }

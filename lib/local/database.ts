@@ -13,7 +13,10 @@ CREATE TABLE IF NOT EXISTS runs (
   agent      TEXT NOT NULL,
   reason     TEXT,
   created_at INTEGER NOT NULL,
-  updated_at INTEGER NOT NULL
+  updated_at INTEGER NOT NULL,
+  -- Redeliveries that started the next step at this version (see CheckpointStore.addRestarts); every
+  -- commit resets it.
+  restarts   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
 
@@ -107,6 +110,8 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
 const ADDED_COLUMNS: { table: string; column: string; type: string; then?: string }[] = [
   // Claims got owners: old in-progress rows have none and simply expire.
   { table: 'ledger', column: 'owner', type: 'TEXT' },
+  // Redeliveries that started the next step at the run's version (CheckpointStore.addRestarts).
+  { table: 'runs', column: 'restarts', type: 'INTEGER NOT NULL DEFAULT 0' },
   // The queue learned agents: tag the waiting messages with their run's agent.
   {
     table: 'queue', column: 'agent', type: 'TEXT',

@@ -59,8 +59,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
     // One read transaction, so the head and the step rows come from the same moment.
     return this.db.transaction(() => {
       const row = this.sql(
-        'SELECT r.version, r.status, r.reason, r.updated_at, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
-      ).get(runId) as { version: number; status: RunStatus; reason: string | null; updated_at: number; head: string; worker_id: string } | undefined;
+        'SELECT r.version, r.status, r.reason, r.updated_at, r.restarts, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
+      ).get(runId) as { version: number; status: RunStatus; reason: string | null; updated_at: number; restarts: number; head: string; worker_id: string } | undefined;
       if (!row) return undefined;
       const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? AND step > ? ORDER BY step').all(runId, after) as { step: number; decision: string | null; record: string | null }[];
       const steps = stepRows.filter((s) => s.record !== null).map((s) => s.record as string);
@@ -68,9 +68,19 @@ export class SqliteCheckpointStore implements CheckpointStore {
       return {
         runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
         ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
-        ...(row.reason ? { reason: row.reason } : {}),
+        ...(row.reason ? { reason: row.reason } : {}), ...(row.restarts ? { restarts: row.restarts } : {}),
       };
     })();
+  }
+
+  async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
+    return immediate(this.db, () => {
+      // Fenced like every write, but the version stays: this is not a checkpoint.
+      const row = this.sql('UPDATE runs SET restarts = restarts + ? WHERE run_id = ? AND version = ? RETURNING restarts')
+        .get(delta, runId, expectedVersion) as { restarts: number } | undefined;
+      if (!row) throw new StaleVersionError(runId, expectedVersion);
+      return row.restarts;
+    });
   }
 
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
@@ -89,7 +99,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return immediate(this.db, () => {
       const now = this.now;
       const updated = this.sql(
-        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ? WHERE run_id = ? AND version = ?',
+        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ?',
       ).run(write.state.status, write.state.step, write.state.reason ?? null, now, write.runId, write.expectedVersion);
       if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
       const version = write.expectedVersion + 1;
@@ -108,7 +118,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
     return immediate(this.db, () => {
       const now = this.now;
-      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ? WHERE run_id = ? AND version = ?")
+      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ?")
         .run(reason, now, runId, expectedVersion);
       if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
       // The unreadable head is kept as it was: nothing is lost, an operator can inspect or repair it.

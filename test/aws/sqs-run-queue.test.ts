@@ -57,6 +57,8 @@ describe('SQS FIFO run queue', () => {
     let delivered: Awaited<ReturnType<typeof queue.receive>> = [];
     for (let i = 0; i < 5 && !delivered.length; i++) delivered = await queue.receive({ max: 10, waitMs: 1000 });
     expect(delivered.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'r', version: 4 }]);
+    // The early receive was hidden again without reaching the step: it is not counted as a delivery.
+    expect(delivered[0]!.receiveCount).toBe(1);
   });
 
   it('redrives past the deduplication of the original send, once per token', async () => {

@@ -196,10 +196,12 @@ describe('ordering and delays on the FIFO queue', () => {
     resources = await createTestResources('backoff');
     const db = new FakeDatabase();
     let failOnce = true;
+    const attempts: number[] = [];
     const base = writeRowsAgent(db);
     const flaky = defineAgent({
       ...base,
       tools: [{ ...base.tools[0]!, run: async (input: unknown, context: Parameters<typeof base.tools[0]['run']>[1]) => {
+        if (context.step === 2) attempts.push(context.attempt);
         if (context.step === 2 && failOnce) { failOnce = false; throw new Error('target database restarting'); }
         return base.tools[0]!.run(input, context);
       } }],
@@ -223,5 +225,7 @@ describe('ordering and delays on the FIFO queue', () => {
     expect(db.applied.get(idempotencyKey(runId, 2))).toBe(1);
     // The failed attempt kept its decision: the retry ran the same call without asking the model again.
     expect(model.callsFor(2)).toBe(1);
+    // The early delivery never reached the step: the retry is the second attempt, not the third.
+    expect(attempts).toEqual([1, 2]);
   });
 });

@@ -127,6 +127,35 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(done.steps[1]!.input).toEqual({ rows: 10 });
     });
 
+    it('counts restarts at a version without writing a checkpoint; the next commit resets them', async () => {
+      const { runId } = await runWithSteps('restarts', 1);
+      await s().recordDecision(runId, 2, decisionFor(runId, 2));
+      const before = (await s().load(runId))!;
+      const historyBefore = await s().history(runId);
+      expect(before.restarts ?? 0).toBe(0);
+      expect(await s().addRestarts(runId, 2, 1)).toBe(1);
+      expect(await s().addRestarts(runId, 2, 1)).toBe(2);
+      expect(await s().addRestarts(runId, 2, -1)).toBe(1);
+      // Fenced on the version, and a miss changes nothing.
+      await expect(s().addRestarts(runId, 1, 1)).rejects.toBeInstanceOf(StaleVersionError);
+      await expect(s().addRestarts(uniqueRunId('restarts-nobody'), 1, 1)).rejects.toBeInstanceOf(StaleVersionError);
+      const after = (await s().load(runId))!;
+      expect(after).toEqual({ ...before, restarts: 1 });
+      expect(decodeState(after).pending).toMatchObject({ step: 2 });
+      expect(await s().history(runId)).toEqual(historyBefore);
+      // A count below zero is kept as it is (a paused first delivery takes its start back).
+      expect(await s().addRestarts(runId, 2, -2)).toBe(-1);
+      expect((await s().load(runId))!.restarts).toBe(-1);
+
+      const state = decodeState(after);
+      await s().commit({ runId, expectedVersion: 2, state: recordFailure(state, new Error('boom'), 9_000), ...META });
+      expect((await s().load(runId))!.restarts ?? 0).toBe(0);
+      expect(await s().addRestarts(runId, 3, 1)).toBe(1);
+      const record = recordFor(runId, 2);
+      await s().commit({ runId, expectedVersion: 3, state: completeStep(decodeState((await s().load(runId))!), record, 10_000), appended: record, ...META });
+      expect((await s().load(runId))!.restarts ?? 0).toBe(0);
+    });
+
     it('keeps a dense history: one row per version with step, status, tool, idempotency key, worker and size', async () => {
       const { runId } = await runWithSteps('history', 3);
       const state = decodeState((await s().load(runId))!);

@@ -109,9 +109,12 @@ describe('the Step prompt', () => {
     expect(tagCounts(retry)).toEqual(once);
   });
 
-  it('shows the retry note instead of the last result after an unusable reply', () => {
-    const state = { ...stateAfter('r5', 1), retryNote: 'Your previous reply could not be used (no tool call).' };
-    expect(promptText(renderStepPrompt(state))).toContain('<last_result>Your previous reply could not be used (no tool call).</last_result>');
+  it('after an unusable reply, shows the last result and then the retry note', () => {
+    const note = 'Your previous reply could not be used (no tool call).';
+    const state = { ...stateAfter('r5', 1), retryNote: note };
+    expect(promptText(renderStepPrompt(state))).toContain(`<last_result>step 1 write_row -> ok:\nwrote row 1\n\n${note}</last_result>`);
+    // With no step done yet there is no result to keep: the note alone.
+    expect(promptText(renderStepPrompt({ ...newState('r6'), retryNote: note }))).toContain(`<last_result>${note}</last_result>`);
   });
 });
 

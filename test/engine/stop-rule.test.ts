@@ -5,7 +5,7 @@ import { PermanentError, TransientError } from '../../lib/core/errors.ts';
 import { DEFAULT_MAX_RECEIVES, handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
-import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
 describe('the stop rule, end to end', () => {
@@ -29,13 +29,16 @@ describe('the stop rule, end to end', () => {
     expect(state.usage.inputTokens).toBe(300);
   });
 
-  it('stops at the step cap without asking the model for a step past it', async () => {
-    const { deps, runtime, clock, model } = setup(rowsAgent(new FakeRows(), { stepCap: 4 }), writeRowsScript(100));
+  it('stops at the step cap: the model is asked once more, and only DONE would complete the run', async () => {
+    const rows = new FakeRows();
+    const { deps, runtime, clock, model } = setup(rowsAgent(rows, { stepCap: 4 }), writeRowsScript(100));
     await start(deps);
     await drain(deps, runtime, clock);
     const state = await loadState(runtime);
-    expect(state).toMatchObject({ status: 'capped', step: 4, stepCap: 4 });
-    expect(model.stepsAsked()).toEqual([1, 2, 3, 4]);
+    expect(state).toMatchObject({ status: 'capped', step: 4, stepCap: 4, reason: 'step cap of 4 reached before the goal was done' });
+    expect(model.stepsAsked()).toEqual([1, 2, 3, 4, 5]);
+    // The fifth call asked for a fifth row: it was not written.
+    expect(rows.rows.size).toBe(4);
   });
 
   it('fails the run when a step fails 3 times, keeping its last checkpoint and retrying the same call', async () => {
@@ -94,14 +97,22 @@ describe('the stop rule, end to end', () => {
   });
 
   it('fails a run whose step message keeps coming back without finishing (a step that kills its worker)', async () => {
-    const { deps, runtime } = setup();
+    const { deps, runtime, clock } = setup();
     await start(deps);
-    const [delivery] = await runtime.queue.receive();
-    const handled = await handleDelivery(deps, { ...delivery!, receiveCount: DEFAULT_MAX_RECEIVES + 1 });
-    expect(handled.action).toBe('ack');
+    // Each try dies inside the step (the worker is killed after the tool ran); the message comes back.
+    const killed = { ...deps, probe: (point: string) => { if (point === 'C4') throw new Error('worker killed'); } };
+    let handled;
+    for (let delivery = 1; delivery <= DEFAULT_MAX_RECEIVES + 1; delivery++) {
+      clock.advance(VISIBILITY_MS + 1);
+      const [received] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      expect(received!.receiveCount).toBe(delivery);
+      if (delivery <= DEFAULT_MAX_RECEIVES) await expect(handleDelivery(killed, received!)).rejects.toThrow('worker killed');
+      else handled = await handleDelivery(killed, received!);
+    }
+    expect(handled?.action).toBe('ack');
     expect(await loadState(runtime)).toMatchObject({
       status: 'failed', step: 0,
-      reason: `step 1: the step was delivered ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing)`,
+      reason: `step 1: it was started ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing)`,
     });
   });
 });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { toolSpecs } from '../../lib/agent.ts';
-import { PermanentError, TransientError } from '../../lib/core/errors.ts';
+import { ModelKeyError, PermanentError, TransientError } from '../../lib/core/errors.ts';
 import { renderStepPrompt } from '../../lib/core/prompt.ts';
 import { AnthropicModel, type AnthropicModelOptions } from '../../lib/llm/anthropic.ts';
 import type { ModelRequest } from '../../lib/ports.ts';
@@ -50,8 +50,6 @@ describe('Anthropic adapter errors', () => {
 
   it.each([
     [400, 'prompt is too long: 1200000 tokens > 1000000 maximum', /400 invalid_request_error: prompt is too long/],
-    [401, 'invalid x-api-key', /401 authentication_error: invalid x-api-key/],
-    [403, 'your key may not use this model', /403 permission_error/],
     [404, 'model: claude-nope', /404 not_found_error: model: claude-nope/],
     [413, 'Request exceeds the maximum allowed number of bytes', /413 request_too_large/],
   ])('%i: PermanentError with the reason, not retried', async (status, message, reason) => {
@@ -62,7 +60,21 @@ describe('Anthropic adapter errors', () => {
     expect(server.requests).toHaveLength(1);
   });
 
-  it('a wrong key is a 401 from the server: PermanentError', async () => {
+  it.each([
+    [401, 'invalid x-api-key', /401 authentication_error: invalid x-api-key/],
+    [403, 'your key may not use this model', /403 permission_error/],
+  ])('%i: ModelKeyError (the work pauses), neither permanent nor retried by the SDK', async (status, message, reason) => {
+    server.script(apiError(status, message, NOW));
+    const error = await modelWith().decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ModelKeyError);
+    expect(error).not.toBeInstanceOf(PermanentError);
+    expect((error as Error).message).toMatch(reason);
+    // The key is read again, but it is the same: no second request.
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('a wrong key is a 401 from the server: ModelKeyError', async () => {
+    await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(ModelKeyError);
     await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(/401 authentication_error/);
   });
 

@@ -73,6 +73,15 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     expect(reported.input_tokens + reported.cache_creation_input_tokens).toBeGreaterThan(0);
   });
 
+  it('asks for at most one tool call per reply (disable_parallel_tool_use), and sends no tool_choice without tools', async () => {
+    server.script(toolUse('write_row', { row: 1 }), done('nothing to do'));
+    await model.decide(stepRequest(0));
+    expect(server.requests[0]!.body!.tool_choice).toEqual({ type: 'auto', disable_parallel_tool_use: true });
+    await model.decide({ ...stepRequest(0), tools: [] });
+    expect(server.requests[1]!.body).not.toHaveProperty('tool_choice');
+    expect(server.requests[1]!.body).not.toHaveProperty('tools');
+  });
+
   it('ignores thinking blocks around the tool call', async () => {
     server.script({ type: 'message', stopReason: 'tool_use', content: [{ type: 'thinking', thinking: 'DONE? no.' }, { type: 'tool_use', name: 'count_rows', input: {} }] });
     expect(await model.decide(stepRequest(0))).toMatchObject({ kind: 'tool', tool: 'count_rows', input: {} });

@@ -2,7 +2,7 @@ import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-sec
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { toolSpecs } from '../../lib/agent.ts';
-import { PermanentError, TransientError } from '../../lib/core/errors.ts';
+import { ModelKeyError, TransientError } from '../../lib/core/errors.ts';
 import { renderStepPrompt } from '../../lib/core/prompt.ts';
 import { AnthropicModel } from '../../lib/llm/anthropic.ts';
 import { apiKeyFromEnv, keyFromSecret, secretsManagerApiKey } from '../../lib/llm/api-key.ts';
@@ -36,9 +36,9 @@ describe('API key from Secrets Manager', () => {
     expect(mock.commandCalls(GetSecretValueCommand)).toHaveLength(2);
   });
 
-  it('a missing secret or no permission is permanent, with the secret id in the reason', async () => {
+  it('a missing secret or no permission pauses the work (ModelKeyError), with the secret id in the reason', async () => {
     mock.on(GetSecretValueCommand).rejects(awsError('ResourceNotFoundException'));
-    await expect(secretsManagerApiKey('stepwise/nope', sm)()).rejects.toThrow(PermanentError);
+    await expect(secretsManagerApiKey('stepwise/nope', sm)()).rejects.toThrow(ModelKeyError);
     mock.on(GetSecretValueCommand).rejects(awsError('AccessDeniedException'));
     await expect(secretsManagerApiKey('stepwise/nope', sm)()).rejects.toThrow(/stepwise\/nope.*AccessDeniedException/);
   });
@@ -47,7 +47,7 @@ describe('API key from Secrets Manager', () => {
     expect(keyFromSecret('  sk-plain\n', 's')).toBe('sk-plain');
     expect(keyFromSecret('{"apiKey":"sk-a"}', 's')).toBe('sk-a');
     expect(() => keyFromSecret('{"other":"x"}', 's')).toThrow(/ANTHROPIC_API_KEY/);
-    expect(() => keyFromSecret('{broken', 's')).toThrow(PermanentError);
+    expect(() => keyFromSecret('{broken', 's')).toThrow(ModelKeyError);
     expect(() => keyFromSecret(undefined, 's')).toThrow(/no string value/);
   });
 

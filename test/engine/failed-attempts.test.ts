@@ -1,0 +1,260 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool, type ToolContext } from '../../lib/agent.ts';
+import { ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
+import type { CrashPoint } from '../../lib/engine/deps.ts';
+import { DEFAULT_MAX_RECEIVES, handleDelivery, retryDelayMs } from '../../lib/engine/handle-message.ts';
+import type { LocalRuntime } from '../../lib/local/runtime.ts';
+import type { CheckpointStore, ModelReply } from '../../lib/ports.ts';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, SimulatedCrash, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+/**
+ * What counts as a failed attempt: only a step that was really tried. Deliveries that never reached the
+ * step (the store throttled or locked before the run was even loaded) back off and spend nothing.
+ */
+
+const USAGE: Usage = { inputTokens: 100, outputTokens: 20, cacheWriteTokens: 0, cacheReadTokens: 0 };
+const times = (n: number): Usage => Array.from({ length: n }).reduce<Usage>((sum) => addUsage(sum, USAGE), { ...ZERO_USAGE });
+
+const throttled = () => Object.assign(new Error('Rate of requests exceeds the allowed throughput'), { name: 'ThrottlingException' });
+const locked = () => Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' });
+
+/** A store whose load() fails while `failing()` says so: a brownout of the table or a locked database. */
+function brownout(store: CheckpointStore, failing: () => boolean, error: () => Error): CheckpointStore {
+  return new Proxy(store, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target) as unknown;
+      if (prop === 'load') {
+        return async (...args: Parameters<CheckpointStore['load']>) => {
+          if (failing()) throw error();
+          return target.load(...args);
+        };
+      }
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/**
+ * Works the queue as runWorker does: a step that throws (the store failing) hands its message back with
+ * the worker loop's growing delay; a simulated crash leaves it in flight, as a dead worker would, until the
+ * visibility timeout. When nothing is visible, time jumps to the next message that will be.
+ */
+async function work(deps: EngineDeps, runtime: LocalRuntime, clock: ManualClock, stopAfter = Infinity): Promise<number> {
+  for (let deliveries = 0; deliveries < 500;) {
+    if (deliveries >= stopAfter) return deliveries;
+    const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    if (!delivery) {
+      const next = runtime.db.prepare('SELECT min(visible_at) AS at FROM queue WHERE acked_at IS NULL').get() as { at: number | null };
+      if (next.at === null) return deliveries;
+      clock.ms = Math.max(clock.ms, next.at);
+      continue;
+    }
+    deliveries++;
+    try {
+      const handled = await handleDelivery(deps, delivery);
+      if (handled.action === 'ack') await runtime.queue.ack(delivery);
+      else await runtime.queue.release(delivery, handled.delayMs);
+    } catch (error) {
+      if (error instanceof SimulatedCrash) continue;
+      await runtime.queue.release(delivery, retryDelayMs(Math.min(delivery.receiveCount, 6)));
+    }
+  }
+  throw new Error('queue not drained after 500 deliveries');
+}
+
+describe('only a step that was really tried counts', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  function setup(options: { agent?: ReturnType<typeof rowsAgent>; script?: (step: number, prompt: string) => ModelReply; crashAt?: { point: CrashPoint; step: number } } = {}) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(options.script ?? writeRowsScript(2));
+    const agent = options.agent ?? rowsAgent(new FakeRows());
+    return { ...workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W', ...(options.crashAt ? { crashAt: options.crashAt } : {}) }), clock, model };
+  }
+
+  it.each([
+    ['a throttled table', throttled],
+    ['a locked database', locked],
+  ])('a brownout of the store (%s) for 14 deliveries spends nothing: the run then completes with no failure counted', async (_label, error) => {
+    const { deps, runtime, clock, model } = setup();
+    await start(deps);
+    let failingLoads = 14;
+    const browned = { ...deps, store: brownout(deps.store, () => failingLoads-- > 0, error) };
+    const deliveries = await work(browned, runtime, clock);
+
+    expect(deliveries).toBe(14 + 3);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 2, failures: 0 });
+    expect(state).not.toHaveProperty('lastError');
+    // No model call was spent on the deliveries that could not load the run, and none was asked twice.
+    expect(model.stepsAsked()).toEqual([1, 2, 3]);
+    expect((await runtime.store.history('run')).map((h) => h.status)).toEqual(['running', 'running', 'running', 'completed']);
+  });
+
+  it('a step that keeps killing its worker fails the run after 10 tries, however many deliveries the store lost in between', async () => {
+    const tries: number[] = [];
+    const agent = defineAgent({
+      name: 'crasher', tools: [tool({
+        name: 'write_row', description: 'its worker is killed right after it', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (_input, ctx) => { tries.push(ctx.attempt); return 'ok'; },
+      })],
+    });
+    const { deps, runtime, clock } = setup({ agent, crashAt: { point: 'C4', step: 1 } });
+    await start(deps);
+    // After every crash, the next two deliveries find the store throttled.
+    let loads = 0;
+    const browned = { ...deps, store: brownout(deps.store, () => loads++ % 3 !== 0, throttled) };
+    await work(browned, runtime, clock);
+
+    expect(tries).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(tries).toHaveLength(DEFAULT_MAX_RECEIVES);
+    expect(await loadState(runtime)).toMatchObject({
+      status: 'failed', step: 0, failures: 1,
+      reason: `step 1: it was started ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing)`,
+    });
+  });
+
+  it('ctx.attempt tells a tool the truth: a step redone after its worker was killed sees attempt 2, after a recorded failure too', async () => {
+    const seen: { step: number; attempt: number }[] = [];
+    let failStep2 = true;
+    const agent = defineAgent({
+      name: 'attempts', tools: [tool({
+        name: 'write_row', description: 'records its attempt', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (_input, ctx: ToolContext) => {
+          seen.push({ step: ctx.step, attempt: ctx.attempt });
+          if (ctx.step === 2 && failStep2) { failStep2 = false; throw new Error('the database said no'); }
+          return 'ok';
+        },
+      })],
+    });
+    db = tempDb();
+    const clock = new ManualClock();
+    // Worker A is killed inside the tool of step 1, worker B inside the tool of step 2's second attempt.
+    const a = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(3)), clock, workerId: 'A', crashAt: { point: 'C4', step: 1 } });
+    await start(a.deps);
+    await work(a.deps, a.runtime, clock, 1);
+    a.runtime.close();
+    const b = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(3)), clock, workerId: 'B', crashAt: { point: 'C4', step: 2 } });
+    await work(b.deps, b.runtime, clock, 3);
+    b.runtime.close();
+    const c = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(3)), clock, workerId: 'C' });
+    await work(c.deps, c.runtime, clock);
+
+    expect(seen).toEqual([
+      { step: 1, attempt: 1 }, { step: 1, attempt: 2 },
+      { step: 2, attempt: 1 }, { step: 2, attempt: 2 }, { step: 2, attempt: 3 },
+      { step: 3, attempt: 1 },
+    ]);
+    expect(await loadState(c.runtime)).toMatchObject({ status: 'completed', step: 3 });
+    c.runtime.close();
+  });
+});
+
+describe('the usage of a model call whose reply was discarded is still counted', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  function run(agent: ReturnType<typeof defineAgent>, script: (step: number) => ModelReply) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(script);
+    return { ...workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' }), clock, model };
+  }
+
+  function flakyAgent(sideEffect: boolean, failures: number) {
+    let left = failures;
+    return defineAgent({
+      name: 'flaky', tools: [tool({
+        name: 'write_row', description: 'fails at first', input: z.object({ row: z.number() }), sideEffect,
+        run: () => { if (left-- > 0) throw new Error('try again'); return 'ok'; },
+      })],
+    });
+  }
+
+  const withUsage = (total: number) => (step: number): ModelReply => {
+    const reply = writeRowsScript(total)(step);
+    return { ...reply, usage: USAGE };
+  };
+
+  it('a read-only tool that fails: the model call of the failed attempt is in the run usage', async () => {
+    const { deps, runtime, clock, model } = run(flakyAgent(false, 1), withUsage(1));
+    await start(deps);
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state.status).toBe('completed');
+    // Step 1 was asked twice (a read-only call is asked again), then DONE: three calls, three usages.
+    expect(model.requests).toHaveLength(3);
+    expect(state.usage).toEqual(times(3));
+  });
+
+  it('a side-effecting tool that fails then succeeds: its one model call is counted once, not per attempt', async () => {
+    const { deps, runtime, clock, model } = run(flakyAgent(true, 2), withUsage(1));
+    await start(deps);
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state.status).toBe('completed');
+    expect(model.requests).toHaveLength(2);
+    expect(state.usage).toEqual(times(2));
+    expect(state.steps[0]!.usage).toEqual(USAGE);
+  });
+
+  it('a side-effecting tool that fails the run: its model call is still counted', async () => {
+    const { deps, runtime, clock, model } = run(flakyAgent(true, 99), withUsage(1));
+    await start(deps);
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'failed', failures: 3 });
+    expect(model.requests).toHaveLength(1);
+    expect(state.usage).toEqual(times(1));
+  });
+
+  it('unusable replies, unknown tools and invalid arguments: every call is counted', async () => {
+    const replies: ModelReply[] = [
+      { kind: 'invalid', reason: 'two tool calls', usage: USAGE },
+      { kind: 'tool', tool: 'drop_table', input: {}, usage: USAGE },
+      { kind: 'tool', tool: 'write_row', input: { row: 'x' }, usage: USAGE },
+      { kind: 'done', summary: 'gave up', usage: USAGE },
+    ];
+    const { deps, runtime, clock } = run(flakyAgent(false, 0), () => replies.shift()!);
+    await start(deps);
+    await work(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', usage: times(4) });
+  });
+});
+
+describe('the step cap', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('a goal finished in exactly stepCap steps ends completed, not capped', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(writeRowsScript(3));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows(), { stepCap: 3 }), model, clock, workerId: 'W' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 3, summary: 'Wrote 3 rows, one per step.' });
+    expect(model.stepsAsked()).toEqual([1, 2, 3, 4]);
+  });
+
+  it('a tool call at step cap + 1 caps the run without running the tool, and its usage is counted', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const model = new StubModel(writeRowsScript(100));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows, { stepCap: 3 }), model, clock, workerId: 'W' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'capped', step: 3, reason: 'step cap of 3 reached before the goal was done' });
+    expect(rows.received).toEqual(['run/step-1', 'run/step-2', 'run/step-3']);
+    expect(model.stepsAsked()).toEqual([1, 2, 3, 4]);
+    expect(state.usage).toEqual(times(4));
+  });
+});
