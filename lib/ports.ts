@@ -171,3 +171,38 @@ export interface Clock {
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
+
+/** An email to a person (an approval request). `id` names it: sending the same id twice sends it once. */
+export interface Notification {
+  id: string;
+  to: string;
+  subject: string;
+  text: string;
+  html: string;
+}
+
+/** Sends notifications: SES on AWS, an outbox folder of .eml files locally. */
+export interface Notifier {
+  send(notification: Notification): Promise<void>;
+}
+
+/** An event from outside (EventBridge, `stepwise emit`, the API) that may resume a run waiting for it. */
+export interface RunEvent {
+  /** Unique per event: a redelivered event is recognised by it. */
+  id: string;
+  type: string;
+  key: string;
+  payload: unknown;
+  receivedAt: number;
+}
+
+/**
+ * Events kept for a window after they arrive, so an event that comes before its wait begins is matched
+ * when the wait begins (the race users of peer systems hit).
+ */
+export interface EventBuffer {
+  /** Keeps the event; false if an event with this id is already kept (a redelivery). */
+  put(event: RunEvent): Promise<boolean>;
+  /** Kept events of this type and key received at or after `since`, oldest first. */
+  find(type: string, key: string, since: number): Promise<RunEvent[]>;
+}

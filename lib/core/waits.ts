@@ -47,7 +47,8 @@ export class WaitRequest {
 export type WaitSpec =
   | { kind: 'approval'; approvers: string[]; request: string; timeoutMs?: number }
   | { kind: 'event'; type: string; key: string; timeoutMs?: number }
-  | { kind: 'sleep'; until: number };
+  /** Until a time (epoch ms), or for a duration from when the wait begins; never past `maxMs` ahead. */
+  | { kind: 'sleep'; until?: number; forMs?: number; maxMs?: number };
 
 export function isWaitRequest(value: unknown): value is WaitRequest {
   return value instanceof WaitRequest;
@@ -61,9 +62,11 @@ export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, no
     decidedAt: decision.at, startedAt: now,
   };
   if (spec.kind === 'sleep') {
-    if (!Number.isFinite(spec.until)) throw new InvalidInputError('sleep_until needs a valid time');
-    const until = Math.max(now, spec.until);
-    if (until - now > MAX_WAIT_MS) throw new InvalidInputError(`sleep_until is ${Math.round((until - now) / 86_400_000)} days away; the longest wait is ${MAX_WAIT_MS / 86_400_000} days`);
+    const target = spec.until ?? (spec.forMs !== undefined ? now + spec.forMs : Number.NaN);
+    if (!Number.isFinite(target)) throw new InvalidInputError('sleep_until needs a valid time or duration');
+    const until = Math.max(now, target);
+    const max = Math.min(spec.maxMs ?? MAX_WAIT_MS, MAX_WAIT_MS);
+    if (until - now > max) throw new InvalidInputError(`sleep_until is ${Math.round((until - now) / 86_400_000)} days away; the longest is ${Math.round(max / 86_400_000 * 10) / 10} days`);
     return { ...base, deadline: until };
   }
   const timeoutMs = spec.timeoutMs ?? DEFAULT_WAIT_MS[spec.kind];
