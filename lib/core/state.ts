@@ -45,6 +45,8 @@ export type Decision = z.infer<typeof decisionSchema>;
 export const stepRecordSchema = decisionSchema.extend({
   result: stepResultSchema,
   workerId: z.string(),
+  /** Set when the step was a wait: which wait its result answered. */
+  waitId: z.string().optional(),
 });
 export type StepRecord = z.infer<typeof stepRecordSchema>;
 

@@ -147,7 +147,7 @@ export function resolveWait(state: RunState, answer: WaitAnswer, now: number, wo
   const record: StepRecord = {
     step: wait.step, tool: wait.tool, input: wait.input, at: wait.decidedAt,
     ...(wait.model ? { model: wait.model } : {}),
-    result: shaped.result, workerId,
+    result: shaped.result, workerId, waitId: wait.id,
   };
   return { state: completeStep({ ...rest, status: 'running' }, record, now), record, ...(shaped.blob ? { blob: shaped.blob } : {}) };
 }
