@@ -51,6 +51,14 @@ export interface RunSummary {
   reason?: string;
 }
 
+/** A waiting run's open wait, as the store indexes it. */
+export interface OpenWait {
+  runId: string;
+  waitId: string;
+  version: number;
+  deadline: number;
+}
+
 export interface ListRunsQuery {
   status?: RunStatus;
   /** Only runs whose latest checkpoint is older than this (ms since epoch): stalled-run sweeps. */
@@ -81,6 +89,10 @@ export interface CheckpointStore {
   markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
   /** The retained checkpoint timeline, oldest first. */
   history(runId: string): Promise<CheckpointInfo[]>;
+  /** Runs waiting now for an event of this type and correlation key (from the wait in their head). */
+  waitingFor(type: string, key: string): Promise<OpenWait[]>;
+  /** Waiting runs whose deadline is at or before `before`, soonest first: their timers are due. */
+  dueWaits(before: number, limit?: number): Promise<OpenWait[]>;
   list(query?: ListRunsQuery): Promise<RunSummary[]>;
 }
 

@@ -13,9 +13,15 @@ CREATE TABLE IF NOT EXISTS runs (
   agent      TEXT NOT NULL,
   reason     TEXT,
   created_at INTEGER NOT NULL,
-  updated_at INTEGER NOT NULL
+  updated_at INTEGER NOT NULL,
+  -- The open wait of a waiting run, copied from its head by the same write (NULL otherwise): events find
+  -- the runs waiting for them, and deadlines come due, through the indexes below.
+  wait_id       TEXT,
+  wait_event    TEXT,
+  wait_deadline INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
+
 
 -- One row per version: the run head as written then. Older rows expire after the retention window;
 -- the latest (runs.version) is never pruned.
@@ -51,6 +57,16 @@ CREATE TABLE IF NOT EXISTS blobs (
   data       BLOB NOT NULL,
   created_at INTEGER NOT NULL
 );
+
+-- Events kept for a window, so one that arrives before its wait begins is matched when it does.
+CREATE TABLE IF NOT EXISTS events (
+  id          TEXT PRIMARY KEY,
+  type_key    TEXT NOT NULL,
+  payload     TEXT NOT NULL,
+  received_at INTEGER NOT NULL,
+  expires_at  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_type_key ON events (type_key, received_at);
 
 CREATE TABLE IF NOT EXISTS ledger (
   key         TEXT PRIMARY KEY,
@@ -93,7 +109,34 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
+  addMissingColumns(db);
+  db.exec(INDEXES_ON_ADDED_COLUMNS);
   return db;
+}
+
+/** Columns added after a file may have been created: a file made by older code gets them on open. */
+const ADDED_COLUMNS: [table: string, column: string, type: string][] = [
+  ['runs', 'wait_id', 'TEXT'],
+  ['runs', 'wait_event', 'TEXT'],
+  ['runs', 'wait_deadline', 'INTEGER'],
+];
+
+const INDEXES_ON_ADDED_COLUMNS = `
+CREATE INDEX IF NOT EXISTS runs_by_wait_event ON runs (wait_event) WHERE wait_event IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_by_wait_deadline ON runs (wait_deadline) WHERE wait_deadline IS NOT NULL;
+`;
+
+function addMissingColumns(db: Db): void {
+  for (const [table, column, type] of ADDED_COLUMNS) {
+    const columns = new Set((db.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[]).map((c) => c.name));
+    if (columns.has(column)) continue;
+    try {
+      db.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
+    } catch (error) {
+      // Another process opening the same old file added it first.
+      if (!/duplicate column/i.test((error as Error).message)) throw error;
+    }
+  }
 }
 
 /** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
