@@ -265,8 +265,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
       KeyConditionExpression: '#pk = :pk', ExpressionAttributeNames: { '#pk': PK }, ExpressionAttributeValues: { ':pk': waitEventPk(type, key) },
     });
     // Entries of waits that ended stay until TTL; an answer checks the head, so they only cost a read.
-    const now = this.now;
-    return items.filter((item) => Number(item.deadline) > now - 24 * 3600 * 1000).map((item) => ({
+    return items.map((item) => ({
       runId: String(item.runId), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item.deadline),
     }));
   }
