@@ -2,9 +2,19 @@ import { decodeState } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
 import { answerFits, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
-import type { EngineDeps } from '../engine/deps.ts';
+import type { Logger } from '../log.ts';
+import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
 
-export type AnswerDeps = Pick<EngineDeps, 'store' | 'blobs' | 'queue' | 'clock' | 'workerId' | 'codeVersion' | 'log'>;
+/** What resuming a run needs: the engine's ports, nothing of the step loop. */
+export interface AnswerDeps {
+  store: CheckpointStore;
+  blobs: BlobStore;
+  queue: RunQueue;
+  clock: Clock;
+  workerId: string;
+  codeVersion: string;
+  log: Logger;
+}
 
 /** What became of an answer. Only `resumed` changed anything. */
 export type AnswerOutcome =

@@ -2,12 +2,17 @@ import { decodeState } from '../core/codec.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { deadlineAnswer } from '../core/waits.ts';
-import type { EngineDeps } from '../engine/deps.ts';
-import { answerWait } from './answer.ts';
+import type { IdempotencyLedger } from '../ports.ts';
+import { answerWait, type AnswerDeps } from './answer.ts';
 import { approvalEmail } from './approval-email.ts';
 import { signApproval } from './approval-token.ts';
 import { answeredEventIds, eventAnswer } from './events.ts';
-import { DEFAULT_EARLY_EVENT_MS } from './services.ts';
+import { DEFAULT_EARLY_EVENT_MS, type WaitServices } from './services.ts';
+
+export interface DriveDeps extends AnswerDeps {
+  ledger: IdempotencyLedger;
+  waits?: WaitServices;
+}
 
 /**
  * Moves a waiting run along from a queue delivery: the one that just saved it as waiting, a redelivery of
@@ -15,7 +20,7 @@ import { DEFAULT_EARLY_EVENT_MS } from './services.ts';
  * emails go through the idempotency ledger (once per wait and approver), an early event resolves the wait
  * through the version fence, and the timer message is deduplicated by the queue.
  */
-export async function driveWait(deps: EngineDeps, runId: string): Promise<void> {
+export async function driveWait(deps: DriveDeps, runId: string): Promise<void> {
   const stored = await deps.store.load(runId);
   if (!stored || stored.status !== 'waiting') return;
   const state = decodeState(stored);
@@ -35,7 +40,7 @@ export async function driveWait(deps: EngineDeps, runId: string): Promise<void> 
   }
 }
 
-async function notifyApprovers(deps: EngineDeps, state: RunState, wait: WaitRecord): Promise<void> {
+async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<void> {
   const services = deps.waits;
   if (!services?.notifier || !services.signingKey || !services.publicUrl) {
     deps.log.warn({ event: 'approval-not-sent', runId: state.runId, waitId: wait.id, approvers: wait.approvers },
@@ -56,7 +61,7 @@ async function notifyApprovers(deps: EngineDeps, state: RunState, wait: WaitReco
   }
 }
 
-async function matchEarlyEvent(deps: EngineDeps, state: RunState, wait: WaitRecord): Promise<boolean> {
+async function matchEarlyEvent(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<boolean> {
   const events = deps.waits?.events;
   if (!events || !wait.event) return false;
   const since = wait.startedAt - (deps.waits?.earlyEventMs ?? DEFAULT_EARLY_EVENT_MS);
