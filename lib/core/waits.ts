@@ -151,3 +151,22 @@ export function resolveWait(state: RunState, answer: WaitAnswer, now: number, wo
   };
   return { state: completeStep({ ...rest, status: 'running' }, record, now), record, ...(shaped.blob ? { blob: shaped.blob } : {}) };
 }
+
+/** An event from another system, in EventBridge's shape (what functions/events.ts receives). */
+export interface IncomingEvent {
+  id: string;
+  source: string;
+  detailType: string;
+  time?: string;
+  detail: unknown;
+}
+
+/** Starts a run for each event that matches: an S3 object created, an application's own event. */
+export interface EventTrigger {
+  /** Matches EventBridge's `source` exactly, when given. */
+  source?: string;
+  /** Matches `detail-type` exactly, when given. */
+  detailType?: string;
+  /** The goal of the run the event starts; return undefined to start none for this event. */
+  goal(event: IncomingEvent): string | undefined;
+}

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { InvalidInputError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
-import { EVENT_NAME, type WaitAnswer } from '../core/waits.ts';
+import { EVENT_NAME, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';
+import type { AgentDefinition } from '../agent.ts';
 import type { EventBuffer, RunEvent } from '../ports.ts';
 import { answerWait, type AnswerDeps, type AnswerOutcome } from './answer.ts';
 
@@ -57,4 +58,17 @@ export function answeredEventIds(state: Pick<RunState, 'steps'>): Set<string> {
     if (match) ids.add(JSON.parse(match[1]!) as string);
   }
   return ids;
+}
+
+/**
+ * The (type, key) an incoming event resumes waits on: the agent's `eventKey` when it has one, else the
+ * event's detail-type as the type and `detail.key` (or `detail.correlationKey`) as the key.
+ */
+export function waitEventOf(agent: Pick<AgentDefinition, 'eventKey'>, event: IncomingEvent): EventInput | undefined {
+  const custom = agent.eventKey?.(event);
+  const detail = (event.detail ?? {}) as Record<string, unknown>;
+  const type = custom?.type ?? event.detailType;
+  const key = custom?.key ?? (typeof detail.key === 'string' ? detail.key : typeof detail.correlationKey === 'string' ? detail.correlationKey : undefined);
+  if (!key || !EVENT_NAME.test(type) || !EVENT_NAME.test(key)) return undefined;
+  return { type, key, id: event.id, payload: event.detail ?? null };
 }

@@ -3,7 +3,8 @@ import { decodeState } from '../../lib/core/codec.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { ModelReply } from '../../lib/ports.ts';
-import { emitEvent } from '../../lib/waits/events.ts';
+import { emitEvent, waitEventOf } from '../../lib/waits/events.ts';
+import { runIdForEvent, startFromEvent } from '../../lib/engine/start-from-event.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
@@ -115,5 +116,38 @@ describe('a run that waits for an event (SQLite)', () => {
     expect(done).toMatchObject({ status: 'completed', failures: 0 });
     expect(done.steps[0]!.result).toMatchObject({ ok: false, text: expect.stringContaining('cannot wait') });
     w.runtime.close();
+  });
+});
+
+describe('runs started by events', () => {
+  it('an event that matches a trigger starts one run, however often it is delivered', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'events-fn', { kind: 'done', summary: 'nothing to do' });
+    const triggers = [
+      { source: 'aws.s3', detailType: 'Object Created', goal: (e: { detail: unknown }) => `Process s3://${(e.detail as { bucket: { name: string }; object: { key: string } }).bucket.name}/${(e.detail as { object: { key: string } }).object.key}` },
+      { source: 'aws.s3', detailType: 'Object Deleted', goal: () => 'never for a create' },
+      { source: 'app', goal: () => undefined },
+    ];
+    const event = { id: 'e-123', source: 'aws.s3', detailType: 'Object Created', detail: { bucket: { name: 'inbox' }, object: { key: 'a<b>.csv' } } };
+    const first = await startFromEvent(w.deps, triggers, event);
+    const again = await startFromEvent(w.deps, triggers, event);
+    expect(first).toMatchObject([{ created: true }]);
+    expect(again).toMatchObject([{ created: false, runId: first[0]!.runId }]);
+    expect(first[0]!.runId).toBe(runIdForEvent(event, 0));
+    const runs = await w.runtime.store.list();
+    expect(runs.map((r) => r.runId)).toEqual([first[0]!.runId]);
+    expect(decodeState((await w.runtime.store.load(first[0]!.runId))!).goal).toBe('Process s3://inbox/a<b>.csv');
+    expect(await startFromEvent(w.deps, triggers, { ...event, id: 'e-124', detailType: 'Object Restored' })).toEqual([]);
+    w.runtime.close();
+  });
+
+  it('an incoming event names the waits it resumes by detail-type and detail.key, or as the agent says', () => {
+    const event = { id: 'e-1', source: 'shop', detailType: 'order.paid', detail: { key: 'order-7', amount: 3 } };
+    expect(waitEventOf({}, event)).toEqual({ type: 'order.paid', key: 'order-7', id: 'e-1', payload: event.detail });
+    expect(waitEventOf({}, { ...event, detail: { orderId: 'x' } })).toBeUndefined();
+    expect(waitEventOf({ eventKey: (e) => ({ type: `${e.source}.paid`, key: String((e.detail as { orderId: string }).orderId) }) }, { ...event, detail: { orderId: 'o-9' } }))
+      .toMatchObject({ type: 'shop.paid', key: 'o-9' });
+    expect(waitEventOf({}, { ...event, detail: { key: 'has space' } })).toBeUndefined();
   });
 });
