@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { HTTPException } from 'hono/http-exception';
 import { StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
@@ -19,7 +20,8 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof UnknownRunError) return c.json({ error: error.message }, 404);
     // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
     if (error instanceof StepwiseError && isPermanent(error)) return c.json({ error: error.message }, 400);
-    if (error instanceof SyntaxError) return c.json({ error: `the body is not valid JSON: ${error.message}` }, 400);
+    // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.
+    if (error instanceof HTTPException) return c.json({ error: error.message }, error.status);
     deps.log.error({ event: 'http-error', method: c.req.method, path: c.req.path.replace(/\/approvals\/[^/]+/, '/approvals/<token>'), error: errorMessage(error) }, 'request failed');
     return c.json({ error: 'internal error; the request changed nothing it did not finish' }, 500);
   });
