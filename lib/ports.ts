@@ -116,9 +116,18 @@ export interface Delivery {
   receipt: string;
 }
 
+export interface SendOptions {
+  delayMs?: number;
+  /**
+   * A wait's timer: delivered on its own, never ahead of or behind the run's step messages (on SQS FIFO a
+   * delayed message in the run's group would hold every later message of the run back until it is due).
+   */
+  timer?: boolean;
+}
+
 export interface RunQueue {
   /** Deduplicated on (runId, version): sending the same message twice enqueues it once. */
-  send(message: RunMessage, options?: { delayMs?: number }): Promise<void>;
+  send(message: RunMessage, options?: SendOptions): Promise<void>;
 }
 
 export interface ReceiveOptions {

@@ -36,7 +36,7 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<void> {
   if (wait.kind === 'event' && (await matchEarlyEvent(deps, state, wait))) return;
   const delayMs = wait.deadline - now;
   if (delayMs <= (deps.waits?.maxTimerMs ?? Number.POSITIVE_INFINITY)) {
-    await deps.queue.send({ runId, version: stored.version }, { delayMs });
+    await deps.queue.send({ runId, version: stored.version }, { delayMs, timer: true });
   }
 }
 

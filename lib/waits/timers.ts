@@ -20,7 +20,7 @@ export async function sendDueTimers(
   const sent: OpenWait[] = [];
   for (const wait of due) {
     try {
-      await deps.queue.send({ runId: wait.runId, version: wait.version }, { delayMs: Math.max(0, wait.deadline - now) });
+      await deps.queue.send({ runId: wait.runId, version: wait.version }, { delayMs: Math.max(0, wait.deadline - now), timer: true });
       sent.push(wait);
     } catch (error) {
       deps.log.error({ event: 'timer-send-failed', runId: wait.runId, waitId: wait.waitId, error: errorMessage(error) }, 'could not send a wait timer; the next sweep retries');
