@@ -1,6 +1,7 @@
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { loadAgent } from '../lib/agent.ts';
 import { openAwsRuntime } from '../lib/aws/runtime.ts';
+import { awsWaitServices } from '../lib/aws/wait-services.ts';
 import { createSqsWorkerHandler, type SqsWorkerHandler } from '../lib/aws/sqs-worker-handler.ts';
 import { InvalidInputError } from '../lib/core/errors.ts';
 import { selectModel } from '../lib/llm/select-model.ts';
@@ -33,5 +34,5 @@ async function wire(): Promise<SqsWorkerHandler> {
   // MODEL SELECTION (lib/llm/select-model.ts): Claude with a configured key, else the agent's offlineModel(), else a clear error.
   const { model, label } = selectModel(agent);
   log.info({ event: 'worker-wired', model: label, table: runtime.tableName, queue: runtime.queueUrl }, 'worker ready');
-  return createSqsWorkerHandler({ runtime, agent, model, log, codeVersion: CODE_VERSION });
+  return createSqsWorkerHandler({ runtime, agent, model, log, codeVersion: CODE_VERSION, waits: awsWaitServices(runtime) });
 }

@@ -3,6 +3,7 @@ import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { InvalidInputError } from './core/errors.ts';
 import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
+import type { EventTrigger, IncomingEvent } from './core/waits.ts';
 
 /** What a tool receives besides its input. */
 export interface ToolContext {
@@ -55,6 +56,10 @@ export interface AgentDefinition {
   settings?: AgentSettings;
   /** A model that needs no network, used when no API key is configured (demos, tests). */
   offlineModel?: () => Model;
+  /** Events that start a run of this agent (functions/events.ts on AWS): an S3 object created, an app event. */
+  startOn?: EventTrigger[];
+  /** How an incoming event names the waits it resumes; default: detail-type and `detail.key`. */
+  eventKey?: (event: IncomingEvent) => { type: string; key: string } | undefined;
 }
 
 export function tool<I>(definition: ToolDefinition<I>): ToolDefinition<I> {

@@ -9,3 +9,6 @@ export { startRun } from './engine/start.ts';
 export { runWorker } from './engine/worker-loop.ts';
 export { openLocalRuntime } from './local/runtime.ts';
 export type { Model, ModelReply, ModelRequest } from './ports.ts';
+export { requestApproval, sleepUntil, waitForEvent } from './waits/tools.ts';
+export type { ApprovalToolOptions, EventToolOptions, SleepToolOptions } from './waits/tools.ts';
+export type { EventTrigger, IncomingEvent, WaitAnswer } from './core/waits.ts';

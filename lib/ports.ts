@@ -51,6 +51,14 @@ export interface RunSummary {
   reason?: string;
 }
 
+/** A waiting run's open wait, as the store indexes it. */
+export interface OpenWait {
+  runId: string;
+  waitId: string;
+  version: number;
+  deadline: number;
+}
+
 export interface ListRunsQuery {
   status?: RunStatus;
   /** Only runs whose latest checkpoint is older than this (ms since epoch): stalled-run sweeps. */
@@ -89,6 +97,10 @@ export interface CheckpointStore {
   markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
   /** The retained checkpoint timeline, oldest first. */
   history(runId: string): Promise<CheckpointInfo[]>;
+  /** Runs waiting now for an event of this type and correlation key (from the wait in their head). */
+  waitingFor(type: string, key: string): Promise<OpenWait[]>;
+  /** Waiting runs whose deadline is at or before `before`, soonest first: their timers are due. */
+  dueWaits(before: number, limit?: number): Promise<OpenWait[]>;
   list(query?: ListRunsQuery): Promise<RunSummary[]>;
 }
 
@@ -112,9 +124,18 @@ export interface Delivery {
   receipt: string;
 }
 
+export interface SendOptions {
+  delayMs?: number;
+  /**
+   * A wait's timer: delivered on its own, never ahead of or behind the run's step messages (on SQS FIFO a
+   * delayed message in the run's group would hold every later message of the run back until it is due).
+   */
+  timer?: boolean;
+}
+
 export interface RunQueue {
   /** Deduplicated on (runId, version): sending the same message twice enqueues it once. */
-  send(message: RunMessage, options?: { delayMs?: number }): Promise<void>;
+  send(message: RunMessage, options?: SendOptions): Promise<void>;
 }
 
 export interface ReceiveOptions {
@@ -203,4 +224,39 @@ export function everyOn(clock: Clock, ms: number, fn: () => unknown): () => void
   const timer = setInterval(fn, ms);
   timer.unref();
   return () => clearInterval(timer);
+}
+
+/** An email to a person (an approval request). `id` names it: sending the same id twice sends it once. */
+export interface Notification {
+  id: string;
+  to: string;
+  subject: string;
+  text: string;
+  html: string;
+}
+
+/** Sends notifications: SES on AWS, an outbox folder of .eml files locally. */
+export interface Notifier {
+  send(notification: Notification): Promise<void>;
+}
+
+/** An event from outside (EventBridge, `stepwise emit`, the API) that may resume a run waiting for it. */
+export interface RunEvent {
+  /** Unique per event: a redelivered event is recognised by it. */
+  id: string;
+  type: string;
+  key: string;
+  payload: unknown;
+  receivedAt: number;
+}
+
+/**
+ * Events kept for a window after they arrive, so an event that comes before its wait begins is matched
+ * when the wait begins (the race users of peer systems hit).
+ */
+export interface EventBuffer {
+  /** Keeps the event; false if an event with this id is already kept (a redelivery). */
+  put(event: RunEvent): Promise<boolean>;
+  /** Kept events of this type and key received at or after `since`, oldest first. */
+  find(type: string, key: string, since: number): Promise<RunEvent[]>;
 }

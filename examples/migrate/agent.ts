@@ -2,6 +2,7 @@ import type Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
+import { requestApproval } from '../../lib/waits/tools.ts';
 import { canonicalJson } from '../../lib/core/canonical-json.ts';
 import { IdempotencyKeyReuseError } from '../../lib/core/errors.ts';
 import { checkMigration, openMigrationDb } from './migration-db.ts';
@@ -58,6 +59,25 @@ export default defineAgent({
         return result;
       },
     }),
+    tool({
+      name: 'drop_source',
+      description: 'Drop the source table (its rows go to an archive the application never reads). Only after a verified copy, and only with approval.',
+      input: z.object({ confirm: z.literal('DROP TABLE source') }),
+      sideEffect: true,
+      run: (_input, ctx) => {
+        const d = migrationDb();
+        // The key goes in with the effect, in one transaction: a redo after a crash drops nothing twice.
+        return d.transaction(() => {
+          if (d.prepare('SELECT 1 FROM applied_keys WHERE key = ?').get(ctx.idempotencyKey)) return { dropped: 'source', applied: false };
+          const rows = d.prepare('INSERT INTO source_archive SELECT id, name, amount FROM source').run().changes;
+          d.exec('DELETE FROM source');
+          d.prepare('INSERT INTO applied_keys (key, args, result) VALUES (?, ?, ?)').run(ctx.idempotencyKey, '{}', JSON.stringify({ dropped: rows }));
+          return { dropped: 'source', rows, applied: true };
+        })();
+      },
+    }),
+    // The risky step waits for a person: the run saves a waiting checkpoint and no process is needed.
+    requestApproval({ approvers: [process.env.DEMO_APPROVER ?? 'ops@example.com'], timeoutMs: 24 * 3600 * 1000 }),
     tool({
       name: 'verify',
       description: 'Check that every source row is in target exactly once with the same values.',

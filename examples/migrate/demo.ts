@@ -2,14 +2,19 @@
  * `npm run demo`: the main job on the embedded default. A real multi-step agent migrates rows between two
  * tables of a local SQLite database in batches. Midway, the demo SIGKILLs its worker process after a batch
  * was copied but before that step's checkpoint; a fresh worker process resumes from the last checkpoint,
- * redoes the step under the same idempotency key (copying nothing twice), and finishes.
+ * redoes the step under the same idempotency key (copying nothing twice), and goes on. Before its risky
+ * step (dropping the source table) the run asks for approval and waits, with no process running; the
+ * approval (the emailed link in a browser, or `--approve` / a non-interactive terminal: from the CLI) lets
+ * a third worker process finish it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { outboxLinks } from './outbox.ts';
 import { checkMigration, openMigrationDb, seedSource } from './migration-db.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
@@ -25,10 +30,21 @@ const stepwiseDb = join(dir, 'stepwise.db');
 const migrateDb = join(dir, 'migrate.db');
 const runId = `migrate-${Date.now()}`;
 const say = (line: string) => process.stdout.write(`${line}\n`);
+const autoApprove = process.argv.includes('--approve') || !process.stdin.isTTY;
+let publicUrl = '';
 
 function stepwise(args: string[], env: Record<string, string> = {}): ChildProcess {
   return spawn(process.execPath, [BIN, ...args, '--db', stepwiseDb], {
-    cwd: ROOT, env: { ...process.env, MIGRATE_DB: migrateDb, STEPWISE_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: ROOT, env: { ...process.env, MIGRATE_DB: migrateDb, STEPWISE_LOG_LEVEL: 'warn', STEPWISE_PUBLIC_URL: publicUrl, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().once('error', reject).listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 8787));
+    });
   });
 }
 
@@ -47,6 +63,14 @@ function worker(label: string, env: Record<string, string> = {}): ChildProcess {
   return child;
 }
 
+/** Resolves with the first stdout line of a child matching the pattern. */
+function lineOf(child: ChildProcess, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout! }).on('line', (l) => { if (pattern.test(l)) resolve(l); });
+    child.once('exit', (code) => reject(new Error(`stepwise exited (${code}) before printing ${pattern}`)));
+  });
+}
+
 async function waitFor(predicate: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!predicate()) {
@@ -61,6 +85,8 @@ async function main(): Promise<void> {
   say(`model: ${online ? 'Claude (ANTHROPIC_API_KEY is set)' : 'offline scripted model (no ANTHROPIC_API_KEY): it reads the same Step prompt Claude would'}`);
   say(`files: ${dir}`);
   seedSource(migrateDb, ROWS);
+  const port = Number(process.env.DEMO_PORT ?? (await freePort()));
+  publicUrl = `http://127.0.0.1:${port}`;
 
   const started = await finish(stepwise(['start', '--agent', AGENT, '--run-id', runId, '--goal', `Copy every row of table source into table target, in batches, then verify that each row was copied exactly once.`]));
   if (started.code !== 0) throw new Error(`start failed: ${started.out}`);
@@ -77,16 +103,36 @@ async function main(): Promise<void> {
 
   say(`\n3. worker B, a fresh process, resumes after the ${VISIBILITY_MS} ms visibility timeout`);
   const b = worker('worker B');
-  await waitFor(() => {
-    const status = statusOf();
-    return status !== 'running';
-  }, 'the run to finish', 120_000);
+  await waitFor(() => statusOf() !== 'running', 'the run to reach its approval', 120_000);
   b.kill('SIGTERM');
   await new Promise((r) => b.on('exit', r));
 
-  say('\n4. the checkpoint history');
+  say(`\n4. the run waits for approval before dropping the source table: its checkpoint says "waiting", worker B has stopped, nothing runs`);
+  const server = stepwise(['serve', '--agent', AGENT, '--port', String(port)]);
+  await lineOf(server, /^serving /);
+  const [link] = outboxLinks(join(dir, 'outbox'));
+  say(`  the approval email is in ${join(dir, 'outbox')}; its link: ${link}`);
+  if (autoApprove) {
+    say(`  approving from the terminal (stepwise approve ${runId})`);
+    const approved = await finish(stepwise(['approve', runId, '--comment', 'approved from the demo']));
+    say(`  ${approved.out.trim()}`);
+  } else {
+    say('  open the link in a browser and press Approve or Reject; or press Enter here to approve from the terminal');
+    process.stdin.once('data', () => { void finish(stepwise(['approve', runId, '--comment', 'approved from the demo terminal'])); });
+    await waitFor(() => statusOf() !== 'waiting', 'the approval', 24 * 3600 * 1000);
+    process.stdin.pause();
+  }
+
+  say('\n5. worker C, another fresh process, takes the answer and finishes the run');
+  const c = worker('worker C');
+  await waitFor(() => statusOf() !== 'running', 'the run to finish', 120_000);
+  c.kill('SIGTERM');
+  server.kill('SIGTERM');
+  await Promise.all([new Promise((r) => c.on('exit', r)), new Promise((r) => server.on('exit', r))]);
+
+  say('\n6. the checkpoint history');
   say((await finish(stepwise(['history', runId]))).out.trimEnd());
-  say('\n5. the run');
+  say('\n7. the run');
   say((await finish(stepwise(['status', runId]))).out.trimEnd());
 
   const db = openMigrationDb(migrateDb);
@@ -95,10 +141,10 @@ async function main(): Promise<void> {
   db.close();
   const run = JSON.parse((await finish(stepwise(['status', runId, '--json']))).out) as { steps: { step: number; idempotencyKey?: string; workerId: string; result: { text: string } }[] };
   const redone = run.steps.find((s) => s.step === KILL_AT_STEP);
-  say(`\n6. step ${KILL_AT_STEP}, redone by worker B under the same idempotency key ${redone?.idempotencyKey}:`);
+  say(`\n8. step ${KILL_AT_STEP}, redone by worker B under the same idempotency key ${redone?.idempotencyKey}:`);
   say(`  ${redone?.result.text}`);
 
-  say('\n7. check');
+  say('\n9. check');
   say(`  source rows ${check.sourceRows}, target rows ${check.targetRows}, distinct ${check.distinctCopied}, duplicates ${check.duplicates}, missing ${check.missing}, mismatched ${check.mismatched}, batches applied ${redo.n}`);
   say(check.exactlyOnce ? '  every row was copied exactly once: yes' : '  every row was copied exactly once: NO');
   if (!check.exactlyOnce || statusOf() !== 'completed') process.exitCode = 1;

@@ -14,6 +14,9 @@ export function openMigrationDb(path: string): Database.Database {
     CREATE TABLE IF NOT EXISTS target (id INTEGER PRIMARY KEY AUTOINCREMENT, source_id INTEGER NOT NULL, name TEXT NOT NULL, amount INTEGER NOT NULL);
     -- Written in the same transaction as the rows it guards: the effect and its idempotency key commit together.
     CREATE TABLE IF NOT EXISTS applied_keys (key TEXT PRIMARY KEY, args TEXT NOT NULL, result TEXT NOT NULL);
+    -- Where drop_source puts the source rows, so the demo can still check the copy after the risky step.
+    CREATE TABLE IF NOT EXISTS source_archive (id INTEGER PRIMARY KEY, name TEXT NOT NULL, amount INTEGER NOT NULL);
+    CREATE VIEW IF NOT EXISTS all_source AS SELECT id, name, amount FROM source UNION ALL SELECT id, name, amount FROM source_archive;
   `);
   return db;
 }
@@ -39,11 +42,11 @@ export interface MigrationCheck {
 
 export function checkMigration(db: Database.Database): MigrationCheck {
   const one = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
-  const sourceRows = one('SELECT count(*) AS n FROM source');
+  const sourceRows = one('SELECT count(*) AS n FROM all_source');
   const targetRows = one('SELECT count(*) AS n FROM target');
   const distinctCopied = one('SELECT count(DISTINCT source_id) AS n FROM target');
-  const missing = one('SELECT count(*) AS n FROM source s WHERE NOT EXISTS (SELECT 1 FROM target t WHERE t.source_id = s.id)');
-  const mismatched = one('SELECT count(*) AS n FROM target t JOIN source s ON s.id = t.source_id WHERE s.name <> t.name OR s.amount <> t.amount');
+  const missing = one('SELECT count(*) AS n FROM all_source s WHERE NOT EXISTS (SELECT 1 FROM target t WHERE t.source_id = s.id)');
+  const mismatched = one('SELECT count(*) AS n FROM target t JOIN all_source s ON s.id = t.source_id WHERE s.name <> t.name OR s.amount <> t.amount');
   const duplicates = targetRows - distinctCopied;
   return { sourceRows, targetRows, distinctCopied, duplicates, missing, mismatched, exactlyOnce: duplicates === 0 && missing === 0 && mismatched === 0 && targetRows === sourceRows };
 }

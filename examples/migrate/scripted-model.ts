@@ -22,12 +22,23 @@ export class ScriptedMigrationModel implements Model {
     const verified = steps.findLast((s) => s.tool === 'verify' && s.ok)?.result;
     if (!verified) return call('verify', {});
     const copies = steps.filter((s) => s.tool === 'copy_batch').length;
-    return {
-      kind: 'done',
-      summary: verified.exactlyOnce
-        ? `Copied ${verified.targetRows} of ${verified.sourceRows} rows from source to target in ${copies} batches of up to ${BATCH_SIZE}; verification found no duplicates, no missing rows and no mismatched values.`
-        : `Copied rows in ${copies} batches, but verification failed: ${JSON.stringify(verified)}.`,
-    };
+    if (!verified.exactlyOnce) return { kind: 'done', summary: `Copied rows in ${copies} batches, but verification failed: ${JSON.stringify(verified)}.` };
+    const copied = `Copied ${verified.targetRows} of ${verified.sourceRows} rows from source to target in ${copies} batches of up to ${BATCH_SIZE}; verification found no duplicates, no missing rows and no mismatched values.`;
+    // Dropping the source is irreversible: ask first, and act on the answer.
+    const approval = steps.findLast((s) => s.tool === 'request_approval');
+    if (!approval) {
+      return call('request_approval', {
+        request: `Drop table source: all ${verified.targetRows} rows are verified in target`,
+        details: 'DROP TABLE source (the migration is verified: no duplicates, none missing)',
+      });
+    }
+    if (approval.result?.approval !== 'approved') {
+      const why = approval.result?.timedOut ? 'nobody approved in time' : `rejected by ${String(approval.result?.by)}${approval.result?.comment ? `: ${String(approval.result.comment)}` : ''}`;
+      return { kind: 'done', summary: `${copied} The source table was kept: dropping it was ${why}.` };
+    }
+    const dropped = steps.findLast((s) => s.tool === 'drop_source' && s.ok);
+    if (!dropped) return call('drop_source', { confirm: 'DROP TABLE source' });
+    return { kind: 'done', summary: `${copied} With approval from ${String(approval.result?.by)}, the source table was dropped.` };
   }
 }
 

@@ -7,7 +7,7 @@ import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { RUN_STATUSES, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
-  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, RunSummary, WriteMeta,
+  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
@@ -16,7 +16,8 @@ import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
   HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
-  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk,
+  WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
+  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
 export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
@@ -218,6 +219,19 @@ export class DynamoCheckpointStore implements CheckpointStore {
         },
       });
     }
+    if (state.status === 'waiting' && state.wait?.event) {
+      // Found by the event in one strongly consistent Query; a GSI could miss a wait that just began.
+      const { type, key } = state.wait.event;
+      items.push({
+        Put: {
+          TableName: this.table,
+          Item: {
+            [PK]: waitEventPk(type, key), [SK]: runId, runId, waitId: state.wait.id, version, deadline: state.wait.deadline,
+            [TTL_ATTRIBUTE]: Math.ceil(state.wait.deadline / 1000) + 24 * 3600,
+          },
+        },
+      });
+    }
     items.push({
       Put: {
         TableName: this.table, Item: fits(this.historyRow(runId, version, state, headAttributes, bytes, write, appended, now)),
@@ -288,6 +302,31 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return rows.sort((a, b) => a.version - b.version);
   }
 
+  async waitingFor(type: string, key: string): Promise<OpenWait[]> {
+    const items = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk', ExpressionAttributeNames: { '#pk': PK }, ExpressionAttributeValues: { ':pk': waitEventPk(type, key) },
+    });
+    // Entries of waits that ended stay until TTL; an answer checks the head, so they only cost a read.
+    return items.map((item) => ({
+      runId: String(item.runId), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item.deadline),
+    }));
+  }
+
+  async dueWaits(before: number, limit = 100): Promise<OpenWait[]> {
+    const pages = await Promise.all(waitShards().map(async (shard) => {
+      const e = new Expression();
+      const page = await this.options.doc.send(new QueryCommand({
+        TableName: this.table, IndexName: WAIT_INDEX,
+        KeyConditionExpression: `${e.name(WAIT_SHARD)} = ${e.value(shard)} AND ${e.name(WAIT_DEADLINE)} <= ${e.value(before)}`,
+        ...e.params(), Limit: limit,
+      }));
+      return (page.Items ?? []).map((item) => ({
+        runId: String(item.runId), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]),
+      }));
+    }));
+    return pages.flat().sort((a, b) => a.deadline - b.deadline).slice(0, limit);
+  }
+
   async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {
     const limit = query.limit ?? 100;
     const keys = (query.status ? [query.status] : [...RUN_STATUSES]).flatMap(statusKeys);
@@ -319,10 +358,13 @@ export class DynamoCheckpointStore implements CheckpointStore {
     state: RunState, version: number, now: number, headAttributes: Record<string, string | undefined>,
     meta: WriteMeta, bytes: number, appended?: StepRecord,
   ): Item {
+    const wait = state.status === 'waiting' ? state.wait : undefined;
     return {
       runId: state.runId, version, status: state.status, step: state.step, agent: state.agent,
       reason: state.reason?.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now, [STATUS_KEY]: statusKey(state.status, state.runId),
       ...headAttributes,
+      // The open wait, in the sparse deadline index while the run waits (removed by the write that ends it).
+      waitId: wait?.id, [WAIT_SHARD]: wait ? waitShard(state.runId) : undefined, [WAIT_DEADLINE]: wait?.deadline,
       // The latest checkpoint's metadata lives here too, so history() can show it after its row expired.
       workerId: meta.workerId, codeVersion: meta.codeVersion, bytes, tool: appended?.tool, idempotencyKey: appended?.idempotencyKey,
     };

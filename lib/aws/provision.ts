@@ -1,5 +1,6 @@
 import {
-  CreateTableCommand, DescribeTimeToLiveCommand, UpdateTimeToLiveCommand, waitUntilTableExists, type DynamoDBClient,
+  CreateTableCommand, DescribeTableCommand, DescribeTimeToLiveCommand, UpdateTableCommand, UpdateTimeToLiveCommand,
+  waitUntilTableExists, type DynamoDBClient,
 } from '@aws-sdk/client-dynamodb';
 import {
   CreateBucketCommand, PutBucketEncryptionCommand, PutPublicAccessBlockCommand, type BucketLocationConstraint, type S3Client,
@@ -9,7 +10,10 @@ import {
 } from '@aws-sdk/client-sqs';
 import { DEFAULT_MAX_RECEIVES } from '../engine/handle-message.ts';
 import { errorName } from './dynamo-errors.ts';
-import { PK, SK, STATUS_INDEX, STATUS_INDEX_ATTRIBUTES, STATUS_KEY, STATUS_SORT, TTL_ATTRIBUTE } from './table-layout.ts';
+import {
+  PK, SK, STATUS_INDEX, STATUS_INDEX_ATTRIBUTES, STATUS_KEY, STATUS_SORT, TTL_ATTRIBUTE,
+  WAIT_DEADLINE, WAIT_INDEX, WAIT_INDEX_ATTRIBUTES, WAIT_SHARD,
+} from './table-layout.ts';
 
 /**
  * Creates the table, queue and bucket the AWS runtime needs, for local servers, tests and
@@ -27,6 +31,8 @@ export async function ensureTable(dynamo: DynamoDBClient, tableName: string): Pr
         { AttributeName: SK, AttributeType: 'S' },
         { AttributeName: STATUS_KEY, AttributeType: 'S' },
         { AttributeName: STATUS_SORT, AttributeType: 'N' },
+        { AttributeName: WAIT_SHARD, AttributeType: 'S' },
+        { AttributeName: WAIT_DEADLINE, AttributeType: 'N' },
       ],
       KeySchema: [{ AttributeName: PK, KeyType: 'HASH' }, { AttributeName: SK, KeyType: 'RANGE' }],
       GlobalSecondaryIndexes: [{
@@ -34,12 +40,13 @@ export async function ensureTable(dynamo: DynamoDBClient, tableName: string): Pr
         KeySchema: [{ AttributeName: STATUS_KEY, KeyType: 'HASH' }, { AttributeName: STATUS_SORT, KeyType: 'RANGE' }],
         // Only what a listing shows: the index is written on every step, so it must stay small.
         Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: STATUS_INDEX_ATTRIBUTES },
-      }],
+      }, WAIT_INDEX_DEFINITION],
     }));
   } catch (error) {
     if (errorName(error) !== 'ResourceInUseException') throw error;
   }
   await waitUntilTableExists({ client: dynamo, maxWaitTime: 300, minDelay: 1, maxDelay: 5 }, { TableName: tableName });
+  await addWaitIndex(dynamo, tableName);
   const ttl = await dynamo.send(new DescribeTimeToLiveCommand({ TableName: tableName }));
   const status = ttl.TimeToLiveDescription?.TimeToLiveStatus;
   if (status !== 'ENABLED' && status !== 'ENABLING') {
@@ -47,6 +54,23 @@ export async function ensureTable(dynamo: DynamoDBClient, tableName: string): Pr
       TableName: tableName, TimeToLiveSpecification: { AttributeName: TTL_ATTRIBUTE, Enabled: true },
     }));
   }
+}
+
+const WAIT_INDEX_DEFINITION = {
+  IndexName: WAIT_INDEX,
+  KeySchema: [{ AttributeName: WAIT_SHARD, KeyType: 'HASH' as const }, { AttributeName: WAIT_DEADLINE, KeyType: 'RANGE' as const }],
+  Projection: { ProjectionType: 'INCLUDE' as const, NonKeyAttributes: WAIT_INDEX_ATTRIBUTES },
+};
+
+/** A table made before waits existed gets the deadline index added, not recreated. */
+async function addWaitIndex(dynamo: DynamoDBClient, tableName: string): Promise<void> {
+  const table = (await dynamo.send(new DescribeTableCommand({ TableName: tableName }))).Table;
+  if (table?.GlobalSecondaryIndexes?.some((index) => index.IndexName === WAIT_INDEX)) return;
+  await dynamo.send(new UpdateTableCommand({
+    TableName: tableName,
+    AttributeDefinitions: [{ AttributeName: WAIT_SHARD, AttributeType: 'S' }, { AttributeName: WAIT_DEADLINE, AttributeType: 'N' }],
+    GlobalSecondaryIndexUpdates: [{ Create: WAIT_INDEX_DEFINITION }],
+  }));
 }
 
 export interface QueueOptions {

@@ -3,7 +3,7 @@ import {
   ChangeMessageVisibilityCommand, DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient,
 } from '@aws-sdk/client-sqs';
 import { InvalidInputError } from '../core/errors.ts';
-import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer } from '../ports.ts';
+import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { errorName } from './dynamo-errors.ts';
 
@@ -49,8 +49,9 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
     return (this.options.clock ?? systemClock).now();
   }
 
-  async send(message: RunMessage, options: { delayMs?: number } = {}): Promise<void> {
-    await this.sendMessage(message, deduplicationId(message), options.delayMs ?? 0);
+  async send(message: RunMessage, options: SendOptions = {}): Promise<void> {
+    // A timer goes in a group of its own: hidden until due, it must not hold back the run's steps.
+    await this.sendMessage(message, deduplicationId(message, options.timer ? 'timer' : undefined), options.delayMs ?? 0, options.timer ? `${message.runId}~timer` : message.runId);
   }
 
   /**
@@ -59,7 +60,7 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
    * repeated sweeps from piling up copies.
    */
   async redrive(message: RunMessage, token: string): Promise<void> {
-    await this.sendMessage(message, deduplicationId(message, token), 0);
+    await this.sendMessage(message, deduplicationId(message, token), 0, message.runId);
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
@@ -120,12 +121,12 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
     }
   }
 
-  private async sendMessage(message: RunMessage, deduplication: string, delayMs: number): Promise<void> {
+  private async sendMessage(message: RunMessage, deduplication: string, delayMs: number, group: string): Promise<void> {
     await this.options.sqs.send(new SendMessageCommand({
       QueueUrl: this.options.queueUrl,
       // Exactly the engine's message: its parser refuses anything else.
       MessageBody: JSON.stringify({ runId: message.runId, version: message.version }),
-      MessageGroupId: message.runId,
+      MessageGroupId: group,
       MessageDeduplicationId: deduplication,
       ...(delayMs > 0
         ? { MessageAttributes: { [NOT_BEFORE_ATTRIBUTE]: { DataType: 'Number', StringValue: String(this.now + delayMs) } } }

@@ -7,6 +7,7 @@ import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { NOT_BEFORE_ATTRIBUTE, stepReceiveCount, type SqsRunQueue } from './sqs-run-queue.ts';
+import type { WaitServices } from '../waits/services.ts';
 
 export interface SqsWorkerHandlerOptions {
   runtime: { store: CheckpointStore; blobs: BlobStore; ledger: IdempotencyLedger; queue: SqsRunQueue };
@@ -21,6 +22,8 @@ export interface SqsWorkerHandlerOptions {
    * up: the model call is aborted this long before the invocation would be killed (default 15 s).
    */
   reserveMs?: number;
+  /** Emails, links, kept events and timer limits for waiting runs (awsWaitServices). */
+  waits?: WaitServices;
   /** Crash injection for tests (see EngineDeps.probe). */
   probe?: (point: CrashPoint, at: { runId: string; step: number }) => void | Promise<void>;
 }
@@ -52,7 +55,7 @@ export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWor
     const deps: EngineDeps = {
       ...options.runtime, model: options.model, agent: options.agent, clock: options.clock ?? systemClock,
       workerId, codeVersion: options.codeVersion, log, ...(options.probe ? { probe: options.probe } : {}),
-      ...(signal ? { signal } : {}),
+      ...(signal ? { signal } : {}), ...(options.waits ? { waits: options.waits } : {}),
     };
     const failures: string[] = [];
     await Promise.all([...byMessageGroup(event.Records).values()].map(async (records) => {

@@ -14,6 +14,11 @@ import type { RunStatus } from '../core/state.ts';
  *                                          latest stays visible even after its own c# row has expired.
  *                      sk = s#0000000003   step record 3, written once by the commit that completes step 3
  *   pk = idem#<key>    sk = i              idempotency ledger record of one side-effecting call
+ *   pk = waitevt#<type>\n<key>  sk = <runId>   a run waiting for that event: written by the commit that
+ *                                          saved it waiting, read (strongly consistent) when the event comes;
+ *                                          left behind when the wait ends (answers check the head) and
+ *                                          removed by TTL a day after the wait's deadline
+ *   pk = evt#<type>\n<key>  sk = <receivedAt>#<id>   a kept event (early events), TTL after the window
  *
  * Sort order c# < h < s#, so `sk BETWEEN 'h' AND 's#~'` is the resume read (head + steps) and
  * `sk BETWEEN 'c#' AND 'h'` is the timeline read (history + head). Per step a commit writes the head,
@@ -42,9 +47,22 @@ export const STATUS_INDEX_ATTRIBUTES = ['runId', 'version', 'status', 'step', 'a
  */
 export const STATUS_SHARDS = 4;
 
+/**
+ * Sparse index on the heads of waiting runs: the scheduled sweeper finds waits whose deadline comes due
+ * (no timer sits in the queue for long waits). Sharded like the status index.
+ */
+export const WAIT_INDEX = 'by-wait-deadline';
+export const WAIT_SHARD = 'waitShard';
+export const WAIT_DEADLINE = 'waitDeadline';
+export const WAIT_INDEX_ATTRIBUTES = ['runId', 'version', 'waitId'];
+
 const SEQ_DIGITS = 10;
 
 export const runPk = (runId: string): string => `run#${runId}`;
+export const waitEventPk = (type: string, key: string): string => `waitevt#${type}\n${key}`;
+export const eventPk = (type: string, key: string): string => `evt#${type}\n${key}`;
+export const waitShard = (runId: string): string => `w#${statusShard(runId)}`;
+export const waitShards = (): string[] => Array.from({ length: STATUS_SHARDS }, (_, shard) => `w#${shard}`);
 export const ledgerPk = (key: string): string => `idem#${key}`;
 export const stepSk = (step: number): string => `s#${String(step).padStart(SEQ_DIGITS, '0')}`;
 export const checkpointSk = (version: number): string => `c#${String(version).padStart(SEQ_DIGITS, '0')}`;

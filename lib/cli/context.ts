@@ -6,7 +6,9 @@ import { DEFAULT_DB_PATH, openLocalRuntime, type LocalRuntime } from '../local/r
 import { InvalidInputError } from '../core/errors.ts';
 import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { selectModel } from '../llm/select-model.ts';
-import type { BlobStore, CheckpointStore, IdempotencyLedger, Model, RunQueue, RunQueueConsumer } from '../ports.ts';
+import type { BlobStore, CheckpointStore, EventBuffer, IdempotencyLedger, Model, RunQueue, RunQueueConsumer } from '../ports.ts';
+import { localWaitServices } from '../local/wait-services.ts';
+import type { WaitServices } from '../waits/services.ts';
 import { systemClock } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
 
@@ -29,6 +31,8 @@ export interface Backend {
   queue: RunQueue & RunQueueConsumer;
   /** The local runtime, for what only it can do (a queue consumer for one run, pruning). */
   local?: LocalRuntime;
+  /** Emails, approval links, kept events: what waiting runs need on this backend. */
+  waits: WaitServices & { events: EventBuffer };
   close(): void;
 }
 
@@ -39,18 +43,22 @@ export function dbPath(options: CliOptions): string {
 export async function openBackend(options: CliOptions): Promise<Backend> {
   const kind = options.backend ?? process.env.STEPWISE_BACKEND ?? 'local';
   if (kind === 'local') {
-    const local = openLocalRuntime({ dbPath: dbPath(options) });
-    return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, close: () => local.close() };
+    const path = dbPath(options);
+    const local = openLocalRuntime({ dbPath: path });
+    const waits = { ...localWaitServices(local, path), events: local.events };
+    return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
   }
   if (kind === 'aws') {
     // Loaded only when asked for: the AWS SDK is a large import the local default does not need.
     const { openAwsRuntime } = await import('../aws/runtime.ts');
+    const { awsWaitServices } = await import('../aws/wait-services.ts');
     const aws = openAwsRuntime({
       ...(options.table ? { tableName: options.table } : {}),
       ...(options.bucket ? { bucketName: options.bucket } : {}),
       ...(options.queueUrl ? { queueUrl: options.queueUrl } : {}),
     });
-    return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, close: () => aws.close() };
+    const waits = awsWaitServices(aws);
+    return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, waits: { ...waits, events: waits.events! }, close: () => aws.close() };
   }
   throw new InvalidInputError(`--backend must be local or aws, got ${JSON.stringify(kind)}`);
 }
@@ -77,6 +85,6 @@ export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Mode
   return {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION,
-    log: createLogger(),
+    log: createLogger(), waits: runtime.waits,
   };
 }

@@ -5,6 +5,8 @@ import { runCommand } from './commands/run.ts';
 import { historyCommand, statusCommand } from './commands/read.ts';
 import { startCommand } from './commands/start.ts';
 import { workerCommand } from './commands/worker.ts';
+import { answerCommand, emitCommand } from './commands/answer.ts';
+import { serveCommand } from './commands/serve.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -14,6 +16,10 @@ usage:
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
   stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
   stepwise history <runId> [--json]                                                the checkpoint timeline
+  stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
+  stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
+  stepwise reject  <runId> [--comment <text>] [--as <approver>]
+  stepwise emit    <type> <key> [<json>] [--id <event id>]                         send an event to waiting runs
 
 common options:
   --db <file>          the SQLite file (default .stepwise/stepwise.db, or STEPWISE_DB)
@@ -39,6 +45,11 @@ const OPTIONS = {
   'visibility-ms': { type: 'string' },
   'idle-exit-ms': { type: 'string' },
   log: { type: 'string' },
+  port: { type: 'string' },
+  host: { type: 'string' },
+  comment: { type: 'string' },
+  as: { type: 'string' },
+  id: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -76,6 +87,11 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}) }, out);
     case 'status': return statusCommand(arg, read, out);
     case 'history': return historyCommand(arg, read, out);
+    case 'serve': return serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);
+    case 'approve':
+    case 'reject':
+      return answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
+    case 'emit': return emitCommand(positionals.slice(1), { ...common, ...(values.id ? { id: values.id } : {}) }, out);
     default: throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
   }
 }

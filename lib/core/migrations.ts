@@ -2,9 +2,13 @@ import { FORMAT_VERSION } from './state.ts';
 
 /**
  * Migrations from each old stored head format to the next, applied on load so a run paused under old
- * code resumes under new code. Key n migrates format n to n + 1. Format 1 is the first; none yet.
+ * code resumes under new code. Key n migrates format n to n + 1.
  */
-export const MIGRATIONS: Record<number, (head: Record<string, unknown>) => Record<string, unknown>> = {};
+export const MIGRATIONS: Record<number, (head: Record<string, unknown>) => Record<string, unknown>> = {
+  // Format 2 added the optional wait record. A format-1 head has none and reads as is; the number moved so
+  // that code older than waits refuses a waiting run instead of dropping its wait.
+  1: (head) => head,
+};
 
 export function migrateHead(head: Record<string, unknown>): Record<string, unknown> {
   let current = head;

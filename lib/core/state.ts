@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /** Bump when the stored shape of RunState changes, and add a migration in migrations.ts. */
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
 export const DEFAULT_STEP_CAP = 60;
 export const MAX_STEP_FAILURES = 3;
 export const MAX_GOAL_BYTES = 16 * 1024;
@@ -50,8 +50,37 @@ export type Decision = z.infer<typeof decisionSchema>;
 export const stepRecordSchema = decisionSchema.extend({
   result: stepResultSchema,
   workerId: z.string(),
+  /** Set when the step was a wait: which wait its result answered. */
+  waitId: z.string().optional(),
 });
 export type StepRecord = z.infer<typeof stepRecordSchema>;
+
+export const WAIT_KINDS = ['approval', 'event', 'sleep'] as const;
+export type WaitKind = (typeof WAIT_KINDS)[number];
+
+/** What a waiting run waits for (lib/core/waits.ts has the rules). Part of the head: written once per wait. */
+export const waitRecordSchema = z.object({
+  /** Random per wait: names it in approval tokens, event matches and answers. */
+  id: z.string().min(8),
+  kind: z.enum(WAIT_KINDS),
+  /** The step this wait belongs to (state.step + 1); its answer becomes that step's result. */
+  step: z.number().int().positive(),
+  /** The tool call that asked to wait, as the model chose it: it becomes the step record on resume. */
+  tool: z.string(),
+  input: z.unknown(),
+  usage: usageSchema.optional(),
+  model: z.string().optional(),
+  decidedAt: z.number(),
+  startedAt: z.number(),
+  /** Epoch ms. At the deadline the wait resolves as timed out (for `sleep`, as woken). */
+  deadline: z.number(),
+  /** approval: who may answer, and what they are asked. */
+  approvers: z.array(z.string()).optional(),
+  request: z.string().optional(),
+  /** event: what resumes it. */
+  event: z.object({ type: z.string(), key: z.string() }).optional(),
+});
+export type WaitRecord = z.infer<typeof waitRecordSchema>;
 
 /** Everything about a run except its step records: small, rewritten at every checkpoint. */
 export const runHeadSchema = z.object({
@@ -73,6 +102,8 @@ export const runHeadSchema = z.object({
   /** The model's DONE summary. */
   summary: z.string().optional(),
   usage: usageSchema,
+  /** Present while status is `waiting` (format 2). */
+  wait: waitRecordSchema.optional(),
   createdAt: z.number(),
   updatedAt: z.number(),
 });

@@ -1,14 +1,16 @@
+import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import {
-  IdempotencyInProgressError, ModelKeyError, PermanentError, ToolError, TransientError, UnknownRunError,
+  IdempotencyInProgressError, InvalidInputError, ModelKeyError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
-import type { Decision, RunState, RunStatus, StepRecord, Usage } from '../core/state.ts';
+import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
+import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
 import type { ModelReply } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
@@ -167,6 +169,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     ok = false;
   }
   await deps.probe?.('C4', { runId, step: n });
+  if (isWaitRequest(output)) return beginWaitStep(deps, state, version, decision, output);
 
   const shaped = shapeResult(outputText(output), ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
   if (shaped.blob) {
@@ -186,6 +189,21 @@ function uncountedUsage(pending: Decision | undefined, version: number): Usage |
 
 function usageOnly(usage: Usage | undefined): { usage?: Usage } {
   return usage ? { usage } : {};
+}
+
+/**
+ * A wait tool asked to wait: save the run as waiting with its wait record (lib/core/waits.ts). A wait no
+ * run should enter (no approver, an unbounded sleep) is an answer for the model, like invalid arguments.
+ */
+async function beginWaitStep(deps: EngineDeps, state: RunState, version: number, decision: Decision, request: WaitRequest): Promise<Advance> {
+  let wait: WaitRecord;
+  try {
+    wait = waitRecordFor(request.spec, decision, randomUUID(), deps.clock.now());
+  } catch (error) {
+    if (!(error instanceof InvalidInputError)) throw error;
+    return commitStep(deps, state, version, errorStep(deps, decision.step, decision, `cannot wait: ${error.message}`));
+  }
+  return commit(deps, version, beginWait(state, wait, deps.clock.now()));
 }
 
 function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision): ToolContext {

@@ -1,6 +1,7 @@
 import type { AgentDefinition } from '../agent.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model, RunQueue } from '../ports.ts';
+import type { WaitServices } from '../waits/services.ts';
 
 /** The crash points of one step (see the README's design section). */
 export type CrashPoint = 'C1' | 'C2' | 'C3' | 'C4' | 'C5' | 'C6' | 'C7' | 'C8';
@@ -22,4 +23,6 @@ export interface EngineDeps {
    */
   probe?: (point: CrashPoint, at: { runId: string; step: number }) => void | Promise<void>;
   signal?: AbortSignal;
+  /** Approval emails, links, kept events, timer limits: what waiting runs need (lib/waits). */
+  waits?: WaitServices;
 }

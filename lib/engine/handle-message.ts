@@ -3,6 +3,7 @@ import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersi
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
+import { driveWait } from '../waits/drive.ts';
 
 const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number().int().positive() }).strict();
 
@@ -93,6 +94,9 @@ export async function handleDelivery(
     const delayMs = outcome.kind === 'advanced' ? retryDelayMs(outcome.state.failures) : 0;
     await deps.queue.send({ runId, version: outcome.version }, { delayMs });
   }
+  // A waiting run (just saved so, or found so by a redelivery or its timer): emails once, early events,
+  // the timer, the deadline. All of it is safe to repeat.
+  if (status === 'waiting') await driveWait(deps, runId);
   await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
   return { action: 'ack', outcome, runId };
 }

@@ -16,9 +16,15 @@ CREATE TABLE IF NOT EXISTS runs (
   updated_at INTEGER NOT NULL,
   -- Redeliveries that started the next step at this version (see CheckpointStore.addRestarts); every
   -- commit resets it.
-  restarts   INTEGER NOT NULL DEFAULT 0
+  restarts   INTEGER NOT NULL DEFAULT 0,
+  -- The open wait of a waiting run, copied from its head by the same write (NULL otherwise): events find
+  -- the runs waiting for them, and deadlines come due, through the indexes below.
+  wait_id       TEXT,
+  wait_event    TEXT,
+  wait_deadline INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
+
 
 -- One row per version: the run head as written then. Older rows expire after the retention window;
 -- the latest (runs.version) is never pruned.
@@ -54,6 +60,16 @@ CREATE TABLE IF NOT EXISTS blobs (
   data       BLOB NOT NULL,
   created_at INTEGER NOT NULL
 );
+
+-- Events kept for a window, so one that arrives before its wait begins is matched when it does.
+CREATE TABLE IF NOT EXISTS events (
+  id          TEXT PRIMARY KEY,
+  type_key    TEXT NOT NULL,
+  payload     TEXT NOT NULL,
+  received_at INTEGER NOT NULL,
+  expires_at  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_type_key ON events (type_key, received_at);
 
 CREATE TABLE IF NOT EXISTS ledger (
   key         TEXT PRIMARY KEY,
@@ -100,6 +116,7 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
   addMissingColumns(db);
+  db.exec(INDEXES_ON_ADDED_COLUMNS);
   return db;
 }
 
@@ -112,12 +129,22 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   { table: 'ledger', column: 'owner', type: 'TEXT' },
   // Redeliveries that started the next step at the run's version (CheckpointStore.addRestarts).
   { table: 'runs', column: 'restarts', type: 'INTEGER NOT NULL DEFAULT 0' },
+  // Waits: the open wait of a waiting run, indexed below.
+  { table: 'runs', column: 'wait_id', type: 'TEXT' },
+  { table: 'runs', column: 'wait_event', type: 'TEXT' },
+  { table: 'runs', column: 'wait_deadline', type: 'INTEGER' },
   // The queue learned agents: tag the waiting messages with their run's agent.
   {
     table: 'queue', column: 'agent', type: 'TEXT',
     then: 'UPDATE queue SET agent = (SELECT agent FROM runs WHERE runs.run_id = queue.run_id) WHERE acked_at IS NULL',
   },
 ];
+
+/** Indexes on added columns: created after the columns exist, in files old and new. */
+const INDEXES_ON_ADDED_COLUMNS = `
+CREATE INDEX IF NOT EXISTS runs_by_wait_event ON runs (wait_event) WHERE wait_event IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_by_wait_deadline ON runs (wait_deadline) WHERE wait_deadline IS NOT NULL;
+`;
 
 function addMissingColumns(db: Db): void {
   for (const { table, column, type, then } of ADDED_COLUMNS) {

@@ -3,6 +3,7 @@ import { systemClock } from '../ports.ts';
 import { openDatabase, type Db } from './database.ts';
 import { SqliteBlobStore } from './sqlite-blob-store.ts';
 import { SqliteCheckpointStore } from './sqlite-checkpoint-store.ts';
+import { SqliteEventBuffer } from './sqlite-event-buffer.ts';
 import { SqliteLedger } from './sqlite-ledger.ts';
 import { SqliteQueue } from './sqlite-queue.ts';
 
@@ -14,10 +15,12 @@ export interface LocalRuntime {
   blobs: SqliteBlobStore;
   ledger: SqliteLedger;
   queue: SqliteQueue;
+  /** Events kept for waits that have not begun yet. */
+  events: SqliteEventBuffer;
   close(): void;
 }
 
-/** The embedded default: checkpoints, blobs, the idempotency ledger and the queue in one SQLite file. */
+/** The embedded default: checkpoints, blobs, the idempotency ledger, the queue and kept events in one SQLite file. */
 export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number } = {}): LocalRuntime {
   const path = options.dbPath ?? DEFAULT_DB_PATH;
   const db = openDatabase(path);
@@ -30,6 +33,7 @@ export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; rete
     blobs: new SqliteBlobStore(db, clock),
     ledger: new SqliteLedger(db, clock),
     queue: new SqliteQueue(queueDb, { clock }),
+    events: new SqliteEventBuffer(db, { clock }),
     close: () => { queueDb.close(); db.close(); },
   };
 }

@@ -3,7 +3,7 @@ import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import type { Decision, RunState, RunStatus } from '../core/state.ts';
 import type {
-  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, RunSummary, WriteMeta,
+  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
@@ -98,9 +98,14 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);
     return immediate(this.db, () => {
       const now = this.now;
+      const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
       const updated = this.sql(
-        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ?',
-      ).run(write.state.status, write.state.step, write.state.reason ?? null, now, write.runId, write.expectedVersion);
+        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0 WHERE run_id = ? AND version = ?',
+      ).run(
+        write.state.status, write.state.step, write.state.reason ?? null, now,
+        wait?.id ?? null, wait?.event ? waitEventKey(wait.event.type, wait.event.key) : null, wait?.deadline ?? null,
+        write.runId, write.expectedVersion,
+      );
       if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
       const version = write.expectedVersion + 1;
       if (write.appended && step) {
@@ -142,6 +147,18 @@ export class SqliteCheckpointStore implements CheckpointStore {
     }));
   }
 
+  async waitingFor(type: string, key: string): Promise<OpenWait[]> {
+    const rows = this.sql("SELECT run_id, version, wait_id, wait_deadline FROM runs WHERE wait_event = ? AND status = 'waiting'")
+      .all(waitEventKey(type, key)) as { run_id: string; version: number; wait_id: string; wait_deadline: number }[];
+    return rows.map(openWait);
+  }
+
+  async dueWaits(before: number, limit = 100): Promise<OpenWait[]> {
+    const rows = this.sql("SELECT run_id, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting' ORDER BY wait_deadline LIMIT ?")
+      .all(before, limit) as { run_id: string; version: number; wait_id: string; wait_deadline: number }[];
+    return rows.map(openWait);
+  }
+
   async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {
     const where: string[] = [];
     const args: unknown[] = [];
@@ -172,4 +189,11 @@ export class SqliteCheckpointStore implements CheckpointStore {
       'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     ).run(runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, head, state.reason ?? null, now, now + this.retentionMs);
   }
+}
+
+/** Type and key in one indexed column; a newline cannot occur in either (EVENT_NAME). */
+const waitEventKey = (type: string, key: string): string => `${type}\n${key}`;
+
+function openWait(row: { run_id: string; version: number; wait_id: string; wait_deadline: number }): OpenWait {
+  return { runId: row.run_id, version: row.version, waitId: row.wait_id, deadline: row.wait_deadline };
 }

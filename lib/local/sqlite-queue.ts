@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer } from '../ports.ts';
+import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import type { Db } from './database.ts';
@@ -38,7 +38,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     return (this.options.clock ?? systemClock).now();
   }
 
-  async send(message: RunMessage, options: { delayMs?: number } = {}): Promise<void> {
+  /** Timers need nothing special here: the local queue has no groups to hold back. */
+  async send(message: RunMessage, options: SendOptions = {}): Promise<void> {
     const now = this.now;
     this.sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
       .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);

@@ -9,6 +9,8 @@ import { decodeState } from '../../lib/core/codec.ts';
 import { blobRef } from '../../lib/core/result.ts';
 import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
+import { eventBufferContract } from '../contract/event-buffer-contract.ts';
+import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 import { countCommands, countReadUnits, createTestResources, type TestResources } from './aws-fixtures.ts';
 
@@ -28,6 +30,12 @@ checkpointStoreContract('DynamoDB Local', () => ({
       UpdateExpression: 'SET head = :bad', ExpressionAttributeValues: { ':bad': '{not json' },
     }));
   },
+}));
+
+let eventNow = 0;
+eventBufferContract('DynamoDB Local', () => ({
+  events: new DynamoEventBuffer({ doc: resources.clients.doc, tableName: resources.tableName, blobs: resources.runtime().blobs, clock: { now: () => eventNow } }),
+  setNow: (ms) => { eventNow = ms; },
 }));
 
 async function rawItems(runId: string): Promise<Record<string, unknown>[]> {

@@ -11,6 +11,7 @@ import { isTerminal } from '../../lib/core/state.ts';
 import type { CrashPoint } from '../../lib/engine/deps.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
 import type { Clock, Model } from '../../lib/ports.ts';
+import type { WaitServices } from '../../lib/waits/services.ts';
 import { queueDepth, type TestResources } from './aws-fixtures.ts';
 
 /** Thrown by a crash probe: the simulated process dies at that point. */
@@ -32,6 +33,8 @@ export interface WorkerProcessOptions {
   log?: Logger;
   maxReceives?: number;
   spillBytes?: number;
+  /** Wait services, made from this container's runtime (its own clients). */
+  waits?: (runtime: AwsRuntime) => WaitServices;
 }
 
 /**
@@ -70,6 +73,7 @@ export class WorkerProcess {
       runtime: this.runtime, agent: options.agent, model: options.model, log: options.log ?? silentLogger, codeVersion: 'test',
       ...(options.clock ? { clock: options.clock } : {}),
       ...(options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {}),
+      ...(options.waits ? { waits: options.waits(this.runtime) } : {}),
       ...(crash ? {
         probe: (point: CrashPoint, at: { step: number }) => {
           if (this.crashed || point !== crash.point || at.step !== crash.step) return;

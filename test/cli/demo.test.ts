@@ -6,17 +6,26 @@ import { describe, expect, it } from 'vitest';
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 
 describe('npm run demo', () => {
-  it('kills its worker mid-step, resumes on a fresh process, and copies every row exactly once', () => {
-    const r = spawnSync('npm', ['run', '--silent', 'demo'], { cwd: ROOT, encoding: 'utf8', timeout: 120_000, env: { ...process.env, ANTHROPIC_API_KEY: '' } });
+  it('kills its worker mid-step, resumes on a fresh process, waits for approval, and copies every row exactly once', { timeout: 300_000 }, () => {
+    const r = spawnSync('npm', ['run', '--silent', 'demo'], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, ANTHROPIC_API_KEY: '' } });
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
     expect(r.stdout).toContain('model: offline scripted model (no ANTHROPIC_API_KEY)');
     expect(r.stdout).toMatch(/worker A \(pid \d+\) killed with SIGKILL in the middle of step 6/);
     expect(r.stdout).toMatch(/"applied":false,.*"note":"already applied under this idempotency key"/);
-    expect(r.stdout).toContain('source rows 1000, target rows 1000, distinct 1000, duplicates 0, missing 0, mismatched 0, batches applied 10');
+    expect(r.stdout).toContain('source rows 1000, target rows 1000, distinct 1000, duplicates 0, missing 0, mismatched 0, batches applied 11');
     expect(r.stdout).toContain('every row was copied exactly once: yes');
+    // The risky step waited for approval with no process running; the link points at stepwise serve.
+    expect(r.stdout).toMatch(/its link: http:\/\/127\.0\.0\.1:\d+\/approvals\/v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/);
+    expect(r.stdout).toMatch(/approving from the terminal \(stepwise approve migrate-\d+\)\n  run migrate-\d+: approved; it continues/);
+    expect(r.stdout).toContain('With approval from ops@example.com, the source table was dropped.');
+    const history = r.stdout.slice(r.stdout.indexOf('6. the checkpoint history'), r.stdout.indexOf('7. the run'));
+    expect(history).toMatch(/\n\d+\s+12\s+waiting\s/);
+    // The run changed hands at the approval: the worker that paused is not the one that finished.
+    const pausedBy = /\n\d+\s+12\s+waiting\s+(\S+)/.exec(history)![1];
+    const finishedBy = /drop_source\s+\S+\/step-14\s+(\S+)/.exec(history)![1];
+    expect(finishedBy).not.toBe(pausedBy);
     // Both workers wrote checkpoints: the history shows the run changing hands at step 6.
-    const history = r.stdout.slice(r.stdout.indexOf('4. the checkpoint history'), r.stdout.indexOf('5. the run'));
     const workers = [...history.matchAll(/copy_batch\s+\S+\/step-(\d+)\s+(\S+)/g)].map((m) => [Number(m[1]), m[2]] as const);
     expect(new Set(workers.filter(([step]) => step < 6).map(([, w]) => w)).size).toBe(1);
     expect(workers.find(([step]) => step === 6)![1]).not.toBe(workers.find(([step]) => step === 5)![1]);

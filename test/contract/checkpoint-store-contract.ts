@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
+import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
 import type { CheckpointStore } from '../../lib/ports.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 
@@ -205,6 +206,30 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       const listed = (await s().list({ status: 'failed', limit: 1000 })).find((r) => r.runId === runId);
       expect(listed?.reason).toContain('not valid JSON');
       await expect(s().markUnreadable(runId, stored.version, 'again', META)).rejects.toBeInstanceOf(StaleVersionError);
+    });
+
+    it('indexes a waiting run by its event and deadline, and forgets the wait when it ends', async () => {
+      const { runId, version } = await runWithSteps('waits', 1);
+      const type = `order.paid-${counter++}`;
+      const decision = { step: 2, tool: 'wait_for_event', input: { type, key: 'order-7' }, at: 5_000 };
+      const wait = waitRecordFor({ kind: 'event', type, key: 'order-7', timeoutMs: 60_000 }, decision, `wait-${runId}`, 6_000);
+      const waiting = beginWait(stateAfter(runId, 1), wait, 6_000);
+      const written = await s().commit({ runId, expectedVersion: version, state: waiting, ...META });
+      expect(await s().waitingFor(type, 'order-7')).toEqual([{ runId, waitId: wait.id, version: written.version, deadline: 66_000 }]);
+      expect(await s().waitingFor(type, 'order-8')).toEqual([]);
+      expect((await s().dueWaits(66_000, 1000)).filter((w) => w.runId === runId)).toEqual([{ runId, waitId: wait.id, version: written.version, deadline: 66_000 }]);
+      expect((await s().dueWaits(65_999, 1000)).filter((w) => w.runId === runId)).toEqual([]);
+      const loaded = decodeState((await s().load(runId))!);
+      expect(loaded.wait).toEqual(wait);
+
+      const resolved = resolveWait(loaded, { kind: 'timed-out' }, 70_000, 'w');
+      await s().commit({ runId, expectedVersion: written.version, state: resolved.state, appended: resolved.record, ...META });
+      expect((await s().dueWaits(Number.MAX_SAFE_INTEGER, 1000)).filter((w) => w.runId === runId)).toEqual([]);
+      // A store may keep a stale entry for the event (answers check the head); it must not offer the run as
+      // waiting for the wait it had.
+      const after = decodeState((await s().load(runId))!);
+      expect(after.status).toBe('running');
+      expect(after.steps[1]).toMatchObject({ step: 2, waitId: wait.id, result: { ok: false } });
     });
   });
 }

@@ -39,11 +39,19 @@ describe('run state', () => {
     MIGRATIONS[0] = (head) => ({ ...head, goal: `${String(head.objective)}` });
     try {
       const migrated = migrateHead({ formatVersion: 0, objective: 'old goal' });
-      expect(migrated).toMatchObject({ formatVersion: 1, goal: 'old goal' });
+      expect(migrated).toMatchObject({ formatVersion: FORMAT_VERSION, goal: 'old goal' });
     } finally {
       delete MIGRATIONS[0];
     }
     expect(() => migrateHead({ formatVersion: 0 })).toThrow(/no migration from state format 0/);
+  });
+
+  it('reads a format-1 head (written before waits existed) as it was', () => {
+    const state = stateAfter('r', 2);
+    const format1 = JSON.stringify({ ...JSON.parse(encodeHead(state)), formatVersion: 1 });
+    const decoded = decodeState(stored(format1, state.steps.map((s) => JSON.stringify(s))));
+    expect(decoded).toMatchObject({ formatVersion: FORMAT_VERSION, goal: state.goal, step: 2, status: 'running' });
+    expect(decoded.wait).toBeUndefined();
   });
 });
 

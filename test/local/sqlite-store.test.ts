@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
+import { eventBufferContract } from '../contract/event-buffer-contract.ts';
+import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-store-'));
@@ -18,6 +20,9 @@ checkpointStoreContract('SQLite', () => ({
     runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = (SELECT version FROM runs WHERE run_id = ?)').run('{not json', runId, runId);
   },
 }));
+
+const events = new SqliteEventBuffer(runtime.db, { clock });
+eventBufferContract('SQLite', () => ({ events, setNow: (ms) => { now = ms; } }));
 
 describe('SQLite retention', () => {
   it('prunes checkpoints older than the window but never the latest', async () => {

@@ -1,0 +1,48 @@
+import type { EventBridgeEvent } from 'aws-lambda';
+import type { AgentDefinition } from '../agent.ts';
+import { startFromEvent } from '../engine/start-from-event.ts';
+import type { Logger } from '../log.ts';
+import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
+import { systemClock } from '../ports.ts';
+import { emitEvent, waitEventOf } from '../waits/events.ts';
+
+export interface EventHandlerOptions {
+  runtime: { store: CheckpointStore; blobs: BlobStore; queue: RunQueue };
+  events: EventBuffer;
+  agent: AgentDefinition;
+  log: Logger;
+  codeVersion: string;
+  clock?: Clock;
+}
+
+export interface EventHandlerResult {
+  started: { runId: string; created: boolean }[];
+  resumed: string[];
+}
+
+/**
+ * The EventBridge-triggered Lambda: an event resumes the runs waiting for it (kept first, so a wait that
+ * begins a moment later still finds it) and starts a run for each of the agent's matching `startOn`
+ * triggers, with a run id derived from the event id. Both are idempotent, so EventBridge's retries and
+ * at-least-once delivery change nothing the first delivery did.
+ */
+export function createEventHandler(options: EventHandlerOptions): (event: EventBridgeEvent<string, unknown>, context: { awsRequestId: string }) => Promise<EventHandlerResult> {
+  return async (event, context) => {
+    const deps = {
+      ...options.runtime, agent: options.agent, clock: options.clock ?? systemClock, workerId: context.awsRequestId,
+      codeVersion: options.codeVersion, log: options.log.child({ workerId: context.awsRequestId, eventId: event.id }),
+    };
+    const incoming = { id: event.id, source: event.source, detailType: event['detail-type'], ...(event.time ? { time: event.time } : {}), detail: event.detail };
+    const started = await startFromEvent(deps, options.agent.startOn ?? [], incoming);
+    const forWaits = waitEventOf(options.agent, incoming);
+    let resumed: string[] = [];
+    if (forWaits) {
+      const result = await emitEvent(
+        { ...deps, events: options.events, waitingFor: (type, key) => options.runtime.store.waitingFor(type, key) },
+        { ...forWaits, id: event.id },
+      );
+      resumed = result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId);
+    }
+    return { started: started.map((s) => ({ runId: s.runId, created: s.created })), resumed };
+  };
+}

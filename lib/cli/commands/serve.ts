@@ -1,0 +1,64 @@
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { serve } from '@hono/node-server';
+import { InvalidInputError } from '../../core/errors.ts';
+import { createHttpApp } from '../../http/app.ts';
+import { createLogger } from '../../log.ts';
+import { DEFAULT_PORT } from '../../local/wait-services.ts';
+import { systemClock } from '../../ports.ts';
+import { CODE_VERSION } from '../../version.ts';
+import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+
+export interface ServeOptions extends CliOptions {
+  port?: number;
+  host?: string;
+}
+
+/**
+ * The API and the approval pages on this machine: the same app API Gateway serves on AWS. Program routes
+ * want the bearer token in `<db dir>/api-token` (or STEPWISE_API_TOKEN); approval pages are opened from
+ * the links in the outbox emails. Runs until SIGINT/SIGTERM.
+ */
+export async function serveCommand(options: ServeOptions, out: (line: string) => void): Promise<number> {
+  const agent = await requireAgent(options);
+  const backend = await openBackend(options);
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? DEFAULT_PORT;
+  const apiToken = process.env.STEPWISE_API_TOKEN?.trim() || localApiToken(join(dirname(dbPath(options)), 'api-token'));
+  if (!backend.waits.signingKey) throw new InvalidInputError('no approval signing key is configured (STEPWISE_SIGNING_KEY_SECRET_ID on AWS)');
+  const app = createHttpApp({
+    store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
+    codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api' }), agent, signingKey: backend.waits.signingKey,
+    events: backend.waits.events, apiToken,
+  });
+  const server = serve({ fetch: app.fetch, port, hostname: host });
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', () => resolve());
+    server.once('error', (error) => reject(new InvalidInputError(`cannot listen on ${host}:${port}: ${(error as Error).message}`)));
+  });
+  const address = server.address();
+  const bound = typeof address === 'object' && address ? address.port : port;
+  out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails in ${backend.waits.notifier && 'outboxDir' in backend.waits ? String((backend.waits as { outboxDir: string }).outboxDir) : 'SES'})`);
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  backend.close();
+  out('stopped');
+  return 0;
+}
+
+/** A random token kept beside the database, made once, readable by its owner only. */
+export function localApiToken(path: string): string {
+  mkdirSync(dirname(path), { recursive: true });
+  try {
+    writeFileSync(path, randomBytes(24).toString('base64url'), { flag: 'wx', mode: 0o600 });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  }
+  chmodSync(path, 0o600);
+  return readFileSync(path, 'utf8').trim();
+}

@@ -1,0 +1,172 @@
+import { z } from 'zod';
+import { canonicalJson } from './canonical-json.ts';
+import { InvalidInputError } from './errors.ts';
+import { WAIT_KINDS, addUsage, type Decision, type RunState, type StepRecord, type WaitKind, type WaitRecord } from './state.ts';
+import { completeStep } from './transitions.ts';
+import { shapeResult, type ShapedResult } from './result.ts';
+
+/**
+ * A wait: a run that needs a person's answer, an event or a time saves a checkpoint with status
+ * `waiting` and this record, and nothing computes until the answer comes. Every wait has a deadline; at
+ * the deadline the run resumes with a "timed out" result the model sees. Pure: no I/O here.
+ */
+
+export { WAIT_KINDS, type WaitKind, type WaitRecord };
+
+/** Defaults per kind: no wait is ever unbounded. */
+export const DEFAULT_WAIT_MS: Record<WaitKind, number> = {
+  approval: 3 * 24 * 3600 * 1000,
+  event: 24 * 3600 * 1000,
+  sleep: 7 * 24 * 3600 * 1000,
+};
+/** The longest any wait may last: beyond it a paused run is more likely forgotten than answered. */
+export const MAX_WAIT_MS = 90 * 24 * 3600 * 1000;
+
+/** An event type or correlation key: printable, bounded, safe in a key or a URL path segment. */
+export const EVENT_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$/;
+/** An approver: an email address (what the approval email is sent to and the token is bound to). */
+export const APPROVER = /^[^\s@<>"',;]{1,64}@[^\s@<>"',;]{1,190}$/;
+
+
+
+/** How a wait ended: what the model sees as the step's result. */
+export const waitAnswerSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('approved'), by: z.string(), comment: z.string().max(4000).optional() }),
+  z.object({ kind: z.literal('rejected'), by: z.string(), comment: z.string().max(4000).optional() }),
+  z.object({ kind: z.literal('event'), type: z.string(), key: z.string(), id: z.string(), payload: z.unknown() }),
+  z.object({ kind: z.literal('woke') }),
+  z.object({ kind: z.literal('timed-out') }),
+]);
+export type WaitAnswer = z.infer<typeof waitAnswerSchema>;
+
+/** What a wait tool's `run` returns instead of a result: the engine turns it into a waiting checkpoint. */
+export class WaitRequest {
+  constructor(readonly spec: WaitSpec) {}
+}
+
+export type WaitSpec =
+  | { kind: 'approval'; approvers: string[]; request: string; timeoutMs?: number }
+  | { kind: 'event'; type: string; key: string; timeoutMs?: number }
+  /** Until a time (epoch ms), or for a duration from when the wait begins; never past `maxMs` ahead. */
+  | { kind: 'sleep'; until?: number; forMs?: number; maxMs?: number };
+
+export function isWaitRequest(value: unknown): value is WaitRequest {
+  return value instanceof WaitRequest;
+}
+
+/** The wait record for a tool call that asked to wait. Throws InvalidInputError for a spec no wait can take. */
+export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, now: number): WaitRecord {
+  const base = {
+    id, kind: spec.kind, step: decision.step, tool: decision.tool, input: decision.input,
+    ...(decision.usage ? { usage: decision.usage } : {}), ...(decision.model ? { model: decision.model } : {}),
+    decidedAt: decision.at, startedAt: now,
+  };
+  if (spec.kind === 'sleep') {
+    const target = spec.until ?? (spec.forMs !== undefined ? now + spec.forMs : Number.NaN);
+    if (!Number.isFinite(target)) throw new InvalidInputError('sleep_until needs a valid time or duration');
+    const until = Math.max(now, target);
+    const max = Math.min(spec.maxMs ?? MAX_WAIT_MS, MAX_WAIT_MS);
+    if (until - now > max) throw new InvalidInputError(`sleep_until is ${Math.round((until - now) / 86_400_000)} days away; the longest is ${Math.round(max / 86_400_000 * 10) / 10} days`);
+    return { ...base, deadline: until };
+  }
+  const timeoutMs = spec.timeoutMs ?? DEFAULT_WAIT_MS[spec.kind];
+  if (!(timeoutMs > 0) || timeoutMs > MAX_WAIT_MS) throw new InvalidInputError(`a wait's timeout must be between 1 ms and ${MAX_WAIT_MS / 86_400_000} days, got ${timeoutMs} ms`);
+  if (spec.kind === 'approval') {
+    if (!spec.approvers.length) throw new InvalidInputError('request_approval needs at least one approver');
+    const bad = spec.approvers.find((a) => !APPROVER.test(a));
+    if (bad !== undefined) throw new InvalidInputError(`approver ${JSON.stringify(bad)} is not an email address`);
+    return { ...base, deadline: now + timeoutMs, approvers: [...new Set(spec.approvers.map((a) => a.toLowerCase()))], request: spec.request };
+  }
+  for (const [what, value] of [['event type', spec.type], ['correlation key', spec.key]] as const) {
+    if (!EVENT_NAME.test(value)) throw new InvalidInputError(`${what} ${JSON.stringify(value)} must match ${EVENT_NAME}`);
+  }
+  return { ...base, deadline: now + timeoutMs, event: { type: spec.type, key: spec.key } };
+}
+
+/** The answer a wait gets when its deadline passes. */
+export function deadlineAnswer(wait: WaitRecord): WaitAnswer {
+  return wait.kind === 'sleep' ? { kind: 'woke' } : { kind: 'timed-out' };
+}
+
+/** Whether this answer may resolve this wait: an approval answers an approval, an event its event. */
+export function answerFits(wait: WaitRecord, answer: WaitAnswer): string | undefined {
+  switch (answer.kind) {
+    case 'approved':
+    case 'rejected':
+      if (wait.kind !== 'approval') return `wait ${wait.id} is a ${wait.kind} wait, not an approval`;
+      if (!wait.approvers?.includes(answer.by.toLowerCase())) return `${answer.by} is not an approver of wait ${wait.id}`;
+      return undefined;
+    case 'event':
+      if (wait.kind !== 'event') return `wait ${wait.id} is a ${wait.kind} wait, not an event wait`;
+      if (wait.event?.type !== answer.type || wait.event.key !== answer.key) return `event ${answer.type}/${answer.key} does not match wait ${wait.id}`;
+      return undefined;
+    case 'woke':
+      return wait.kind === 'sleep' ? undefined : `wait ${wait.id} is not a sleep`;
+    case 'timed-out':
+      return wait.kind === 'sleep' ? `a sleep wakes, it does not time out` : undefined;
+  }
+}
+
+/** The step result text the model sees for an answered wait. */
+export function answerText(wait: WaitRecord, answer: WaitAnswer, at: number): string {
+  const when = new Date(at).toISOString();
+  switch (answer.kind) {
+    case 'approved':
+    case 'rejected':
+      return canonicalJson({ approval: answer.kind, by: answer.by, ...(answer.comment ? { comment: answer.comment } : {}), at: when });
+    case 'event':
+      return canonicalJson({ event: answer.type, key: answer.key, id: answer.id, payload: answer.payload ?? null, at: when });
+    case 'woke':
+      return canonicalJson({ woke: true, at: when });
+    case 'timed-out':
+      return canonicalJson({ timedOut: true, waited: wait.kind === 'approval' ? 'for approval' : `for event ${wait.event?.type}/${wait.event?.key}`, deadline: new Date(wait.deadline).toISOString(), at: when });
+  }
+}
+
+/** A rejection or a timeout is an answer the model acts on, not a failed step, but it is not "ok". */
+export function answerOk(answer: WaitAnswer): boolean {
+  return answer.kind === 'approved' || answer.kind === 'event' || answer.kind === 'woke';
+}
+
+/** The run saved as waiting: the decision that asked to wait is kept in the wait record, not yet a step. */
+export function beginWait(state: RunState, wait: WaitRecord, now: number): RunState {
+  const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
+  return { ...rest, status: 'waiting', wait, failures: 0, usage: addUsage(state.usage, wait.usage), updatedAt: now };
+}
+
+/**
+ * The run resumed by an answer: the waiting step is completed with the answer as its result, and the run
+ * is running again. The caller commits it conditional on the waiting version, so one answer wins.
+ */
+export function resolveWait(state: RunState, answer: WaitAnswer, now: number, workerId: string): { state: RunState; record: StepRecord; blob?: ShapedResult['blob'] } {
+  const wait = state.wait;
+  if (state.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${state.runId} is not waiting`);
+  const { wait: _wait, ...rest } = state;
+  const shaped = shapeResult(answerText(wait, answer, now), answerOk(answer));
+  // The wait's usage was counted when it began, so the step record does not carry it again.
+  const record: StepRecord = {
+    step: wait.step, tool: wait.tool, input: wait.input, at: wait.decidedAt,
+    ...(wait.model ? { model: wait.model } : {}),
+    result: shaped.result, workerId, waitId: wait.id,
+  };
+  return { state: completeStep({ ...rest, status: 'running' }, record, now), record, ...(shaped.blob ? { blob: shaped.blob } : {}) };
+}
+
+/** An event from another system, in EventBridge's shape (what functions/events.ts receives). */
+export interface IncomingEvent {
+  id: string;
+  source: string;
+  detailType: string;
+  time?: string;
+  detail: unknown;
+}
+
+/** Starts a run for each event that matches: an S3 object created, an application's own event. */
+export interface EventTrigger {
+  /** Matches EventBridge's `source` exactly, when given. */
+  source?: string;
+  /** Matches `detail-type` exactly, when given. */
+  detailType?: string;
+  /** The goal of the run the event starts; return undefined to start none for this event. */
+  goal(event: IncomingEvent): string | undefined;
+}

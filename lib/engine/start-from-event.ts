@@ -1,0 +1,37 @@
+import { createHash } from 'node:crypto';
+import { errorMessage } from '../core/errors.ts';
+import type { EventTrigger, IncomingEvent } from '../core/waits.ts';
+import type { EngineDeps } from './deps.ts';
+import { startRun, type StartResult } from './start.ts';
+
+/**
+ * The run id for an event and trigger: derived from the event id, so EventBridge's at-least-once delivery
+ * (the same event id twice) finds the run already started instead of starting a second one.
+ */
+export function runIdForEvent(event: Pick<IncomingEvent, 'id' | 'source'>, triggerIndex: number): string {
+  return `evt-${createHash('sha256').update(`${event.source}\n${event.id}\n${triggerIndex}`).digest('hex').slice(0, 40)}`;
+}
+
+export async function startFromEvent(
+  deps: Pick<EngineDeps, 'store' | 'queue' | 'agent' | 'clock' | 'workerId' | 'codeVersion' | 'log'>,
+  triggers: readonly EventTrigger[],
+  event: IncomingEvent,
+): Promise<StartResult[]> {
+  const started: StartResult[] = [];
+  for (const [index, trigger] of triggers.entries()) {
+    if (trigger.source !== undefined && trigger.source !== event.source) continue;
+    if (trigger.detailType !== undefined && trigger.detailType !== event.detailType) continue;
+    let goal: string | undefined;
+    try {
+      goal = trigger.goal(event);
+    } catch (error) {
+      deps.log.error({ event: 'trigger-error', eventId: event.id, source: event.source, trigger: index, error: errorMessage(error) }, 'a run trigger failed on an event; no run started for it');
+      continue;
+    }
+    if (goal === undefined) continue;
+    const result = await startRun(deps, { goal, runId: runIdForEvent(event, index) });
+    deps.log.info({ event: 'run-triggered', eventId: event.id, source: event.source, detailType: event.detailType, runId: result.runId, created: result.created }, result.created ? 'event started a run' : 'event already started this run');
+    started.push(result);
+  }
+  return started;
+}

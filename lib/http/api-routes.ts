@@ -1,0 +1,114 @@
+import { randomUUID, timingSafeEqual } from 'node:crypto';
+import { zValidator } from '@hono/zod-validator';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { z } from 'zod';
+import { decodeState } from '../core/codec.ts';
+import { RUN_STATUSES, type RunState } from '../core/state.ts';
+import { startRun } from '../engine/start.ts';
+import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
+import { emitEvent, eventInputSchema } from '../waits/events.ts';
+import type { HttpDeps } from './deps.ts';
+
+const startBody = z.object({
+  goal: z.string(),
+  runId: z.string().optional(),
+  stepCap: z.number().int().positive().optional(),
+}).strict();
+
+const answerBody = z.object({
+  decision: z.enum(['approve', 'reject']),
+  by: z.string().min(3).max(254),
+  comment: z.string().max(4000).optional(),
+}).strict();
+
+const listQuery = z.object({
+  status: z.enum(RUN_STATUSES).optional(),
+  limit: z.coerce.number().int().positive().max(1000).optional(),
+});
+
+/** A zod failure as a 400 that says which field and why. */
+const invalid = (result: { success: boolean; error?: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } }, c: Context) => {
+  if (result.success || !result.error) return undefined;
+  const issues = result.error.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message}`);
+  return c.json({ error: `invalid request: ${issues.join('; ')}`, issues }, 400);
+};
+
+const ANSWER_STATUS: Record<AnswerOutcome['outcome'], 200 | 403 | 404 | 409 | 410> = {
+  resumed: 200, 'already-answered': 409, expired: 410, 'not-waiting': 409, 'unknown-run': 404, refused: 403,
+};
+
+/** The JSON API for programs: start runs, read them, see and answer waits, send events. */
+export function apiRoutes(deps: HttpDeps): Hono {
+  const app = new Hono();
+  if (deps.apiToken) app.use('*', bearer(deps.apiToken));
+
+  app.post('/runs', zValidator('json', startBody, invalid), async (c) => {
+    const body = c.req.valid('json');
+    const started = await startRun(deps, { goal: body.goal, ...(body.runId ? { runId: body.runId } : {}), ...(body.stepCap ? { stepCap: body.stepCap } : {}) });
+    return c.json(started, started.created ? 201 : 200);
+  });
+
+  app.get('/runs', zValidator('query', listQuery, invalid), async (c) => {
+    const query = c.req.valid('query');
+    return c.json({ runs: await deps.store.list({ ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100 }) });
+  });
+
+  app.get('/runs/:runId', async (c) => {
+    const runId = c.req.param('runId');
+    const stored = await deps.store.load(runId);
+    if (!stored) return c.json({ error: `unknown run: ${runId}` }, 404);
+    return c.json({ run: runView(decodeState(stored), stored.version) });
+  });
+
+  app.get('/runs/:runId/history', async (c) => {
+    const runId = c.req.param('runId');
+    const checkpoints = await deps.store.history(runId);
+    if (!checkpoints.length) return c.json({ error: `unknown run: ${runId}` }, 404);
+    return c.json({ runId, checkpoints });
+  });
+
+  app.get('/waits', async (c) => {
+    const waiting = await deps.store.list({ status: 'waiting', limit: 100 });
+    const waits = [];
+    for (const run of waiting) {
+      const stored = await deps.store.load(run.runId);
+      const wait = stored && decodeState(stored).wait;
+      if (wait) waits.push({ runId: run.runId, version: stored.version, ...wait });
+    }
+    return c.json({ waits });
+  });
+
+  app.post('/runs/:runId/waits/:waitId', zValidator('json', answerBody, invalid), async (c) => {
+    const body = c.req.valid('json');
+    const outcome = await answerWait(deps, {
+      runId: c.req.param('runId'), waitId: c.req.param('waitId'),
+      answer: { kind: body.decision === 'approve' ? 'approved' : 'rejected', by: body.by, ...(body.comment ? { comment: body.comment } : {}) },
+    });
+    return c.json(outcome, ANSWER_STATUS[outcome.outcome]);
+  });
+
+  app.post('/events', zValidator('json', eventInputSchema, invalid), async (c) => {
+    if (!deps.events) return c.json({ error: 'this deployment keeps no events' }, 501);
+    const body = c.req.valid('json');
+    const result = await emitEvent({ ...deps, events: deps.events, waitingFor: (type, key) => deps.store.waitingFor(type, key) }, { ...body, id: body.id ?? randomUUID() });
+    return c.json({ eventId: result.event.id, fresh: result.fresh, resumed: result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 202);
+  });
+  return app;
+}
+
+/** The run as the API shows it: everything but the step records (see /history and the inspector). */
+function runView(state: RunState, version: number) {
+  const { steps, pending: _pending, ...head } = state;
+  return { ...head, version, steps: steps.length, lastStep: steps[steps.length - 1] };
+}
+
+function bearer(token: string): MiddlewareHandler {
+  const expected = Buffer.from(`Bearer ${token}`);
+  return async (c, next) => {
+    const given = Buffer.from(c.req.header('authorization') ?? '');
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      return c.json({ error: 'unauthorized: send Authorization: Bearer <token> (stepwise serve prints it)' }, 401);
+    }
+    await next();
+  };
+}

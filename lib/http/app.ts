@@ -1,0 +1,29 @@
+import { Hono } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import { StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
+import { apiRoutes } from './api-routes.ts';
+import { approvalRoutes } from './approval-routes.ts';
+import type { HttpDeps } from './deps.ts';
+
+/**
+ * The one HTTP app behind `stepwise serve` (Node) and the API Gateway handler (functions/api.ts), so
+ * every route and page is tested once. Approval pages under /approvals (their token is the credential),
+ * the JSON API at the root (a bearer token locally, IAM on AWS).
+ */
+export function createHttpApp(deps: HttpDeps): Hono {
+  const app = new Hono();
+  app.get('/health', (c) => c.json({ ok: true, agent: deps.agent.name }));
+  app.route('/approvals', approvalRoutes(deps));
+  app.route('/', apiRoutes(deps));
+  app.notFound((c) => c.json({ error: `no route ${c.req.method} ${c.req.path}` }, 404));
+  app.onError((error, c) => {
+    if (error instanceof UnknownRunError) return c.json({ error: error.message }, 404);
+    // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
+    if (error instanceof StepwiseError && isPermanent(error)) return c.json({ error: error.message }, 400);
+    // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.
+    if (error instanceof HTTPException) return c.json({ error: error.message }, error.status);
+    deps.log.error({ event: 'http-error', method: c.req.method, path: c.req.path.replace(/\/approvals\/[^/]+/, '/approvals/<token>'), error: errorMessage(error) }, 'request failed');
+    return c.json({ error: 'internal error; the request changed nothing it did not finish' }, 500);
+  });
+  return app;
+}

@@ -1,0 +1,83 @@
+import { Hono, type Context } from 'hono';
+import { z } from 'zod';
+import { decodeState } from '../core/codec.ts';
+import { answerWait } from '../waits/answer.ts';
+import { verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
+import type { HttpDeps } from './deps.ts';
+import { approvalPage, describeAnswer, messagePage } from './pages.ts';
+
+const decisionForm = z.object({
+  decision: z.enum(['approve', 'reject']),
+  comment: z.string().max(4000).optional(),
+});
+
+/**
+ * The pages an approval email links to. A GET only shows the request; mail scanners and link previews
+ * open links, so nothing is decided until the approver presses a button (a POST). The token in the path
+ * is the credential: signed, bound to one wait and one approver, expiring with the wait.
+ */
+export function approvalRoutes(deps: HttpDeps): Hono {
+  const app = new Hono();
+  app.use('*', async (c, next) => {
+    await next();
+    // The token is in the URL: it must not leak through a Referer, a cache, or a frame.
+    c.header('Cache-Control', 'no-store');
+    c.header('Referrer-Policy', 'no-referrer');
+    c.header('X-Frame-Options', 'DENY');
+    c.header('X-Content-Type-Options', 'nosniff');
+    c.header('Content-Security-Policy', "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'");
+  });
+
+  app.get('/:token', async (c) => {
+    const checked = await check(c, deps);
+    if ('page' in checked) return checked.page;
+    const { claim } = checked;
+    const stored = await deps.store.load(claim.runId);
+    if (!stored) return c.html(messagePage('Unknown run', `Run ${claim.runId} does not exist (any more).`), 404);
+    const state = decodeState(stored);
+    if (state.status !== 'waiting' || state.wait?.id !== claim.waitId) {
+      const record = state.steps.findLast((s) => s.waitId === claim.waitId);
+      return c.html(messagePage('Nothing to decide', record ? describeAnswer(record) : `This run is no longer waiting for this approval (it is ${state.status}).`), 409);
+    }
+    return c.html(approvalPage({ state, wait: state.wait, approver: claim.approver, action: c.req.path }));
+  });
+
+  app.post('/:token', async (c) => {
+    const checked = await check(c, deps);
+    if ('page' in checked) return checked.page;
+    const { claim } = checked;
+    const form = decisionForm.safeParse(await c.req.parseBody());
+    if (!form.success) return c.html(messagePage('Not understood', 'Press Approve or Reject on the approval page; a comment may be at most 4,000 characters.'), 400);
+    const comment = form.data.comment?.trim();
+    const outcome = await answerWait(deps, {
+      runId: claim.runId, waitId: claim.waitId,
+      answer: { kind: form.data.decision === 'approve' ? 'approved' : 'rejected', by: claim.approver, ...(comment ? { comment } : {}) },
+    });
+    switch (outcome.outcome) {
+      case 'resumed':
+        return c.html(messagePage(
+          form.data.decision === 'approve' ? 'Approved' : 'Rejected',
+          form.data.decision === 'approve' ? 'Approved. The run continues.' : 'Rejected. The run continues and its model sees your answer.',
+        ));
+      case 'already-answered':
+        return c.html(messagePage('Nothing to decide', describeAnswer(outcome.record)), 409);
+      case 'expired':
+        return c.html(messagePage('Too late', `The approval expired at ${new Date(outcome.deadline).toISOString()}; the run continued with "timed out".`), 410);
+      case 'not-waiting':
+        return c.html(messagePage('Nothing to decide', `This run is no longer waiting for this approval (it is ${outcome.status}).`), 409);
+      case 'unknown-run':
+        return c.html(messagePage('Unknown run', `Run ${claim.runId} does not exist (any more).`), 404);
+      case 'refused':
+        return c.html(messagePage('Not allowed', outcome.reason), 403);
+    }
+  });
+  return app;
+}
+
+async function check(c: Context, deps: HttpDeps): Promise<{ claim: ApprovalClaim } | { page: Response | Promise<Response> }> {
+  const result = verifyApproval(c.req.param('token') ?? '', await deps.signingKey(), deps.clock.now());
+  if (result.ok) return { claim: result.claim };
+  const status = result.reason === 'expired' ? 410 : result.reason === 'malformed' ? 400 : 403;
+  const title = result.reason === 'expired' ? 'Link expired' : 'Invalid link';
+  return { page: c.html(messagePage(title, result.message), status) };
+}

@@ -1,0 +1,17 @@
+import type { AgentDefinition } from '../agent.ts';
+import type { EventBuffer } from '../ports.ts';
+import type { AnswerDeps } from '../waits/answer.ts';
+import type { SigningKeySource } from '../waits/signing-key.ts';
+
+/** What the HTTP app needs: the engine's ports for one agent, and the wait services. */
+export interface HttpDeps extends AnswerDeps {
+  /** The agent whose runs this API starts (one stack, or one `stepwise serve`, per agent). */
+  agent: AgentDefinition;
+  signingKey: SigningKeySource;
+  events?: EventBuffer;
+  /**
+   * A bearer token required on the program routes (everything but the approval pages). `stepwise serve`
+   * sets one unless told otherwise; on AWS, IAM authorizes those routes at API Gateway instead.
+   */
+  apiToken?: string;
+}

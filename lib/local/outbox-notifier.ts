@@ -1,0 +1,63 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Notification, Notifier } from '../ports.ts';
+
+export const DEFAULT_OUTBOX = '.stepwise/outbox';
+
+/**
+ * The local stand-in for email: each notification becomes `<outbox>/<hash of id>.eml`, a real MIME
+ * message any mail client opens. Written to a temporary name and renamed, so a reader never sees half a
+ * message; the same id always maps to the same file, so sending twice leaves one email.
+ */
+export class OutboxNotifier implements Notifier {
+  constructor(private readonly dir: string, private readonly from = 'stepwise@localhost') {}
+
+  async send(notification: Notification): Promise<void> {
+    mkdirSync(this.dir, { recursive: true });
+    const file = this.pathOf(notification.id);
+    const temp = join(this.dir, `.${randomUUID()}.tmp`);
+    writeFileSync(temp, mime(notification, this.from));
+    renameSync(temp, file);
+  }
+
+  pathOf(id: string): string {
+    return join(this.dir, `${createHash('sha256').update(id).digest('hex').slice(0, 32)}.eml`);
+  }
+}
+
+function mime(n: Notification, from: string): string {
+  const boundary = `stepwise-${createHash('sha256').update(n.id).digest('hex').slice(0, 16)}`;
+  return [
+    `From: ${from}`,
+    `To: ${n.to}`,
+    `Subject: ${encodeHeader(n.subject)}`,
+    `Message-ID: <${createHash('sha256').update(n.id).digest('hex')}@stepwise.local>`,
+    `X-Stepwise-Id: ${encodeHeader(n.id)}`,
+    'MIME-Version: 1.0',
+    `Content-Type: multipart/alternative; boundary="${boundary}"`,
+    '',
+    `--${boundary}`,
+    'Content-Type: text/plain; charset=utf-8',
+    'Content-Transfer-Encoding: base64',
+    '',
+    wrap(Buffer.from(n.text).toString('base64')),
+    `--${boundary}`,
+    'Content-Type: text/html; charset=utf-8',
+    'Content-Transfer-Encoding: base64',
+    '',
+    wrap(Buffer.from(n.html).toString('base64')),
+    `--${boundary}--`,
+    '',
+  ].join('\r\n');
+}
+
+/** Non-ASCII or long headers as RFC 2047 encoded words, so a goal in any language survives. */
+function encodeHeader(value: string): string {
+  const flat = value.replace(/[\r\n]+/g, ' ');
+  return /^[\x20-\x7e]*$/.test(flat) ? flat : `=?utf-8?B?${Buffer.from(flat).toString('base64')}?=`;
+}
+
+function wrap(base64: string): string {
+  return base64.replace(/.{1,76}/g, (line) => `${line}\r\n`).trimEnd();
+}

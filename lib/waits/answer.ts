@@ -1,0 +1,77 @@
+import { decodeState } from '../core/codec.ts';
+import { StaleVersionError } from '../core/errors.ts';
+import type { RunState, StepRecord } from '../core/state.ts';
+import { answerFits, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
+import type { Logger } from '../log.ts';
+import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
+
+/** What resuming a run needs: the engine's ports, nothing of the step loop. */
+export interface AnswerDeps {
+  store: CheckpointStore;
+  blobs: BlobStore;
+  queue: RunQueue;
+  clock: Clock;
+  workerId: string;
+  codeVersion: string;
+  log: Logger;
+}
+
+/** What became of an answer. Only `resumed` changed anything. */
+export type AnswerOutcome =
+  | { outcome: 'resumed'; runId: string; waitId: string; version: number; answer: WaitAnswer }
+  /** The wait was answered before (by this answer or another); `record` is the step it completed. */
+  | { outcome: 'already-answered'; runId: string; waitId: string; record: StepRecord }
+  /** The deadline passed first: the run continued (or now continues) with "timed out". */
+  | { outcome: 'expired'; runId: string; waitId: string; deadline: number }
+  /** The run is not waiting for this wait: it ended, was cancelled, or waits for something else. */
+  | { outcome: 'not-waiting'; runId: string; waitId: string; status: RunState['status'] }
+  | { outcome: 'unknown-run'; runId: string; waitId: string }
+  /** The answer does not fit the wait (not an approver, another event): nothing changed. */
+  | { outcome: 'refused'; runId: string; waitId: string; reason: string };
+
+/**
+ * Resumes a waiting run with an answer. Resuming is a checkpoint write like any other: the waiting step
+ * gets the answer as its result, conditional on the waiting version, then the next step is enqueued. Two
+ * answers racing (two approvers, an approval and the deadline, an event twice) cannot both win: the
+ * loser's write is stale, and it reports what the winner did. A crash between the write and the enqueue
+ * leaves a running run with no message, which the sweeper re-drives.
+ */
+export async function answerWait(deps: AnswerDeps, input: { runId: string; waitId: string; answer: WaitAnswer }): Promise<AnswerOutcome> {
+  const { runId, waitId } = input;
+  for (let attempt = 0; ; attempt++) {
+    const stored = await deps.store.load(runId);
+    if (!stored) return { outcome: 'unknown-run', runId, waitId };
+    const state = decodeState(stored);
+    const wait = state.wait;
+    if (state.status !== 'waiting' || !wait || wait.id !== waitId) {
+      const record = state.steps.findLast((s) => s.waitId === waitId);
+      if (record) return { outcome: 'already-answered', runId, waitId, record };
+      return { outcome: 'not-waiting', runId, waitId, status: state.status };
+    }
+    const refused = answerFits(wait, input.answer);
+    if (refused) return { outcome: 'refused', runId, waitId, reason: refused };
+    const now = deps.clock.now();
+    const late = now >= wait.deadline && input.answer.kind !== deadlineAnswer(wait).kind;
+    // A late answer changes nothing but moves the run on as its timer would have.
+    const answer = late ? deadlineAnswer(wait) : input.answer;
+    const resolved = resolveWait(state, answer, now, deps.workerId);
+    try {
+      if (resolved.blob) await deps.blobs.put(resolved.blob.ref, resolved.blob.data);
+      const written = await deps.store.commit({
+        runId, expectedVersion: stored.version, state: resolved.state, appended: resolved.record,
+        workerId: deps.workerId, codeVersion: deps.codeVersion,
+      });
+      deps.log.info({
+        event: 'checkpoint', runId, step: resolved.record.step, version: written.version, workerId: deps.workerId,
+        bytes: written.bytes, status: 'running', tool: resolved.record.tool, waitId, answer: answer.kind,
+      }, 'wait answered');
+      await deps.queue.send({ runId, version: written.version });
+      if (late) return { outcome: 'expired', runId, waitId, deadline: wait.deadline };
+      return { outcome: 'resumed', runId, waitId, version: written.version, answer };
+    } catch (error) {
+      // Another answer won the race: report what it did, on a fresh read.
+      if (error instanceof StaleVersionError && attempt < 3) continue;
+      throw error;
+    }
+  }
+}

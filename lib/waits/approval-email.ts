@@ -1,0 +1,39 @@
+import type { Notification } from '../ports.ts';
+import type { RunState, WaitRecord } from '../core/state.ts';
+import { canonicalJson } from '../core/canonical-json.ts';
+import { excerpt } from '../core/prompt.ts';
+
+/** What the approver receives: the request, the run, and the link to the page that decides. */
+export function approvalEmail(input: { state: RunState; wait: WaitRecord; approver: string; link: string }): Notification {
+  const { state, wait, approver, link } = input;
+  const request = wait.request ?? wait.tool;
+  const subject = `Approval needed: ${excerpt(request.replace(/\s+/g, ' '), 120)}`;
+  const args = excerpt(canonicalJson(wait.input ?? {}), 2000);
+  const text = [
+    `A run needs your approval before it continues.`,
+    ``,
+    `Request: ${request}`,
+    `Run: ${state.runId} (agent ${state.agent}), step ${wait.step}`,
+    `Goal: ${excerpt(state.goal, 500)}`,
+    `Tool call: ${wait.tool} ${args}`,
+    ``,
+    `Review and decide: ${link}`,
+    ``,
+    `The link works once, for ${approver} only, until ${new Date(wait.deadline).toISOString()}.`,
+    `If nobody decides by then, the run continues with "timed out".`,
+  ].join('\n');
+  const html = `<!doctype html><html><body>
+<p>A run needs your approval before it continues.</p>
+<p><b>Request:</b> ${escapeHtml(request)}</p>
+<p><b>Run:</b> ${escapeHtml(state.runId)} (agent ${escapeHtml(state.agent)}), step ${wait.step}<br>
+<b>Goal:</b> ${escapeHtml(excerpt(state.goal, 500))}<br>
+<b>Tool call:</b> <code>${escapeHtml(`${wait.tool} ${args}`)}</code></p>
+<p><a href="${escapeHtml(link)}">Review and decide</a></p>
+<p>The link works once, for ${escapeHtml(approver)} only, until ${new Date(wait.deadline).toISOString()}.</p>
+</body></html>`;
+  return { id: `${state.runId}/wait-${wait.id}/${approver}`, to: approver, subject, text, html };
+}
+
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}

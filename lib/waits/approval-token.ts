@@ -1,0 +1,69 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { z } from 'zod';
+
+/**
+ * Approval links carry a signed token, not a raw wait id: HMAC-SHA256 over the run, the wait, the
+ * approver and the expiry, with a key only the deployment holds. Nothing is stored per token: a token
+ * is valid while its signature checks, it has not expired and its wait is still the run's open wait, so
+ * it is single use by construction (the first answer closes the wait) and bound to one approver.
+ */
+
+const VERSION = 'v1';
+const payloadSchema = z.object({ r: z.string().min(1), w: z.string().min(1), a: z.string().min(3), e: z.number().int().positive() }).strict();
+
+export interface ApprovalClaim {
+  runId: string;
+  waitId: string;
+  approver: string;
+  /** Epoch ms after which the token is refused. */
+  expiresAt: number;
+}
+
+export type TokenCheck =
+  | { ok: true; claim: ApprovalClaim }
+  | { ok: false; reason: 'malformed' | 'bad-signature' | 'expired'; message: string; claim?: ApprovalClaim };
+
+/** At least 32 bytes of key: HMAC-SHA256 gains nothing from more, and less is guessable. */
+export const MIN_KEY_BYTES = 32;
+
+export function signApproval(claim: ApprovalClaim, key: Buffer): string {
+  assertKey(key);
+  const payload = Buffer.from(JSON.stringify({ r: claim.runId, w: claim.waitId, a: claim.approver, e: claim.expiresAt })).toString('base64url');
+  return `${VERSION}.${payload}.${mac(key, payload)}`;
+}
+
+export function verifyApproval(token: string, key: Buffer, now: number): TokenCheck {
+  assertKey(key);
+  const parts = typeof token === 'string' && token.length < 4096 ? token.split('.') : [];
+  if (parts.length !== 3 || parts[0] !== VERSION || !parts[1] || !parts[2]) return malformed();
+  const [, payload, signature] = parts as [string, string, string];
+  const expected = Buffer.from(mac(key, payload), 'base64url');
+  const given = Buffer.from(signature, 'base64url');
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+    return { ok: false, reason: 'bad-signature', message: 'this approval link is not valid: it was changed or was not issued by this deployment' };
+  }
+  let parsed: z.ZodSafeParseResult<z.infer<typeof payloadSchema>>;
+  try {
+    parsed = payloadSchema.safeParse(JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')));
+  } catch {
+    return malformed();
+  }
+  if (!parsed.success) return malformed();
+  const claim = { runId: parsed.data.r, waitId: parsed.data.w, approver: parsed.data.a, expiresAt: parsed.data.e };
+  if (now >= claim.expiresAt) {
+    return { ok: false, reason: 'expired', message: `this approval link expired at ${new Date(claim.expiresAt).toISOString()}`, claim };
+  }
+  return { ok: true, claim };
+}
+
+function mac(key: Buffer, payload: string): string {
+  return createHmac('sha256', key).update(`${VERSION}.${payload}`).digest('base64url');
+}
+
+function malformed(): TokenCheck {
+  return { ok: false, reason: 'malformed', message: 'this approval link is incomplete or malformed: open the link from the email exactly as it was sent' };
+}
+
+function assertKey(key: Buffer): void {
+  if (key.length < MIN_KEY_BYTES) throw new Error(`the approval signing key must be at least ${MIN_KEY_BYTES} bytes`);
+}

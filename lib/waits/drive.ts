@@ -1,0 +1,79 @@
+import { decodeState } from '../core/codec.ts';
+import { errorMessage } from '../core/errors.ts';
+import type { RunState, WaitRecord } from '../core/state.ts';
+import { deadlineAnswer } from '../core/waits.ts';
+import type { IdempotencyLedger } from '../ports.ts';
+import { answerWait, type AnswerDeps } from './answer.ts';
+import { approvalEmail } from './approval-email.ts';
+import { signApproval } from './approval-token.ts';
+import { answeredEventIds, eventAnswer } from './events.ts';
+import { DEFAULT_EARLY_EVENT_MS, type WaitServices } from './services.ts';
+
+export interface DriveDeps extends AnswerDeps {
+  ledger: IdempotencyLedger;
+  waits?: WaitServices;
+}
+
+/**
+ * Moves a waiting run along from a queue delivery: the one that just saved it as waiting, a redelivery of
+ * that one, or its timer. Everything here is safe to repeat, because any of those may come more than once:
+ * emails go through the idempotency ledger (once per wait and approver), an early event resolves the wait
+ * through the version fence, and the timer message is deduplicated by the queue.
+ */
+export async function driveWait(deps: DriveDeps, runId: string): Promise<void> {
+  const stored = await deps.store.load(runId);
+  if (!stored || stored.status !== 'waiting') return;
+  const state = decodeState(stored);
+  const wait = state.wait;
+  if (!wait) return;
+  const now = deps.clock.now();
+  if (now >= wait.deadline) {
+    const outcome = await answerWait(deps, { runId, waitId: wait.id, answer: deadlineAnswer(wait) });
+    deps.log.info({ event: 'wait-deadline', runId, waitId: wait.id, kind: wait.kind, outcome: outcome.outcome }, 'wait reached its deadline');
+    return;
+  }
+  if (wait.kind === 'approval') await notifyApprovers(deps, state, wait);
+  if (wait.kind === 'event' && (await matchEarlyEvent(deps, state, wait))) return;
+  const delayMs = wait.deadline - now;
+  if (delayMs <= (deps.waits?.maxTimerMs ?? Number.POSITIVE_INFINITY)) {
+    await deps.queue.send({ runId, version: stored.version }, { delayMs, timer: true });
+  }
+}
+
+async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<void> {
+  const services = deps.waits;
+  if (!services?.notifier || !services.signingKey || !services.publicUrl) {
+    deps.log.warn({ event: 'approval-not-sent', runId: state.runId, waitId: wait.id, approvers: wait.approvers },
+      'no notifier, signing key or public URL is configured: answer this approval with `stepwise approve` or the API');
+    return;
+  }
+  const key = await services.signingKey();
+  for (const approver of wait.approvers ?? []) {
+    const token = signApproval({ runId: state.runId, waitId: wait.id, approver, expiresAt: wait.deadline }, key);
+    const link = `${services.publicUrl.replace(/\/+$/, '')}/approvals/${token}`;
+    const email = approvalEmail({ state, wait, approver, link });
+    // Once per wait and approver, whichever delivery gets here first, and never again on a retry.
+    await deps.ledger.once(email.id, { waitId: wait.id, to: approver }, async () => {
+      await services.notifier!.send(email);
+      return { sent: true };
+    });
+    deps.log.info({ event: 'approval-requested', runId: state.runId, waitId: wait.id, approver, link }, 'approval requested');
+  }
+}
+
+async function matchEarlyEvent(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<boolean> {
+  const events = deps.waits?.events;
+  if (!events || !wait.event) return false;
+  const since = wait.startedAt - (deps.waits?.earlyEventMs ?? DEFAULT_EARLY_EVENT_MS);
+  const used = answeredEventIds(state);
+  const early = (await events.find(wait.event.type, wait.event.key, since)).find((e) => !used.has(e.id));
+  if (!early) return false;
+  try {
+    const outcome = await answerWait(deps, { runId: state.runId, waitId: wait.id, answer: eventAnswer(early) });
+    deps.log.info({ event: 'early-event-matched', runId: state.runId, waitId: wait.id, eventId: early.id, outcome: outcome.outcome }, 'an event that came before its wait resumed it');
+    return outcome.outcome !== 'refused';
+  } catch (error) {
+    deps.log.warn({ event: 'early-event-error', runId: state.runId, error: errorMessage(error) }, 'could not apply an early event; the delivery will be retried');
+    throw error;
+  }
+}

@@ -1,0 +1,74 @@
+import { z } from 'zod';
+import { InvalidInputError } from '../core/errors.ts';
+import type { RunState } from '../core/state.ts';
+import { EVENT_NAME, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';
+import type { AgentDefinition } from '../agent.ts';
+import type { EventBuffer, RunEvent } from '../ports.ts';
+import { answerWait, type AnswerDeps, type AnswerOutcome } from './answer.ts';
+
+/** The largest event payload kept (EventBridge's own limit for an event). */
+export const MAX_EVENT_BYTES = 256 * 1024;
+
+export const eventInputSchema = z.object({
+  type: z.string().regex(EVENT_NAME, 'an event type is 1-256 letters, digits or ._:/@+-'),
+  key: z.string().regex(EVENT_NAME, 'a correlation key is 1-256 letters, digits or ._:/@+-'),
+  id: z.string().min(1).max(256).optional(),
+  payload: z.unknown().optional(),
+}).strict();
+export type EventInput = z.infer<typeof eventInputSchema>;
+
+export interface EmitDeps extends AnswerDeps {
+  events: EventBuffer;
+  /** Runs waiting for this (type, key) now. */
+  waitingFor(type: string, key: string): Promise<{ runId: string; waitId: string }[]>;
+}
+
+/**
+ * An event arrives: keep it first, then resume every run waiting for it. The wait side saves its waiting
+ * checkpoint first, then looks for kept events. Each side writes before it reads, so whichever comes second
+ * sees the other; if both do, the version fence lets one resume win.
+ */
+export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string }): Promise<{ event: RunEvent; fresh: boolean; resumed: AnswerOutcome[] }> {
+  const bytes = Buffer.byteLength(JSON.stringify(input.payload ?? null));
+  if (bytes > MAX_EVENT_BYTES) throw new InvalidInputError(`the event payload is ${bytes} bytes; the limit is ${MAX_EVENT_BYTES}`);
+  const event: RunEvent = { id: input.id, type: input.type, key: input.key, payload: input.payload ?? null, receivedAt: deps.clock.now() };
+  const fresh = await deps.events.put(event);
+  const resumed: AnswerOutcome[] = [];
+  // A redelivered event is matched again: the first delivery may have died before resuming anyone, and a
+  // wait it did resume answers "already answered".
+  for (const { runId, waitId } of await deps.waitingFor(event.type, event.key)) {
+    resumed.push(await answerWait(deps, { runId, waitId, answer: eventAnswer(event) }));
+  }
+  deps.log.info({ event: 'event-received', type: event.type, key: event.key, eventId: event.id, fresh, resumed: resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 'event received');
+  return { event, fresh, resumed };
+}
+
+export function eventAnswer(event: RunEvent): WaitAnswer {
+  return { kind: 'event', type: event.type, key: event.key, id: event.id, payload: event.payload };
+}
+
+/** Events that already answered a wait of this run: one event resumes one wait of a run, not every later one. */
+export function answeredEventIds(state: Pick<RunState, 'steps'>): Set<string> {
+  const ids = new Set<string>();
+  for (const step of state.steps) {
+    if (!step.waitId) continue;
+    // The answer text is canonical JSON, keys sorted: "at", "event", "id" come before the payload, so
+    // they are there even when a large payload was cut to an excerpt; a type or key cannot hold a quote.
+    const match = /^\{"at":"[^"]*","event":"[^"]*","id":("(?:[^"\\]|\\.)*")/.exec(step.result.text);
+    if (match) ids.add(JSON.parse(match[1]!) as string);
+  }
+  return ids;
+}
+
+/**
+ * The (type, key) an incoming event resumes waits on: the agent's `eventKey` when it has one, else the
+ * event's detail-type as the type and `detail.key` (or `detail.correlationKey`) as the key.
+ */
+export function waitEventOf(agent: Pick<AgentDefinition, 'eventKey'>, event: IncomingEvent): EventInput | undefined {
+  const custom = agent.eventKey?.(event);
+  const detail = (event.detail ?? {}) as Record<string, unknown>;
+  const type = custom?.type ?? event.detailType;
+  const key = custom?.key ?? (typeof detail.key === 'string' ? detail.key : typeof detail.correlationKey === 'string' ? detail.correlationKey : undefined);
+  if (!key || !EVENT_NAME.test(type) || !EVENT_NAME.test(key)) return undefined;
+  return { type, key, id: event.id, payload: event.detail ?? null };
+}

@@ -1,0 +1,37 @@
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { InvalidInputError } from '../core/errors.ts';
+import { MIN_KEY_BYTES } from './approval-token.ts';
+
+/** Where the approval signing key comes from; read once per process. */
+export type SigningKeySource = () => Promise<Buffer>;
+
+export const SIGNING_KEY_SECRET_ENV = 'STEPWISE_SIGNING_KEY_SECRET_ID';
+
+/**
+ * The local key: 32 random bytes in a file beside the database, created on first use with mode 0600.
+ * Created with the exclusive flag, so two processes starting together agree on one key.
+ */
+export function localSigningKey(path: string): SigningKeySource {
+  let key: Buffer | undefined;
+  return async () => {
+    if (key) return key;
+    mkdirSync(dirname(path), { recursive: true });
+    try {
+      writeFileSync(path, randomBytes(MIN_KEY_BYTES).toString('base64'), { flag: 'wx', mode: 0o600 });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    chmodSync(path, 0o600);
+    key = decodeKey(readFileSync(path, 'utf8'), path);
+    return key;
+  };
+}
+
+/** A key kept as base64 text (in a file or a Secrets Manager secret). */
+export function decodeKey(text: string, where: string): Buffer {
+  const key = Buffer.from(text.trim(), 'base64');
+  if (key.length < MIN_KEY_BYTES) throw new InvalidInputError(`the approval signing key in ${where} must be at least ${MIN_KEY_BYTES} bytes of base64`);
+  return key;
+}

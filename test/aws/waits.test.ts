@@ -1,0 +1,209 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { SESv2Client } from '@aws-sdk/client-sesv2';
+import type { APIGatewayProxyEventV2, APIGatewayProxyResult, EventBridgeEvent } from 'aws-lambda';
+import { handle } from 'hono/aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { defineAgent } from '../../lib/agent.ts';
+import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
+import { createEventHandler } from '../../lib/aws/event-handler.ts';
+import type { AwsRuntime } from '../../lib/aws/runtime.ts';
+import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
+import { SQS_MAX_TIMER_MS } from '../../lib/aws/wait-services.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import type { RunState } from '../../lib/core/state.ts';
+import { createHttpApp } from '../../lib/http/app.ts';
+import { silentLogger } from '../../lib/log.ts';
+import type { Model, ModelReply } from '../../lib/ports.ts';
+import { sendDueTimers } from '../../lib/waits/timers.ts';
+import { FakeRows } from '../support/fake-tool.ts';
+import { startSesServer } from '../support/ses-server.ts';
+import { APPROVER, ApprovalFlowModel, OneWaitModel, waitAgent } from '../support/wait-agent.ts';
+import { createTestResources, queueDepth, receiveAll, startTestRun, type TestResources } from './aws-fixtures.ts';
+import { WorkerProcess, pollOnce } from './lambda-harness.ts';
+
+let resources: TestResources;
+let ses: Awaited<ReturnType<typeof startSesServer>>;
+const key = randomBytes(32);
+const signingKey = async () => key;
+const PUBLIC_URL = 'https://api.example.test';
+
+beforeAll(async () => {
+  [resources, ses] = await Promise.all([createTestResources('waits'), startSesServer()]);
+});
+afterAll(async () => {
+  resources?.close();
+  await ses?.stop();
+});
+
+const sesClient = () => new SESv2Client({ endpoint: ses.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'x', secretAccessKey: 'y' } });
+const events = (runtime: AwsRuntime) => new DynamoEventBuffer({ doc: runtime.clients.doc, tableName: resources.tableName, blobs: runtime.blobs });
+const waitsOf = (runtime: AwsRuntime) => ({
+  notifier: new SesNotifier({ ses: sesClient(), from: 'approvals@example.com' }), signingKey, publicUrl: PUBLIC_URL,
+  events: events(runtime), maxTimerMs: SQS_MAX_TIMER_MS,
+});
+
+function container(model: Model, options: { clock?: { now(): number }; dropped?: string[] } = {}): WorkerProcess {
+  return new WorkerProcess({ resources, agent: waitAgent(new FakeRows(), options.dropped ?? []), model, waits: waitsOf, ...(options.clock ? { clock: options.clock } : {}) });
+}
+
+async function state(runId: string): Promise<RunState> {
+  return decodeState((await resources.runtime().store.load(runId))!);
+}
+
+/** Lambda's event source, until the run is in one of the statuses (or the polls run out). */
+async function pollUntil(worker: WorkerProcess, runId: string, statuses: string[], polls = 30): Promise<RunState> {
+  for (let i = 0; i < polls; i++) {
+    const current = await state(runId);
+    if (statuses.includes(current.status)) return current;
+    await pollOnce(resources.clients, resources.queueUrl, worker, { waitSeconds: 1 });
+  }
+  throw new Error(`run ${runId} is ${(await state(runId)).status} after ${polls} polls`);
+}
+
+/** An API Gateway HTTP API (payload 2.0) request. */
+function apiEvent(method: string, path: string, body?: string, headers: Record<string, string> = {}): APIGatewayProxyEventV2 {
+  return {
+    version: '2.0', routeKey: '$default', rawPath: path, rawQueryString: '', headers: { host: 'api.example.test', ...headers },
+    requestContext: {
+      accountId: '000000000000', apiId: 'api', domainName: 'api.example.test', domainPrefix: 'api', requestId: randomUUID(), routeKey: '$default',
+      stage: '$default', time: new Date().toISOString(), timeEpoch: Date.now(),
+      http: { method, path, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: 'test' },
+    },
+    ...(body !== undefined ? { body, isBase64Encoded: false } : { isBase64Encoded: false }),
+  };
+}
+
+function apiHandler() {
+  const runtime = resources.runtime();
+  const app = createHttpApp({
+    store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: { now: () => Date.now() }, workerId: 'api', codeVersion: 'test',
+    log: silentLogger, agent: waitAgent(new FakeRows(), []), signingKey, events: events(runtime),
+  });
+  const lambda = handle(app) as unknown as (event: APIGatewayProxyEventV2, context: unknown) => Promise<APIGatewayProxyResult>;
+  return (event: APIGatewayProxyEventV2) => lambda(event, { awsRequestId: randomUUID() });
+}
+
+function eventBridge(detailType: string, detail: unknown, id = randomUUID(), source = 'shop'): EventBridgeEvent<string, unknown> {
+  return { version: '0', id, 'detail-type': detailType, source, account: '000000000000', time: new Date().toISOString(), region: 'us-east-1', resources: [], detail };
+}
+
+describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand-in)', () => {
+  it('approval by email through API Gateway: GET shows, POST decides once, another container finishes', { timeout: 120_000 }, async () => {
+    const dropped: string[] = [];
+    const a = container(new ApprovalFlowModel(), { dropped });
+    const runId = `aws-approve-${randomUUID().slice(0, 6)}`;
+    await startTestRun(a.runtime, a.runtime && waitAgent(new FakeRows(), []), runId, 'copy, then drop old_rows with approval');
+    const waiting = await pollUntil(a, runId, ['waiting']);
+    a.close();
+    expect(waiting.wait).toMatchObject({ kind: 'approval', approvers: [APPROVER] });
+    // Nothing of a waiting run sits in the queue: its deadline is an hour away, past what SQS holds.
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
+    const emails = ses.sent.filter((e) => e.text.includes(`Run: ${runId} `));
+    expect(emails).toHaveLength(1);
+    expect(emails[0]).toMatchObject({ from: 'approvals@example.com', to: [APPROVER] });
+    const link = /Review and decide: (\S+)/.exec(emails[0]!.text)![1]!;
+    expect(link.startsWith(`${PUBLIC_URL}/approvals/v1.`)).toBe(true);
+    const path = new URL(link).pathname;
+
+    const api = apiHandler();
+    const page = await api(apiEvent('GET', path));
+    expect(page.statusCode).toBe(200);
+    expect(page.headers?.['referrer-policy']).toBe('no-referrer');
+    expect(page.body).toContain('value="approve"');
+    expect((await state(runId)).status).toBe('waiting');
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const decided = await api(apiEvent('POST', path, 'decision=approve&comment=from+the+email', form));
+    expect(decided.statusCode).toBe(200);
+    expect(decided.body).toContain('Approved. The run continues.');
+    const again = await api(apiEvent('POST', path, 'decision=reject', form));
+    expect(again.statusCode).toBe(409);
+    // A forged token changes nothing.
+    expect((await api(apiEvent('POST', `${path.slice(0, -3)}AAA`, 'decision=reject', form))).statusCode).toBe(403);
+
+    const b = container(new ApprovalFlowModel(), { dropped });
+    const done = await pollUntil(b, runId, ['completed', 'failed']);
+    b.close();
+    expect(done).toMatchObject({ status: 'completed', summary: 'Copied and dropped old_rows.' });
+    expect(done.steps[1]!.result.text).toContain('"comment":"from the email"');
+    expect(dropped).toEqual([`${runId}/step-3:old_rows`]);
+  });
+
+  it('an EventBridge event resumes the run waiting for it; a redelivery and another key do nothing', { timeout: 120_000 }, async () => {
+    const runId = `aws-event-${randomUUID().slice(0, 6)}`;
+    const key = `order-${randomUUID().slice(0, 6)}`;
+    const first: ModelReply = { kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } };
+    const a = container(new OneWaitModel(first));
+    await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    await pollUntil(a, runId, ['waiting']);
+    const handler = createEventHandler({ runtime: a.runtime, events: events(a.runtime), agent: waitAgent(new FakeRows(), []), log: silentLogger, codeVersion: 'test' });
+    expect(await handler(eventBridge('order.paid', { key: `${key}-other` }), { awsRequestId: 'e1' })).toEqual({ started: [], resumed: [] });
+    const event = eventBridge('order.paid', { key, amount: 5 });
+    expect(await handler(event, { awsRequestId: 'e2' })).toEqual({ started: [], resumed: [runId] });
+    expect(await handler(event, { awsRequestId: 'e3' })).toEqual({ started: [], resumed: [] });
+    const done = await pollUntil(a, runId, ['completed', 'failed']);
+    a.close();
+    expect(done.status).toBe('completed');
+    expect(done.summary).toContain(`"id":"${event.id}"`);
+  });
+
+  it('an event that comes before the wait begins is matched when it does', { timeout: 120_000 }, async () => {
+    const runId = `aws-early-${randomUUID().slice(0, 6)}`;
+    const key = `order-${randomUUID().slice(0, 6)}`;
+    const a = container(new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } }));
+    const handler = createEventHandler({ runtime: a.runtime, events: events(a.runtime), agent: waitAgent(new FakeRows(), []), log: silentLogger, codeVersion: 'test' });
+    const early = eventBridge('order.paid', { key, early: true });
+    expect(await handler(early, { awsRequestId: 'e0' })).toEqual({ started: [], resumed: [] });
+    await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    const done = await pollUntil(a, runId, ['completed', 'failed']);
+    a.close();
+    expect(done.steps[0]!.result.text).toContain(`"id":"${early.id}"`);
+  });
+
+  it('a long wait leaves nothing in the queue; the sweeper sends its timer when it comes due, and the run times out', { timeout: 120_000 }, async () => {
+    const runId = `aws-timer-${randomUUID().slice(0, 6)}`;
+    const a = container(new ApprovalFlowModel());
+    await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    const waiting = await pollUntil(a, runId, ['waiting']);
+    a.close();
+    const deadline = waiting.wait!.deadline;
+    const sweeperRuntime = resources.runtime();
+    // An hour before the deadline the sweep sends nothing; past it, the timer.
+    expect((await sendDueTimers({ store: sweeperRuntime.store, queue: sweeperRuntime.queue, clock: { now: () => deadline - 3_600_000 + 60_000 }, log: silentLogger }))
+      .filter((w) => w.runId === runId)).toEqual([]);
+    const late = { now: () => deadline + 1000 };
+    const sent = await sendDueTimers({ store: sweeperRuntime.store, queue: sweeperRuntime.queue, clock: late, log: silentLogger });
+    expect(sent.filter((w) => w.runId === runId)).toMatchObject([{ waitId: waiting.wait!.id }]);
+    const b = container(new ApprovalFlowModel(), { clock: late });
+    const done = await pollUntil(b, runId, ['completed', 'failed']);
+    b.close();
+    expect(done).toMatchObject({ status: 'completed', summary: 'Nobody approved in time: old_rows kept.' });
+  });
+
+  it('a short wait\'s timer travels in SQS, in a group of its own, and its deadline resumes the run', { timeout: 120_000 }, async () => {
+    const runId = `aws-short-${randomUUID().slice(0, 6)}`;
+    const a = container(new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key: `k-${runId}`, timeoutSeconds: 2 } }));
+    await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    await pollUntil(a, runId, ['waiting']);
+    const timers = (await receiveAll(resources.clients, resources.queueUrl, 1)).filter((m) => m.Attributes?.MessageGroupId === `${runId}~timer`);
+    expect(new Set(timers.map((m) => m.MessageId)).size).toBe(1);
+    expect(JSON.parse(timers[0]!.Body!)).toEqual({ runId, version: (await resources.runtime().store.load(runId))!.version });
+    const done = await pollUntil(a, runId, ['completed', 'failed'], 60);
+    a.close();
+    expect(done.steps[0]!.result.text).toContain('"timedOut":true');
+  });
+
+  it('an event matching a trigger starts one run, however often EventBridge delivers it', { timeout: 60_000 }, async () => {
+    const runtime = resources.runtime();
+    const agent = defineAgent({
+      ...waitAgent(new FakeRows(), []),
+      startOn: [{ source: 'aws.s3', detailType: 'Object Created', goal: (e) => `Process ${(e.detail as { object: { key: string } }).object.key}` }],
+    });
+    const handler = createEventHandler({ runtime, events: events(runtime), agent, log: silentLogger, codeVersion: 'test' });
+    const event = eventBridge('Object Created', { bucket: { name: 'inbox' }, object: { key: `in/${randomUUID()}.csv` } }, randomUUID(), 'aws.s3');
+    const first = await handler(event, { awsRequestId: 'r1' });
+    const second = await handler(event, { awsRequestId: 'r2' });
+    expect(first.started).toMatchObject([{ created: true }]);
+    expect(second.started).toEqual([{ runId: first.started[0]!.runId, created: false }]);
+    expect((await state(first.started[0]!.runId)).goal).toMatch(/^Process in\//);
+  });
+});

@@ -1,0 +1,89 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeState } from '../../lib/core/codec.ts';
+import { startHttpApp } from '../support/http-app.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { APPROVER } from '../support/wait-agent.ts';
+
+let app: Awaited<ReturnType<typeof startHttpApp>>;
+beforeAll(async () => { app = await startHttpApp(); });
+afterAll(async () => { await app?.close(); });
+
+const json = async (response: Response) => ({ status: response.status, body: await response.json() as any });
+
+describe('the JSON API', () => {
+  it('wants the bearer token on every program route, and not on the approval pages', async () => {
+    for (const path of ['/runs', '/runs/x', '/waits']) {
+      const response = await fetch(`${app.url}${path}`);
+      expect(response.status, path).toBe(401);
+      expect((await response.json() as { error: string }).error).toContain('Bearer');
+    }
+    expect((await fetch(`${app.url}/runs`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
+    expect((await fetch(`${app.url}/approvals/garbage`)).status).toBe(400);
+    expect((await fetch(`${app.url}/health`)).status).toBe(200);
+  });
+
+  it('starts a run idempotently on its run id, and explains a bad body', async () => {
+    const first = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'api-1' }) }));
+    expect(first).toMatchObject({ status: 201, body: { runId: 'api-1', created: true, version: 1 } });
+    const again = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'other', runId: 'api-1' }) }));
+    expect(again).toMatchObject({ status: 200, body: { runId: 'api-1', created: false } });
+    const bad = [
+      [{}, /goal/],
+      [{ goal: 'x', extra: 1 }, /extra|Unrecognized/i],
+      [{ goal: 'x', stepCap: -1 }, /stepCap/],
+      [{ goal: '   ' }, /goal is empty/],
+      [{ goal: 'x'.repeat(20_000) }, /bytes; the limit is/],
+      [{ goal: 'x', runId: 'bad id!' }, /must match/],
+    ] as const;
+    for (const [body, message] of bad) {
+      const response = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify(body) }));
+      expect(response.status, JSON.stringify(body).slice(0, 40)).toBe(400);
+      expect(response.body.error).toMatch(message);
+    }
+    const notJson = await json(await app.api('/runs', { method: 'POST', body: '{"goal":' }));
+    expect(notJson.status).toBe(400);
+    expect((await app.runtime.store.list()).map((r) => r.runId)).toEqual(['api-1']);
+  });
+
+  it('reads a run and its history; an unknown run is a 404', async () => {
+    const run = await json(await app.api('/runs/api-1'));
+    expect(run).toMatchObject({ status: 200, body: { run: { runId: 'api-1', status: 'running', goal: 'copy the rows', version: 1, steps: 0 } } });
+    const history = await json(await app.api('/runs/api-1/history'));
+    expect(history.body.checkpoints).toHaveLength(1);
+    expect((await app.api('/runs/nope')).status).toBe(404);
+    expect((await app.api('/runs/nope/history')).status).toBe(404);
+    expect((await app.api('/runs?status=bogus')).status).toBe(400);
+    expect((await json(await app.api('/runs?status=running'))).body.runs.map((r: { runId: string }) => r.runId)).toEqual(['api-1']);
+  });
+
+  it('lists what is waiting and takes an authenticated answer from a program', async () => {
+    await workVisible(app.deps, app.runtime);
+    const waits = await json(await app.api('/waits'));
+    expect(waits.body.waits).toMatchObject([{ runId: 'api-1', kind: 'approval', approvers: [APPROVER] }]);
+    const waitId = waits.body.waits[0].id as string;
+    const outsider = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: 'mallory@example.com' }) }));
+    expect(outsider).toMatchObject({ status: 403, body: { outcome: 'refused' } });
+    expect((await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'maybe', by: APPROVER }) })).status).toBe(400);
+    const answer = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: APPROVER, comment: 'scripted' }) }));
+    expect(answer).toMatchObject({ status: 200, body: { outcome: 'resumed' } });
+    const twice = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'reject', by: APPROVER }) }));
+    expect(twice).toMatchObject({ status: 409, body: { outcome: 'already-answered' } });
+    await workVisible(app.deps, app.runtime);
+    expect(decodeState((await app.runtime.store.load('api-1'))!).status).toBe('completed');
+    expect(app.dropped).toEqual(['api-1/step-3:old_rows']);
+  });
+
+  it('takes events: validated, kept, and matched to waiting runs', async () => {
+    const accepted = await json(await app.api('/events', { method: 'POST', body: JSON.stringify({ type: 'order.paid', key: 'order-1', id: 'e-1', payload: { amount: 3 } }) }));
+    expect(accepted).toMatchObject({ status: 202, body: { eventId: 'e-1', fresh: true, resumed: [] } });
+    const redelivered = await json(await app.api('/events', { method: 'POST', body: JSON.stringify({ type: 'order.paid', key: 'order-1', id: 'e-1' }) }));
+    expect(redelivered.body.fresh).toBe(false);
+    expect((await app.runtime.events.find('order.paid', 'order-1', 0)).map((e) => e.payload)).toEqual([{ amount: 3 }]);
+    for (const body of [{ type: 'has space', key: 'k' }, { type: 't' }, { type: 't', key: 'k', payload: 'x'.repeat(300 * 1024) }]) {
+      const response = await json(await app.api('/events', { method: 'POST', body: JSON.stringify(body) }));
+      expect(response.status, JSON.stringify(body).slice(0, 40)).toBe(400);
+      expect(typeof response.body.error).toBe('string');
+    }
+    expect((await app.api('/no/such/route')).status).toBe(404);
+  });
+});

@@ -1,0 +1,108 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { join } from 'node:path';
+import { decodeState } from '../../lib/core/codec.ts';
+import { signApproval } from '../../lib/waits/approval-token.ts';
+import { start } from '../support/harness.ts';
+import { startHttpApp } from '../support/http-app.ts';
+import { outboxEmails } from '../support/outbox.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { APPROVER } from '../support/wait-agent.ts';
+
+let app: Awaited<ReturnType<typeof startHttpApp>>;
+afterEach(async () => {
+  await app?.close();
+  app = undefined as never;
+});
+
+async function waitingRun(runId = 'run') {
+  app = app ?? (await startHttpApp());
+  await start(app.deps, 'copy, then drop old_rows with approval', runId);
+  await workVisible(app.deps, app.runtime);
+  const state = decodeState((await app.runtime.store.load(runId))!);
+  expect(state.status).toBe('waiting');
+  const email = outboxEmails(join(app.dir, 'outbox')).find((e) => e.text.includes(`Run: ${runId} `))!;
+  return { state, wait: state.wait!, link: email.link, token: email.link.split('/approvals/')[1]! };
+}
+
+const post = (link: string, form: Record<string, string>) => fetch(link, { method: 'POST', body: new URLSearchParams(form), redirect: 'manual' });
+const version = async (runId = 'run') => (await app.runtime.store.load(runId))!.version;
+
+describe('approval links', () => {
+  it('GET only shows the page, with headers that keep the token private; POST decides once', async () => {
+    const { link } = await waitingRun();
+    const before = await version();
+    for (let i = 0; i < 3; i++) {
+      const page = await fetch(link);
+      expect(page.status).toBe(200);
+      expect(page.headers.get('referrer-policy')).toBe('no-referrer');
+      expect(page.headers.get('cache-control')).toBe('no-store');
+      expect(page.headers.get('x-frame-options')).toBe('DENY');
+      expect(await page.text()).toContain('name="decision" value="approve"');
+    }
+    // HEAD, as some scanners send, decides nothing either.
+    expect((await fetch(link, { method: 'HEAD' })).status).toBe(200);
+    expect(await version()).toBe(before);
+
+    const first = await post(link, { decision: 'approve', comment: 'go' });
+    expect(first.status).toBe(200);
+    expect(await first.text()).toContain('Approved. The run continues.');
+    const second = await post(link, { decision: 'reject' });
+    expect(second.status).toBe(409);
+    expect(await second.text()).toContain('Already approved by ops@example.com');
+    expect(await version()).toBe(before + 1);
+  });
+
+  it('refuses a tampered, malformed, expired or foreign token, changing nothing', async () => {
+    const { link, token, wait } = await waitingRun();
+    const before = await version();
+    const key = await app.signingKey();
+    const base = link.slice(0, link.indexOf('/approvals/') + 11);
+    const [v, payload, sig] = token.split('.') as [string, string, string];
+    const cases: [string, number, RegExp][] = [
+      [`${v}.${payload}.${sig.slice(0, -2)}AA`, 403, /not valid/],
+      ['garbage', 400, /malformed/],
+      [signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: app.clock.now() - 1 }, key), 410, /expired/],
+      [signApproval({ runId: 'run', waitId: wait.id, approver: 'mallory@example.com', expiresAt: wait.deadline }, key), 403, /not an approver/],
+      [signApproval({ runId: 'other-run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline }, key), 404, /does not exist/],
+      [signApproval({ runId: 'run', waitId: 'wait-of-another-step', approver: APPROVER, expiresAt: wait.deadline }, key), 409, /no longer waiting/],
+    ];
+    for (const [bad, status, message] of cases) {
+      const response = await post(`${base}${bad}`, { decision: 'approve' });
+      expect(response.status, bad.slice(0, 30)).toBe(status);
+      expect(await response.text()).toMatch(message);
+    }
+    // A token signed with another deployment's key.
+    const foreign = signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline }, Buffer.alloc(32, 7));
+    expect((await fetch(`${base}${foreign}`)).status).toBe(403);
+    // A form without a decision.
+    expect((await post(link, { comment: 'hi' })).status).toBe(400);
+    expect(await version()).toBe(before);
+    expect((await app.runtime.store.load('run'))!.status).toBe('waiting');
+  });
+
+  it('after the wait timed out, the link says so and changes nothing', async () => {
+    const { link } = await waitingRun();
+    app.clock.advance(3_600_000);
+    await workVisible(app.deps, app.runtime);
+    const state = decodeState((await app.runtime.store.load('run'))!);
+    expect(state.steps[1]!.result.text).toContain('"timedOut":true');
+    const after = await version();
+    const response = await post(link, { decision: 'approve' });
+    expect(response.status).toBe(410);
+    expect(await response.text()).toContain('expired');
+    expect(await version()).toBe(after);
+  });
+
+  it('an approval that comes after the deadline but before the timer fired is refused as expired, and the run times out', async () => {
+    const { wait } = await waitingRun();
+    app.clock.advance(3_600_000 - 1);
+    // The link expires with the wait: sign one that is still valid for a moment past the deadline.
+    const token = signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline + 10_000 }, await app.signingKey());
+    app.clock.advance(2);
+    const response = await post(`${app.url}/approvals/${token}`, { decision: 'approve' });
+    expect(response.status).toBe(410);
+    const state = decodeState((await app.runtime.store.load('run'))!);
+    expect(state.status).toBe('running');
+    expect(state.steps[1]!.result.text).toContain('"timedOut":true');
+  });
+});

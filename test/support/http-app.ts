@@ -1,0 +1,43 @@
+import { serve } from '@hono/node-server';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { createHttpApp } from '../../lib/http/app.ts';
+import { OutboxNotifier } from '../../lib/local/outbox-notifier.ts';
+import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { FakeRows } from './fake-tool.ts';
+import { ManualClock, tempDb, workerProcess } from './harness.ts';
+import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
+
+export const API_TOKEN = 'test-token-123';
+
+/** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
+export async function startHttpApp() {
+  const db = tempDb();
+  const dir = join(db.path, '..');
+  const clock = new ManualClock();
+  const dropped: string[] = [];
+  const worker = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), dropped), model: new ApprovalFlowModel(), clock, workerId: 'worker-A' });
+  const signingKey = localSigningKey(join(dir, 'signing.key'));
+  const deps: EngineDeps = {
+    ...worker.deps,
+    waits: { notifier: new OutboxNotifier(join(dir, 'outbox')), signingKey, publicUrl: 'http://placeholder', events: worker.runtime.events },
+  };
+  const app = createHttpApp({
+    store: worker.runtime.store, blobs: worker.runtime.blobs, queue: worker.runtime.queue, clock, workerId: 'api', codeVersion: 'test',
+    log: worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
+  });
+  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  deps.waits!.publicUrl = url;
+  return {
+    url, clock, deps, runtime: worker.runtime, dir, dropped, signingKey,
+    api: (path: string, init: RequestInit = {}) => fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json', ...(init.headers ?? {}) } }),
+    close: async () => {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      worker.runtime.close();
+      db.cleanup();
+    },
+  };
+}

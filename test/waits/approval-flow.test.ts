@@ -1,0 +1,227 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { decodeState } from '../../lib/core/codec.ts';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { OutboxNotifier } from '../../lib/local/outbox-notifier.ts';
+import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
+import type { Notification } from '../../lib/ports.ts';
+import { answerWait } from '../../lib/waits/answer.ts';
+import { verifyApproval } from '../../lib/waits/approval-token.ts';
+import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { FakeRows } from '../support/fake-tool.ts';
+import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
+
+let db: ReturnType<typeof tempDb>;
+afterEach(() => db?.cleanup());
+
+/** A worker "process" with the local wait services: outbox emails, the key file, kept events. */
+function waitWorker(clock: ManualClock, workerId: string, model = new ApprovalFlowModel(), notifier?: { send(n: Notification): Promise<void> }) {
+  const rows = shared.rows;
+  const proc = workerProcess({ dbPath: db.path, agent: waitAgent(rows, shared.dropped), model, clock, workerId });
+  const dir = join(db.path, '..');
+  const deps: EngineDeps = {
+    ...proc.deps,
+    waits: {
+      notifier: notifier ?? new OutboxNotifier(join(dir, 'outbox')), signingKey: localSigningKey(join(dir, 'signing.key')),
+      publicUrl: 'http://127.0.0.1:8787', events: new SqliteEventBuffer(proc.runtime.db, { clock }),
+    },
+  };
+  return { deps, runtime: proc.runtime, model };
+}
+const shared = { rows: new FakeRows(), dropped: [] as string[] };
+
+function outbox(): string[] {
+  const dir = join(db.path, '..', 'outbox');
+  try {
+    return readdirSync(dir).filter((f) => f.endsWith('.eml')).map((f) => readFileSync(join(dir, f), 'utf8'));
+  } catch {
+    return [];
+  }
+}
+
+function linkIn(eml: string): string {
+  const part = eml.split('Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n')[1]!.split('\r\n--')[0]!;
+  return /Review and decide: (\S+)/.exec(Buffer.from(part.replace(/\r\n/g, ''), 'base64').toString('utf8'))![1]!;
+}
+
+describe('a run that waits for approval (SQLite)', () => {
+  it('saves a waiting checkpoint, emails the approver once, and continues on another worker after the approval', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const a = waitWorker(clock, 'worker-A');
+    await start(a.deps, 'copy the rows, then drop old_rows with approval');
+    await workVisible(a.deps, a.runtime);
+
+    const waiting = decodeState((await a.runtime.store.load('run'))!);
+    expect(waiting).toMatchObject({ status: 'waiting', step: 1, wait: { kind: 'approval', step: 2, approvers: [APPROVER], tool: 'request_approval' } });
+    expect(shared.dropped).toEqual([]);
+    // Nothing computes while the run waits: only its timer is in the queue, due at the deadline.
+    expect(a.runtime.queue.depth()).toBe(1);
+    expect(await a.runtime.queue.receive()).toEqual([]);
+
+    const emails = outbox();
+    expect(emails).toHaveLength(1);
+    const link = linkIn(emails[0]!);
+    const token = link.split('/approvals/')[1]!;
+    const key = await localSigningKey(join(db.path, '..', 'signing.key'))();
+    expect(verifyApproval(token, key, clock.now())).toMatchObject({ ok: true, claim: { runId: 'run', waitId: waiting.wait!.id, approver: APPROVER } });
+    a.runtime.close();
+
+    // Later, a different process takes the answer and another works the rest.
+    clock.advance(50 * 60_000);
+    const api = waitWorker(clock, 'api');
+    const outcome = await answerWait(api.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'approved', by: APPROVER, comment: 'go ahead' } });
+    expect(outcome).toMatchObject({ outcome: 'resumed' });
+    const again = await answerWait(api.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'rejected', by: APPROVER } });
+    expect(again).toMatchObject({ outcome: 'already-answered', record: { step: 2 } });
+    api.runtime.close();
+
+    const b = waitWorker(clock, 'worker-B');
+    await workVisible(b.deps, b.runtime);
+    const done = decodeState((await b.runtime.store.load('run'))!);
+    expect(done).toMatchObject({ status: 'completed', step: 3, summary: 'Copied and dropped old_rows.' });
+    expect(done.steps[1]).toMatchObject({ tool: 'request_approval', waitId: waiting.wait!.id, result: { ok: true } });
+    expect(done.steps[1]!.result.text).toContain('"comment":"go ahead"');
+    expect(done.steps[2]).toMatchObject({ tool: 'drop_table', workerId: 'worker-B' });
+    expect(shared.dropped).toEqual(['run/step-3:old_rows']);
+    expect(outbox()).toHaveLength(1);
+    // The timer of the answered wait comes due later and changes nothing.
+    const finalVersion = (await b.runtime.store.load('run'))!.version;
+    clock.advance(3_600_000);
+    expect(await workVisible(b.deps, b.runtime)).toBe(1);
+    expect((await b.runtime.store.load('run'))!.version).toBe(finalVersion);
+    b.runtime.close();
+  });
+
+  it('a rejection is the step\'s result: the model sees it and acts on it', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const a = waitWorker(clock, 'worker-A');
+    await start(a.deps);
+    await workVisible(a.deps, a.runtime);
+    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    expect(await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'rejected', by: APPROVER, comment: 'not during business hours' } }))
+      .toMatchObject({ outcome: 'resumed' });
+    await workVisible(a.deps, a.runtime);
+    const done = decodeState((await a.runtime.store.load('run'))!);
+    expect(done).toMatchObject({ status: 'completed', summary: 'Rejected: old_rows kept.' });
+    expect(a.model.prompts.at(-1)).toContain('not during business hours');
+    expect(shared.dropped).toEqual([]);
+    a.runtime.close();
+  });
+
+  it('at the deadline the run resumes with "timed out", and a late approval changes nothing', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const a = waitWorker(clock, 'worker-A');
+    await start(a.deps);
+    await workVisible(a.deps, a.runtime);
+    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    clock.advance(3_600_000);
+    expect(await workVisible(a.deps, a.runtime)).toBeGreaterThan(0);
+    const done = decodeState((await a.runtime.store.load('run'))!);
+    expect(done).toMatchObject({ status: 'completed', summary: 'Nobody approved in time: old_rows kept.' });
+    expect(done.steps[1]!.result).toMatchObject({ ok: false });
+    const late = await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: APPROVER } });
+    expect(late).toMatchObject({ outcome: 'already-answered' });
+    expect(shared.dropped).toEqual([]);
+    a.runtime.close();
+  });
+
+  it('an approval racing the deadline: exactly one wins', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const a = waitWorker(clock, 'worker-A');
+    await start(a.deps);
+    await workVisible(a.deps, a.runtime);
+    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    clock.advance(3_600_000 - 1);
+    const b = waitWorker(clock, 'worker-B');
+    const [approval, timeout] = await Promise.all([
+      answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: APPROVER } }),
+      answerWait(b.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'timed-out' } }),
+    ]);
+    const outcomes = [approval.outcome, timeout.outcome].sort();
+    expect(outcomes).toEqual(['already-answered', 'resumed']);
+    const state = decodeState((await a.runtime.store.load('run'))!);
+    expect(state.steps.filter((s) => s.waitId === wait.id)).toHaveLength(1);
+    a.runtime.close();
+    b.runtime.close();
+  });
+
+  it('sends the email once per wait even when sending fails and the delivery is retried', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const sent: string[] = [];
+    let failures = 1;
+    const flaky = { send: async (n: Notification) => { if (failures-- > 0) throw new Error('mail server down'); sent.push(n.id); } };
+    const a = waitWorker(clock, 'worker-A', new ApprovalFlowModel(), flaky);
+    await start(a.deps);
+    await expect(workVisible(a.deps, a.runtime)).rejects.toThrow(/mail server down/);
+    expect(decodeState((await a.runtime.store.load('run'))!).status).toBe('waiting');
+    expect(sent).toEqual([]);
+    clock.advance(1001);
+    await workVisible(a.deps, a.runtime);
+    // A stray duplicate of the step's message (C8) drives the wait again: still one email.
+    await a.runtime.queue.send({ runId: 'run', version: 2 });
+    a.runtime.db.prepare("UPDATE queue SET acked_at = NULL, visible_at = 0 WHERE dedup_key = 'run/v2'").run();
+    await workVisible(a.deps, a.runtime);
+    expect(sent).toEqual([`run/wait-${decodeState((await a.runtime.store.load('run'))!).wait!.id}/${APPROVER}`]);
+    a.runtime.close();
+  });
+
+  it('refuses an answer from someone who is not an approver, changing nothing', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const a = waitWorker(clock, 'worker-A');
+    await start(a.deps);
+    await workVisible(a.deps, a.runtime);
+    const before = (await a.runtime.store.load('run'))!;
+    const wait = decodeState(before).wait!;
+    expect(await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: 'mallory@example.com' } }))
+      .toMatchObject({ outcome: 'refused', reason: expect.stringContaining('not an approver') });
+    expect(await answerWait(a.deps, { runId: 'run', waitId: 'wait-unknown', answer: { kind: 'approved', by: APPROVER } }))
+      .toMatchObject({ outcome: 'not-waiting' });
+    expect(await answerWait(a.deps, { runId: 'nope', waitId: wait.id, answer: { kind: 'approved', by: APPROVER } }))
+      .toMatchObject({ outcome: 'unknown-run' });
+    expect((await a.runtime.store.load('run'))!.version).toBe(before.version);
+    a.runtime.close();
+  });
+
+  it('a run paused longer than the checkpoint retention window still resumes', async () => {
+    db = tempDb();
+    shared.rows = new FakeRows();
+    shared.dropped = [];
+    const clock = new ManualClock();
+    const a = waitWorker(clock, 'worker-A');
+    await start(a.deps);
+    await workVisible(a.deps, a.runtime);
+    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    clock.advance(59 * 60_000);
+    // The retention window is 7 days by default; move the clock's notion of "old" by pruning with a
+    // store whose retention is shorter than the pause.
+    const { SqliteCheckpointStore } = await import('../../lib/local/sqlite-checkpoint-store.ts');
+    const pruned = new SqliteCheckpointStore(a.runtime.db, { clock, retentionMs: 1000 });
+    a.runtime.db.prepare('UPDATE checkpoints SET expires_at = ?').run(clock.now() - 1);
+    expect(pruned.prune()).toBeGreaterThan(0);
+    expect(await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: APPROVER } })).toMatchObject({ outcome: 'resumed' });
+    await workVisible(a.deps, a.runtime);
+    expect(decodeState((await a.runtime.store.load('run'))!).status).toBe('completed');
+    a.runtime.close();
+  });
+});

@@ -1,0 +1,153 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { decodeState } from '../../lib/core/codec.ts';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
+import type { ModelReply } from '../../lib/ports.ts';
+import { emitEvent, waitEventOf } from '../../lib/waits/events.ts';
+import { runIdForEvent, startFromEvent } from '../../lib/engine/start-from-event.ts';
+import { FakeRows } from '../support/fake-tool.ts';
+import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { OneWaitModel, waitAgent } from '../support/wait-agent.ts';
+
+let db: ReturnType<typeof tempDb>;
+afterEach(() => db?.cleanup());
+
+const waitFor = (key: string, timeoutSeconds = 300): ModelReply => ({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds } });
+
+function worker(clock: ManualClock, workerId: string, first: ModelReply) {
+  const model = new OneWaitModel(first);
+  const proc = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId });
+  const events = new SqliteEventBuffer(proc.runtime.db, { clock });
+  const deps: EngineDeps = { ...proc.deps, waits: { events } };
+  const emit = (key: string, id: string, payload: unknown = { amount: 12 }) =>
+    emitEvent({ ...deps, events, waitingFor: (t, k) => proc.runtime.store.waitingFor(t, k) }, { type: 'order.paid', key, id, payload });
+  return { deps, runtime: proc.runtime, model, emit };
+}
+
+describe('a run that waits for an event (SQLite)', () => {
+  it('a matching event resumes it with the event as the result; another key does not', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', waitFor('order-7'));
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    expect(decodeState((await w.runtime.store.load('run'))!)).toMatchObject({ status: 'waiting', wait: { kind: 'event', event: { type: 'order.paid', key: 'order-7' } } });
+
+    const other = await w.emit('order-8', 'evt-1');
+    expect(other.resumed).toEqual([]);
+    expect((await w.runtime.store.load('run'))!.status).toBe('waiting');
+
+    const match = await w.emit('order-7', 'evt-2', { amount: 12, note: '<script>x</script>' });
+    expect(match.resumed).toMatchObject([{ outcome: 'resumed', runId: 'run' }]);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    expect(done.status).toBe('completed');
+    expect(done.steps[0]!.result.text).toContain('"id":"evt-2"');
+    expect(done.summary).toContain('"amount":12');
+
+    // The same event delivered again (EventBridge is at-least-once) resumes nothing twice.
+    const again = await w.emit('order-7', 'evt-2');
+    expect(again.fresh).toBe(false);
+    expect(again.resumed).toEqual([]);
+    w.runtime.close();
+  });
+
+  it('an event that arrives before its wait begins is matched when the wait begins', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', waitFor('order-9'));
+    await start(w.deps);
+    const early = await w.emit('order-9', 'evt-early', { paid: true });
+    expect(early).toMatchObject({ fresh: true, resumed: [] });
+    clock.advance(5_000);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    expect(done).toMatchObject({ status: 'completed', step: 1 });
+    expect(done.steps[0]!.result.text).toContain('"id":"evt-early"');
+    w.runtime.close();
+  });
+
+  it('with no event, the deadline resumes the run with "timed out"', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', waitFor('order-10', 60));
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    clock.advance(59_000);
+    expect(await workVisible(w.deps, w.runtime)).toBe(0);
+    clock.advance(1_000);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    expect(done.status).toBe('completed');
+    expect(done.steps[0]!.result).toMatchObject({ ok: false });
+    expect(done.steps[0]!.result.text).toContain('"timedOut":true');
+    // An event after the deadline finds no one waiting.
+    expect((await w.emit('order-10', 'evt-late')).resumed).toEqual([]);
+    w.runtime.close();
+  });
+
+  it('sleep_until wakes the run at its time, not before', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', { kind: 'tool', tool: 'sleep_until', input: { seconds: 3600 } });
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    expect((await w.runtime.store.load('run'))!.status).toBe('waiting');
+    clock.advance(3_599_999);
+    expect(await workVisible(w.deps, w.runtime)).toBe(0);
+    clock.advance(1);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    expect(done.status).toBe('completed');
+    expect(done.steps[0]!.result).toMatchObject({ ok: true });
+    expect(done.steps[0]!.result.text).toContain('"woke":true');
+    w.runtime.close();
+  });
+
+  it('a wait the agent does not allow is an answer for the model, not a failure', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    // The agent allows sleeps of at most a day.
+    const w = worker(clock, 'worker-A', { kind: 'tool', tool: 'sleep_until', input: { until: new Date(clock.now() + 3 * 86_400_000).toISOString() } });
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    expect(done).toMatchObject({ status: 'completed', failures: 0 });
+    expect(done.steps[0]!.result).toMatchObject({ ok: false, text: expect.stringContaining('cannot wait') });
+    w.runtime.close();
+  });
+});
+
+describe('runs started by events', () => {
+  it('an event that matches a trigger starts one run, however often it is delivered', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'events-fn', { kind: 'done', summary: 'nothing to do' });
+    const triggers = [
+      { source: 'aws.s3', detailType: 'Object Created', goal: (e: { detail: unknown }) => `Process s3://${(e.detail as { bucket: { name: string }; object: { key: string } }).bucket.name}/${(e.detail as { object: { key: string } }).object.key}` },
+      { source: 'aws.s3', detailType: 'Object Deleted', goal: () => 'never for a create' },
+      { source: 'app', goal: () => undefined },
+    ];
+    const event = { id: 'e-123', source: 'aws.s3', detailType: 'Object Created', detail: { bucket: { name: 'inbox' }, object: { key: 'a<b>.csv' } } };
+    const first = await startFromEvent(w.deps, triggers, event);
+    const again = await startFromEvent(w.deps, triggers, event);
+    expect(first).toMatchObject([{ created: true }]);
+    expect(again).toMatchObject([{ created: false, runId: first[0]!.runId }]);
+    expect(first[0]!.runId).toBe(runIdForEvent(event, 0));
+    const runs = await w.runtime.store.list();
+    expect(runs.map((r) => r.runId)).toEqual([first[0]!.runId]);
+    expect(decodeState((await w.runtime.store.load(first[0]!.runId))!).goal).toBe('Process s3://inbox/a<b>.csv');
+    expect(await startFromEvent(w.deps, triggers, { ...event, id: 'e-124', detailType: 'Object Restored' })).toEqual([]);
+    w.runtime.close();
+  });
+
+  it('an incoming event names the waits it resumes by detail-type and detail.key, or as the agent says', () => {
+    const event = { id: 'e-1', source: 'shop', detailType: 'order.paid', detail: { key: 'order-7', amount: 3 } };
+    expect(waitEventOf({}, event)).toEqual({ type: 'order.paid', key: 'order-7', id: 'e-1', payload: event.detail });
+    expect(waitEventOf({}, { ...event, detail: { orderId: 'x' } })).toBeUndefined();
+    expect(waitEventOf({ eventKey: (e) => ({ type: `${e.source}.paid`, key: String((e.detail as { orderId: string }).orderId) }) }, { ...event, detail: { orderId: 'o-9' } }))
+      .toMatchObject({ type: 'shop.paid', key: 'o-9' });
+    expect(waitEventOf({}, { ...event, detail: { key: 'has space' } })).toBeUndefined();
+  });
+});

@@ -1,0 +1,84 @@
+import { SESv2Client } from '@aws-sdk/client-sesv2';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
+import { OutboxNotifier } from '../../lib/local/outbox-notifier.ts';
+import { approvalEmail } from '../../lib/waits/approval-email.ts';
+import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { waitRecordFor } from '../../lib/core/waits.ts';
+import { stateAfter } from '../support/states.ts';
+import { startSesServer } from '../support/ses-server.ts';
+import { tempDb } from '../support/harness.ts';
+
+const NOW = 1_800_000_000_000;
+const hostile = '<script>alert(1)</script> & "quotes"';
+const state = { ...stateAfter('run-7', 2), goal: `migrate ${hostile}` };
+const wait = waitRecordFor(
+  { kind: 'approval', approvers: ['ops@example.com'], request: `drop ${hostile}` },
+  { step: 3, tool: 'request_approval', input: { request: `drop ${hostile}` }, at: NOW },
+  'wait-12345678', NOW,
+);
+const email = approvalEmail({ state, wait, approver: 'ops@example.com', link: 'http://127.0.0.1:9/approvals/v1.abc.def' });
+
+describe('the approval email', () => {
+  it('names the request, the run and the link; its HTML escapes every piece of run text', () => {
+    expect(email.subject).toContain('Approval needed: drop');
+    expect(email.text).toContain('http://127.0.0.1:9/approvals/v1.abc.def');
+    expect(email.text).toContain(`Run: run-7`);
+    expect(email.html).not.toContain('<script>');
+    expect(email.html).toContain('&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quotes&quot;');
+    expect(email.id).toBe('run-7/wait-wait-12345678/ops@example.com');
+  });
+});
+
+describe('the outbox notifier', () => {
+  it('writes one readable .eml per notification id, however often it is sent', async () => {
+    const dir = tempDb();
+    try {
+      const outbox = new OutboxNotifier(join(dir.path, '..', 'outbox'));
+      await outbox.send(email);
+      await outbox.send(email);
+      const files = readdirSync(join(dir.path, '..', 'outbox'));
+      expect(files).toHaveLength(1);
+      const eml = readFileSync(outbox.pathOf(email.id), 'utf8');
+      expect(eml).toMatch(/^From: stepwise@localhost\r\nTo: ops@example.com\r\nSubject: Approval needed/);
+      const text = eml.split('Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n')[1]!.split('\r\n--')[0]!;
+      expect(Buffer.from(text.replace(/\r\n/g, ''), 'base64').toString('utf8')).toContain('/approvals/v1.abc.def');
+    } finally {
+      dir.cleanup();
+    }
+  });
+});
+
+describe('the local signing key', () => {
+  it('is created once, 32 bytes, readable only by its owner, and the same for every process', async () => {
+    const dir = tempDb();
+    try {
+      const path = join(dir.path, '..', 'signing.key');
+      const [a, b] = await Promise.all([localSigningKey(path)(), localSigningKey(path)()]);
+      expect(a.length).toBe(32);
+      expect(a.equals(b)).toBe(true);
+      expect((await localSigningKey(path)()).equals(a)).toBe(true);
+      expect(statSync(path).mode & 0o777).toBe(0o600);
+    } finally {
+      dir.cleanup();
+    }
+  });
+});
+
+describe('the SES notifier', () => {
+  let ses: Awaited<ReturnType<typeof startSesServer>>;
+  beforeAll(async () => { ses = await startSesServer(); });
+  afterAll(async () => { await ses.stop(); });
+
+  it('sends the email through SES v2 from the configured sender, retrying a 500', async () => {
+    const client = new SESv2Client({ endpoint: ses.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'x', secretAccessKey: 'y' } });
+    const notifier = new SesNotifier({ ses: client, from: 'approvals@example.com' });
+    ses.failNext(1);
+    await notifier.send(email);
+    expect(ses.sent).toHaveLength(1);
+    expect(ses.sent[0]).toMatchObject({ from: 'approvals@example.com', to: ['ops@example.com'], subject: email.subject, text: email.text, html: email.html });
+    client.destroy();
+  });
+});
