@@ -1,6 +1,6 @@
 import { openAwsRuntime } from '../lib/aws/runtime.ts';
-import { DEFAULT_STALL_MS, sweepStalledRuns } from '../lib/aws/stalled-runs.ts';
 import { InvalidInputError } from '../lib/core/errors.ts';
+import { sweepStalledRuns } from '../lib/engine/sweep.ts';
 import { createLogger } from '../lib/log.ts';
 import { systemClock, type RunMessage } from '../lib/ports.ts';
 
@@ -11,6 +11,8 @@ import { systemClock, type RunMessage } from '../lib/ports.ts';
  */
 let runtime: ReturnType<typeof openAwsRuntime> | undefined;
 const log = createLogger({ service: 'stepwise-sweeper' });
+/** Lambda's longest invocation: a run idle for longer is not inside a step (retry backoff is at most a minute). */
+export const DEFAULT_STALL_MS = 15 * 60 * 1000;
 
 export async function handler(): Promise<{ requeued: RunMessage[] }> {
   runtime ??= openAwsRuntime();

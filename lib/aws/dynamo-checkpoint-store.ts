@@ -11,7 +11,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
-import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts } from './dynamo-errors.ts';
+import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts, type CancellationReason } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
@@ -137,7 +137,13 @@ export class DynamoCheckpointStore implements CheckpointStore {
       })));
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error;
-      const latest = rawNumber((error as { Item?: Parameters<typeof rawNumber>[0] }).Item, 'version');
+      const item = (error as { Item?: CancellationReason['Item'] }).Item;
+      const latest = rawNumber(item, 'version');
+      // The SDK retries a write whose answer was lost (a timeout, a 500) though DynamoDB applied it; the
+      // retry then fails its condition against the decision the first attempt wrote. The same bytes are ours.
+      const same = latest === expectedVersion && rawNumber(item, 'pendingStep') === decision.step
+        && (attributes.pending !== undefined ? item?.pending?.S === attributes.pending : item?.pendingRef?.S === attributes.pendingRef);
+      if (same) return;
       throw new StaleVersionError(runId, expectedVersion, latest === expectedVersion ? `step ${decision.step} already has a decision` : '');
     }
   }
