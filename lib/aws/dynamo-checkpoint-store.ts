@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import {
   GetCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
@@ -123,8 +124,11 @@ export class DynamoCheckpointStore implements CheckpointStore {
 
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
     const attributes = await this.spill.keep('pending', encodeDecision(decision));
+    // Names this write, so a retry of it can recognise its own decision (two workers' decisions can be
+    // byte for byte the same: the same answer in the same millisecond).
+    const token = randomBytes(8).toString('hex');
     const e = new Expression();
-    const update = e.update({ ...attributes, pendingStep: decision.step });
+    const update = e.update({ ...attributes, pendingStep: decision.step, pendingToken: token });
     // Fenced like a commit: the run must still be at the version the decision was made from. Write-once
     // per step: a second decision for the same step could run a different call under the same idempotency
     // key. A decision for another step can only be a leftover of an older step, so it may be replaced.
@@ -140,10 +144,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
       const item = (error as { Item?: CancellationReason['Item'] }).Item;
       const latest = rawNumber(item, 'version');
       // The SDK retries a write whose answer was lost (a timeout, a 500) though DynamoDB applied it; the
-      // retry then fails its condition against the decision the first attempt wrote. The same bytes are ours.
-      const same = latest === expectedVersion && rawNumber(item, 'pendingStep') === decision.step
-        && (attributes.pending !== undefined ? item?.pending?.S === attributes.pending : item?.pendingRef?.S === attributes.pendingRef);
-      if (same) return;
+      // retry then fails its condition against the decision the first attempt wrote: ours, so done.
+      if (latest === expectedVersion && item?.pendingToken?.S === token) return;
       throw new StaleVersionError(runId, expectedVersion, latest === expectedVersion ? `step ${decision.step} already has a decision` : '');
     }
   }
@@ -161,7 +163,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const update = e.update(
       this.headAttributes(state, version, now, headAttributes, write, bytes, appended),
       // The decision has become the step record: drop it with the same write.
-      appended ? ['pending', 'pendingRef', 'pendingStep'] : [],
+      appended ? ['pending', 'pendingRef', 'pendingStep', 'pendingToken'] : [],
     );
     const items: TransactItem[] = [{
       Update: {

@@ -2,7 +2,7 @@ import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import {
-  PermanentError, StaleVersionError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
+  PermanentError, ToolError, TransientError, UnknownRunError, UnreadableCheckpointError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
@@ -109,16 +109,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {
-      try {
-        await deps.store.recordDecision(runId, version, decision);
-      } catch (error) {
-        // Another worker recorded this step's decision first, and may have died since: nothing else would
-        // run it. Run that call, with the same key, instead of ours (the tool applies it once).
-        const recorded = error instanceof StaleVersionError ? await recordedDecision(deps, runId, version, state) : undefined;
-        if (!recorded) throw error;
-        decision = recorded;
-        tool = deps.agent.tools.find((t) => t.name === recorded.tool);
-      }
+      await deps.store.recordDecision(runId, version, decision);
       await deps.probe?.('C3', { runId, step: n });
     }
   }
@@ -146,13 +137,6 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   }
   const record: StepRecord = { ...decision, result: shaped.result, workerId: deps.workerId };
   return commitStep(deps, state, version, record);
-}
-
-/** The decision another worker recorded for the next step, if the run is still at `version`. */
-async function recordedDecision(deps: EngineDeps, runId: string, version: number, state: RunState): Promise<Decision | undefined> {
-  const stored = await deps.store.load(runId, { afterStep: state.step });
-  if (stored?.version !== version) return undefined;
-  return decodeState(stored, state.steps).pending;
 }
 
 function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision): ToolContext {

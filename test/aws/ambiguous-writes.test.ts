@@ -1,7 +1,10 @@
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAwsClients, type AwsClients } from '../../lib/aws/clients.ts';
+import { HEAD_SK, PK, SK, runPk } from '../../lib/aws/table-layout.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
+import { completeStep } from '../../lib/core/transitions.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 import { createTestResources, type TestResources } from './aws-fixtures.ts';
 import { loseFirstResponse } from './lost-response.ts';
@@ -38,12 +41,19 @@ describe('a write the SDK retried after it was applied', () => {
     expect(lost.fired()).toBe(true);
     expect(lost.attempts).toHaveLength(2);
     expect(decodeState((await clean.load(runId))!).pending).toEqual(decision);
-    // Only the same bytes count as ours: another decision for the step is still refused.
+    // Only the retry of the same write counts as ours: another write for the step is still refused, even
+    // of the very same bytes (another worker given the same answer in the same millisecond).
     await expect(store.recordDecision(runId, 1, decisionFor(runId, 1, { rows: 11 }))).rejects.toBeInstanceOf(StaleVersionError);
-    await expect(store.recordDecision(runId, 1, { ...decision, at: decision.at + 1 })).rejects.toBeInstanceOf(StaleVersionError);
+    await expect(store.recordDecision(runId, 1, decision)).rejects.toBeInstanceOf(StaleVersionError);
+    await expect(clean.recordDecision(runId, 1, decision)).rejects.toBeInstanceOf(StaleVersionError);
+    // The step's commit drops the decision and the write's token with it.
+    const state = decodeState((await clean.load(runId))!);
+    await clean.commit({ runId, expectedVersion: 1, state: completeStep(state, { ...recordFor(runId, 1), input: { rows: 10 } }, 9_000), appended: { ...recordFor(runId, 1), input: { rows: 10 } }, ...META });
+    const { Item: head } = await resources!.clients.doc.send(new GetCommand({ TableName: resources!.tableName, Key: { [PK]: runPk(runId), [SK]: HEAD_SK } }));
+    expect(Object.keys(head!).filter((k) => k.startsWith('pending'))).toEqual([]);
   });
 
-  it('recordDecision of a decision large enough to be spilled: the stored ref is compared', async () => {
+  it('recordDecision of a decision large enough to be spilled to S3: the same, and the decision reads back whole', async () => {
     const { store, clean, clients } = await faultyStore('lost-spilled', { spillBytes: 1024 });
     const runId = 'lost-spilled';
     await clean.create(newState(runId), META);
@@ -52,7 +62,7 @@ describe('a write the SDK retried after it was applied', () => {
     await store.recordDecision(runId, 1, decision);
     expect(lost.attempts).toHaveLength(2);
     expect(decodeState((await clean.load(runId))!).pending).toEqual(decision);
-    await expect(store.recordDecision(runId, 1, decisionFor(runId, 1, { payload: 'q'.repeat(5_000) }))).rejects.toBeInstanceOf(StaleVersionError);
+    await expect(store.recordDecision(runId, 1, decision)).rejects.toBeInstanceOf(StaleVersionError);
   });
 
   it('commit: DynamoDB Local honours the ClientRequestToken the SDK reuses on retry, so the transaction is applied once and succeeds', async () => {

@@ -21,7 +21,7 @@ describe('a run is never left running with nothing to move it (SQLite)', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
 
-  it('(a) the worker whose decision lost the race runs the recorded call when the recorder died before its checkpoint', async () => {
+  it('(a) the worker whose decision lost the race hands the message back, so the recorded call runs though the recorder died', async () => {
     db = tempDb();
     const clock = new ManualClock();
     const rows = new FakeRows();
@@ -53,16 +53,20 @@ describe('a run is never left running with nothing to move it (SQLite)', () => {
     atA.open();
     await expect(aStep).rejects.toBeInstanceOf(SimulatedCrash);
     a.runtime.close();
-    // B's decision for the same step is refused; B holds the newest receipt.
+    // B's decision for the same step is refused while the run is still at version 1. B holds the newest
+    // receipt: it hands the message back instead of acking it.
     atB.open();
-    await settle(b.runtime.queue, forB!, await bStep);
+    const handled = await bStep;
+    expect(handled).toMatchObject({ action: 'release', runId: 'run' });
+    await settle(b.runtime.queue, forB!, handled);
+    expect(b.runtime.queue.depth()).toBe(1);
 
     await drain(b.deps, b.runtime, clock);
     const state = await loadState(b.runtime);
     expect(state.status).toBe('completed');
     expect(state.steps.map((s) => s.step)).toEqual([1, 2, 3]);
     // Step 1 ran A's recorded call (row 1) under the step's key, once; B's own answer was dropped.
-    expect(state.steps[0]).toMatchObject({ input: { row: 1 }, idempotencyKey: 'run/step-1', workerId: 'B' });
+    expect(state.steps[0]).toMatchObject({ input: { row: 1 }, idempotencyKey: 'run/step-1' });
     expect([...rows.rows.entries()]).toEqual([['run/step-1', 1], ['run/step-2', 2], ['run/step-3', 3]]);
     expect(rows.timesReceived('run/step-1')).toBe(1);
     expect((await b.runtime.store.history('run')).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
