@@ -75,8 +75,6 @@ CREATE TABLE IF NOT EXISTS queue (
   created_at    INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS queue_ready ON queue (acked_at, visible_at);
--- Live (unacked) messages by run: a re-drive and the stalled-run sweep ask whether a run has one.
-CREATE INDEX IF NOT EXISTS queue_live_by_run ON queue (run_id) WHERE acked_at IS NULL;
 `;
 
 /**

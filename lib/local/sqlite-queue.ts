@@ -12,8 +12,14 @@ const TOMBSTONE_MS = 24 * 3600 * 1000;
 
 interface QueueRow { id: number; body: string; receive_count: number; receipt: string }
 
-/** A message of the run, not acked, for this version or a later one: the run has something to move it. */
-const LIVE_MESSAGE = "SELECT 1 FROM queue q WHERE q.run_id = ? AND q.acked_at IS NULL AND json_extract(q.body, '$.version') >= ? LIMIT 1";
+/**
+ * A message of the run, not acked, for this version or a later one: the run has something to move it.
+ * A run's messages are the range `<runId>/v...` of the dedup_key index (run ids have no '/'), so this
+ * needs no index of its own, which every send and ack would pay for; `+` keeps SQLite from preferring
+ * the index of all live messages instead.
+ */
+const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key >= :run || '/v' AND q.dedup_key < :run || '/w'
+  AND +q.acked_at IS NULL AND json_extract(q.body, '$.version') >= :version`;
 
 /**
  * An SQS-like queue in the SQLite file: a received message is hidden for the visibility timeout and
@@ -52,7 +58,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
    */
   async redrive(message: RunMessage): Promise<boolean> {
     return immediate(this.db, () => {
-      if (this.sql(LIVE_MESSAGE).get(message.runId, message.version)) return false;
+      if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version })) return false;
       const now = this.now;
       this.sql(
         `INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)
@@ -65,15 +71,15 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   /**
    * Running runs with no checkpoint since `before` and no live message for their latest version, oldest
    * first. One query over the runs table (same file) by its (status, updated_at) index, each candidate
-   * checked against the live-message index.
+   * checked against its own range of the queue's dedup_key index.
    */
   async stalledRuns(before: number, limit: number): Promise<RunSummary[]> {
+    const live = LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'r.version');
     const rows = this.sql(
       `SELECT r.run_id, r.version, r.status, r.step, r.agent, r.updated_at FROM runs r
-       WHERE r.status = 'running' AND r.updated_at < ?
-         AND NOT EXISTS (SELECT 1 FROM queue q WHERE q.run_id = r.run_id AND q.acked_at IS NULL AND json_extract(q.body, '$.version') >= r.version)
-       ORDER BY r.updated_at LIMIT ?`,
-    ).all(before, limit) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
+       WHERE r.status = 'running' AND r.updated_at < :before AND NOT EXISTS (${live})
+       ORDER BY r.updated_at LIMIT :limit`,
+    ).all({ before, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
     return rows.map((r) => ({ runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at }));
   }
 
