@@ -161,6 +161,22 @@ describe('a run is never left running with nothing to move it (Lambda handler, D
   });
 });
 
+describe('re-driving on SQS', () => {
+  it('without a token is a plain send: a repeated start while the message is there adds nothing', async () => {
+    resources = await createTestResources('redrive-plain');
+    const runtime = resources.runtime();
+    const agent = writeRowsAgent(new FakeDatabase());
+    await startTestRun(runtime, agent, 'again');
+    await startTestRun(runtime, agent, 'again');
+    expect(await runtime.queue.redrive({ runId: 'again', version: 1 })).toBe(true);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+    // A token gets past the deduplication of the earlier send (the sweeper's way), once per token.
+    await runtime.queue.redrive({ runId: 'again', version: 1 }, 'sweep-1');
+    await runtime.queue.redrive({ runId: 'again', version: 1 }, 'sweep-1');
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
+  });
+});
+
 describe('the Lambda handler and message groups', () => {
   it('hands the later records of a group back at once when an earlier one fails, instead of leaving them in flight for the visibility timeout', async () => {
     resources = await createTestResources('group-handback');
