@@ -21,6 +21,12 @@ interface QueueRow { id: number; body: string; receive_count: number; receipt: s
 const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key >= :run || '/v' AND q.dedup_key < :run || '/w'
   AND +q.acked_at IS NULL AND json_extract(q.body, '$.version') >= :version`;
 
+/** Running runs with no checkpoint since :before and no live message for their latest version. */
+const STALLED_RUNS = `SELECT r.run_id, r.version, r.status, r.step, r.agent, r.updated_at FROM runs r
+  WHERE r.status = 'running' AND r.updated_at < :before
+    AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'r.version')})
+  ORDER BY r.updated_at LIMIT :limit`;
+
 /**
  * An SQS-like queue in the SQLite file: a received message is hidden for the visibility timeout and
  * delivered again unless acked, with a receive count. Receiving is one UPDATE ... RETURNING, so two
@@ -74,12 +80,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
    * checked against its own range of the queue's dedup_key index.
    */
   async stalledRuns(before: number, limit: number): Promise<RunSummary[]> {
-    const live = LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'r.version');
-    const rows = this.sql(
-      `SELECT r.run_id, r.version, r.status, r.step, r.agent, r.updated_at FROM runs r
-       WHERE r.status = 'running' AND r.updated_at < :before AND NOT EXISTS (${live})
-       ORDER BY r.updated_at LIMIT :limit`,
-    ).all({ before, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
+    const rows = this.sql(STALLED_RUNS).all({ before, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
     return rows.map((r) => ({ runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at }));
   }
 
