@@ -54,6 +54,7 @@ export interface RunSummary {
 /** A waiting run's open wait, as the store indexes it. */
 export interface OpenWait {
   runId: string;
+  agent: string;
   waitId: string;
   version: number;
   deadline: number;
@@ -134,8 +135,21 @@ export interface SendOptions {
 }
 
 export interface RunQueue {
-  /** Deduplicated on (runId, version): sending the same message twice enqueues it once. */
+  /**
+   * Deduplicated on (runId, version) within the queue's deduplication window (5 minutes on SQS; a day
+   * locally): sending the same message twice in it enqueues it once. A copy sent later is delivered, finds
+   * the run moved on, and stops.
+   */
   send(message: RunMessage, options?: SendOptions): Promise<void>;
+  /**
+   * Sends a run's message again when the run may have none left: the earlier send of this version may
+   * have been consumed without a successor, and its deduplication record would swallow a plain send.
+   * The local queue makes it live again unless the run has a live message for this version or a later
+   * one. SQS cannot tell: without a token it is a plain send (SQS forgets a deduplication id after 5
+   * minutes); with one it gets past the earlier send, one copy per token within the window. Says whether
+   * it sent (SQS: always).
+   */
+  redrive(message: RunMessage, token?: string): Promise<boolean>;
 }
 
 export interface ReceiveOptions {
@@ -153,6 +167,12 @@ export interface RunQueueConsumer {
   ack(delivery: Delivery): Promise<boolean>;
   /** Makes a delivered message visible again after delayMs (a heartbeat extends with a longer delay). */
   release(delivery: Delivery, delayMs: number): Promise<void>;
+  /**
+   * Running runs whose latest checkpoint is older than `before` and that have no live message for their
+   * latest version, oldest first: what a worker loop re-drives. Only a queue that can see the runs has it
+   * (the local one, in the same file); on AWS the scheduled sweeper lists candidates from the table.
+   */
+  stalledRuns?(before: number, limit: number): Promise<RunSummary[]>;
 }
 
 export interface OnceOptions {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import {
   GetCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
@@ -11,7 +12,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
-import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts } from './dynamo-errors.ts';
+import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts, type CancellationReason } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
@@ -165,8 +166,11 @@ export class DynamoCheckpointStore implements CheckpointStore {
 
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
     const attributes = await this.spill.keep('pending', encodeDecision(decision));
+    // Names this write, so a retry of it can recognise its own decision (two workers' decisions can be
+    // byte for byte the same: the same answer in the same millisecond).
+    const token = randomBytes(8).toString('hex');
     const e = new Expression();
-    const update = e.update({ ...attributes, pendingStep: decision.step });
+    const update = e.update({ ...attributes, pendingStep: decision.step, pendingToken: token });
     // Fenced like a commit: the run must still be at the version the decision was made from. Write-once
     // per step: a second decision for the same step could run a different call under the same idempotency
     // key. A decision for another step can only be a leftover of an older step, so it may be replaced.
@@ -179,7 +183,11 @@ export class DynamoCheckpointStore implements CheckpointStore {
       })));
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error;
-      const latest = rawNumber((error as { Item?: Parameters<typeof rawNumber>[0] }).Item, 'version');
+      const item = (error as { Item?: CancellationReason['Item'] }).Item;
+      const latest = rawNumber(item, 'version');
+      // The SDK retries a write whose answer was lost (a timeout, a 500) though DynamoDB applied it; the
+      // retry then fails its condition against the decision the first attempt wrote: ours, so done.
+      if (latest === expectedVersion && item?.pendingToken?.S === token) return;
       throw new StaleVersionError(runId, expectedVersion, latest === expectedVersion ? `step ${decision.step} already has a decision` : '');
     }
   }
@@ -198,7 +206,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
       this.headAttributes(state, version, now, headAttributes, write, bytes, appended),
       // The decision has become the step record: drop it with the same write. A new version starts
       // with no restarts.
-      appended ? ['pending', 'pendingRef', 'pendingStep', RESTARTS_ATTRIBUTE] : [RESTARTS_ATTRIBUTE],
+      appended ? ['pending', 'pendingRef', 'pendingStep', 'pendingToken', RESTARTS_ATTRIBUTE] : [RESTARTS_ATTRIBUTE],
     );
     const items: TransactItem[] = [{
       Update: {
@@ -226,7 +234,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
         Put: {
           TableName: this.table,
           Item: {
-            [PK]: waitEventPk(type, key), [SK]: runId, runId, waitId: state.wait.id, version, deadline: state.wait.deadline,
+            [PK]: waitEventPk(type, key), [SK]: runId, runId, agent: state.agent, waitId: state.wait.id, version, deadline: state.wait.deadline,
             [TTL_ATTRIBUTE]: Math.ceil(state.wait.deadline / 1000) + 24 * 3600,
           },
         },
@@ -308,7 +316,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     });
     // Entries of waits that ended stay until TTL; an answer checks the head, so they only cost a read.
     return items.map((item) => ({
-      runId: String(item.runId), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item.deadline),
+      runId: String(item.runId), agent: String(item.agent), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item.deadline),
     }));
   }
 
@@ -321,7 +329,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
         ...e.params(), Limit: limit,
       }));
       return (page.Items ?? []).map((item) => ({
-        runId: String(item.runId), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]),
+        runId: String(item.runId), agent: String(item.agent), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]),
       }));
     }));
     return pages.flat().sort((a, b) => a.deadline - b.deadline).slice(0, limit);

@@ -25,9 +25,10 @@ export interface SqsRunQueueOptions {
 /**
  * The run queue on SQS FIFO. MessageGroupId = run id: one run's messages are delivered one at a time, in
  * order, so two workers never spend a model call on the same step at once, while different runs proceed in
- * parallel. MessageDeduplicationId = run/version: sending the message for a version twice (a stale or
- * duplicate delivery re-driving the latest, crash C7/C8) enqueues it once, which is what the engine's
- * handleDelivery relies on.
+ * parallel. MessageDeduplicationId = run/version: sending the message for a version twice within SQS's
+ * 5-minute deduplication window (a stale or duplicate delivery re-driving the latest, crash C7/C8)
+ * enqueues it once. A copy sent after the window is a second message, which the engine's version check
+ * makes harmless: it finds the run moved on and stops.
  *
  * FIFO queues have no per-message DelaySeconds, and the engine sends retry backoff as a delay. A delayed
  * message carries a notBefore attribute instead; whoever receives it early (this consumer, or the Lambda
@@ -55,12 +56,14 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
   }
 
   /**
-   * Sends a run's message again on purpose (the sweeper), past the deduplication of an earlier send of the
-   * same version: that one may be the message that was lost. The token (one per sweep window) keeps
-   * repeated sweeps from piling up copies.
+   * Sends a run's message again on purpose. SQS cannot say whether the run still has a message, so without
+   * a token this is a plain send: deduplicated against a send of the same version in the last 5 minutes,
+   * delivered after that. With a token (the sweeper: one per sweep window) it gets past the deduplication
+   * of the earlier send, which may be the message that was lost; the same token within 5 minutes adds no copy.
    */
-  async redrive(message: RunMessage, token: string): Promise<void> {
+  async redrive(message: RunMessage, token?: string): Promise<boolean> {
     await this.sendMessage(message, deduplicationId(message, token), 0, message.runId);
+    return true;
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {

@@ -41,8 +41,10 @@ export const DEFAULT_RESERVE_MS = 15_000;
  * Lambda request id is the worker id in every checkpoint and log line.
  *
  * Records of one message group (one run) are handled in order and, once one of them is to be retried,
- * the later ones are returned with it: a FIFO queue must not deliver them out of order. Different runs
- * in a batch proceed in parallel.
+ * the later ones are returned with it: a FIFO queue must not deliver them out of order. They are made
+ * visible again at once rather than left in flight for the queue's whole visibility timeout; SQS still
+ * delivers them only after the failed one, which holds its group while it is hidden. Different runs in a
+ * batch proceed in parallel.
  */
 export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWorkerHandler {
   return async (event, context) => {
@@ -61,6 +63,7 @@ export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWor
     await Promise.all([...byMessageGroup(event.Records).values()].map(async (records) => {
       let blocked = false;
       for (const record of records) {
+        if (blocked) await hideQuietly(deps, options.runtime.queue, record, 0);
         if (blocked || !(await handleRecord(deps, options, record))) {
           blocked = true;
           failures.push(record.messageId);

@@ -54,7 +54,7 @@ export const STATUS_SHARDS = 4;
 export const WAIT_INDEX = 'by-wait-deadline';
 export const WAIT_SHARD = 'waitShard';
 export const WAIT_DEADLINE = 'waitDeadline';
-export const WAIT_INDEX_ATTRIBUTES = ['runId', 'version', 'waitId'];
+export const WAIT_INDEX_ATTRIBUTES = ['runId', 'agent', 'version', 'waitId'];
 
 const SEQ_DIGITS = 10;
 

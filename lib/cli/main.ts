@@ -14,6 +14,7 @@ usage:
   stepwise run     --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   start a run and work it here
   stepwise start   --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   enqueue a run for the workers
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
+                   [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
   stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
   stepwise history <runId> [--json]                                                the checkpoint timeline
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
@@ -50,6 +51,7 @@ const OPTIONS = {
   comment: { type: 'string' },
   as: { type: 'string' },
   id: { type: 'string' },
+  'stall-ms': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -80,11 +82,12 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   };
   const visibilityMs = positiveInt('visibility-ms', values['visibility-ms']);
   const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
+  const stallMs = positiveInt('stall-ms', values['stall-ms']);
   const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}) };
   switch (command) {
     case 'run': return runCommand({ ...start, ...(visibilityMs ? { visibilityMs } : {}) }, out);
     case 'start': return startCommand(start, out);
-    case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}) }, out);
+    case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}) }, out);
     case 'status': return statusCommand(arg, read, out);
     case 'history': return historyCommand(arg, read, out);
     case 'serve': return serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);

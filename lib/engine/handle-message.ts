@@ -4,6 +4,7 @@ import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
+import { stepCacheOf } from './step-cache.ts';
 
 const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number().int().positive() }).strict();
 
@@ -32,8 +33,9 @@ export function retryDelayMs(failures: number): number {
 
 /**
  * Handles one queue message: advance its run by one step, enqueue the next step, then let the caller ack.
- * Duplicate and stale messages are harmless: they re-send the message for the run's latest version, which
- * the queue deduplicates, so a lost enqueue (crash C7) is recovered and nothing runs twice.
+ * Duplicate and stale messages are harmless: they re-drive the message for the run's latest version, which
+ * the queue deduplicates (on SQS within 5 minutes; a later copy is itself a stale no-op), so a lost
+ * enqueue (crash C7) is recovered and nothing runs twice.
  */
 export async function handleDelivery(
   deps: EngineDeps,
@@ -55,10 +57,7 @@ export async function handleDelivery(
       deps.log.error({ event: 'unknown-run', runId, version }, error.message);
       return { action: 'ack', runId };
     }
-    if (error instanceof StaleVersionError) {
-      deps.log.warn({ event: 'stale-write', runId, version, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run; stopping');
-      return { action: 'ack', runId };
-    }
+    if (error instanceof StaleVersionError) return afterStaleWrite(deps, runId, version, delivery.receiveCount);
     if (error instanceof IdempotencyInProgressError) {
       // A live claim of another attempt: not a failure of the step. Its holder renews it only while it
       // lives, so the wait ends within a lease; the message comes back then, and nothing is written.
@@ -91,14 +90,33 @@ export async function handleDelivery(
   const status = outcome.kind === 'advanced' ? outcome.state.status : outcome.status;
   if (status === 'running' && outcome.kind !== 'idle') {
     await deps.probe?.('C7', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
-    const delayMs = outcome.kind === 'advanced' ? retryDelayMs(outcome.state.failures) : 0;
-    await deps.queue.send({ runId, version: outcome.version }, { delayMs });
+    if (outcome.kind === 'advanced') await deps.queue.send({ runId, version: outcome.version }, { delayMs: retryDelayMs(outcome.state.failures) });
+    // The latest version's message may have been consumed without a successor: a plain send would be
+    // swallowed by its deduplication record.
+    else await deps.queue.redrive({ runId, version: outcome.version });
   }
   // A waiting run (just saved so, or found so by a redelivery or its timer): emails once, early events,
   // the timer, the deadline. All of it is safe to repeat.
   if (status === 'waiting') await driveWait(deps, runId);
   await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
   return { action: 'ack', outcome, runId };
+}
+
+/**
+ * Another worker wrote first, which does not end the story: it may have died before sending the message
+ * for what it wrote, and this delivery may hold the run's newest receipt, so acking it could leave the run
+ * running with nothing to move it. Reload: a running run gets the message for its latest version (a no-op
+ * if the winner sent it) before this one is acked. Still at this message's version, the message itself is
+ * the way forward: it comes back instead (and the receive count still bounds a loop).
+ */
+async function afterStaleWrite(deps: EngineDeps, runId: string, version: number, receiveCount: number): Promise<Handled> {
+  const known = stepCacheOf(deps.store).get(runId)?.length ?? 0;
+  const latest = await deps.store.load(runId, known ? { afterStep: known } : undefined);
+  deps.log.warn({ event: 'stale-write', runId, version, latest: latest?.version, status: latest?.status, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run');
+  if (!latest || latest.status !== 'running') return { action: 'ack', runId };
+  if (latest.version === version) return { action: 'release', delayMs: retryDelayMs(Math.min(receiveCount, 6)), runId };
+  await deps.queue.redrive({ runId, version: latest.version });
+  return { action: 'ack', runId };
 }
 
 function parseMessage(body: string): z.ZodSafeParseResult<{ runId: string; version: number }> {

@@ -27,8 +27,9 @@ export function validateRunId(runId: string): string {
 }
 
 /**
- * Creates a run (version 1) and enqueues its first step. Starting an existing run id changes nothing;
- * it re-sends the message for its latest version, which the queue deduplicates.
+ * Creates a run (version 1) and enqueues its first step. Starting an existing run id changes nothing in
+ * the run; if it is running, it re-drives the message for its latest version: a no-op while that message
+ * is live, and a way past the deduplication record if the message was consumed without a successor.
  */
 export async function startRun(
   deps: Pick<EngineDeps, 'store' | 'queue' | 'agent' | 'clock' | 'workerId' | 'codeVersion' | 'log'>,
@@ -51,8 +52,7 @@ export async function startRun(
       throw new InvalidInputError(`run ${runId} belongs to agent "${agent}", not "${deps.agent.name}": use that agent's module or another run id; if "${agent}" was renamed to "${deps.agent.name}", add formerNames: ["${agent}"] to its defineAgent`);
     }
   }
-  if (created.created || latest?.status === 'running') {
-    await deps.queue.send({ runId, version: latest?.version ?? created.version });
-  }
+  if (created.created) await deps.queue.send({ runId, version: created.version });
+  else if (latest?.status === 'running') await deps.queue.redrive({ runId, version: latest.version });
   return { runId, created: created.created, version: latest?.version ?? created.version };
 }

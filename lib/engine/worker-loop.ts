@@ -2,6 +2,12 @@ import type { RunQueueConsumer } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { errorMessage } from '../core/errors.ts';
 import { handleDelivery, retryDelayMs, type Handled } from './handle-message.ts';
+import { sweepStalledRuns } from './sweep.ts';
+
+/** A running run with no checkpoint and no live message for this long is re-driven by a worker loop. */
+export const DEFAULT_STALL_MS = 60_000;
+/** How often a worker loop looks for such runs, give or take a fifth so that workers spread out. */
+export const DEFAULT_SWEEP_EVERY_MS = 30_000;
 
 export interface WorkerOptions {
   visibilityMs?: number;
@@ -12,17 +18,31 @@ export interface WorkerOptions {
   idleExitMs?: number;
   /** Called after each message; return true to stop the loop. */
   onHandled?: (handled: Handled) => boolean | void;
+  /** Re-drive running runs with no checkpoint and no live message for this long (default 60 s). */
+  stallMs?: number;
+  /** Look for them this often, ±20% (default 30 s; 0: never). Only queues that can see the runs (local). */
+  sweepEveryMs?: number;
 }
 
 /**
  * Pulls messages and advances one step per message until the signal aborts. A heartbeat keeps a slow
  * step's message hidden from other workers; if this process dies, the message reappears after the
- * visibility timeout and another worker resumes from the last checkpoint.
+ * visibility timeout and another worker resumes from the last checkpoint. On a queue that can see the
+ * runs, the loop also re-drives runs left running with nothing to move them: at start, then every ~30 s
+ * (one indexed query when there is nothing to do).
  */
 export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions = {}): Promise<void> {
   const visibilityMs = options.visibilityMs ?? 30_000;
+  const sweepEveryMs = options.sweepEveryMs ?? DEFAULT_SWEEP_EVERY_MS;
+  const stalled = sweepEveryMs > 0 ? consumer.stalledRuns?.bind(consumer) : undefined;
+  let nextSweepAt = deps.clock.now();
   let lastActivity = Date.now();
   while (!options.signal?.aborted) {
+    if (stalled && deps.clock.now() >= nextSweepAt) {
+      nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
+      await sweepStalledRuns({ store: deps.store, queue: deps.queue, clock: deps.clock, log: deps.log, stalled }, { stallMs: options.stallMs ?? DEFAULT_STALL_MS })
+        .catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'stalled-run sweep failed; the next one retries'));
+    }
     const deliveries = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
     if (deliveries.length) lastActivity = Date.now();
     else if (options.idleExitMs !== undefined && Date.now() - lastActivity >= options.idleExitMs) return;

@@ -148,14 +148,14 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async waitingFor(type: string, key: string): Promise<OpenWait[]> {
-    const rows = this.sql("SELECT run_id, version, wait_id, wait_deadline FROM runs WHERE wait_event = ? AND status = 'waiting'")
-      .all(waitEventKey(type, key)) as { run_id: string; version: number; wait_id: string; wait_deadline: number }[];
+    const rows = this.sql("SELECT run_id, agent, version, wait_id, wait_deadline FROM runs WHERE wait_event = ? AND status = 'waiting'")
+      .all(waitEventKey(type, key)) as WaitRow[];
     return rows.map(openWait);
   }
 
   async dueWaits(before: number, limit = 100): Promise<OpenWait[]> {
-    const rows = this.sql("SELECT run_id, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting' ORDER BY wait_deadline LIMIT ?")
-      .all(before, limit) as { run_id: string; version: number; wait_id: string; wait_deadline: number }[];
+    const rows = this.sql("SELECT run_id, agent, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting' ORDER BY wait_deadline LIMIT ?")
+      .all(before, limit) as WaitRow[];
     return rows.map(openWait);
   }
 
@@ -194,6 +194,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
 /** Type and key in one indexed column; a newline cannot occur in either (EVENT_NAME). */
 const waitEventKey = (type: string, key: string): string => `${type}\n${key}`;
 
-function openWait(row: { run_id: string; version: number; wait_id: string; wait_deadline: number }): OpenWait {
-  return { runId: row.run_id, version: row.version, waitId: row.wait_id, deadline: row.wait_deadline };
+interface WaitRow { run_id: string; agent: string; version: number; wait_id: string; wait_deadline: number }
+
+function openWait(row: WaitRow): OpenWait {
+  return { runId: row.run_id, agent: row.agent, version: row.version, waitId: row.wait_id, deadline: row.wait_deadline };
 }

@@ -1,15 +1,31 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
+import type { RunStatus } from '../core/state.ts';
+import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import type { Db } from './database.ts';
+import { immediate, type Db } from './database.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
 const TOMBSTONE_MS = 24 * 3600 * 1000;
 
 interface QueueRow { id: number; body: string; receive_count: number; receipt: string }
+
+/**
+ * A message of the run, not acked, for this version or a later one: the run has something to move it.
+ * A run's messages are the range `<runId>/v...` of the dedup_key index (run ids have no '/'), so this
+ * needs no index of its own, which every send and ack would pay for; `+` keeps SQLite from preferring
+ * the index of all live messages instead.
+ */
+const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key >= :run || '/v' AND q.dedup_key < :run || '/w'
+  AND +q.acked_at IS NULL AND json_extract(q.body, '$.version') >= :version`;
+
+/** Running runs with no checkpoint since :before and no live message for their latest version. */
+const STALLED_RUNS = `SELECT r.run_id, r.version, r.status, r.step, r.agent, r.updated_at FROM runs r
+  WHERE r.status = 'running' AND r.updated_at < :before
+    AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'r.version')})
+  ORDER BY r.updated_at LIMIT :limit`;
 
 /**
  * An SQS-like queue in the SQLite file: a received message is hidden for the visibility timeout and
@@ -43,6 +59,34 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const now = this.now;
     this.sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
       .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);
+  }
+
+  /**
+   * Makes the run's message live again unless the run has a live message for this version or a later one
+   * (waiting, delayed or in flight). The row of an earlier send that was acked stays for a day as the
+   * deduplication record, which would swallow a plain send: it is brought back instead. Checked and
+   * written in one transaction, so two workers re-driving at once make one message. No token is needed.
+   */
+  async redrive(message: RunMessage): Promise<boolean> {
+    return immediate(this.db, () => {
+      if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version })) return false;
+      const now = this.now;
+      this.sql(
+        `INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (dedup_key) DO UPDATE SET acked_at = NULL, receipt = NULL, visible_at = excluded.visible_at`,
+      ).run(`${message.runId}/v${message.version}`, message.runId, JSON.stringify({ runId: message.runId, version: message.version }), now, now);
+      return true;
+    });
+  }
+
+  /**
+   * Running runs with no checkpoint since `before` and no live message for their latest version, oldest
+   * first. One query over the runs table (same file) by its (status, updated_at) index, each candidate
+   * checked against its own range of the queue's dedup_key index.
+   */
+  async stalledRuns(before: number, limit: number): Promise<RunSummary[]> {
+    const rows = this.sql(STALLED_RUNS).all({ before, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
+    return rows.map((r) => ({ runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at }));
   }
 
   /** Puts a raw body on the queue, as another system might: for tests of malformed messages. */

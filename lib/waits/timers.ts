@@ -13,12 +13,14 @@ export const DEFAULT_TIMER_LOOKAHEAD_MS = 15 * 60 * 1000;
  */
 export async function sendDueTimers(
   deps: { store: CheckpointStore; queue: RunQueue; clock: Clock; log: Logger },
-  options: { lookaheadMs?: number; limit?: number } = {},
+  options: { lookaheadMs?: number; limit?: number; agents?: readonly string[] } = {},
 ): Promise<OpenWait[]> {
   const now = deps.clock.now();
   const due = await deps.store.dueWaits(now + (options.lookaheadMs ?? DEFAULT_TIMER_LOOKAHEAD_MS), options.limit ?? 500);
   const sent: OpenWait[] = [];
   for (const wait of due) {
+    // Agents that share a table each have their own queue: a timer goes to its own agent's.
+    if (options.agents && !options.agents.includes(wait.agent)) continue;
     try {
       await deps.queue.send({ runId: wait.runId, version: wait.version }, { delayMs: Math.max(0, wait.deadline - now), timer: true });
       sent.push(wait);

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { ensureQueue } from '../../lib/aws/provision.ts';
 import { SqsRunQueue } from '../../lib/aws/sqs-run-queue.ts';
-import { sweepStalledRuns } from '../../lib/aws/stalled-runs.ts';
+import { sweepStalledRuns } from '../../lib/engine/sweep.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { ROOT } from '../support/cli.ts';

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { sweepStalledRuns } from '../../lib/aws/stalled-runs.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
+import { sweepStalledRuns } from '../../lib/engine/sweep.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { systemClock } from '../../lib/ports.ts';
 import { META, newState } from '../support/states.ts';

@@ -59,8 +59,12 @@ describe('several handler invocations on one run at once', () => {
       const responses = await Promise.all(invocations.map((w, i) => w.handler(
         sqsEvent([{ ...record, messageId: `${record.messageId}-${i}` }]), { awsRequestId: `request-${i}` },
       )));
-      // A stale invocation stops cleanly: nothing is retried.
-      for (const response of responses) expect(response.batchItemFailures).toEqual([]);
+      // A stale invocation stops without writing. One that lost the race to record the step's decision
+      // while the run is still at the message's version hands the message back instead of acking it: the
+      // recorder may die before its checkpoint. One that finds the run moved on acks.
+      const handedBack = responses.filter((r) => r.batchItemFailures.length > 0);
+      expect(handedBack.length).toBeLessThan(responses.length);
+      if (kind === 'read-only') expect(handedBack).toEqual([]);
       const state = decodeState((await resources.runtime().store.load(runId))!);
       expect(state.step).toBe(1);
       expect(state.steps).toHaveLength(1);

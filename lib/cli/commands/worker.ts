@@ -6,6 +6,7 @@ import { progressLine } from '../progress.ts';
 export interface WorkerCommandOptions extends CliOptions {
   visibilityMs?: number;
   idleExitMs?: number;
+  stallMs?: number;
 }
 
 /** Works every run on the queue, one step per message, until SIGINT/SIGTERM (or idle, if asked). */
@@ -45,6 +46,7 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
       signal: stop.signal,
       ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
       ...(options.idleExitMs !== undefined ? { idleExitMs: options.idleExitMs } : {}),
+      ...(options.stallMs ? { stallMs: options.stallMs } : {}),
       onHandled: (handled) => {
         const line = progressLine(handled);
         if (line) out(line);

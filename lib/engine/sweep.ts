@@ -1,0 +1,59 @@
+import { errorMessage } from '../core/errors.ts';
+import type { Logger } from '../log.ts';
+import type { CheckpointStore, Clock, RunMessage, RunQueue, RunSummary } from '../ports.ts';
+
+export interface SweepDeps {
+  store: Pick<CheckpointStore, 'list'>;
+  queue: Pick<RunQueue, 'redrive'>;
+  clock: Clock;
+  log: Logger;
+  /**
+   * Where the candidates come from. By default the store's running runs with no checkpoint since
+   * `before`; a queue that can see the runs (the local one) also leaves out those with a live message.
+   */
+  stalled?: (before: number, limit: number) => Promise<RunSummary[]>;
+}
+
+export interface SweepOptions {
+  /** A running run whose latest checkpoint is older than this may have lost its message. */
+  stallMs: number;
+  /** Runs re-driven per sweep at most; the next sweep takes the rest. */
+  limit?: number;
+  /**
+   * Only runs of these agents (an agent's name and former names). Several agents can share a table, each
+   * with its own queue and worker: a sweeper must put back only its own agent's runs, on its own queue.
+   */
+  agents?: readonly string[];
+}
+
+/**
+ * The supervisor for lost work, shared by the AWS sweeper (functions/sweeper.ts, on a schedule) and the
+ * local worker loop. A running run always has a message on its way, except when the message went to the
+ * dead-letter queue, the enqueue after its checkpoint failed, or the message was consumed without a
+ * successor; such a run would wait forever. Re-driving the message for its latest version is always safe:
+ * if the original still exists, one of the two finds the run moved on and stops (a stale message is a no-op).
+ */
+export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): Promise<RunMessage[]> {
+  const now = deps.clock.now();
+  const before = now - options.stallMs;
+  const limit = options.limit ?? 500;
+  const stalled = deps.stalled
+    ? await deps.stalled(before, limit)
+    : await deps.store.list({ status: 'running', updatedBefore: before, limit });
+  // One token per stall window for SQS: sweeps of the same window within SQS's 5-minute deduplication
+  // window add no copy; a later one that still finds the run stalled sends another, which is harmless.
+  const token = `sweep-${Math.floor(now / options.stallMs)}`;
+  const requeued: RunMessage[] = [];
+  for (const run of stalled) {
+    if (options.agents && !options.agents.includes(run.agent)) continue;
+    const message = { runId: run.runId, version: run.version };
+    try {
+      if (!(await deps.queue.redrive(message, token))) continue;
+      requeued.push(message);
+      deps.log.warn({ event: 'run-requeued', runId: run.runId, version: run.version, step: run.step, idleMs: now - run.updatedAt }, 'stalled run re-enqueued');
+    } catch (error) {
+      deps.log.error({ event: 'requeue-failed', runId: run.runId, version: run.version, error: errorMessage(error) }, 'could not re-enqueue a stalled run; the next sweep retries');
+    }
+  }
+  return requeued;
+}
