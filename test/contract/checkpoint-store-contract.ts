@@ -215,9 +215,9 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       const wait = waitRecordFor({ kind: 'event', type, key: 'order-7', timeoutMs: 60_000 }, decision, `wait-${runId}`, 6_000);
       const waiting = beginWait(stateAfter(runId, 1), wait, 6_000);
       const written = await s().commit({ runId, expectedVersion: version, state: waiting, ...META });
-      expect(await s().waitingFor(type, 'order-7')).toEqual([{ runId, waitId: wait.id, version: written.version, deadline: 66_000 }]);
+      expect(await s().waitingFor(type, 'order-7')).toEqual([{ runId, agent: 'test-agent', waitId: wait.id, version: written.version, deadline: 66_000 }]);
       expect(await s().waitingFor(type, 'order-8')).toEqual([]);
-      expect((await s().dueWaits(66_000, 1000)).filter((w) => w.runId === runId)).toEqual([{ runId, waitId: wait.id, version: written.version, deadline: 66_000 }]);
+      expect((await s().dueWaits(66_000, 1000)).filter((w) => w.runId === runId)).toEqual([{ runId, agent: 'test-agent', waitId: wait.id, version: written.version, deadline: 66_000 }]);
       expect((await s().dueWaits(65_999, 1000)).filter((w) => w.runId === runId)).toEqual([]);
       const loaded = decodeState((await s().load(runId))!);
       expect(loaded.wait).toEqual(wait);
