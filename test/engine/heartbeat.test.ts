@@ -22,11 +22,11 @@ describe('the worker heartbeat', () => {
     let stepRunning = false;
     const agent = defineAgent({
       name: 'slow', tools: [tool({
-        name: 'write_row', description: 'takes 4 visibility timeouts', input: z.object({ row: z.number() }), sideEffect: true,
+        name: 'write_row', description: 'takes 3 visibility timeouts', input: z.object({ row: z.number() }), sideEffect: true,
         run: async (input) => {
           calls.push(input.row);
           stepRunning = true;
-          await new Promise((r) => setTimeout(r, 800));
+          await new Promise((r) => setTimeout(r, 3000));
           stepRunning = false;
           return 'ok';
         },
@@ -44,14 +44,16 @@ describe('the worker heartbeat', () => {
     const poller = (async () => {
       while (polling) {
         if (stepRunning) {
-          const [d] = await other.queue.receive({ visibilityMs: 200 });
+          const [d] = await other.queue.receive({ visibilityMs: 1000 });
           if (d) { stolen.push(d.body); await other.queue.release(d, 0); }
         }
         await new Promise((r) => setTimeout(r, 20));
       }
     })();
+    // Real timers: the heartbeat renews every third of the visibility timeout. A second of visibility
+    // leaves room for a loaded machine's event-loop stalls (each durable commit blocks the thread).
     await runWorker(deps, runtime.queue, {
-      visibilityMs: 200, waitMs: 50,
+      visibilityMs: 1000, waitMs: 50,
       onHandled: (h) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status !== 'running',
     });
     polling = false;
