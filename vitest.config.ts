@@ -8,7 +8,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     pool: 'forks',
-    testTimeout: 60_000,
+    // Tests that spawn CLI processes take tens of seconds on a loaded 2-core machine; none waits on a clock.
+    testTimeout: 120_000,
     hookTimeout: 120_000,
     // Two cores: more parallel files only adds contention on fsync-heavy tests.
     maxWorkers: 2,
