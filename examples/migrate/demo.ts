@@ -14,7 +14,7 @@ import { createInterface } from 'node:readline';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
-import { outboxLinks } from './outbox.ts';
+import { readOutbox } from '../../lib/local/outbox-notifier.ts';
 import { checkMigration, openMigrationDb, seedSource } from './migration-db.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
@@ -110,7 +110,7 @@ async function main(): Promise<void> {
   say(`\n4. the run waits for approval before dropping the source table: its checkpoint says "waiting", worker B has stopped, nothing runs`);
   const server = stepwise(['serve', '--agent', AGENT, '--port', String(port)]);
   await lineOf(server, /^serving /);
-  const [link] = outboxLinks(join(dir, 'outbox'));
+  const link = readOutbox(join(dir, 'outbox'))[0]?.link;
   say(`  the approval email is in ${join(dir, 'outbox')}; its link: ${link}`);
   if (autoApprove) {
     say(`  approving from the terminal (stepwise approve ${runId})`);

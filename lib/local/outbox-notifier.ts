@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Notification, Notifier } from '../ports.ts';
 
@@ -60,4 +60,35 @@ function encodeHeader(value: string): string {
 
 function wrap(base64: string): string {
   return base64.replace(/.{1,76}/g, (line) => `${line}\r\n`).trimEnd();
+}
+
+/** An email as the outbox holds it: for `stepwise serve`'s users, the demo and the tests. */
+export interface OutboxEmail {
+  file: string;
+  to: string;
+  subject: string;
+  text: string;
+  /** The approval link in the text, if any. */
+  link?: string;
+}
+
+/** Reads the emails an OutboxNotifier wrote to `dir` (none if the folder does not exist yet). */
+export function readOutbox(dir: string): OutboxEmail[] {
+  let files: string[];
+  try {
+    files = readdirSync(dir).filter((f) => f.endsWith('.eml')).sort();
+  } catch {
+    return [];
+  }
+  return files.map((name) => {
+    const file = join(dir, name);
+    const eml = readFileSync(file, 'utf8');
+    const header = (field: string) => new RegExp(`^${field}: (.*)$`, 'm').exec(eml)?.[1]?.trim() ?? '';
+    const part = eml.split('Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n')[1]?.split('\r\n--')[0] ?? '';
+    const text = Buffer.from(part.replace(/\r\n/g, ''), 'base64').toString('utf8');
+    const subject = header('Subject');
+    const encoded = /^=\?utf-8\?B\?(.*)\?=$/.exec(subject);
+    const link = /Review and decide: (\S+)/.exec(text)?.[1];
+    return { file, to: header('To'), subject: encoded ? Buffer.from(encoded[1]!, 'base64').toString('utf8') : subject, text, ...(link ? { link } : {}) };
+  });
 }

@@ -1,9 +1,8 @@
-import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
-import { OutboxNotifier } from '../../lib/local/outbox-notifier.ts';
+import { OutboxNotifier, readOutbox } from '../../lib/local/outbox-notifier.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { Notification } from '../../lib/ports.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
@@ -33,30 +32,26 @@ function waitWorker(clock: ManualClock, workerId: string, model = new ApprovalFl
 }
 const shared = { rows: new FakeRows(), dropped: [] as string[] };
 
-function outbox(): string[] {
-  const dir = join(db.path, '..', 'outbox');
-  try {
-    return readdirSync(dir).filter((f) => f.endsWith('.eml')).map((f) => readFileSync(join(dir, f), 'utf8'));
-  } catch {
-    return [];
-  }
+const outbox = () => readOutbox(join(db.path, '..', 'outbox'));
+
+/** A fresh database with one run started and worked until it waits for its approval. */
+async function waitingRun(notifier?: { send(n: Notification): Promise<void> }) {
+  db = tempDb();
+  shared.rows = new FakeRows();
+  shared.dropped = [];
+  const clock = new ManualClock();
+  const a = waitWorker(clock, 'worker-A', new ApprovalFlowModel(), notifier);
+  await start(a.deps, 'copy the rows, then drop old_rows with approval');
+  await workVisible(a.deps, a.runtime);
+  return { clock, a };
 }
 
-function linkIn(eml: string): string {
-  const part = eml.split('Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n')[1]!.split('\r\n--')[0]!;
-  return /Review and decide: (\S+)/.exec(Buffer.from(part.replace(/\r\n/g, ''), 'base64').toString('utf8'))![1]!;
-}
+const waitOf = async (a: { runtime: { store: { load(id: string): Promise<unknown> } } }) =>
+  decodeState((await a.runtime.store.load('run')) as never).wait!;
 
 describe('a run that waits for approval (SQLite)', () => {
   it('saves a waiting checkpoint, emails the approver once, and continues on another worker after the approval', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
-    const a = waitWorker(clock, 'worker-A');
-    await start(a.deps, 'copy the rows, then drop old_rows with approval');
-    await workVisible(a.deps, a.runtime);
-
+    const { clock, a } = await waitingRun();
     const waiting = decodeState((await a.runtime.store.load('run'))!);
     expect(waiting).toMatchObject({ status: 'waiting', step: 1, wait: { kind: 'approval', step: 2, approvers: [APPROVER], tool: 'request_approval' } });
     expect(shared.dropped).toEqual([]);
@@ -66,7 +61,7 @@ describe('a run that waits for approval (SQLite)', () => {
 
     const emails = outbox();
     expect(emails).toHaveLength(1);
-    const link = linkIn(emails[0]!);
+    const link = emails[0]!.link!;
     const token = link.split('/approvals/')[1]!;
     const key = await localSigningKey(join(db.path, '..', 'signing.key'))();
     expect(verifyApproval(token, key, clock.now())).toMatchObject({ ok: true, claim: { runId: 'run', waitId: waiting.wait!.id, approver: APPROVER } });
@@ -99,14 +94,8 @@ describe('a run that waits for approval (SQLite)', () => {
   });
 
   it('a rejection is the step\'s result: the model sees it and acts on it', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
-    const a = waitWorker(clock, 'worker-A');
-    await start(a.deps);
-    await workVisible(a.deps, a.runtime);
-    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    const { clock, a } = await waitingRun();
+    const wait = await waitOf(a);
     expect(await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'rejected', by: APPROVER, comment: 'not during business hours' } }))
       .toMatchObject({ outcome: 'resumed' });
     await workVisible(a.deps, a.runtime);
@@ -118,14 +107,8 @@ describe('a run that waits for approval (SQLite)', () => {
   });
 
   it('at the deadline the run resumes with "timed out", and a late approval changes nothing', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
-    const a = waitWorker(clock, 'worker-A');
-    await start(a.deps);
-    await workVisible(a.deps, a.runtime);
-    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    const { clock, a } = await waitingRun();
+    const wait = await waitOf(a);
     clock.advance(3_600_000);
     expect(await workVisible(a.deps, a.runtime)).toBeGreaterThan(0);
     const done = decodeState((await a.runtime.store.load('run'))!);
@@ -138,14 +121,8 @@ describe('a run that waits for approval (SQLite)', () => {
   });
 
   it('an approval racing the deadline: exactly one wins', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
-    const a = waitWorker(clock, 'worker-A');
-    await start(a.deps);
-    await workVisible(a.deps, a.runtime);
-    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    const { clock, a } = await waitingRun();
+    const wait = await waitOf(a);
     clock.advance(3_600_000 - 1);
     const b = waitWorker(clock, 'worker-B');
     const [approval, timeout] = await Promise.all([
@@ -161,16 +138,13 @@ describe('a run that waits for approval (SQLite)', () => {
   });
 
   it('sends the email once per wait even when sending fails and the delivery is retried', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
     const sent: string[] = [];
     let failures = 1;
     const flaky = { send: async (n: Notification) => { if (failures-- > 0) throw new Error('mail server down'); sent.push(n.id); } };
+    await expect(waitingRun(flaky)).rejects.toThrow(/mail server down/);
+    // That worker is gone; a new process (its clock starting where the first one's did) takes over.
+    const clock = new ManualClock();
     const a = waitWorker(clock, 'worker-A', new ApprovalFlowModel(), flaky);
-    await start(a.deps);
-    await expect(workVisible(a.deps, a.runtime)).rejects.toThrow(/mail server down/);
     expect(decodeState((await a.runtime.store.load('run'))!).status).toBe('waiting');
     expect(sent).toEqual([]);
     clock.advance(1001);
@@ -184,13 +158,7 @@ describe('a run that waits for approval (SQLite)', () => {
   });
 
   it('refuses an answer from someone who is not an approver, changing nothing', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
-    const a = waitWorker(clock, 'worker-A');
-    await start(a.deps);
-    await workVisible(a.deps, a.runtime);
+    const { a } = await waitingRun();
     const before = (await a.runtime.store.load('run'))!;
     const wait = decodeState(before).wait!;
     expect(await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: 'mallory@example.com' } }))
@@ -204,14 +172,8 @@ describe('a run that waits for approval (SQLite)', () => {
   });
 
   it('a run paused longer than the checkpoint retention window still resumes', async () => {
-    db = tempDb();
-    shared.rows = new FakeRows();
-    shared.dropped = [];
-    const clock = new ManualClock();
-    const a = waitWorker(clock, 'worker-A');
-    await start(a.deps);
-    await workVisible(a.deps, a.runtime);
-    const wait = decodeState((await a.runtime.store.load('run'))!).wait!;
+    const { clock, a } = await waitingRun();
+    const wait = await waitOf(a);
     clock.advance(59 * 60_000);
     // The retention window is 7 days by default; move the clock's notion of "old" by pruning with a
     // store whose retention is shorter than the pause.
