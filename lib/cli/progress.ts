@@ -1,3 +1,4 @@
+import type { WaitRecord } from '../core/state.ts';
 import type { Handled } from '../engine/handle-message.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
@@ -6,10 +7,19 @@ export function progressLine(handled: Handled): string | undefined {
   const { state, version, bytes } = handled.outcome;
   const where = `run ${state.runId} v${version}`;
   if (state.status === 'completed') return `${where}  completed after ${state.step} steps: ${state.summary ?? ''}`;
+  if (state.status === 'waiting' && state.wait) return waitingLine(where, state.wait, handled.approvalLinks ?? []);
   if (state.status !== 'running') return `${where}  ${state.status}: ${state.reason ?? ''}`;
   if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry)`;
   const last = state.steps[state.steps.length - 1];
   if (!last) return undefined;
   const result = last.result.text.replace(/\s+/g, ' ').slice(0, 70);
   return `${where}  step ${last.step}  ${last.tool}  ${last.result.ok ? 'ok' : 'error'}: ${result}  (${bytes} B${last.idempotencyKey ? `, key ${last.idempotencyKey}` : ''})`;
+}
+
+/** A run that just began waiting: what for, until when, and the approval links (the emails hold them too). */
+function waitingLine(where: string, wait: WaitRecord, links: string[]): string {
+  const until = new Date(wait.deadline).toISOString();
+  const what = wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}`
+    : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time';
+  return [`${where}  step ${wait.step}  waiting for ${what} until ${until}`, ...links.map((l) => `  approve or reject: ${l}`)].join('\n');
 }

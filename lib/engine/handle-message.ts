@@ -23,7 +23,8 @@ export function keyRetryDelayMs(receiveCount: number): number {
 }
 
 export type Handled =
-  | { action: 'ack'; outcome?: Advance; runId?: string }
+  /** `approvalLinks`: the links of the approval emails a waiting run has out, for the terminal. */
+  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[] }
   | { action: 'release'; delayMs: number; runId?: string };
 
 /** Backoff before retrying a failed attempt: 1 s, 2 s, 4 s ... capped at a minute. */
@@ -97,9 +98,9 @@ export async function handleDelivery(
   }
   // A waiting run (just saved so, or found so by a redelivery or its timer): emails once, early events,
   // the timer, the deadline. All of it is safe to repeat.
-  if (status === 'waiting') await driveWait(deps, runId);
+  const driven = status === 'waiting' ? await driveWait(deps, runId) : undefined;
   await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
-  return { action: 'ack', outcome, runId };
+  return { action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}) };
 }
 
 /**

@@ -20,33 +20,37 @@ export interface DriveDeps extends AnswerDeps {
  * emails go through the idempotency ledger (once per wait and approver), an early event resolves the wait
  * through the version fence, and the timer message is deduplicated by the queue.
  */
-export async function driveWait(deps: DriveDeps, runId: string): Promise<void> {
+export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links: string[] }> {
+  const none = { links: [] };
   const stored = await deps.store.load(runId);
-  if (!stored || stored.status !== 'waiting') return;
+  if (!stored || stored.status !== 'waiting') return none;
   const state = decodeState(stored);
   const wait = state.wait;
-  if (!wait) return;
+  if (!wait) return none;
   const now = deps.clock.now();
   if (now >= wait.deadline) {
     const outcome = await answerWait(deps, { runId, waitId: wait.id, answer: deadlineAnswer(wait) });
     deps.log.info({ event: 'wait-deadline', runId, waitId: wait.id, kind: wait.kind, outcome: outcome.outcome }, 'wait reached its deadline');
-    return;
+    return none;
   }
-  if (wait.kind === 'approval') await notifyApprovers(deps, state, wait);
-  if (wait.kind === 'event' && (await matchEarlyEvent(deps, state, wait))) return;
+  const links = wait.kind === 'approval' ? await notifyApprovers(deps, state, wait) : [];
+  if (wait.kind === 'event' && (await matchEarlyEvent(deps, state, wait))) return none;
   const delayMs = wait.deadline - now;
   if (delayMs <= (deps.waits?.maxTimerMs ?? Number.POSITIVE_INFINITY)) {
     await deps.queue.send({ runId, version: stored.version }, { delayMs, timer: true });
   }
+  return { links };
 }
 
-async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<void> {
+/** Emails each approver once; returns their links. */
+async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<string[]> {
   const services = deps.waits;
   if (!services?.notifier || !services.signingKey || !services.publicUrl) {
     deps.log.warn({ event: 'approval-not-sent', runId: state.runId, waitId: wait.id, approvers: wait.approvers },
       'no notifier, signing key or public URL is configured: answer this approval with `stepwise approve` or the API');
-    return;
+    return [];
   }
+  const links: string[] = [];
   const key = await services.signingKey();
   for (const approver of wait.approvers ?? []) {
     const token = signApproval({ runId: state.runId, waitId: wait.id, approver, expiresAt: wait.deadline }, key);
@@ -58,7 +62,9 @@ async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecor
       return { sent: true };
     });
     deps.log.info({ event: 'approval-requested', runId: state.runId, waitId: wait.id, approver, link }, 'approval requested');
+    links.push(link);
   }
+  return links;
 }
 
 async function matchEarlyEvent(deps: DriveDeps, state: RunState, wait: WaitRecord): Promise<boolean> {

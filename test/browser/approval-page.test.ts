@@ -45,6 +45,8 @@ async function runToApproval(runId: string): Promise<{ link: string; workerOut: 
   expect(email).toBeDefined();
   expect(email!.to).toBe('ops@example.com');
   expect(email!.link.startsWith(`http://127.0.0.1:${port}/approvals/v1.`)).toBe(true);
+  // The worker prints the link too, for whoever watches it in a terminal.
+  expect(a.out).toMatch(new RegExp(`run ${runId} v\\d+  step 2  waiting for approval by ops@example.com until \\S+\\n  approve or reject: ${email!.link.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
   return { link: email!.link, workerOut: a.out };
 }
 
