@@ -3,6 +3,7 @@ import { HTTPException } from 'hono/http-exception';
 import { StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
+import { inspectorRoutes } from './inspector-routes.ts';
 import type { HttpDeps } from './deps.ts';
 
 /**
@@ -14,6 +15,7 @@ export function createHttpApp(deps: HttpDeps): Hono {
   const app = new Hono();
   app.get('/health', (c) => c.json({ ok: true, agent: deps.agent.name }));
   app.route('/approvals', approvalRoutes(deps));
+  app.route('/inspect', inspectorRoutes(deps));
   app.route('/', apiRoutes(deps));
   app.notFound((c) => c.json({ error: `no route ${c.req.method} ${c.req.path}` }, 404));
   app.onError((error, c) => {

@@ -1,0 +1,93 @@
+import { html, raw } from 'hono/html';
+import { canonicalJson } from '../core/canonical-json.ts';
+import { excerpt } from '../core/prompt.ts';
+import type { RunState, StepRecord } from '../core/state.ts';
+import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
+import type { CheckpointInfo, RunSummary } from '../ports.ts';
+import { layout } from './pages.ts';
+
+/**
+ * The run inspector: every run, and one run's checkpoint timeline with tokens and cost per step. All text
+ * from runs (goals, arguments, results, reasons) goes through hono/html's escaping.
+ */
+
+const time = (ms: number) => new Date(ms).toISOString().replace('T', ' ').slice(0, 19);
+const age = (ms: number, now: number) => {
+  const s = Math.max(0, Math.round((now - ms) / 1000));
+  return s < 90 ? `${s} s` : s < 5400 ? `${Math.round(s / 60)} min` : s < 172_800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86_400)} d`;
+};
+const tokensOf = (s?: { usage?: StepRecord['usage'] }) => (s?.usage ? s.usage.inputTokens + s.usage.outputTokens + s.usage.cacheWriteTokens + s.usage.cacheReadTokens : 0);
+const costOf = (s: StepRecord | undefined, model: string) => (s?.usage ? estimateCost(s.usage, s.model ?? model)?.usd ?? 0 : 0);
+
+export function runsPage(input: { runs: { summary: RunSummary; state?: RunState }[]; now: number; model: string }) {
+  return layout('Runs', html`
+<h1>Runs</h1>
+<table id="runs"><tr><th>run</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
+${input.runs.map(({ summary, state }) => html`<tr>
+<td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="status">${summary.status}</td><td>${summary.step}</td>
+<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? formatUsd(runCost(state, input.model).usd) : ''}</td>
+<td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
+</table>`);
+}
+
+export function runPage(input: { state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean }) {
+  const { state, history, model } = input;
+  const byStep = new Map(state.steps.map((s) => [s.step, s]));
+  const base = `/inspect/runs/${encodeURIComponent(state.runId)}`;
+  const cost = runCost(state, model);
+  return layout(`Run ${state.runId}`, html`
+<p><a href="/inspect">all runs</a></p>
+<h1>Run <code id="run-id">${state.runId}</code></h1>
+<p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<span id="reason">${state.reason}</span>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${formatUsd(cost.usd)}</p>
+<h2>Goal</h2><pre id="goal">${state.goal}</pre>
+${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
+${state.wait ? waitPanel(state, base) : ''}
+${input.actions ? actionsPanel(state, base) : ''}
+<h2>Tokens and cost per step</h2>
+${raw(chart(state.steps, model))}
+<h2>Timeline</h2>
+<table id="timeline"><tr><th>version</th><th>step</th><th>status</th><th>tool</th><th>arguments</th><th>result</th><th>worker</th><th>bytes</th><th>tokens</th><th>cost</th><th>time</th></tr>
+${history.map((h) => {
+    const record = h.tool ? byStep.get(h.step) : undefined;
+    return html`<tr class="checkpoint" data-version="${h.version}">
+<td>${h.version}</td><td>${h.step}</td><td>${h.status}</td><td>${h.tool ?? ''}</td>
+<td><code>${record ? excerpt(canonicalJson(record.input ?? {}), 160) : ''}</code></td>
+<td>${record ? `${record.result.ok ? 'ok' : 'error'}: ${excerpt(record.result.text, 200)}` : ''}</td>
+<td>${h.workerId}</td><td>${h.bytes}</td><td>${record ? tokensOf(record) : ''}</td><td>${record?.usage ? formatUsd(costOf(record, model)) : ''}</td><td>${time(h.at)}</td></tr>`;
+  })}
+</table>`);
+}
+
+function waitPanel(state: RunState, base: string) {
+  const wait = state.wait!;
+  return html`<h2>Waiting</h2>
+<p id="wait">for ${wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}` : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time'}, until ${time(wait.deadline)} (step ${wait.step}, ${wait.tool})</p>
+${wait.request ? html`<pre id="wait-request">${wait.request}</pre>` : ''}
+${wait.kind === 'approval' ? html`<form method="post" action="${base}/waits/${encodeURIComponent(wait.id)}" class="actions">
+<input type="text" name="comment" placeholder="comment" maxlength="4000">
+<button class="approve" type="submit" name="decision" value="approve">Approve</button>
+<button class="reject" type="submit" name="decision" value="reject">Reject</button></form>` : ''}`;
+}
+
+function actionsPanel(state: RunState, base: string) {
+  const live = state.status === 'running' || state.status === 'waiting';
+  return html`<h2>Actions</h2><div class="actions">
+<form method="post" action="${base}/fork"><label>fork from step <input type="number" name="fromStep" min="0" max="${state.step}" value="${state.step}"></label> <button id="fork" type="submit">Fork</button></form>
+${live ? html`<form method="post" action="${base}/cancel"><button id="cancel" type="submit">Cancel</button></form>` : ''}
+${!live && state.status !== 'completed' && state.status !== 'cancelled' ? html`<form method="post" action="${base}/retry"><button id="retry" type="submit">Retry</button></form>` : ''}
+</div>`;
+}
+
+/** Bars of tokens per step with the cost as a title: plain SVG, no script. */
+function chart(steps: StepRecord[], model: string): string {
+  const width = 640;
+  const height = 120;
+  const max = Math.max(1, ...steps.map(tokensOf));
+  const bar = steps.length ? Math.max(1, Math.floor(width / steps.length)) : width;
+  const bars = steps.map((s, i) => {
+    const h = Math.round((tokensOf(s) / max) * (height - 10));
+    const title = `step ${s.step}: ${tokensOf(s)} tokens, ${formatUsd(costOf(s, model))}`;
+    return `<rect x="${i * bar}" y="${height - h}" width="${Math.max(1, bar - 1)}" height="${h}" fill="#3b6ea8"><title>${title}</title></rect>`;
+  });
+  return `<svg id="chart" role="img" aria-label="tokens per step" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" xmlns="http://www.w3.org/2000/svg">${bars.join('')}</svg>`;
+}

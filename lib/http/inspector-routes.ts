@@ -1,0 +1,92 @@
+import { timingSafeEqual } from 'node:crypto';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { getCookie, setCookie } from 'hono/cookie';
+import { z } from 'zod';
+import { decodeState } from '../core/codec.ts';
+import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
+import { answerWait } from '../waits/answer.ts';
+import type { HttpDeps } from './deps.ts';
+import { runPage, runsPage } from './inspector-pages.ts';
+import { messagePage } from './pages.ts';
+
+const COOKIE = 'stepwise_token';
+const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
+
+/**
+ * The run inspector pages under /inspect. Behind the same authorization as the API: locally the API
+ * token, which `/inspect?token=...` turns into an HttpOnly, SameSite=Strict cookie (so forms on other
+ * sites cannot post with it); on AWS, IAM at the gateway, like the program routes.
+ */
+export function inspectorRoutes(deps: HttpDeps): Hono {
+  const app = new Hono();
+  const model = () => process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
+  app.use('*', async (c, next) => {
+    await next();
+    c.header('Cache-Control', 'no-store');
+    c.header('X-Frame-Options', 'DENY');
+    c.header('X-Content-Type-Options', 'nosniff');
+    c.header('Content-Security-Policy', "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'");
+  });
+  if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
+
+  app.get('/', async (c) => {
+    const summaries = await deps.store.list({ limit: 100 });
+    const runs = await Promise.all(summaries.map(async (summary) => {
+      const stored = await deps.store.load(summary.runId);
+      try {
+        return { summary, ...(stored ? { state: decodeState(stored) } : {}) };
+      } catch {
+        return { summary };
+      }
+    }));
+    return c.html(runsPage({ runs, now: deps.clock.now(), model: model() }));
+  });
+
+  app.get('/runs/:runId', async (c) => {
+    const runId = c.req.param('runId');
+    const stored = await deps.store.load(runId);
+    if (!stored) return c.html(messagePage('Unknown run', `There is no run ${runId}.`), 404);
+    const history = await deps.store.history(runId);
+    return c.html(runPage({ state: decodeState(stored), version: stored.version, history, model: model(), actions: Boolean(deps.operations) }));
+  });
+
+  app.post('/runs/:runId/waits/:waitId', async (c) => {
+    const runId = c.req.param('runId');
+    const form = answerForm.safeParse(await c.req.parseBody());
+    if (!form.success) return c.html(messagePage('Not understood', 'Press Approve or Reject.'), 400);
+    const stored = await deps.store.load(runId);
+    const wait = stored && decodeState(stored).wait;
+    // The inspector answers as the operator who holds the API token: recorded as the wait's first approver.
+    const by = wait?.approvers?.[0] ?? 'operator';
+    const comment = form.data.comment?.trim();
+    const outcome = await answerWait(deps, {
+      runId, waitId: c.req.param('waitId'),
+      answer: { kind: form.data.decision === 'approve' ? 'approved' : 'rejected', by, comment: comment ? `${comment} (from the inspector)` : 'from the inspector' },
+    });
+    return outcome.outcome === 'resumed' ? back(c, runId) : c.html(messagePage('Nothing changed', `The answer was not taken: ${outcome.outcome}.`), 409);
+  });
+  return app;
+}
+
+const back = (c: Context, runId: string) => c.redirect(`/inspect/runs/${encodeURIComponent(runId)}`, 303);
+
+function tokenOrCookie(token: string): MiddlewareHandler {
+  const matches = (given: string | undefined) => {
+    const a = Buffer.from(given ?? '');
+    const b = Buffer.from(token);
+    return a.length === b.length && timingSafeEqual(a, b);
+  };
+  return async (c, next) => {
+    const query = c.req.query('token');
+    if (c.req.method === 'GET' && query !== undefined && matches(query)) {
+      setCookie(c, COOKIE, token, { httpOnly: true, sameSite: 'Strict', path: '/inspect' });
+      // Out of the address bar (and its history) at once.
+      return c.redirect(c.req.path, 303);
+    }
+    const bearer = c.req.header('authorization')?.replace(/^Bearer /, '');
+    if (!matches(getCookie(c, COOKIE)) && !matches(bearer)) {
+      return c.html(messagePage('Sign in', 'Open /inspect?token=<the API token> (stepwise serve prints where it keeps it).'), 401);
+    }
+    await next();
+  };
+}
