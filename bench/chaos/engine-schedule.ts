@@ -82,7 +82,13 @@ type Park = { mode: 'freeze' | 'long'; proc: Proc; go: Deferred<void> };
 /** The step's tool: odd steps an exact effect (key stored with it), even steps a ledger-only one. */
 export const toolOf = (step: number): string => (step % 2 === 1 ? 'write_row' : 'notify');
 
-export async function engineSchedule(seed: number, options: { intensity?: number } = {}): Promise<ScheduleReport> {
+/**
+ * A defect planted on purpose, to show that the schedules and the checker find one: a ledger that
+ * forgets (runs every effect each time it is asked), or a queue that loses one send in ten.
+ */
+export type Sabotage = 'ledger-forgets' | 'sends-lost';
+
+export async function engineSchedule(seed: number, options: { intensity?: number; sabotage?: Sabotage } = {}): Promise<ScheduleReport> {
   const r = rng(seed);
   const k = options.intensity ?? 1;
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-'));
@@ -192,9 +198,17 @@ export async function engineSchedule(seed: number, options: { intensity?: number
         if (brownoutCalls > 0) { brownoutCalls--; throw new Brownout(); }
       },
     };
+    const ledger = options.sabotage === 'ledger-forgets'
+      ? { once: <T>(_key: string, _args: unknown, effect: (signal: AbortSignal) => Promise<T>) => effect(new AbortController().signal) }
+      : runtime.ledger;
+    const queue = options.sabotage === 'sends-lost'
+      ? Object.assign(Object.create(runtime.queue) as typeof runtime.queue, {
+        send: (message: Parameters<typeof runtime.queue.send>[0], o?: Parameters<typeof runtime.queue.send>[1]) => (r.chance(0.1) ? Promise.resolve() : runtime.queue.send(message, o)),
+      })
+      : runtime.queue;
     proc.deps = {
-      store: faulty(runtime.store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(runtime.ledger, faults),
-      queue: faulty(runtime.queue, faults), model, agent: agentFor(proc), clock, workerId: id, codeVersion: 'chaos', log: silentLogger,
+      store: faulty(runtime.store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
+      queue: faulty(queue, faults), model, agent: agentFor(proc), clock, workerId: id, codeVersion: 'chaos', log: silentLogger,
       probe: (point: CrashPoint, at: { step: number }) => {
         if (proc.dead) throw new ProcessDied(id);
         if (report.crashes < maxCrashes && r.chance(0.03 * k)) {
