@@ -154,7 +154,8 @@ export async function engineSchedule(seed: number, options: { intensity?: number
           // The effect and its key commit together (one synchronous block here, a transaction in a database).
           if (!storedKeys.has(ctx.idempotencyKey)) { storedKeys.add(ctx.idempotencyKey); bump(ctx.idempotencyKey); }
           await inside(proc, ctx, 'after');
-          return { n: input.n };
+          // Every third step's output goes to the blob store, so those steps pass C5 too.
+          return input.n % 3 === 0 ? { n: input.n, log: 'x'.repeat(5_000) } : { n: input.n };
         }),
       }),
       tool({
