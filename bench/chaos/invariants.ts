@@ -1,0 +1,112 @@
+/**
+ * The invariants every chaos schedule must keep, checked from what was stored and what was applied, for
+ * both runtimes (anything with the store's load and history). Independent of how the faults were made.
+ */
+import { decodeState } from '../../lib/core/codec.ts';
+import type { CheckpointStore } from '../../lib/ports.ts';
+
+/** A run of the chaos agent: step n calls the tool the script names for n, with input {n}, then DONE. */
+export interface RunExpectation {
+  runId: string;
+  steps: number;
+  /** The tool step n must call (chaos agents alternate an exact effect and a ledger-only effect). */
+  toolOf(step: number): string;
+}
+
+/** How often each idempotency key's effect was really applied (not merely called). */
+export type Applications = ReadonlyMap<string, number>;
+
+export type ViolationKind =
+  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete';
+
+export interface Violation { runId: string; kind: ViolationKind; detail: string }
+
+export interface Verdict {
+  violations: Violation[];
+  completed: number;
+  failed: number;
+  completedSteps: number;
+  appliedTwice: number;
+  stepsLost: number;
+  stuck: number;
+  reasons: string[];
+}
+
+export interface CheckInput {
+  store: Pick<CheckpointStore, 'load' | 'history'>;
+  runs: readonly RunExpectation[];
+  applied: Applications;
+  /** Whether a failed or timed-out run's reason is one of the faults the schedule injected. */
+  injected(reason: string): boolean;
+}
+
+export async function checkInvariants(input: CheckInput): Promise<Verdict> {
+  const verdict: Verdict = { violations: [], completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, reasons: [] };
+  const flag = (runId: string, kind: ViolationKind, detail: string) => verdict.violations.push({ runId, kind, detail });
+
+  for (const key of [...input.applied.keys()].sort()) {
+    const times = input.applied.get(key)!;
+    if (times > 1) { verdict.appliedTwice += times - 1; flag(key.split('/')[0]!, 'applied-twice', `${key} applied ${times} times`); }
+  }
+
+  for (const run of input.runs) {
+    const stored = await input.store.load(run.runId);
+    if (!stored) { flag(run.runId, 'stuck', 'no checkpoint at all'); verdict.stuck++; continue; }
+    const state = decodeState(stored);
+
+    // Every version present once and in order; steps never go back.
+    const history = await input.store.history(run.runId);
+    const versions = history.map((h) => h.version);
+    if (versions.some((v, i) => v !== i + 1) || versions.at(-1) !== stored.version) {
+      flag(run.runId, 'history', `versions ${versions.join(',')} (latest ${stored.version})`);
+    }
+    for (let i = 1; i < history.length; i++) {
+      const gap = history[i]!.step - history[i - 1]!.step;
+      if (gap < 0 || gap > 1) flag(run.runId, 'history', `step ${history[i - 1]!.step} -> ${history[i]!.step} at version ${history[i]!.version}`);
+    }
+
+    // No step repeated or skipped: step n is the n-th record and did what step n is for.
+    state.steps.forEach((s, i) => {
+      const n = i + 1;
+      const input = s.input as { n?: unknown } | undefined;
+      if (s.step !== n || s.tool !== run.toolOf(n) || input?.n !== n) {
+        flag(run.runId, 'steps', `record ${n} is step ${s.step} ${s.tool}(${JSON.stringify(s.input)})`);
+      }
+    });
+
+    // Each completed step's effect applied exactly once; no effect of a step that never completed, in a run that did.
+    const done = new Set<string>();
+    for (const s of state.steps) {
+      if (!s.idempotencyKey) continue;
+      done.add(s.idempotencyKey);
+      const times = input.applied.get(s.idempotencyKey) ?? 0;
+      if (times === 0) { verdict.stepsLost++; flag(run.runId, 'step-lost', `step ${s.step} completed but ${s.idempotencyKey} was never applied`); }
+    }
+    verdict.completedSteps += state.steps.length;
+    if (state.status === 'completed') {
+      for (const key of input.applied.keys()) {
+        if (key.startsWith(`${run.runId}/`) && !done.has(key)) flag(run.runId, 'phantom-effect', `${key} applied but no completed step has it`);
+      }
+    }
+
+    // Each run completed, or failed or timed out for an injected fault.
+    if (state.status === 'completed') {
+      verdict.completed++;
+      if (state.steps.length !== run.steps) {
+        verdict.stepsLost += Math.max(0, run.steps - state.steps.length);
+        flag(run.runId, 'incomplete', `completed after ${state.steps.length} of ${run.steps} steps`);
+      }
+    } else if (state.status === 'failed') {
+      verdict.failed++;
+      const reason = state.reason ?? state.lastError ?? '(no reason)';
+      verdict.reasons.push(reason);
+      if (!input.injected(reason)) flag(run.runId, 'reason', `${state.status} for a fault nobody injected: ${reason}`);
+    } else if (state.status === 'running' || state.status === 'waiting') {
+      verdict.stuck++;
+      flag(run.runId, 'stuck', `left ${state.status} at version ${stored.version} (step ${state.step}) with nothing to move it`);
+    } else {
+      flag(run.runId, 'reason', `ended ${state.status}`);
+    }
+  }
+  return verdict;
+}

@@ -1,0 +1,59 @@
+/**
+ * The agent of the chaos command's real worker processes. Its effect goes to a separate SQLite "effects"
+ * database (CHAOS_EFFECTS_DB) with its key, in one transaction, inside `ctx.once` with a short lease;
+ * some effects run longer than the lease (renewed while the holder lives), so SIGKILLs land inside
+ * `ctx.once` and inside long effects. The model decides from the prompt, as a real one would.
+ */
+import Database from 'better-sqlite3';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { TransientError } from '../../lib/core/errors.ts';
+import { promptText } from '../../lib/core/prompt.ts';
+import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import { completedSteps } from '../../test/support/stub-model.ts';
+
+const STEPS = Number(process.env.CHAOS_STEPS ?? 8);
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let db: Database.Database | undefined;
+function effects(): Database.Database {
+  if (!db) {
+    db = new Database(process.env.CHAOS_EFFECTS_DB ?? 'effects.db');
+    db.pragma('journal_mode = WAL');
+    db.pragma('busy_timeout = 10000');
+    db.exec('CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, n INTEGER NOT NULL, times INTEGER NOT NULL DEFAULT 1)');
+  }
+  return db;
+}
+
+class ChaosModel implements Model {
+  readonly name = 'chaos-process-model';
+  async decide(request: ModelRequest): Promise<ModelReply> {
+    await pause(5 + Math.random() * 30);
+    if (Math.random() < 0.05) throw new TransientError('injected 529 overloaded_error');
+    const next = completedSteps(promptText(request.prompt)) + 1;
+    return next <= STEPS ? { kind: 'tool', tool: 'write_row', input: { n: next } } : { kind: 'done', summary: `wrote ${STEPS} rows` };
+  }
+}
+
+export default defineAgent({
+  name: 'chaos-process',
+  offlineModel: () => new ChaosModel(),
+  tools: [tool({
+    name: 'write_row',
+    description: 'Write one row, with its key, once.',
+    input: z.object({ n: z.number().int().positive() }),
+    sideEffect: true,
+    run: (input, ctx) => ctx.once(async () => {
+      // One effect in eight outlives its lease: the holder's renewals must keep the key.
+      await pause(Math.random() < 0.125 ? 1200 + Math.random() * 800 : Math.random() * 40);
+      const d = effects();
+      d.transaction(() => {
+        const seen = d.prepare('UPDATE applied SET times = times WHERE key = ?').run(ctx.idempotencyKey).changes === 1;
+        if (!seen) d.prepare('INSERT INTO applied (key, n) VALUES (?, ?)').run(ctx.idempotencyKey, input.n);
+      })();
+      await pause(Math.random() * 40);
+      return { n: input.n };
+    }, { leaseMs: 1000 }),
+  })],
+});

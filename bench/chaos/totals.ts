@@ -1,0 +1,71 @@
+import type { ScheduleReport } from './engine-schedule.ts';
+
+/** The figures of a chaos run, summed over its schedules. */
+export interface Totals {
+  schedules: number;
+  runs: number;
+  crashes: number;
+  crashesByPoint: Record<string, number>;
+  duplicates: number;
+  delayed: number;
+  brownouts: number;
+  slowWorkers: number;
+  longEffects: number;
+  modelFaults: number;
+  appliedTwice: number;
+  stepsLost: number;
+  stuck: number;
+  completed: number;
+  failed: number;
+  completedSteps: number;
+  modelCalls: number;
+  violations: number;
+  unexpected: number;
+  /** Seeds of the schedules that broke an invariant: `--seed` replays each. */
+  badSeeds: number[];
+}
+
+export function emptyTotals(): Totals {
+  return {
+    schedules: 0, runs: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
+    modelFaults: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0,
+    violations: 0, unexpected: 0, badSeeds: [],
+  };
+}
+
+export function add(totals: Totals, r: Partial<ScheduleReport> & { seed: number }): void {
+  totals.schedules++;
+  for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'appliedTwice',
+    'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls'] as const) {
+    totals[key] += r[key] ?? 0;
+  }
+  for (const [point, n] of Object.entries(r.crashesByPoint ?? {})) totals.crashesByPoint[point] = (totals.crashesByPoint[point] ?? 0) + n;
+  totals.violations += r.violations?.length ?? 0;
+  totals.unexpected += r.unexpected?.length ?? 0;
+  if (r.violations?.length || r.unexpected?.length) totals.badSeeds.push(r.seed);
+}
+
+export function formatTotals(t: Totals, label: string): string {
+  const perStep = t.completedSteps ? t.modelCalls / t.completedSteps : 0;
+  const points = Object.entries(t.crashesByPoint).sort(([a], [b]) => a.localeCompare(b)).map(([p, n]) => `${p} ${n}`).join(', ');
+  return [
+    `${label}`,
+    `  schedules                     ${t.schedules}`,
+    `  runs                          ${t.runs}`,
+    `  crashes injected              ${t.crashes}${points ? ` (${points})` : ''}`,
+    `  duplicates delivered          ${t.duplicates}`,
+    `  delayed deliveries            ${t.delayed}`,
+    `  store brownouts               ${t.brownouts}`,
+    `  slow workers (frozen, back)   ${t.slowWorkers}`,
+    `  effects longer than a lease   ${t.longEffects}`,
+    `  model faults                  ${t.modelFaults}`,
+    `  effects applied twice         ${t.appliedTwice}   (must be 0)`,
+    `  steps lost                    ${t.stepsLost}   (must be 0)`,
+    `  runs stuck                    ${t.stuck}   (must be 0)`,
+    `  runs completed                ${t.completed}`,
+    `  runs failed (injected fault)  ${t.failed}`,
+    `  model calls per completed step ${perStep.toFixed(3)}`,
+    `  invariant violations          ${t.violations}${t.badSeeds.length ? `   seeds: ${t.badSeeds.slice(0, 20).join(' ')}` : ''}`,
+    `  unexpected errors             ${t.unexpected}`,
+  ].join('\n');
+}

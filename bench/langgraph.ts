@@ -1,0 +1,146 @@
+/**
+ * stepwise against LangGraph JS on the same 60-step agent loop, both on SQLite on this machine, in the
+ * same run: ms per step and bytes stored per run, at 500 B and at 20 KB tool outputs.
+ *
+ * LangGraph: a StateGraph over MessagesAnnotation with one node that "calls the model" (a stub AIMessage
+ * with one tool call) and runs the no-op tool (a ToolMessage of the output), looping 60 times; its
+ * SqliteSaver on a file with synchronous=FULL, invoked with durability "sync" (each checkpoint written
+ * before the next step starts). stepwise: the same loop (instant model, no-op read-only tool) through
+ * advance() and through the whole worker path (receive, step, send, ack), plus the floor: one durable
+ * SQLite insert. Bytes stored: every TEXT and BLOB value in the database after one run.
+ *
+ *   node --import tsx bench/langgraph.ts [rounds]
+ */
+import { AIMessage, ToolMessage } from '@langchain/core/messages';
+import { END, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
+import { SqliteSaver } from '@langchain/langgraph-checkpoint-sqlite';
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
+import { advance } from '../lib/engine/advance.ts';
+import { handleDelivery } from '../lib/engine/handle-message.ts';
+import { startRun } from '../lib/engine/start.ts';
+import { benchDeps, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+
+const STEPS = 60;
+const ROUNDS = Number(process.argv[2] ?? 5);
+const SIZES = [500, 20_000];
+
+/** Every TEXT and BLOB value stored in a SQLite database, in bytes. */
+export function storedBytes(db: Database.Database): number {
+  let total = 0;
+  const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as { name: string }[];
+  for (const { name } of tables) {
+    const columns = db.prepare(`SELECT name FROM pragma_table_info('${name}')`).all() as { name: string }[];
+    for (const c of columns) {
+      const row = db.prepare(`SELECT coalesce(sum(length(CAST("${c.name}" AS BLOB))), 0) AS n FROM "${name}" WHERE typeof("${c.name}") IN ('text', 'blob')`).get() as { n: number };
+      total += row.n;
+    }
+  }
+  return total;
+}
+
+const output = (step: number, bytes: number) => `step ${step} `.padEnd(bytes, 'o');
+
+function langGraphCase(dir: string, bytes: number) {
+  const path = join(dir, `langgraph-${bytes}.db`);
+  const saver = SqliteSaver.fromConnString(path);
+  saver.db.pragma('journal_mode = WAL');
+  saver.db.pragma('synchronous = FULL');
+  const graph = new StateGraph(MessagesAnnotation)
+    .addNode('agent', (state) => {
+      const n = state.messages.filter((m) => m.getType() === 'tool').length + 1;
+      const id = `call_${n}`;
+      return { messages: [new AIMessage({ content: '', tool_calls: [{ name: 'noop', args: {}, id, type: 'tool_call' }] }), new ToolMessage({ content: output(n, bytes), tool_call_id: id })] };
+    })
+    .addEdge(START, 'agent')
+    .addConditionalEdges('agent', (state) => (state.messages.filter((m) => m.getType() === 'tool').length >= STEPS ? END : 'agent'))
+    .compile({ checkpointer: saver });
+  return {
+    name: `LangGraph JS, SqliteSaver, durability sync`,
+    async run(round: number): Promise<{ ms: number; bytes?: number }> {
+      const t0 = process.hrtime.bigint();
+      const final = await graph.invoke({ messages: [{ role: 'user', content: 'do 60 steps' }] }, { configurable: { thread_id: `t${round}` }, durability: 'sync', recursionLimit: STEPS + 10 });
+      const ms = Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+      if (final.messages.length !== 1 + 2 * STEPS) throw new Error(`LangGraph ran ${final.messages.length} messages`);
+      return { ms, ...(round === 0 ? { bytes: storedBytes(saver.db) } : {}) };
+    },
+  };
+}
+
+function stepwiseCase(dir: string, bytes: number, path: 'engine' | 'worker') {
+  const runtime = openBenchRuntime(dir, `stepwise-${path}-${bytes}`);
+  const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1 }), instantModel('noop'));
+  return {
+    name: path === 'engine' ? 'stepwise, engine step (read-only tool)' : 'stepwise, worker path (receive+step+send+ack)',
+    async run(round: number): Promise<{ ms: number; bytes?: number }> {
+      const runId = `r${round}`;
+      await startRun(deps, { goal: 'do 60 steps', runId });
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < STEPS; i++) {
+        if (path === 'engine') { await advance(deps, runId); continue; }
+        const [d] = await runtime.queue.receive();
+        await handleDelivery(deps, d!);
+        await runtime.queue.ack(d!);
+      }
+      const ms = Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+      return { ms, ...(round === 0 ? { bytes: storedBytes(runtime.db) } : {}) };
+    },
+  };
+}
+
+function floorCase(dir: string, bytes: number) {
+  const db = new Database(join(dir, `floor-${bytes}.db`));
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
+  const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
+  return {
+    name: 'floor: one durable SQLite insert (500 B)',
+    async run(): Promise<{ ms: number; bytes?: number }> {
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < STEPS; i++) db.transaction(() => insert.run('x'.repeat(500)))();
+      return { ms: Number(process.hrtime.bigint() - t0) / 1e6 / STEPS };
+    },
+  };
+}
+
+export interface PeerFigures { bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; stepwiseBytes: number; langgraphBytes: number }
+
+export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
+  const { dir, cleanup } = tempDir();
+  const figures: PeerFigures[] = [];
+  try {
+    for (const bytes of SIZES) {
+      const cases = [floorCase(dir, bytes), stepwiseCase(dir, bytes, 'engine'), stepwiseCase(dir, bytes, 'worker'), langGraphCase(dir, bytes)];
+      const ms = cases.map(() => [] as number[]);
+      const stored = cases.map(() => 0);
+      for (let round = 0; round <= rounds; round++) {
+        for (const [i, c] of cases.entries()) {
+          const r = await c.run(round);
+          if (round === 0) stored[i] = r.bytes ?? 0; // round 0 warms up and measures one run's bytes
+          else ms[i]!.push(r.ms);
+        }
+      }
+      const [floorMs, engineMs, workerMs, langgraphMs] = ms.map(median) as [number, number, number, number];
+      figures.push({ bytes, floorMs, engineMs, workerMs, langgraphMs, stepwiseBytes: stored[1]!, langgraphBytes: stored[3]! });
+    }
+  } finally {
+    cleanup();
+  }
+  return figures;
+}
+
+export function formatPeers(figures: PeerFigures[]): string {
+  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds`];
+  for (const f of figures) {
+    lines.push(`tool output ${f.bytes} B:`);
+    lines.push(`  floor (one durable insert)            ${fmt(f.floorMs, 3)} ms`);
+    lines.push(`  stepwise engine step (read-only)      ${fmt(f.engineMs, 3)} ms   ${fmt(f.engineMs / f.floorMs, 2)}x floor`);
+    lines.push(`  stepwise worker path                  ${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
+    lines.push(`  LangGraph JS (SqliteSaver, sync)      ${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
+    lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x)`);
+  }
+  return lines.join('\n');
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) console.log(formatPeers(await measure()));

@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { engineSchedule } from '../../bench/chaos/engine-schedule.ts';
+import { scheduleSeed } from '../../bench/chaos/random.ts';
+import { add, emptyTotals } from '../../bench/chaos/totals.ts';
+
+const SEED = 11;
+const SCHEDULES = 16;
+
+describe('chaos: seeded fault schedules over the engine and the SQLite runtime', () => {
+  it(`${SCHEDULES} schedules (seed ${SEED}): no effect applied twice, no step lost, no run stuck, every ended run for an injected fault`, async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < SCHEDULES; i++) {
+      const report = await engineSchedule(scheduleSeed(SEED, i));
+      expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      add(totals, report);
+    }
+    // The schedules really injected what they claim to test.
+    expect(totals.crashes).toBeGreaterThan(10);
+    expect(totals.duplicates).toBeGreaterThan(10);
+    expect(totals.brownouts).toBeGreaterThan(0);
+    expect(totals.slowWorkers + totals.longEffects).toBeGreaterThan(0);
+    expect(totals.modelFaults).toBeGreaterThan(0);
+    expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    expect(totals.completed + totals.failed).toBe(totals.runs);
+    expect(totals.completed).toBeGreaterThan(totals.failed);
+  });
+
+  it('a schedule is a function of its seed: the same seed replays the same faults and outcome', async () => {
+    const seed = scheduleSeed(SEED, 3);
+    const a = await engineSchedule(seed);
+    const b = await engineSchedule(seed);
+    expect(b).toEqual(a);
+  });
+
+  it('finds a planted defect: a ledger that forgets applies effects twice', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 12 && totals.appliedTwice === 0; i++) add(totals, await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'ledger-forgets' }));
+    expect(totals.appliedTwice).toBeGreaterThan(0);
+    expect(totals.badSeeds.length).toBeGreaterThan(0);
+  });
+
+  it('finds a planted defect: a queue that loses sends leaves runs stuck', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 12 && totals.stuck === 0; i++) add(totals, await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'sends-lost' }));
+    expect(totals.stuck).toBeGreaterThan(0);
+  });
+});

@@ -1,0 +1,140 @@
+import fc from 'fast-check';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeState } from '../../lib/core/codec.ts';
+import { verifyApproval } from '../../lib/waits/approval-token.ts';
+import { start } from '../support/harness.ts';
+import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
+import { outboxEmails } from '../support/outbox.ts';
+import { workVisible } from '../support/queue-work.ts';
+
+/**
+ * Every HTTP entry point, fed arbitrary paths, bodies, tokens and forms over a real socket: never a 5xx
+ * (a crash), always a 4xx with a message for bad input, and the waiting run left exactly as it was.
+ */
+let app: Awaited<ReturnType<typeof startHttpApp>>;
+let token: string;
+let waitId: string;
+const version = async () => (await app.runtime.store.load('run'))!.version;
+
+beforeAll(async () => {
+  app = await startHttpApp();
+  await start(app.deps, 'copy, then drop old_rows with approval', 'run');
+  await workVisible(app.deps, app.runtime);
+  const state = decodeState((await app.runtime.store.load('run'))!);
+  expect(state.status).toBe('waiting');
+  waitId = state.wait!.id;
+  token = outboxEmails(join(app.dir, 'outbox'))[0]!.link.split('/approvals/')[1]!;
+});
+afterAll(async () => { await app?.close(); });
+
+const segment = fc.oneof(fc.string({ maxLength: 40 }), fc.constantFrom('run', '..', '%2e%2e', '%00', 'runs', 'waits', ' ', '\u00e9', 'x'.repeat(600)));
+const jsonish = fc.oneof(
+  fc.json({ maxDepth: 4 }),
+  fc.string({ maxLength: 200 }),
+  fc.constantFrom('', '{', 'null', '[]', '{"goal":""}', '{"goal":"g","runId":"../x"}', '{"decision":"approve"}', '{"type":"a","key":"b","payload":' + '['.repeat(5000) + ']'.repeat(5000) + '}'),
+);
+
+async function send(method: string, path: string, body?: string, headers: Record<string, string> = {}) {
+  const response = await fetch(`${app.url}${path}`, {
+    method, headers: { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json', ...headers },
+    ...(body !== undefined && method !== 'GET' && method !== 'HEAD' ? { body } : {}),
+  });
+  return { status: response.status, text: await response.text(), type: response.headers.get('content-type') ?? '' };
+}
+
+describe('fuzzing the HTTP app', () => {
+  it('API routes: arbitrary paths and bodies get a 2xx or a 4xx with an error message, never a 5xx; the waiting run is untouched', async () => {
+    const before = await version();
+    await fc.assert(fc.asyncProperty(
+      fc.constantFrom('GET', 'POST', 'PUT', 'DELETE'),
+      fc.oneof(
+        segment.map((s) => `/runs/${encodeURIComponent(s)}`),
+        segment.map((s) => `/runs/${encodeURIComponent(s)}/history`),
+        fc.tuple(segment, segment).map(([r, w]) => `/runs/${encodeURIComponent(r)}/waits/${encodeURIComponent(w)}`),
+        fc.constantFrom('/runs', '/events', '/waits', '/health', '/runs?limit=-1', '/runs?status=nope', '/runs?limit=99999999999'),
+        segment.map((s) => `/${encodeURIComponent(s)}`),
+      ),
+      jsonish,
+      async (method, path, body) => {
+        const r = await send(method, path, body);
+        expect(r.status, `${method} ${path} ${body.slice(0, 200)} -> ${r.text.slice(0, 300)}`).toBeLessThan(500);
+        if (r.status >= 400) expect(JSON.parse(r.text).error).toEqual(expect.any(String));
+      },
+    ), { numRuns: 150 });
+    expect(await version()).toBe(before);
+    expect(decodeState((await app.runtime.store.load('run'))!).wait?.id).toBe(waitId);
+  });
+
+  it('answers to the open wait with arbitrary bodies are refused with a 400 unless they are a valid answer', async () => {
+    const before = await version();
+    await fc.assert(fc.asyncProperty(
+      fc.oneof(fc.json({ maxDepth: 3 }), fc.record({ decision: fc.string({ maxLength: 10 }), by: fc.anything() }).map((o) => JSON.stringify(o))),
+      async (body) => {
+        let valid = false;
+        try {
+          const parsed = JSON.parse(body) as { decision?: unknown; by?: unknown };
+          valid = typeof parsed === 'object' && parsed !== null && ['approve', 'reject'].includes(parsed.decision as string);
+        } catch { /* not JSON */ }
+        fc.pre(!valid);
+        const r = await send('POST', `/runs/run/waits/${waitId}`, body);
+        expect(r.status, `${body} -> ${r.text}`).toBe(400);
+        expect(JSON.parse(r.text).error).toEqual(expect.any(String));
+      },
+    ), { numRuns: 100 });
+    expect(await version()).toBe(before);
+  });
+
+  it('approval links: arbitrary and altered tokens, GET or POST with any form, never decide, never 5xx', async () => {
+    const before = await version();
+    const altered = fc.tuple(fc.nat({ max: token.length - 1 }), fc.string({ minLength: 1, maxLength: 3 }), fc.constantFrom('replace', 'cut', 'append', 'insert'))
+      .map(([i, s, how]) => how === 'replace' ? token.slice(0, i) + s + token.slice(i + 1)
+        : how === 'cut' ? token.slice(0, i) : how === 'append' ? token + s : token.slice(0, i) + s + token.slice(i))
+      .filter((t) => t !== token);
+    await fc.assert(fc.asyncProperty(
+      fc.oneof(altered, fc.string({ maxLength: 300 }), fc.constantFrom('v1', 'v1..', 'v1.e30.', 'v2.' + token.slice(3))),
+      fc.constantFrom('GET', 'POST'),
+      fc.dictionary(fc.constantFrom('decision', 'comment', 'by', 'x'), fc.oneof(fc.constantFrom('approve', 'reject'), fc.string({ maxLength: 30 }))),
+      async (bad, method, form) => {
+        const response = await fetch(`${app.url}/approvals/${encodeURIComponent(bad)}`, {
+          method, ...(method === 'POST' ? { body: new URLSearchParams(form) } : {}), redirect: 'manual',
+        });
+        await response.text();
+        expect(response.status, `${method} /approvals/${bad}`).toBeGreaterThanOrEqual(400);
+        expect(response.status).toBeLessThan(500);
+        // An altered token never verifies as some other claim.
+        expect(verifyApproval(bad, await app.signingKey(), app.clock.now()).ok).toBe(false);
+      },
+    ), { numRuns: 150 });
+    expect(await version()).toBe(before);
+  });
+
+  it('the real link with an arbitrary form post: refused with a 400 unless it is approve or reject', async () => {
+    const before = await version();
+    await fc.assert(fc.asyncProperty(
+      fc.dictionary(fc.constantFrom('decision', 'comment', 'x'), fc.string({ maxLength: 20 })).filter((f) => !['approve', 'reject'].includes(f.decision ?? '')),
+      async (form) => {
+        const response = await fetch(`${app.url}/approvals/${token}`, { method: 'POST', body: new URLSearchParams(form), redirect: 'manual' });
+        await response.text();
+        expect(response.status).toBe(400);
+      },
+    ), { numRuns: 60 });
+    expect(await version()).toBe(before);
+  });
+
+  it('events with arbitrary fields and payloads: 202 (kept) or 400 with the field named, never a 5xx', async () => {
+    await fc.assert(fc.asyncProperty(
+      fc.record({
+        type: fc.oneof(fc.string({ maxLength: 300 }), fc.constantFrom('order.paid', 'a'), fc.integer()),
+        key: fc.oneof(fc.string({ maxLength: 20 }), fc.constant('k1')),
+        id: fc.option(fc.oneof(fc.string({ maxLength: 300 }), fc.integer()), { nil: undefined }),
+        payload: fc.option(fc.jsonValue({ maxDepth: 4 }), { nil: undefined }),
+      }, { requiredKeys: [] }),
+      async (event) => {
+        const r = await send('POST', '/events', JSON.stringify(event));
+        expect([202, 400], `${JSON.stringify(event).slice(0, 200)} -> ${r.text.slice(0, 300)}`).toContain(r.status);
+        if (r.status === 400) expect(JSON.parse(r.text).error).toEqual(expect.any(String));
+      },
+    ), { numRuns: 120 });
+  });
+});
