@@ -76,7 +76,9 @@ export async function handleDelivery(
       return { action: 'release', delayMs, runId };
     }
     if (error instanceof NewerFormatError) {
-      deps.log.warn({ event: 'newer-format', runId, version }, error.message);
+      // Written by newer code (or with fields this code does not know): the run stays as it is, its status
+      // too, and `stepwise status` / `stepwise drift` say what it needs.
+      deps.log.warn({ event: 'newer-format', runId, version, record: error.record, needs: error.needs, workerId: deps.workerId }, error.message);
       return { action: 'release', delayMs: NEWER_FORMAT_RETRY_MS, runId };
     }
     // Anything else (a locked database, a throttled table, a crash) propagates: the caller leaves the
