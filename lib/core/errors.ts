@@ -54,7 +54,7 @@ export class NewerFormatError extends StepwiseError {
     readonly runId: string, readonly record: string, readonly kind: string,
     readonly formatVersion: number, readonly supported: number, message?: string,
   ) {
-    super(message ?? `run ${runId}: ${record} has ${kind} format ${formatVersion}, but this code reads ${kind} format ${supported} at most: it needs code that reads ${kind} format ${formatVersion}; left as it is for a newer worker`);
+    super(message ?? `${runId ? `run ${runId}: ` : ''}${record} has ${kind} format ${formatVersion}, but this code reads ${kind} format ${supported} at most: it needs code that reads ${kind} format ${formatVersion}; left as it is for a newer worker`);
   }
 
   /** The format a worker needs to resume the run. */

@@ -4,7 +4,7 @@ import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { checkDecision } from '../core/drift.ts';
 import {
-  IdempotencyInProgressError, InvalidInputError, ModelKeyError, PermanentError, ToolError, TransientError, UnknownRunError,
+  IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
@@ -164,7 +164,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   } catch (error) {
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
     // and writes nothing; taking this delivery's start back keeps such waits from adding up to a crash loop.
-    if (error instanceof IdempotencyInProgressError) {
+    // So with a key whose record newer code wrote: the run waits for a newer worker.
+    if (error instanceof IdempotencyInProgressError || error instanceof NewerFormatError) {
       await deps.store.addRestarts(runId, version, -1);
       throw error;
     }

@@ -115,4 +115,30 @@ describe('code drift under a paused run', () => {
     expect(rows.timesReceived('run/step-3')).toBe(0);
     runtime.close();
   });
+
+  it('leaves a run alone when the idempotency record of its step is of a newer format: nothing counted, nothing run', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const onceAgent = defineAgent({
+      name: 'rows-agent',
+      tools: [tool({
+        name: 'write_row', description: 'Write one row.', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (input, ctx) => ctx.once(async () => rows.apply(ctx.idempotencyKey, input.row)),
+      })],
+    });
+    const first = workerProcess({ dbPath: db.path, agent: onceAgent, model: new StubModel(writeRowsScript(5)), clock, workerId: 'A', crashAt: { point: 'C4', step: 3 } });
+    await start(first.deps);
+    await expect(drain(first.deps, first.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    first.runtime.close();
+    clock.advance(VISIBILITY_MS + 1);
+    const { deps, runtime } = worker(onceAgent, clock);
+    runtime.db.prepare("UPDATE ledger SET format = 2 WHERE key = 'run/step-3'").run();
+    const before = dump(runtime);
+    const handled = await deliverOnce(deps, runtime);
+    expect(handled).toMatchObject({ action: 'release' });
+    expect(dump(runtime)).toEqual(before);
+    expect(rows.timesReceived('run/step-3')).toBe(1);
+    runtime.close();
+  });
 });
