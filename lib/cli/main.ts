@@ -5,6 +5,7 @@ import { runCommand } from './commands/run.ts';
 import { historyCommand, statusCommand } from './commands/read.ts';
 import { startCommand } from './commands/start.ts';
 import { workerCommand } from './commands/worker.ts';
+import { driftCommand } from './commands/drift.ts';
 import { answerCommand, emitCommand } from './commands/answer.ts';
 import { serveCommand } from './commands/serve.ts';
 
@@ -17,6 +18,8 @@ usage:
                    [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
   stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
   stepwise history <runId> [--json]                                                the checkpoint timeline
+  stepwise drift   --agent <new-agent> [--json]                                    before a deploy: which running or
+                   waiting runs this code and agent cannot resume (exit 3 if any)
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
@@ -90,6 +93,7 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}) }, out);
     case 'status': return statusCommand(arg, read, out);
     case 'history': return historyCommand(arg, read, out);
+    case 'drift': return driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'serve': return serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);
     case 'approve':
     case 'reject':
