@@ -92,6 +92,8 @@ function upgrade(kind: RecordKind, raw: unknown, where: string, runId: string, v
     throw new UnreadableCheckpointError(runId, version, `${where}: format ${JSON.stringify(record.formatVersion)} is not a format number`);
   }
   if (format > RECORD_FORMATS[kind]) throw new NewerFormatError(runId, where, kind, format, RECORD_FORMATS[kind]);
+  // The common case, read at every step: a record of the current format, held as stored (no copies).
+  if (format === RECORD_FORMATS[kind] && (kind === 'head' || record.formatVersion === undefined)) return record;
   let migrated: Record<string, unknown>;
   try {
     migrated = migrateRecord(kind, record);
