@@ -1,9 +1,12 @@
+import { copyFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { LocalRuntime } from '../../lib/local/runtime.ts';
+import { FixtureModel, fixtureAgent } from '../fixtures/formats/fixture-agent.ts';
+import { FIXTURE_EPOCH, fixturePath } from '../fixtures/formats/resume.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, SimulatedCrash, VISIBILITY_MS, drain, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -139,6 +142,24 @@ describe('code drift under a paused run', () => {
     expect(handled).toMatchObject({ action: 'release' });
     expect(dump(runtime)).toEqual(before);
     expect(rows.timesReceived('run/step-3')).toBe(1);
+    runtime.close();
+  });
+
+  it('leaves a waiting run with a wait record of a newer format as it is when its message or timer comes', async () => {
+    db = tempDb();
+    copyFileSync(fixturePath(2, 'sqlite.db'), db.path);
+    const clock = new ManualClock(FIXTURE_EPOCH + 3600_000);
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: fixtureAgent(), model: new FixtureModel(), clock, workerId: 'B' });
+    const { version, head } = runtime.db.prepare("SELECT c.version, c.head FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = 'waiting-1'").get() as { version: number; head: string };
+    const parsed = JSON.parse(head) as { wait: Record<string, unknown> };
+    runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'waiting-1' AND version = ?").run(JSON.stringify({ ...parsed, wait: { ...parsed.wait, formatVersion: 2 } }), version);
+    const before = dump(runtime);
+    const queued = runtime.db.prepare('SELECT count(*) AS n FROM queue').get();
+    const handled = await handleDelivery(deps, { body: JSON.stringify({ runId: 'waiting-1', version }), receiveCount: 1 });
+    expect(handled).toMatchObject({ action: 'release', runId: 'waiting-1' });
+    expect(dump(runtime)).toEqual(before);
+    // No timer was set for a wait this code cannot read.
+    expect(runtime.db.prepare('SELECT count(*) AS n FROM queue').get()).toEqual(queued);
     runtime.close();
   });
 });
