@@ -56,4 +56,10 @@ describe('the stepwise command on the AWS backend', () => {
     expect(refused.code).toBe(2);
     expect(refused.err).toContain('--older-than-days is for the local backend');
   });
+
+  it('drift reads the running and waiting runs from the table: none here, so it passes', async () => {
+    const drift = await stepwise('drift', '--agent', AGENT);
+    expect(drift.code).toBe(0);
+    expect(drift.out).toContain('checked 0 running or waiting runs of agent process-rows: this code and agent can resume every one');
+  });
 });
