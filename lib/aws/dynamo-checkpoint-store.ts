@@ -6,6 +6,7 @@ import {
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
+import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { RUN_STATUSES, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
@@ -21,7 +22,7 @@ import {
   checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
-export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
+export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
 const REASON_ATTRIBUTE_LIMIT = 1000;
 

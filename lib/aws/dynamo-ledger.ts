@@ -1,7 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { DeleteCommand, PutCommand, UpdateCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { canonicalJson } from '../core/canonical-json.ts';
-import { IdempotencyInProgressError, IdempotencyKeyReuseError } from '../core/errors.ts';
+import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
+import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { BlobStore, Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
@@ -26,6 +27,9 @@ export interface DynamoLedgerOptions {
 }
 
 type RawItem = Record<string, { S?: string; N?: string }>;
+
+/** The record format this code writes: absent while it is 1, so items are as they always were. */
+const FORMAT: { formatVersion?: number } = RECORD_FORMATS.ledger > 1 ? { formatVersion: RECORD_FORMATS.ledger } : {};
 type Key = Record<string, string>;
 
 const IN_PROGRESS = 'in_progress';
@@ -88,15 +92,16 @@ export class DynamoLedger implements IdempotencyLedger {
     // The claim succeeds when nobody holds the key, when the record outlived its retention (TTL has not
     // swept it yet), or when an attempt with the same arguments died and its lease ran out without a
     // result on record. Otherwise the old record comes back with the failure and says why.
+    // A dead claim of a newer format is not taken over: newer code wrote it.
     const condition = [
       `attribute_not_exists(${claim.name(PK)})`,
       `${claim.name(TTL_ATTRIBUTE)} < ${claim.value(now / 1000)}`,
-      `(${claim.name('status')} = ${claim.value(IN_PROGRESS)} AND ${claim.name('leaseUntil')} < ${claim.value(now)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)} AND ${noResult(claim)})`,
+      `(${claim.name('status')} = ${claim.value(IN_PROGRESS)} AND ${claim.name('leaseUntil')} < ${claim.value(now)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)} AND ${noResult(claim)} AND ${knownFormat(claim)})`,
     ].join(' OR ');
     try {
       await this.options.doc.send(new PutCommand({
         TableName: this.options.tableName,
-        Item: { ...itemKey, status: IN_PROGRESS, argsHash, token, leaseUntil: now + leaseMs, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now) },
+        Item: { ...itemKey, status: IN_PROGRESS, argsHash, token, leaseUntil: now + leaseMs, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
         ConditionExpression: condition, ...claim.params(), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }));
       return { done: false };
@@ -105,6 +110,10 @@ export class DynamoLedger implements IdempotencyLedger {
       const old = oldItem(error);
       // The SDK retried this very put after its first try was applied: the claim is ours.
       if (old.token?.S === token) return { done: false };
+      // Written by newer code: neither its result nor its claim is this code's to read.
+      if (formatOfItem(old) > RECORD_FORMATS.ledger) {
+        throw new NewerFormatError('', `the idempotency record of ${key}`, 'ledger', formatOfItem(old), RECORD_FORMATS.ledger);
+      }
       if (old.argsHash?.S !== argsHash) throw new IdempotencyKeyReuseError(key);
       // A result on record: completed, or finished by a holder that had lost its claim.
       if (hasResult(old)) return { done: true, result: await this.storedResult<T>(old) };
@@ -169,7 +178,8 @@ export class DynamoLedger implements IdempotencyLedger {
           if (await this.putCompleted(itemKey, argsHash, token, stored, now)) return result;
           continue;
         }
-        if (old.argsHash.S !== argsHash) return result;
+        // Newer code took the key over meanwhile: its record is not ours to change.
+        if (old.argsHash.S !== argsHash || formatOfItem(old) > RECORD_FORMATS.ledger) return result;
         if (hasResult(old)) {
           // Ours if the SDK retried a completion that was applied; another holder's otherwise.
           if (old.token?.S === token && old.status?.S === IN_PROGRESS) await this.finish(itemKey, token);
@@ -188,7 +198,7 @@ export class DynamoLedger implements IdempotencyLedger {
     try {
       await this.options.doc.send(new PutCommand({
         TableName: this.options.tableName,
-        Item: { ...itemKey, status: 'completed', argsHash, token, ...stored, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now) },
+        Item: { ...itemKey, status: 'completed', argsHash, token, ...stored, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
         ConditionExpression: `attribute_not_exists(${put.name(PK)})`, ...put.params(),
       }));
       return true;
@@ -236,6 +246,14 @@ export class DynamoLedger implements IdempotencyLedger {
 
 function oldItem(error: unknown): RawItem {
   return (error as { Item?: RawItem }).Item ?? {};
+}
+
+function formatOfItem(item: RawItem): number {
+  return item.formatVersion?.N !== undefined ? Number(item.formatVersion.N) : 1;
+}
+
+function knownFormat(e: Expression): string {
+  return `(attribute_not_exists(${e.name('formatVersion')}) OR ${e.name('formatVersion')} <= ${e.value(RECORD_FORMATS.ledger)})`;
 }
 
 function hasResult(item: RawItem): boolean {

@@ -1,4 +1,5 @@
 import { InvalidInputError } from '../core/errors.ts';
+import { retentionMsFromEnv } from '../core/retention.ts';
 import type { Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { createAwsClients, type AwsClientOptions, type AwsClients } from './clients.ts';
@@ -14,7 +15,7 @@ export interface AwsRuntimeOptions extends AwsClientOptions {
   bucketName?: string;
   /** SQS FIFO queue URL (env QUEUE_URL). */
   queueUrl?: string;
-  /** Checkpoint history retention (env STEPWISE_RETENTION_DAYS, default 7 days). */
+  /** Checkpoint history retention (env STEPWISE_RETENTION_DAYS, default 14 days). */
   retentionMs?: number;
   /** Encrypt blobs with this KMS key (env STEPWISE_KMS_KEY_ID); SSE-S3 otherwise. */
   kmsKeyId?: string;
@@ -48,9 +49,7 @@ export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.Proc
   if (!tableName || !bucketName || !queueUrl) {
     throw new InvalidInputError(`the AWS backend needs ${missing.join(', ')} (environment) or the matching options`);
   }
-  const retentionDays = env.STEPWISE_RETENTION_DAYS ? Number(env.STEPWISE_RETENTION_DAYS) : undefined;
-  if (retentionDays !== undefined && !(retentionDays > 0)) throw new InvalidInputError(`STEPWISE_RETENTION_DAYS must be a positive number, got ${env.STEPWISE_RETENTION_DAYS}`);
-  const retentionMs = options.retentionMs ?? (retentionDays !== undefined ? retentionDays * 24 * 3600 * 1000 : undefined);
+  const retentionMs = options.retentionMs ?? retentionMsFromEnv(env);
   const kmsKeyId = options.kmsKeyId ?? env.STEPWISE_KMS_KEY_ID;
   const clock = options.clock ?? systemClock;
   const ownClients = !options.clients;

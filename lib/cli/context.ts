@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import type { AwsRuntime } from '../aws/runtime.ts';
 import { loadAgent, type AgentDefinition } from '../agent.ts';
 import type { EngineDeps } from '../engine/deps.ts';
 import { createLogger } from '../log.ts';
@@ -31,6 +32,8 @@ export interface Backend {
   queue: RunQueue & RunQueueConsumer;
   /** The local runtime, for what only it can do (a queue consumer for one run, pruning). */
   local?: LocalRuntime;
+  /** The AWS runtime, for what only it can do (the blob sweep). */
+  aws?: AwsRuntime;
   /** Emails, approval links, kept events: what waiting runs need on this backend. */
   waits: WaitServices & { events: EventBuffer };
   close(): void;
@@ -58,7 +61,7 @@ export async function openBackend(options: CliOptions): Promise<Backend> {
       ...(options.queueUrl ? { queueUrl: options.queueUrl } : {}),
     });
     const waits = awsWaitServices(aws);
-    return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, waits: { ...waits, events: waits.events! }, close: () => aws.close() };
+    return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, aws, waits: { ...waits, events: waits.events! }, close: () => aws.close() };
   }
   throw new InvalidInputError(`--backend must be local or aws, got ${JSON.stringify(kind)}`);
 }

@@ -5,6 +5,8 @@ import { runCommand } from './commands/run.ts';
 import { historyCommand, statusCommand } from './commands/read.ts';
 import { startCommand } from './commands/start.ts';
 import { workerCommand } from './commands/worker.ts';
+import { driftCommand } from './commands/drift.ts';
+import { pruneCommand } from './commands/prune.ts';
 import { answerCommand, emitCommand } from './commands/answer.ts';
 import { serveCommand } from './commands/serve.ts';
 
@@ -17,6 +19,10 @@ usage:
                    [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
   stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
   stepwise history <runId> [--json]                                                the checkpoint timeline
+  stepwise prune   [--older-than-days <n>]                                         drop checkpoint versions past the
+                   retention window (default 14 days, or STEPWISE_RETENTION_DAYS), the latest of every run kept
+  stepwise drift   --agent <new-agent> [--json]                                    before a deploy: which running or
+                   waiting runs this code and agent cannot resume (exit 3 if any)
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
@@ -52,6 +58,7 @@ const OPTIONS = {
   as: { type: 'string' },
   id: { type: 'string' },
   'stall-ms': { type: 'string' },
+  'older-than-days': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -90,6 +97,8 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}) }, out);
     case 'status': return statusCommand(arg, read, out);
     case 'history': return historyCommand(arg, read, out);
+    case 'prune': return pruneCommand({ ...common, ...(values['older-than-days'] !== undefined ? { olderThanDays: values['older-than-days'] } : {}) }, out);
+    case 'drift': return driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'serve': return serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);
     case 'approve':
     case 'reject':

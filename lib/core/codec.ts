@@ -1,9 +1,10 @@
+import type { z } from 'zod';
 import { canonicalJson } from './canonical-json.ts';
-import { NewerFormatError, UnreadableCheckpointError } from './errors.ts';
-import { migrateHead } from './migrations.ts';
+import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from './errors.ts';
+import { formatOf, migrateRecord } from './migrations.ts';
 import {
-  FORMAT_VERSION, decisionSchema, headOf, runHeadSchema, stepRecordSchema,
-  type Decision, type RunState, type RunStatus, type StepRecord,
+  RECORD_FORMATS, decisionSchema, headOf, runHeadSchema, stepRecordSchema,
+  type Decision, type RecordKind, type RunState, type RunStatus, type StepRecord,
 } from './state.ts';
 
 /**
@@ -29,47 +30,84 @@ export interface StoredCheckpoint {
   restarts?: number;
 }
 
-export const encodeHead = (state: RunState): string => canonicalJson(headOf(state));
-export const encodeStep = (record: StepRecord): string => canonicalJson(record);
-export const encodeDecision = (decision: Decision): string => canonicalJson(decision);
+export const encodeHead = (state: RunState): string => {
+  const head = headOf(state);
+  return canonicalJson(head.wait ? { ...head, wait: withFormat('wait', head.wait) } : head);
+};
+export const encodeStep = (record: StepRecord): string => canonicalJson(withFormat('step', record));
+export const encodeDecision = (decision: Decision): string => canonicalJson(withFormat('decision', decision));
+
+/** A record as stored: with its kind's format, which format 1 leaves out (so its bytes are as they always were). */
+function withFormat<T extends object>(kind: Exclude<RecordKind, 'head'>, record: T): T {
+  return RECORD_FORMATS[kind] > 1 ? { ...record, formatVersion: RECORD_FORMATS[kind] } : record;
+}
 
 /**
  * Decodes a stored checkpoint. `known` are step records the caller already holds (decoded earlier: they
- * never change once written); `stored.steps` must continue them.
+ * never change once written); `stored.steps` must continue them. Every record is checked for its format
+ * (a newer one is NewerFormatError), migrated, and parsed strictly (an unknown field is UnknownFieldError);
+ * anything else that does not parse is UnreadableCheckpointError.
  */
 export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord[] = []): RunState {
   const { runId, version } = stored;
-  const raw = parseJson(stored.head, runId, version, 'head');
-  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new UnreadableCheckpointError(runId, version, 'head is not an object');
-  }
-  const format = (raw as Record<string, unknown>).formatVersion;
-  if (typeof format === 'number' && format > FORMAT_VERSION) throw new NewerFormatError(runId, format, FORMAT_VERSION);
-  let migrated: Record<string, unknown>;
-  try {
-    migrated = migrateHead(raw as Record<string, unknown>);
-  } catch (error) {
-    throw new UnreadableCheckpointError(runId, version, (error as Error).message);
-  }
-  const head = runHeadSchema.safeParse(migrated);
-  if (!head.success) throw new UnreadableCheckpointError(runId, version, `head: ${head.error.issues[0]?.message ?? 'invalid'}`);
+  const read = <T>(kind: RecordKind, text: string, where: string, schema: z.ZodType<T>): T =>
+    readRecord(kind, parseJson(text, runId, version, where), where, schema, runId, version);
+  const head = read('head', stored.head, 'head', runHeadSchema);
   const after = stored.stepsAfter ?? 0;
   if (after !== known.length) throw new Error(`decodeState: ${known.length} known steps, but the load skipped ${after}`);
-  const steps = [...known, ...stored.steps.map((text, i) => {
-    const parsed = stepRecordSchema.safeParse(parseJson(text, runId, version, `step ${after + i + 1}`));
-    if (!parsed.success) throw new UnreadableCheckpointError(runId, version, `step ${after + i + 1}: ${parsed.error.issues[0]?.message}`);
-    return parsed.data;
-  })];
-  if (steps.length !== head.data.step || steps.some((s, i) => s.step !== i + 1)) {
-    throw new UnreadableCheckpointError(runId, version, `head says ${head.data.step} steps, found ${steps.length}`);
+  const steps = [...known, ...stored.steps.map((text, i) => read('step', text, `step ${after + i + 1}`, stepRecordSchema))];
+  if (steps.length !== head.step || steps.some((s, i) => s.step !== i + 1)) {
+    throw new UnreadableCheckpointError(runId, version, `head says ${head.step} steps, found ${steps.length}`);
   }
-  const state: RunState = { ...head.data, steps };
+  const state: RunState = { ...head, steps };
   if (stored.pending) {
-    const pending = decisionSchema.safeParse(parseJson(stored.pending, runId, version, 'decision'));
-    if (!pending.success) throw new UnreadableCheckpointError(runId, version, 'recorded decision is invalid');
-    if (pending.data.step === state.step + 1) state.pending = pending.data;
+    const pending = read('decision', stored.pending, 'decision', decisionSchema);
+    if (pending.step === state.step + 1) state.pending = pending;
   }
   return state;
+}
+
+/** One stored record: its format checked, migrated to the current one, parsed strictly. */
+function readRecord<T>(kind: RecordKind, raw: unknown, where: string, schema: z.ZodType<T>, runId: string, version: number): T {
+  const format = formatOf(objectOf(raw, where, runId, version));
+  let record = upgrade(kind, raw, where, runId, version);
+  // The wait record inside the head has a format of its own; the head's schema then checks it.
+  if (kind === 'head' && record.wait !== undefined) record = { ...record, wait: upgrade('wait', record.wait, 'wait', runId, version) };
+  const parsed = schema.safeParse(record);
+  if (parsed.success) return parsed.data;
+  const unknown = parsed.error.issues.flatMap((issue) => (issue.code === 'unrecognized_keys' ? issue.keys.map((key) => [...issue.path, key].join('.')) : []));
+  if (unknown.length) throw new UnknownFieldError(runId, where, kind, format, unknown);
+  const issue = parsed.error.issues[0];
+  throw new UnreadableCheckpointError(runId, version, `${where}: ${issue?.path.length ? `${issue.path.join('.')}: ` : ''}${issue?.message ?? 'invalid'}`);
+}
+
+/**
+ * A record brought to its kind's current format: refused if newer, migrated if older. Records other than
+ * the head are held without `formatVersion` (encoding adds it back).
+ */
+function upgrade(kind: RecordKind, raw: unknown, where: string, runId: string, version: number): Record<string, unknown> {
+  const record = objectOf(raw, where, runId, version);
+  const format = formatOf(record);
+  if (typeof format !== 'number' || !Number.isInteger(format)) {
+    throw new UnreadableCheckpointError(runId, version, `${where}: format ${JSON.stringify(record.formatVersion)} is not a format number`);
+  }
+  if (format > RECORD_FORMATS[kind]) throw new NewerFormatError(runId, where, kind, format, RECORD_FORMATS[kind]);
+  // The common case, read at every step: a record of the current format, held as stored (no copies).
+  if (format === RECORD_FORMATS[kind] && (kind === 'head' || record.formatVersion === undefined)) return record;
+  let migrated: Record<string, unknown>;
+  try {
+    migrated = migrateRecord(kind, record);
+  } catch (error) {
+    throw new UnreadableCheckpointError(runId, version, `${where}: ${(error as Error).message}`);
+  }
+  if (kind === 'head') return migrated;
+  const { formatVersion: _format, ...rest } = migrated;
+  return rest;
+}
+
+function objectOf(raw: unknown, where: string, runId: string, version: number): Record<string, unknown> {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new UnreadableCheckpointError(runId, version, `${where} is not an object`);
+  return raw as Record<string, unknown>;
 }
 
 function parseJson(text: string, runId: string, version: number, what: string): unknown {

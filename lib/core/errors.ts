@@ -45,10 +45,37 @@ export class UnreadableCheckpointError extends PermanentError {
   }
 }
 
-/** Written by newer code than this worker: leave it alone for a newer worker, change nothing. */
+/**
+ * A record (`record`: "head", "step 3", "decision", "wait") of a newer format than this code reads: left
+ * alone for a newer worker, nothing written. The message says which format is needed.
+ */
 export class NewerFormatError extends StepwiseError {
-  constructor(readonly runId: string, readonly formatVersion: number, readonly supported: number) {
-    super(`run ${runId} has state format ${formatVersion}, newer than this code supports (${supported}); leaving it for a newer worker`);
+  constructor(
+    readonly runId: string, readonly record: string, readonly kind: string,
+    readonly formatVersion: number, readonly supported: number, message?: string,
+  ) {
+    super(message ?? `${runId ? `run ${runId}: ` : ''}${record} has ${kind} format ${formatVersion}, but this code reads ${kind} format ${supported} at most: it needs code that reads ${kind} format ${formatVersion}; left as it is for a newer worker`);
+  }
+
+  /** The format a worker needs to resume the run. */
+  get needs(): string {
+    return `${this.kind} format ${this.formatVersion}`;
+  }
+}
+
+/**
+ * A record with fields this code does not know, in a format it does: written by newer code that did not
+ * bump the format, or damaged. Refused like a newer format (left as it is, nothing written) rather than
+ * read without them, which would drop them at the next write.
+ */
+export class UnknownFieldError extends NewerFormatError {
+  constructor(runId: string, record: string, kind: string, formatVersion: number, readonly fields: string[]) {
+    super(runId, record, kind, formatVersion, formatVersion,
+      `run ${runId}: ${record} has fields this code does not know in ${kind} format ${formatVersion} (${fields.join(', ')}): refused, not stripped; left as it is for the code that wrote it`);
+  }
+
+  override get needs(): string {
+    return `code that knows ${this.fields.join(', ')}`;
   }
 }
 

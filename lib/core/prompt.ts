@@ -1,4 +1,5 @@
 import { canonicalJson } from './canonical-json.ts';
+import { CONDENSE_BLOCK, condensedBlocks, summariseBlock } from './condense.ts';
 import type { RunState, StepRecord } from './state.ts';
 
 /** The Step prompt from the user's pattern, word for word. A test compares it with the seed document. */
@@ -38,7 +39,7 @@ const [STEPS_TO_RESULT, AFTER_RESULT] = splitOnce(AFTER_STEPS_TEMPLATE, '{{last_
 
 export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retryNote'>): PromptBlock[] {
   const head = BEFORE_GOAL + neutraliseTags(state.goal) + GOAL_TO_STEPS;
-  const lines = state.steps.length ? state.steps.map(stepLine) : [NO_STEPS_YET];
+  const lines = state.steps.length ? completedStepLines(state.steps) : [NO_STEPS_YET];
   const blocks: PromptBlock[] = [{ text: head }];
   // The newline goes before a line, not after it: step n's last block must stay byte-identical in
   // step n + 1, where the cache looks its prefix up at the same block boundary.
@@ -50,6 +51,44 @@ export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retry
 
 export function promptText(blocks: PromptBlock[]): string {
   return blocks.map((b) => b.text).join('');
+}
+
+/** The completed-steps list: a summary per condensed block (lib/core/condense.ts), then a line per step. */
+function completedStepLines(steps: readonly StepRecord[]): string[] {
+  const blocks = condensedBlocks(steps.length);
+  if (!blocks) return steps.map(stepLine);
+  const summaries = Array.from({ length: blocks }, (_, b) => summaryLine(steps.slice(b * CONDENSE_BLOCK, (b + 1) * CONDENSE_BLOCK)));
+  return [...summaries, ...steps.slice(blocks * CONDENSE_BLOCK).map(stepLine)];
+}
+
+/** Characters of the first and the last step's line a summary shows. */
+export const SUMMARY_STEP_EXCERPT = 200;
+/** Tools a summary names; the rest are counted. */
+const SUMMARY_TOOLS = 8;
+/** Error steps a summary names. */
+const SUMMARY_ERRORS = 5;
+
+const summaries = new WeakMap<StepRecord, string>();
+
+/**
+ * One line for a condensed block of steps, from its records alone:
+ * `1-100. 100 steps condensed: copy_batch x98, verify x2; 1 error (step 97); first: ...; last: ...`.
+ * Records never change, so a block's line is computed once per process (keyed by its last record).
+ */
+export function summaryLine(records: readonly StepRecord[]): string {
+  const key = records[records.length - 1];
+  const cached = key && summaries.get(key);
+  if (cached && summaries.get(records[0]!) === cached) return cached;
+  const s = summariseBlock(records);
+  const tools = s.tools.slice(0, SUMMARY_TOOLS).map(([tool, n]) => `${tool} x${n}`).join(', ')
+    + (s.tools.length > SUMMARY_TOOLS ? `, ${s.tools.length - SUMMARY_TOOLS} more tools` : '');
+  const errors = !s.errors.length ? '0 errors'
+    : `${s.errors.length} error${s.errors.length === 1 ? '' : 's'} (step${s.errors.length === 1 ? '' : 's'} ${s.errors.slice(0, SUMMARY_ERRORS).join(', ')}${s.errors.length > SUMMARY_ERRORS ? ', …' : ''})`;
+  const line = neutraliseTags(`${s.first.step}-${s.last.step}. ${s.count} steps condensed: ${tools}; ${errors}; `
+    + `first: ${excerpt(stepLine(s.first), SUMMARY_STEP_EXCERPT)}; last: ${excerpt(stepLine(s.last), SUMMARY_STEP_EXCERPT)}`);
+  summaries.set(records[0]!, line);
+  summaries.set(key!, line);
+  return line;
 }
 
 const lines = new WeakMap<StepRecord, string>();

@@ -1,7 +1,17 @@
 import { z } from 'zod';
 
-/** Bump when the stored shape of RunState changes, and add a migration in migrations.ts. */
-export const FORMAT_VERSION = 2;
+/**
+ * The stored format of each record kind. Bump a kind's number when its stored shape changes (a field added,
+ * renamed or given a new meaning), and add the migration from the old number in migrations.ts. A record
+ * carries its format as `formatVersion`; a record without one is format 1, so a kind still at 1 is
+ * written exactly as before versions existed. The head's is its state format (format 2 added the wait).
+ * Code refuses a record of a newer format than it reads, and a record with a field it does not know,
+ * rather than dropping what it cannot understand.
+ */
+export const RECORD_FORMATS = { head: 2, step: 1, decision: 1, wait: 1, ledger: 1 } as const;
+export type RecordKind = keyof typeof RECORD_FORMATS;
+/** The run head's format: what `formatVersion` in a head says. */
+export const FORMAT_VERSION = RECORD_FORMATS.head;
 export const DEFAULT_STEP_CAP = 60;
 export const MAX_STEP_FAILURES = 3;
 export const MAX_GOAL_BYTES = 16 * 1024;
@@ -10,7 +20,9 @@ export const RUN_STATUSES = ['running', 'waiting', 'completed', 'failed', 'cappe
 export type RunStatus = (typeof RUN_STATUSES)[number];
 export const TERMINAL_STATUSES: readonly RunStatus[] = ['completed', 'failed', 'capped', 'cancelled'];
 
-export const usageSchema = z.object({
+// Every stored shape is strict: a field this code does not know is refused on load (codec.ts), never
+// silently stripped and then lost at the next write.
+export const usageSchema = z.strictObject({
   inputTokens: z.number().int().nonnegative(),
   outputTokens: z.number().int().nonnegative(),
   cacheWriteTokens: z.number().int().nonnegative(),
@@ -20,7 +32,7 @@ export type Usage = z.infer<typeof usageSchema>;
 export const ZERO_USAGE: Usage = { inputTokens: 0, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 };
 
 /** A tool's output as stored: inline when small, otherwise an excerpt plus a content-addressed blob ref. */
-export const stepResultSchema = z.object({
+export const stepResultSchema = z.strictObject({
   ok: z.boolean(),
   text: z.string(),
   bytes: z.number().int().nonnegative(),
@@ -29,7 +41,7 @@ export const stepResultSchema = z.object({
 export type StepResult = z.infer<typeof stepResultSchema>;
 
 /** What the model chose for a step, recorded before a side-effecting tool runs. */
-export const decisionSchema = z.object({
+export const decisionSchema = z.strictObject({
   step: z.number().int().positive(),
   tool: z.string(),
   input: z.unknown(),
@@ -59,7 +71,7 @@ export const WAIT_KINDS = ['approval', 'event', 'sleep'] as const;
 export type WaitKind = (typeof WAIT_KINDS)[number];
 
 /** What a waiting run waits for (lib/core/waits.ts has the rules). Part of the head: written once per wait. */
-export const waitRecordSchema = z.object({
+export const waitRecordSchema = z.strictObject({
   /** Random per wait: names it in approval tokens, event matches and answers. */
   id: z.string().min(8),
   kind: z.enum(WAIT_KINDS),
@@ -78,12 +90,12 @@ export const waitRecordSchema = z.object({
   approvers: z.array(z.string()).optional(),
   request: z.string().optional(),
   /** event: what resumes it. */
-  event: z.object({ type: z.string(), key: z.string() }).optional(),
+  event: z.strictObject({ type: z.string(), key: z.string() }).optional(),
 });
 export type WaitRecord = z.infer<typeof waitRecordSchema>;
 
 /** Everything about a run except its step records: small, rewritten at every checkpoint. */
-export const runHeadSchema = z.object({
+export const runHeadSchema = z.strictObject({
   formatVersion: z.literal(FORMAT_VERSION),
   runId: z.string().min(1),
   agent: z.string(),

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
+import { checkDecision } from '../core/drift.ts';
 import {
-  IdempotencyInProgressError, InvalidInputError, ModelKeyError, PermanentError, ToolError, TransientError, UnknownRunError,
+  IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
@@ -91,9 +92,15 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
 
   let decision = state.pending;
   let tool: ToolDefinition | undefined;
+  let input: unknown;
   let uncounted = pendingUsage;
   if (decision) {
-    tool = deps.agent.tools.find((t) => t.name === decision!.tool);
+    // Code drift: the tool renamed or removed, or its input changed, since the decision was recorded. The
+    // failure keeps the decision, so a retry after redeploying runs this very call.
+    const resumable = checkDecision(decision, deps.agent, runId);
+    if (!resumable.ok) return commit(deps, version, recordFailure(state, new PermanentError(resumable.problem), now(), usageOnly(uncounted)));
+    tool = resumable.tool;
+    input = resumable.input;
   } else {
     // At the cap the model is still asked, so a goal done in exactly stepCap steps completes; only DONE
     // is accepted then.
@@ -131,6 +138,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
       return commitStep(deps, state, version, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
     }
+    input = parsed.data;
     decision = {
       step: n, tool: tool.name, input: parsed.data, at: now(), atVersion: version,
       ...(tool.sideEffect ? { idempotencyKey: idempotencyKey(runId, n) } : {}),
@@ -146,19 +154,18 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     }
   }
 
-  if (!tool) {
-    return commit(deps, version, recordFailure(state, new PermanentError(`recorded tool "${decision.tool}" no longer exists in agent ${deps.agent.name}`), now(), usageOnly(uncounted)));
-  }
+  if (!tool) throw new Error(`advance: no tool for step ${n}`);
 
   let output: unknown;
   let ok = true;
   try {
     // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
-    output = await tool.run(decision.input, toolContext(deps, runId, n, state.failures + tries, decision));
+    output = await tool.run(input, toolContext(deps, runId, n, state.failures + tries, decision));
   } catch (error) {
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
     // and writes nothing; taking this delivery's start back keeps such waits from adding up to a crash loop.
-    if (error instanceof IdempotencyInProgressError) {
+    // So with a key whose record newer code wrote: the run waits for a newer worker.
+    if (error instanceof IdempotencyInProgressError || error instanceof NewerFormatError) {
       await deps.store.addRestarts(runId, version, -1);
       throw error;
     }

@@ -76,10 +76,7 @@ export async function handleDelivery(
       deps.log.error({ event: 'model-key-refused', runId, version, delayMs, error: error.message }, 'the model key was refused: the run waits for a valid key, nothing is counted');
       return { action: 'release', delayMs, runId };
     }
-    if (error instanceof NewerFormatError) {
-      deps.log.warn({ event: 'newer-format', runId, version }, error.message);
-      return { action: 'release', delayMs: NEWER_FORMAT_RETRY_MS, runId };
-    }
+    if (error instanceof NewerFormatError) return leaveForNewerCode(deps, error, runId, version);
     // Anything else (a locked database, a throttled table, a crash) propagates: the caller leaves the
     // message to be delivered again, exactly as if this worker had died here.
     throw error;
@@ -98,9 +95,26 @@ export async function handleDelivery(
   }
   // A waiting run (just saved so, or found so by a redelivery or its timer): emails once, early events,
   // the timer, the deadline. All of it is safe to repeat.
-  const driven = status === 'waiting' ? await driveWait(deps, runId) : undefined;
+  let driven: { links: string[] } | undefined;
+  if (status === 'waiting') {
+    try {
+      driven = await driveWait(deps, runId);
+    } catch (error) {
+      if (error instanceof NewerFormatError) return leaveForNewerCode(deps, error, runId, version);
+      throw error;
+    }
+  }
   await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
   return { action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}) };
+}
+
+/**
+ * Written by newer code (or with fields this code does not know): the run stays as it is, its status too,
+ * and `stepwise status` / `stepwise drift` say what it needs. The message comes back for a newer worker.
+ */
+function leaveForNewerCode(deps: EngineDeps, error: NewerFormatError, runId: string, version: number): Handled {
+  deps.log.warn({ event: 'newer-format', runId, version, record: error.record, needs: error.needs, workerId: deps.workerId }, error.message);
+  return { action: 'release', delayMs: NEWER_FORMAT_RETRY_MS, runId };
 }
 
 /**

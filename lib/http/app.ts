@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
-import { StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
+import { NewerFormatError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
 import { inspectorRoutes } from './inspector-routes.ts';
@@ -20,6 +20,8 @@ export function createHttpApp(deps: HttpDeps): Hono {
   app.notFound((c) => c.json({ error: `no route ${c.req.method} ${c.req.path}` }, 404));
   app.onError((error, c) => {
     if (error instanceof UnknownRunError) return c.json({ error: error.message }, 404);
+    // Written by newer code: nothing was changed, and the answer says what a server needs to read it.
+    if (error instanceof NewerFormatError) return c.json({ error: error.message, needs: error.needs }, 409);
     // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
     if (error instanceof StepwiseError && isPermanent(error)) return c.json({ error: error.message }, 400);
     // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.

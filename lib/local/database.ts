@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS ledger (
   result      TEXT,
   lease_until INTEGER NOT NULL,
   owner       TEXT,
-  updated_at  INTEGER NOT NULL
+  updated_at  INTEGER NOT NULL,
+  format      INTEGER
 );
 
 -- The local queue. dedup_key makes a repeated send of the same (run, version) a no-op; acked rows stay
@@ -127,6 +128,8 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
 const ADDED_COLUMNS: { table: string; column: string; type: string; then?: string }[] = [
   // Claims got owners: old in-progress rows have none and simply expire.
   { table: 'ledger', column: 'owner', type: 'TEXT' },
+  // The ledger record's format (RECORD_FORMATS.ledger); NULL is format 1.
+  { table: 'ledger', column: 'format', type: 'INTEGER' },
   // Redeliveries that started the next step at the run's version (CheckpointStore.addRestarts).
   { table: 'runs', column: 'restarts', type: 'INTEGER NOT NULL DEFAULT 0' },
   // Waits: the open wait of a waiting run, indexed below.

@@ -1,3 +1,4 @@
+import { retentionMsFromEnv } from '../core/retention.ts';
 import type { Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { openDatabase, type Db } from './database.ts';
@@ -21,15 +22,17 @@ export interface LocalRuntime {
 }
 
 /** The embedded default: checkpoints, blobs, the idempotency ledger, the queue and kept events in one SQLite file. */
+/** `retentionMs`: how long older checkpoint versions stay (default STEPWISE_RETENTION_DAYS, else 14 days). */
 export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number } = {}): LocalRuntime {
   const path = options.dbPath ?? DEFAULT_DB_PATH;
+  const retentionMs = options.retentionMs ?? retentionMsFromEnv(process.env);
   const db = openDatabase(path);
   // The queue gets its own connection without per-commit fsync (see openDatabase for why that is safe).
   const queueDb = openDatabase(path, 'process');
   const clock = options.clock ?? systemClock;
   return {
     db,
-    store: new SqliteCheckpointStore(db, { clock, ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}) }),
+    store: new SqliteCheckpointStore(db, { clock, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs: new SqliteBlobStore(db, clock),
     ledger: new SqliteLedger(db, clock),
     queue: new SqliteQueue(queueDb, { clock }),

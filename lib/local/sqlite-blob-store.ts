@@ -1,13 +1,30 @@
+import { BLOB_GRACE_MS } from '../core/retention.ts';
 import type { BlobStore, Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type { Db } from './database.ts';
 
-/** Large tool outputs in the same SQLite file. Refs are content hashes, so a repeated put is a no-op. */
+/**
+ * Large tool outputs in the same SQLite file. Refs are content hashes, so a repeated put writes nothing
+ * new; it does renew the blob's time, which is what the sweep's grace period counts from.
+ */
 export class SqliteBlobStore implements BlobStore {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
 
   async put(ref: string, data: Buffer): Promise<void> {
-    this.db.prepare('INSERT OR IGNORE INTO blobs (ref, bytes, data, created_at) VALUES (?, ?, ?, ?)').run(ref, data.length, data, this.clock.now());
+    this.db.prepare('INSERT INTO blobs (ref, bytes, data, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at')
+      .run(ref, data.length, data, this.clock.now());
+  }
+
+  /**
+   * Mark and sweep in one statement (SQLite runs it alone among writers): deletes blobs no step record
+   * refers to (in the local store only step records hold refs) that were last put more than `graceMs` ago.
+   * A blob put since then may belong to a step whose checkpoint is not written yet. Returns blobs removed.
+   */
+  collect(graceMs: number = BLOB_GRACE_MS): number {
+    return this.db.prepare(
+      `DELETE FROM blobs WHERE created_at < ? AND ref NOT IN (
+         SELECT json_extract(record, '$.result.ref') FROM steps WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL)`,
+    ).run(this.clock.now() - graceMs).changes;
   }
 
   async get(ref: string): Promise<Buffer | undefined> {

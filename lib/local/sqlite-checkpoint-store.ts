@@ -1,6 +1,7 @@
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
+import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState, RunStatus } from '../core/state.ts';
 import type {
   CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
@@ -9,7 +10,7 @@ import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, type Db } from './database.ts';
 
-export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
+export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 
 interface RunRow { run_id: string; version: number; status: RunStatus; step: number; agent: string; reason: string | null; updated_at: number }
 
@@ -172,11 +173,17 @@ export class SqliteCheckpointStore implements CheckpointStore {
     }));
   }
 
-  /** Deletes checkpoints older than the retention window, never a run's latest. Returns rows removed. */
-  prune(): number {
-    return this.sql(
-      'DELETE FROM checkpoints WHERE expires_at < ? AND version < (SELECT r.version FROM runs r WHERE r.run_id = checkpoints.run_id)',
-    ).run(this.now).changes;
+  /**
+   * Deletes checkpoint versions past the retention window they were written with (or, with `olderThanMs`,
+   * written longer ago than that), never a run's latest: it holds the run, with the step records and the
+   * recorded decision, which are never pruned. Returns rows removed.
+   */
+  prune(options: { olderThanMs?: number } = {}): number {
+    const latest = 'version < (SELECT r.version FROM runs r WHERE r.run_id = checkpoints.run_id)';
+    if (options.olderThanMs !== undefined) {
+      return this.sql(`DELETE FROM checkpoints WHERE created_at < ? AND ${latest}`).run(this.now - options.olderThanMs).changes;
+    }
+    return this.sql(`DELETE FROM checkpoints WHERE expires_at < ? AND ${latest}`).run(this.now).changes;
   }
 
   private assertVersion(runId: string, expectedVersion: number): void {

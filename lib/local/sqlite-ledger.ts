@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { canonicalJson } from '../core/canonical-json.ts';
-import { IdempotencyInProgressError, IdempotencyKeyReuseError } from '../core/errors.ts';
+import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
+import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
@@ -9,7 +10,10 @@ import { immediate, type Db } from './database.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
-interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null }
+interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null; format: number | null }
+
+/** The format this code writes: NULL while it is 1, so rows are as they always were. */
+const FORMAT = RECORD_FORMATS.ledger > 1 ? RECORD_FORMATS.ledger : null;
 
 /**
  * Apply-once records, like Powertools' idempotency utility: claim the key with an in-progress lease, run
@@ -35,13 +39,15 @@ export class SqliteLedger implements IdempotencyLedger {
     const claimed = immediate(this.db, () => {
       const now = this.clock.now();
       const row = this.row(key);
+      // Written by newer code: neither its result nor its claim is this code's to read or take over.
+      if (row && isNewer(row)) throw newerLedgerRecord(key, row);
       if (row && row.args_hash !== argsHash) throw new IdempotencyKeyReuseError(key);
       if (row && row.result !== null) return { done: true as const, result: JSON.parse(row.result) as T };
       if (row && row.lease_until > now) throw new IdempotencyInProgressError(key, row.lease_until, retryAfterMs(row.lease_until, now));
       this.db.prepare(
-        `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at) VALUES (?, ?, 'in_progress', NULL, ?, ?, ?)
-         ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at`,
-      ).run(key, argsHash, now + leaseMs, owner, now);
+        `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'in_progress', NULL, ?, ?, ?, ?)
+         ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format`,
+      ).run(key, argsHash, now + leaseMs, owner, now, FORMAT);
       return { done: false as const };
     });
     if (claimed.done) return claimed.result;
@@ -59,7 +65,7 @@ export class SqliteLedger implements IdempotencyLedger {
   }
 
   private row(key: string): LedgerRow | undefined {
-    return this.db.prepare('SELECT args_hash, status, result, lease_until, owner FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
+    return this.db.prepare('SELECT args_hash, status, result, lease_until, owner, format FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
   }
 
   private renew(key: string, owner: string, leaseMs: number): boolean {
@@ -86,11 +92,12 @@ export class SqliteLedger implements IdempotencyLedger {
       const row = this.row(key);
       if (!row) {
         // Nobody holds the key (it was taken over, then released): the effect happened all the same.
-        this.db.prepare("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at) VALUES (?, ?, 'completed', ?, ?, ?, ?)")
-          .run(key, argsHash, json, now, owner, now);
+        this.db.prepare("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)")
+          .run(key, argsHash, json, now, owner, now, FORMAT);
         return result;
       }
-      if (row.args_hash !== argsHash) return result;
+      // Newer code took the key over meanwhile: its record is not ours to change.
+      if (row.args_hash !== argsHash || isNewer(row)) return result;
       if (row.result !== null) {
         if (row.owner === owner) this.db.prepare("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ?").run(now, key);
         return JSON.parse(row.result) as T;
@@ -105,6 +112,14 @@ export class SqliteLedger implements IdempotencyLedger {
       return result;
     });
   }
+}
+
+function isNewer(row: LedgerRow): boolean {
+  return (row.format ?? 1) > RECORD_FORMATS.ledger;
+}
+
+function newerLedgerRecord(key: string, row: LedgerRow): NewerFormatError {
+  return new NewerFormatError('', `the idempotency record of ${key}`, 'ledger', row.format ?? 1, RECORD_FORMATS.ledger);
 }
 
 export function hashArgs(args: unknown): string {

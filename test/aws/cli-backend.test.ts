@@ -47,4 +47,19 @@ describe('the stepwise command on the AWS backend', () => {
     expect(missing.code).toBe(2);
     expect(missing.err).toContain('the AWS backend needs TABLE_NAME, BUCKET_NAME, QUEUE_URL');
   });
+
+  it('prune sweeps the bucket of blobs nothing refers to; TTL does the rest, so --older-than-days is refused', async () => {
+    const pruned = await stepwise('prune');
+    expect(pruned.code).toBe(0);
+    expect(pruned.out).toMatch(/^swept 0 unreferenced blobs \(\d+ referenced, 0 younger than a day kept\); DynamoDB TTL removes older checkpoint versions$/m);
+    const refused = await stepwise('prune', '--older-than-days', '3');
+    expect(refused.code).toBe(2);
+    expect(refused.err).toContain('--older-than-days is for the local backend');
+  });
+
+  it('drift reads the running and waiting runs from the table: none here, so it passes', async () => {
+    const drift = await stepwise('drift', '--agent', AGENT);
+    expect(drift.code).toBe(0);
+    expect(drift.out).toContain('checked 0 running or waiting runs of agent process-rows: this code and agent can resume every one');
+  });
 });

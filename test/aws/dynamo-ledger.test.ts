@@ -1,4 +1,4 @@
-import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAwsClients, type AwsClients } from '../../lib/aws/clients.ts';
 import { DynamoLedger } from '../../lib/aws/dynamo-ledger.ts';
@@ -24,6 +24,12 @@ afterAll(() => resources?.close());
 
 idempotencyLedgerContract('DynamoDB Local', () => ({
   ledger: (clock) => new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock }),
+  setFormat: async (key, format) => {
+    await resources.clients.doc.send(new UpdateCommand({
+      TableName: resources.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK },
+      UpdateExpression: 'SET formatVersion = :f', ExpressionAttributeValues: { ':f': format },
+    }));
+  },
 }));
 
 async function record(key: string): Promise<Record<string, unknown> | undefined> {

@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { IdempotencyInProgressError, IdempotencyKeyReuseError, InvalidInputError } from '../../lib/core/errors.ts';
+import { IdempotencyInProgressError, IdempotencyKeyReuseError, InvalidInputError, NewerFormatError } from '../../lib/core/errors.ts';
 import type { IdempotencyLedger } from '../../lib/ports.ts';
 import { ManualClock } from '../support/manual-clock.ts';
 
 export interface LedgerContractSubject {
   /** The ledger as one worker process sees it, with that process's clock (its timers renew leases). */
   ledger(clock: ManualClock): IdempotencyLedger;
+  /** Rewrites the key's record as newer code would write it: with this ledger format. */
+  setFormat(key: string, format: number): Promise<void>;
 }
 
 let counter = 0;
@@ -266,6 +268,34 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       expect((refused as Error).message).toMatch(/leaseMs/);
       expect(ran).toBe(0);
       expect(await worker(clock).once(key, {}, async () => ++ran)).toBe(1);
+    });
+
+    it('refuses a record of a newer ledger format: its result is not returned, the effect not run, the record kept', async () => {
+      const clock = new ManualClock();
+      const key = uniqueKey('newer-done');
+      expect(await worker(clock).once(key, {}, async () => 'first')).toBe('first');
+      await subject().setFormat(key, 2);
+      const refused = await worker(clock).once(key, {}, notAgain).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(NewerFormatError);
+      expect((refused as Error).message).toMatch(/ledger format 2/);
+      // The same record, once code that reads it is back.
+      await subject().setFormat(key, 1);
+      expect(await worker(clock).once(key, {}, notAgain)).toBe('first');
+    });
+
+    it('does not take over a dead claim of a newer ledger format', async () => {
+      const clock = new ManualClock();
+      const key = uniqueKey('newer-claim');
+      const dying = clock.process();
+      const a = new HeldEffect();
+      void subject().ledger(dying).once(key, {}, a.effect, { leaseMs: LEASE_MS }).catch(() => undefined);
+      await a.started();
+      dying.kill();
+      await subject().setFormat(key, 2);
+      await clock.pass(LEASE_MS * 2);
+      let ran = 0;
+      await expect(worker(clock).once(key, {}, async () => ++ran)).rejects.toBeInstanceOf(NewerFormatError);
+      expect(ran).toBe(0);
     });
   });
 }

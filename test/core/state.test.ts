@@ -36,14 +36,14 @@ describe('run state', () => {
   });
 
   it('migrates an old head format on load', () => {
-    MIGRATIONS[0] = (head) => ({ ...head, goal: `${String(head.objective)}` });
+    MIGRATIONS.head[0] = (head) => ({ ...head, goal: `${String(head.objective)}` });
     try {
       const migrated = migrateHead({ formatVersion: 0, objective: 'old goal' });
       expect(migrated).toMatchObject({ formatVersion: FORMAT_VERSION, goal: 'old goal' });
     } finally {
-      delete MIGRATIONS[0];
+      delete MIGRATIONS.head[0];
     }
-    expect(() => migrateHead({ formatVersion: 0 })).toThrow(/no migration from state format 0/);
+    expect(() => migrateHead({ formatVersion: 0 })).toThrow(/no migration from head format 0/);
   });
 
   it('reads a format-1 head (written before waits existed) as it was', () => {

@@ -86,4 +86,13 @@ describe('the JSON API', () => {
     }
     expect((await app.api('/no/such/route')).status).toBe(404);
   });
+
+  it('says a run written by newer code cannot be read here, and what it needs (409), changing nothing', async () => {
+    expect((await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'from the future', runId: 'api-newer' }) })).status).toBe(201);
+    const { head } = app.runtime.db.prepare("SELECT head FROM checkpoints WHERE run_id = 'api-newer' AND version = 1").get() as { head: string };
+    app.runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'api-newer' AND version = 1").run(JSON.stringify({ ...JSON.parse(head), formatVersion: 9 }));
+    const run = await json(await app.api('/runs/api-newer'));
+    expect(run).toMatchObject({ status: 409, body: { needs: 'head format 9', error: expect.stringContaining('needs code that reads head format 9') } });
+    expect((await app.runtime.store.load('api-newer'))).toMatchObject({ version: 1, status: 'running' });
+  });
 });

@@ -13,7 +13,10 @@ const dir = mkdtempSync(join(tmpdir(), 'stepwise-ledger-'));
 const db = openDatabase(join(dir, 'ledger.db'));
 afterAll(() => { db.close(); rmSync(dir, { recursive: true, force: true }); });
 
-idempotencyLedgerContract('SQLite', () => ({ ledger: (clock) => new SqliteLedger(db, clock) }));
+idempotencyLedgerContract('SQLite', () => ({
+  ledger: (clock) => new SqliteLedger(db, clock),
+  setFormat: async (key, format) => { db.prepare('UPDATE ledger SET format = ? WHERE key = ?').run(format, key); },
+}));
 
 describe('SQLite ledger on a file written before claims had owners', () => {
   it('gains the owner column on open; an old in-progress claim blocks until its lease ends, then is taken over', async () => {

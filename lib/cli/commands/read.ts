@@ -1,5 +1,5 @@
 import { decodeState } from '../../core/codec.ts';
-import { UnknownRunError } from '../../core/errors.ts';
+import { NewerFormatError, UnknownRunError } from '../../core/errors.ts';
 import type { RunStatus } from '../../core/state.ts';
 import { RUN_STATUSES } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
@@ -28,11 +28,13 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
     try {
       state = decodeState(stored);
     } catch (error) {
-      // An unreadable run still has a status and a reason to show.
+      // An unreadable run still has a status and a reason to show. One written by newer code keeps its
+      // status (nothing rewrites it); what it needs is said here.
       const unreadable = (error as Error).message;
+      const needs = error instanceof NewerFormatError ? error.needs : undefined;
       out(options.json
-        ? JSON.stringify({ runId, version: stored.version, status: stored.status, reason: stored.reason, unreadable }, null, 2)
-        : `run ${runId}: ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}\n${unreadable}`);
+        ? JSON.stringify({ runId, version: stored.version, status: stored.status, reason: stored.reason, ...(needs ? { needs } : {}), unreadable }, null, 2)
+        : `run ${runId}: ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}${needs ? `, but this code cannot resume it: it needs ${needs}` : ''}\n${unreadable}`);
       return 0;
     }
     out(options.json ? JSON.stringify({ version: stored.version, ...state, cost: runCost(state, pricingModel()) }, null, 2) : runDetail(state, stored.version, pricingModel()));

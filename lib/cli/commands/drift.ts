@@ -1,0 +1,34 @@
+import { findDrift } from '../../engine/drift.ts';
+import { openBackend, requireAgent, type CliOptions } from '../context.ts';
+import { table } from '../format.ts';
+
+/** `drift` exits with this when some run cannot be resumed: a deploy gate tells it from a crash (1) or bad input (2). */
+export const DRIFT_EXIT_CODE = 3;
+
+/**
+ * `drift --agent new-agent.ts`: before deploying, which running and waiting runs this code and this agent
+ * could not resume. Reads only; exit 3 if any.
+ */
+export async function driftCommand(options: CliOptions & { json?: boolean }, out: (line: string) => void): Promise<number> {
+  const agent = await requireAgent(options);
+  const runtime = await openBackend(options);
+  try {
+    const report = await findDrift(runtime.store, agent);
+    if (options.json) {
+      out(JSON.stringify(report, null, 2));
+    } else {
+      const runs = `${report.checked} running or waiting run${report.checked === 1 ? '' : 's'} of agent ${report.agent}`;
+      out(report.blocked.length
+        ? `checked ${runs}: ${report.blocked.length} cannot be resumed by this code and agent`
+        : `checked ${runs}: this code and agent can resume every one`);
+      if (report.blocked.length) {
+        out(table(['RUN', 'STATUS', 'STEP', 'VERSION', 'PROBLEM'], report.blocked.map((b) => [b.runId, b.status, b.step, b.version, b.problem])));
+      }
+      if (report.otherAgents) out(`${report.otherAgents} run${report.otherAgents === 1 ? '' : 's'} of other agents not checked`);
+      if (report.truncated) out('more runs than the check lists: the answer is incomplete');
+    }
+    return report.blocked.length || report.truncated ? DRIFT_EXIT_CODE : 0;
+  } finally {
+    runtime.close();
+  }
+}

@@ -1,0 +1,36 @@
+import type { z } from 'zod';
+import type { Decision } from './state.ts';
+
+/** What drift checks of an agent: its name and its tools' names and input schemas. */
+export interface ToolsOf<T extends { name: string; input: z.ZodType }> {
+  name: string;
+  tools: readonly T[];
+}
+
+/**
+ * Whether a recorded decision can still run under this agent: its tool must exist, and its recorded input
+ * must still fit the tool's input schema. A decision is never re-asked of the model or changed to fit
+ * (its idempotency key belongs to this exact call), so when it cannot run, the fix is to redeploy an agent
+ * that can run it and retry the run. Used by the engine before it runs a recorded decision, and by
+ * `stepwise drift` before a deploy.
+ */
+export function checkDecision<T extends { name: string; input: z.ZodType }>(decision: Decision, agent: ToolsOf<T>, runId: string):
+  { ok: true; tool: T; input: unknown } | { ok: false; problem: string } {
+  const retry = `then \`stepwise retry ${runId}\``;
+  const tool = agent.tools.find((t) => t.name === decision.tool);
+  if (!tool) {
+    return {
+      ok: false,
+      problem: `the recorded decision calls tool "${decision.tool}", which agent ${agent.name} no longer has (renamed or removed): redeploy an agent with tool "${decision.tool}", ${retry}`,
+    };
+  }
+  const parsed = tool.input.safeParse(decision.input);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
+    return {
+      ok: false,
+      problem: `the recorded decision for tool "${decision.tool}" no longer fits its input schema (${issues}): redeploy an agent whose "${decision.tool}" takes this input, ${retry}`,
+    };
+  }
+  return { ok: true, tool, input: parsed.data };
+}

@@ -1,0 +1,73 @@
+import { worksRunsOf, type AgentDefinition } from '../agent.ts';
+import { decodeState } from '../core/codec.ts';
+import { checkDecision } from '../core/drift.ts';
+import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
+import type { RunStatus } from '../core/state.ts';
+import type { CheckpointStore, RunSummary } from '../ports.ts';
+
+/** A run the new code or agent cannot resume, and why. */
+export interface BlockedRun {
+  runId: string;
+  status: RunStatus;
+  step: number;
+  version: number;
+  problem: string;
+  /** For a record this code cannot read: the format (or fields) a worker needs. */
+  needs?: string;
+}
+
+export interface DriftReport {
+  agent: string;
+  /** Running and waiting runs of this agent whose latest checkpoint was read. */
+  checked: number;
+  /** Running and waiting runs of other agents, not this agent's to resume. */
+  otherAgents: number;
+  blocked: BlockedRun[];
+  /** True when there were more runs than the check could list: it is then not a complete answer. */
+  truncated: boolean;
+}
+
+/** More live runs than this and the check says it is incomplete rather than pass. */
+export const DRIFT_LIST_LIMIT = 100_000;
+
+/**
+ * Reads the latest checkpoint of every running and waiting run of `agent` and says which ones this code
+ * and this agent cannot resume: a record in a format it cannot read (newer, unknown fields, unreadable),
+ * or a recorded decision for a tool the agent no longer has or whose input no longer fits the tool's
+ * schema. Writes nothing. A waiting run's decision became its wait: the answer completes that step under
+ * any agent, so only running runs' decisions are checked.
+ */
+export async function findDrift(store: CheckpointStore, agent: AgentDefinition, options: { limit?: number } = {}): Promise<DriftReport> {
+  const limit = options.limit ?? DRIFT_LIST_LIMIT;
+  const live: RunSummary[] = [];
+  let truncated = false;
+  for (const status of ['running', 'waiting'] as const) {
+    const runs = await store.list({ status, limit });
+    if (runs.length >= limit) truncated = true;
+    live.push(...runs);
+  }
+  const report: DriftReport = { agent: agent.name, checked: 0, otherAgents: 0, blocked: [], truncated };
+  for (const summary of live.sort((a, b) => a.runId.localeCompare(b.runId))) {
+    if (!worksRunsOf(agent, summary.agent)) { report.otherAgents++; continue; }
+    const stored = await store.load(summary.runId);
+    // Ended or gone since the listing: nothing to resume.
+    if (!stored || (stored.status !== 'running' && stored.status !== 'waiting')) continue;
+    report.checked++;
+    const blocked = (problem: string, needs?: string) => report.blocked.push({
+      runId: stored.runId, status: stored.status, step: summary.step, version: stored.version, problem, ...(needs ? { needs } : {}),
+    });
+    let state;
+    try {
+      state = decodeState(stored);
+    } catch (error) {
+      if (error instanceof NewerFormatError) { blocked(error.message, error.needs); continue; }
+      if (error instanceof UnreadableCheckpointError) { blocked(error.message); continue; }
+      throw error;
+    }
+    if (state.status === 'running' && state.pending) {
+      const resumable = checkDecision(state.pending, agent, state.runId);
+      if (!resumable.ok) blocked(`step ${state.pending.step}: ${resumable.problem}`);
+    }
+  }
+  return report;
+}

@@ -1,0 +1,116 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AgentDefinition } from '../../lib/agent.ts';
+import { advance } from '../../lib/engine/advance.ts';
+import { startRun } from '../../lib/engine/start.ts';
+import type { ModelReply } from '../../lib/ports.ts';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { driftAgent } from '../support/drift-agents/build.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, SimulatedCrash, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel } from '../support/stub-model.ts';
+
+const AGENTS = join(ROOT, 'test/support/drift-agents');
+const db = tempDb();
+afterAll(() => db.cleanup());
+
+/** Each run's goal says what the model does at every step. */
+function script(step: number, prompt: string): ModelReply {
+  if (prompt.includes('goal-finish')) return step === 1 ? { kind: 'tool', tool: 'count_rows', input: {} } : { kind: 'done', summary: 'counted' };
+  if (prompt.includes('goal-write')) return { kind: 'tool', tool: 'write_row', input: { row: step } };
+  if (prompt.includes('goal-approve')) return { kind: 'tool', tool: 'request_approval', input: { request: 'drop the old table' } };
+  return { kind: 'tool', tool: 'count_rows', input: {} };
+}
+
+const clock = new ManualClock();
+
+async function runSteps(agent: AgentDefinition, runId: string, goal: string, steps: number, crashAt?: number) {
+  const { deps, runtime } = workerProcess({
+    dbPath: db.path, agent, model: new StubModel(script), clock, workerId: 'maker',
+    ...(crashAt ? { crashAt: { point: 'C3' as const, step: crashAt } } : {}),
+  });
+  try {
+    await startRun(deps, { runId, goal });
+    for (let i = 0; i < steps; i++) await advance(deps, runId);
+    if (crashAt) await expect(advance(deps, runId)).rejects.toBeInstanceOf(SimulatedCrash);
+  } finally {
+    runtime.close();
+  }
+}
+
+function dump(): unknown {
+  const { runtime } = workerProcess({ dbPath: db.path, agent: driftAgent(), model: new StubModel(script), clock, workerId: 'reader' });
+  try {
+    return ['runs', 'checkpoints', 'steps', 'queue'].map((table) => runtime.db.prepare(`SELECT * FROM ${table} ORDER BY 1, 2`).all());
+  } finally {
+    runtime.close();
+  }
+}
+
+const drift = (agent: string, ...args: string[]) => stepwiseCli(['drift', '--agent', join(AGENTS, agent), ...args], { STEPWISE_DB: db.path });
+
+describe('stepwise drift: which paused runs a new agent cannot resume', () => {
+  beforeAll(async () => {
+    const agent = driftAgent();
+    await runSteps(agent, 'done-1', 'goal-finish', 2);
+    await runSteps(agent, 'pending-1', 'goal-write', 1, 2);
+    await runSteps(agent, 'waiting-1', 'goal-approve', 1);
+    await runSteps(agent, 'plain-1', 'goal-count', 1);
+    // Another agent's run in the same file is not this agent's to resume, whatever its tools.
+    await runSteps(rowsAgent(new FakeRows()), 'other-1', 'goal-write', 0, 1);
+  });
+
+  it('passes (exit 0) when the new agent can resume every running and waiting run, changing nothing', async () => {
+    const before = dump();
+    const r = await drift('current.ts');
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('checked 3 running or waiting runs of agent drift-agent: this code and agent can resume every one');
+    expect(r.out).toContain('1 run of other agents not checked');
+    expect(dump()).toEqual(before);
+  });
+
+  it('fails (exit 3) when a recorded decision calls a tool the new agent renamed, naming the run and the tool', async () => {
+    const r = await drift('renamed.ts');
+    expect(r.code).toBe(3);
+    expect(r.out).toContain('checked 3 running or waiting runs of agent drift-agent: 1 cannot be resumed');
+    expect(r.out).toMatch(/pending-1\s+running\s+1\s+\d+\s+step 2: the recorded decision calls tool "write_row", which agent drift-agent no longer has/);
+    // The waiting run's tool is still there, and the others have no recorded decision to run.
+    expect(r.out).not.toMatch(/waiting-1|plain-1|done-1|other-1/);
+  });
+
+  it('fails when a recorded decision no longer fits the tool\'s new input schema', async () => {
+    const r = await drift('changed-input.ts', '--json');
+    expect(r.code).toBe(3);
+    const report = JSON.parse(r.out) as { agent: string; checked: number; blocked: { runId: string; problem: string }[] };
+    expect(report).toMatchObject({ agent: 'drift-agent', checked: 3 });
+    expect(report.blocked.map((b) => b.runId)).toEqual(['pending-1']);
+    expect(report.blocked[0]!.problem).toMatch(/tool "write_row" no longer fits its input schema \(table: /);
+  });
+
+  it('fails on a checkpoint this code cannot read: a newer format, saying which one it needs; status says so too', async () => {
+    await runSteps(driftAgent(), 'newer-1', 'goal-count', 1);
+    const { runtime } = workerProcess({ dbPath: db.path, agent: driftAgent(), model: new StubModel(script), clock, workerId: 'tamper' });
+    const { record } = runtime.db.prepare("SELECT record FROM steps WHERE run_id = 'newer-1' AND step = 1").get() as { record: string };
+    runtime.db.prepare("UPDATE steps SET record = ? WHERE run_id = 'newer-1' AND step = 1").run(JSON.stringify({ ...JSON.parse(record), formatVersion: 3 }));
+    runtime.close();
+
+    const r = await drift('current.ts', '--json');
+    expect(r.code).toBe(3);
+    const report = JSON.parse(r.out) as { blocked: { runId: string; problem: string; needs?: string }[] };
+    expect(report.blocked).toEqual([expect.objectContaining({ runId: 'newer-1', needs: 'step format 3' })]);
+    expect(report.blocked[0]!.problem).toMatch(/step 1 has step format 3, but this code reads step format 1/);
+
+    const status = await stepwiseCli(['status', 'newer-1'], { STEPWISE_DB: db.path });
+    expect(status.code).toBe(0);
+    expect(status.out).toContain('run newer-1: running, but this code cannot resume it: it needs step format 3');
+    const json = JSON.parse((await stepwiseCli(['status', 'newer-1', '--json'], { STEPWISE_DB: db.path })).out) as Record<string, unknown>;
+    expect(json).toMatchObject({ runId: 'newer-1', status: 'running', needs: 'step format 3' });
+  });
+
+  it('refuses to run without an agent, with exit code 2', async () => {
+    const r = await stepwiseCli(['drift'], { STEPWISE_DB: db.path, STEPWISE_AGENT: '' });
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/--agent/);
+  });
+});

@@ -1,0 +1,99 @@
+import { describe, expect, it } from 'vitest';
+import { decodeState, encodeDecision, encodeHead, encodeStep, type StoredCheckpoint } from '../../lib/core/codec.ts';
+import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
+import { MIGRATIONS, migrateRecord } from '../../lib/core/migrations.ts';
+import { FORMAT_VERSION, RECORD_FORMATS } from '../../lib/core/state.ts';
+import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
+import { decisionFor, stateAfter } from '../support/states.ts';
+
+const stored = (input: { head: string; steps?: string[]; pending?: string; status?: 'running' | 'waiting' }): StoredCheckpoint => ({
+  runId: 'r', version: 5, status: input.status ?? 'running', head: input.head, steps: input.steps ?? [],
+  ...(input.pending ? { pending: input.pending } : {}), workerId: 'w', updatedAt: 0,
+});
+
+const json = (text: string) => JSON.parse(text) as Record<string, unknown>;
+
+function waitingState() {
+  const state = stateAfter('r', 2);
+  const wait = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop it' }, { step: 3, tool: 'request_approval', input: {}, at: 1 }, 'wait-0001', 10);
+  return beginWait(state, wait, 10);
+}
+
+describe('record formats', () => {
+  it('versions every stored record kind; today\'s records are format 1 and are written as they always were', () => {
+    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 1, ledger: 1 });
+    const state = stateAfter('r', 1);
+    // Format 1 is the absence of a version: the bytes of a record are the bytes today's code writes.
+    expect(encodeStep(state.steps[0]!)).toBe('{"at":2001,"idempotencyKey":"r/step-1","input":{"batch":1},"result":{"bytes":11,"ok":true,"text":"wrote row 1"},"step":1,"tool":"write_row","workerId":"worker-test"}');
+    expect(json(encodeDecision(decisionFor('r', 2))).formatVersion).toBeUndefined();
+    expect((json(encodeHead(waitingState())).wait as Record<string, unknown>).formatVersion).toBeUndefined();
+    // An explicit format 1 reads the same as none.
+    const explicit = JSON.stringify({ ...json(encodeStep(state.steps[0]!)), formatVersion: 1 });
+    expect(decodeState(stored({ head: encodeHead(state), steps: [explicit] })).steps).toEqual(state.steps);
+  });
+
+  it('refuses a step record, a decision or a wait record of a newer format, saying which format is needed', () => {
+    const state = stateAfter('r', 2);
+    const steps = state.steps.map(encodeStep);
+    const newerStep = JSON.stringify({ ...json(steps[1]!), formatVersion: 2 });
+    const error = (() => { try { decodeState(stored({ head: encodeHead(state), steps: [steps[0]!, newerStep] })); } catch (e) { return e; } })();
+    expect(error).toBeInstanceOf(NewerFormatError);
+    expect((error as NewerFormatError).record).toBe('step 2');
+    expect((error as NewerFormatError).formatVersion).toBe(2);
+    expect((error as Error).message).toMatch(/step 2 .*format 2.*reads step format 1.*needs/);
+
+    const newerDecision = JSON.stringify({ ...json(encodeDecision(decisionFor('r', 3))), formatVersion: 7 });
+    expect(() => decodeState(stored({ head: encodeHead(state), steps, pending: newerDecision }))).toThrow(/decision .*format 7/);
+
+    const waiting = waitingState();
+    const head = json(encodeHead(waiting));
+    const newerWait = JSON.stringify({ ...head, wait: { ...(head.wait as object), formatVersion: 2 } });
+    expect(() => decodeState(stored({ head: newerWait, steps: waiting.steps.map(encodeStep), status: 'waiting' }))).toThrow(NewerFormatError);
+  });
+
+  it('refuses, never strips, a field it does not know, naming it', () => {
+    const state = stateAfter('r', 2);
+    const steps = state.steps.map(encodeStep);
+    const withReviewer = JSON.stringify({ ...json(encodeDecision(decisionFor('r', 3))), reviewer: 'ops@example.com' });
+    const refused = (() => { try { decodeState(stored({ head: encodeHead(state), steps, pending: withReviewer })); } catch (e) { return e; } })();
+    expect(refused).toBeInstanceOf(UnknownFieldError);
+    expect((refused as Error).message).toMatch(/decision.*reviewer/);
+    // Nested fields too: a step's result, the head, a wait record.
+    const step = json(steps[0]!);
+    const oddResult = JSON.stringify({ ...step, result: { ...(step.result as object), mime: 'text/plain' } });
+    expect(() => decodeState(stored({ head: encodeHead(state), steps: [oddResult, steps[1]!] }))).toThrow(/step 1.*result\.mime/);
+    expect(() => decodeState(stored({ head: JSON.stringify({ ...json(encodeHead(state)), priority: 3 }), steps }))).toThrow(/head.*priority/);
+    const waiting = waitingState();
+    const head = json(encodeHead(waiting));
+    const oddWait = JSON.stringify({ ...head, wait: { ...(head.wait as object), escalateTo: 'cto@example.com' } });
+    expect(() => decodeState(stored({ head: oddWait, steps: waiting.steps.map(encodeStep), status: 'waiting' }))).toThrow(/wait.*escalateTo/);
+    // Not readable is still unreadable (fails the run), not a newer format.
+    const broken = JSON.stringify({ ...json(steps[0]!), result: 'ok' });
+    const unreadable = (() => { try { decodeState(stored({ head: encodeHead(state), steps: [broken, steps[1]!] })); } catch (e) { return e; } })();
+    expect(unreadable).toBeInstanceOf(UnreadableCheckpointError);
+    expect(unreadable).not.toBeInstanceOf(NewerFormatError);
+  });
+
+  it('migrates each kind through a chain of small steps, one version at a time', () => {
+    const added: [keyof typeof MIGRATIONS, number][] = [];
+    try {
+      // A pretend old step format 0 -> 1 renames a field; the chain applies it before validation.
+      MIGRATIONS.step[0] = (record) => { const { output, ...rest } = record; return { ...rest, result: output }; };
+      added.push(['step', 0]);
+      const state = stateAfter('r', 1);
+      const old = json(encodeStep(state.steps[0]!));
+      const { result, ...rest } = old;
+      const format0 = JSON.stringify({ ...rest, output: result, formatVersion: 0 });
+      expect(decodeState(stored({ head: encodeHead(state), steps: [format0] })).steps).toEqual(state.steps);
+      expect(migrateRecord('step', { formatVersion: 0, output: 1 })).toEqual({ result: 1, formatVersion: 1 });
+    } finally {
+      for (const [kind, version] of added) delete MIGRATIONS[kind][version];
+    }
+    expect(() => migrateRecord('decision', { formatVersion: 0 })).toThrow(/no migration from decision format 0/);
+  });
+
+  it('head 1 -> 2: a head written before waits reads as it was', () => {
+    expect(MIGRATIONS.head[1]!({ formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: 1, goal: 'g' });
+    expect(migrateRecord('head', { formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: 2, goal: 'g' });
+  });
+});

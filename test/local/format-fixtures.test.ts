@@ -1,0 +1,26 @@
+import { copyFileSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { FIXTURE_EPOCH, fixtureFormats, fixturePath, loadResumeComplete } from '../fixtures/formats/resume.ts';
+import { ManualClock, tempDb } from '../support/harness.ts';
+
+describe('checkpoint fixtures of every released format, SQLite', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('keeps a fixture of every format up to today\'s', () => {
+    expect(fixtureFormats()).toEqual([1, 2]);
+  });
+
+  it.each(fixtureFormats())('format %i: every run loads, resumes on today\'s code and completes', async (format) => {
+    db = tempDb();
+    copyFileSync(fixturePath(format, 'sqlite.db'), db.path);
+    const clock = new ManualClock(FIXTURE_EPOCH + 3600_000);
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    try {
+      await loadResumeComplete(format, runtime, clock);
+    } finally {
+      runtime.close();
+    }
+  });
+});

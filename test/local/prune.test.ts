@@ -1,0 +1,95 @@
+import { copyFileSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { blobRef } from '../../lib/core/result.ts';
+import { pruneLocal } from '../../lib/local/prune.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { FIXTURE_EPOCH, fixturePath, loadResumeComplete } from '../fixtures/formats/resume.ts';
+import { ManualClock, tempDb } from '../support/harness.ts';
+import { stepwiseCli } from '../support/cli.ts';
+import { newState, recordFor, META } from '../support/states.ts';
+import { completeStep } from '../../lib/core/transitions.ts';
+
+const DAY = 24 * 3600_000;
+
+describe('retention, SQLite', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('keeps every checkpoint version 14 days by default, then only the latest', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    try {
+      let state = newState('r');
+      await runtime.store.create(state, META);
+      for (let n = 1; n <= 3; n++) {
+        state = completeStep(state, recordFor('r', n), clock.now());
+        await runtime.store.commit({ runId: 'r', expectedVersion: n, state, appended: state.steps[n - 1]!, ...META });
+      }
+      clock.advance(13 * DAY);
+      expect(runtime.store.prune()).toBe(0);
+      expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([1, 2, 3, 4]);
+      clock.advance(2 * DAY);
+      expect(runtime.store.prune()).toBe(3);
+      expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([4]);
+      // The latest checkpoint still holds the whole run.
+      expect((await runtime.store.load('r'))?.steps).toHaveLength(3);
+    } finally {
+      runtime.close();
+    }
+  });
+
+  it('never removes what a live run needs: a waiting run older than the window resumes after a prune, and so does every other', async () => {
+    db = tempDb();
+    copyFileSync(fixturePath(2, 'sqlite.db'), db.path);
+    const clock = new ManualClock(FIXTURE_EPOCH + 20 * DAY);
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    try {
+      const referenced = (runtime.db.prepare('SELECT ref FROM blobs').all() as { ref: string }[]).map((r) => r.ref);
+      expect(referenced).toHaveLength(1);
+      // An orphan from a step redone with another output (crash point C5), old enough to collect, and one
+      // a step is writing right now, not yet committed: the sweep must leave that one alone.
+      const orphan = Buffer.from('o'.repeat(5000));
+      runtime.db.prepare('INSERT INTO blobs (ref, bytes, data, created_at) VALUES (?, ?, ?, ?)').run(blobRef(orphan), orphan.length, orphan, FIXTURE_EPOCH);
+      const fresh = Buffer.from('f'.repeat(5000));
+      await runtime.blobs.put(blobRef(fresh), fresh);
+      const stepsBefore = runtime.db.prepare('SELECT * FROM steps ORDER BY 1, 2').all();
+
+      const pruned = pruneLocal(runtime);
+      expect(pruned.blobs).toBe(1);
+      expect(pruned.checkpoints).toBeGreaterThan(0);
+      expect(await runtime.blobs.get(blobRef(orphan))).toBeUndefined();
+      expect(await runtime.blobs.get(blobRef(fresh))).toEqual(fresh);
+      expect(await runtime.blobs.get(referenced[0]!)).toBeDefined();
+      // Step records and recorded decisions are the run: never pruned.
+      expect(runtime.db.prepare('SELECT * FROM steps ORDER BY 1, 2').all()).toEqual(stepsBefore);
+      for (const run of ['running-1', 'pending-1', 'retrying-1', 'waiting-1', 'completed-1']) {
+        const history = await runtime.store.history(run);
+        expect(history).toHaveLength(1);
+        expect(history[0]!.version).toBe((await runtime.store.load(run))!.version);
+      }
+    } finally {
+      runtime.close();
+    }
+    // The history now starts at the latest version, so resume from a reopened file.
+    const again = openLocalRuntime({ dbPath: db.path, clock });
+    try {
+      const after = await loadResumeComplete(2, again, clock, { historyPruned: true });
+      expect(after['waiting-1']).toMatchObject({ status: 'completed', step: 3 });
+    } finally {
+      again.close();
+    }
+  });
+
+  it('stepwise prune prunes by the window or by --older-than-days, and says what it removed', async () => {
+    db = tempDb();
+    copyFileSync(fixturePath(2, 'sqlite.db'), db.path);
+    // The fixture is from 2025-01-01: by today's clock, everything but the latest versions is past 14 days.
+    const r = await stepwiseCli(['prune', '--older-than-days', '30'], { STEPWISE_DB: db.path });
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^pruned \d+ checkpoint versions older than 30 days \(the latest of every run kept\), 0 queue tombstones, 0 expired events, 0 unreferenced blobs$/m);
+    const bad = await stepwiseCli(['prune', '--older-than-days', 'soon'], { STEPWISE_DB: db.path });
+    expect(bad.code).toBe(2);
+    expect(bad.err).toMatch(/--older-than-days/);
+  });
+});

@@ -1,0 +1,3 @@
+import { driftAgent } from './build.ts';
+
+export default driftAgent('changed-input');
