@@ -6,7 +6,7 @@ import {
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
-import { RUN_STATUSES, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
+import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
@@ -296,8 +296,11 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const update = e.update(
       this.headAttributes(state, version, now, headAttributes, write, bytes, appended),
       // The decision has become the step record: drop it with the same write. A new version starts
-      // with no restarts.
-      appended ? ['pending', 'pendingRef', 'pendingStep', 'pendingToken', RESTARTS_ATTRIBUTE] : [RESTARTS_ATTRIBUTE],
+      // with no restarts. A cancel request stays until the run ends, however it ends.
+      [
+        ...(appended ? ['pending', 'pendingRef', 'pendingStep', 'pendingToken'] : []), RESTARTS_ATTRIBUTE,
+        ...(isTerminal(state.status) ? [CANCEL_ATTRIBUTE] : []),
+      ],
     );
     const items: TransactItem[] = [{
       Update: {
@@ -359,7 +362,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const update = e.update({
       version, status: 'failed', reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now,
       [STATUS_KEY]: statusKey('failed', runId), workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0,
-    }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE]);
+    }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE, CANCEL_ATTRIBUTE]);
     const row: Item = {
       [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: Number(current.step), status: 'failed',
       workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT),

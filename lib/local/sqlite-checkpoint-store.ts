@@ -1,7 +1,7 @@
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
-import type { Decision, RunState, RunStatus } from '../core/state.ts';
+import { isTerminal, type Decision, type RunState, type RunStatus } from '../core/state.ts';
 import type {
   CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
@@ -115,11 +115,12 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const now = this.now;
       const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
       const updated = this.sql(
-        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0 WHERE run_id = ? AND version = ?',
+        // A cancel request stays until the run ends, however it ends.
+        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0, cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END WHERE run_id = ? AND version = ?',
       ).run(
         write.state.status, write.state.step, write.state.reason ?? null, now,
         wait?.id ?? null, wait?.event ? waitEventKey(wait.event.type, wait.event.key) : null, wait?.deadline ?? null,
-        write.runId, write.expectedVersion,
+        isTerminal(write.state.status) ? 1 : 0, write.runId, write.expectedVersion,
       );
       if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
       const version = write.expectedVersion + 1;
@@ -138,7 +139,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
     return immediate(this.db, () => {
       const now = this.now;
-      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ?")
+      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ?, restarts = 0, cancel_requested = NULL WHERE run_id = ? AND version = ?")
         .run(reason, now, runId, expectedVersion);
       if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
       // The unreadable head is kept as it was: nothing is lost, an operator can inspect or repair it.

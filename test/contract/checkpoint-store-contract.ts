@@ -91,7 +91,11 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       // The step that was running when the cancel came commits, and the request stays for the next step.
       const record = recordFor(runId, 2);
       await s().commit({ runId, expectedVersion: 2, state: completeStep(decodeState(after), record, 9_000), appended: record, ...META });
-      expect((await s().load(runId))!).toMatchObject({ version: 3, cancelRequested: 'by ops at noon' });
+      const stepped = (await s().load(runId))!;
+      expect(stepped).toMatchObject({ version: 3, cancelRequested: 'by ops at noon' });
+      // A run that ends, however it ends, has answered the request: a retry later starts without it.
+      await s().commit({ runId, expectedVersion: 3, state: complete(decodeState(stepped), 'done anyway', undefined, 9_500), ...META });
+      expect((await s().load(runId))!.cancelRequested).toBeUndefined();
     });
 
     it('returns undefined for an unknown run', async () => {
