@@ -12,6 +12,7 @@ import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts
 import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
+import { cancelState } from '../core/operate.ts';
 import type { ModelReply } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { stepCacheOf } from './step-cache.ts';
@@ -74,6 +75,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   if (!worksRunsOf(deps.agent, state.agent)) throw new WrongAgentError(runId, state.agent, deps.agent.name);
   const n = state.step + 1;
   await deps.probe?.('C1', { runId, step: n });
+
+  // A step boundary: a cancel asked for since the last checkpoint stops the run before anything else
+  // happens. The step that was running when it came has committed (its commit kept the request).
+  if (stored.cancelRequested !== undefined) {
+    return commit(deps, version, cancelState(state, stored.cancelRequested, deps.clock.now(), uncountedUsage(state.pending, version)));
+  }
 
   // Only a delivery that got this far starts the step: one that failed to load the run (a throttled or
   // locked store) spent nothing. Only a redelivery writes the count, so the common path writes nothing.
