@@ -12,7 +12,8 @@ import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts
 import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
-import { cancelState } from '../core/operate.ts';
+import { cancelState, overBudgetState } from '../core/operate.ts';
+import { modelIdOf, overBudget } from './budget.ts';
 import type { ModelReply } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { stepCacheOf } from './step-cache.ts';
@@ -102,6 +103,11 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   if (decision) {
     tool = deps.agent.tools.find((t) => t.name === decision!.tool);
   } else {
+    // A budget is checked before the call that would spend more: the run goes past it by at most one step.
+    if (state.budget) {
+      const over = overBudget(state, deps.agent.settings?.model ?? modelIdOf(deps.model.name));
+      if (over) return commit(deps, version, overBudgetState(state, over, now()));
+    }
     // At the cap the model is still asked, so a goal done in exactly stepCap steps completes; only DONE
     // is accepted then.
     const atCap = capReached(state);
