@@ -246,7 +246,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     try {
       await retryConflicts(() => this.options.doc.send(new UpdateCommand({
         TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
-        UpdateExpression: e.update({ [CANCEL_ATTRIBUTE]: request.slice(0, REASON_ATTRIBUTE_LIMIT) }),
+        UpdateExpression: e.update({ [CANCEL_ATTRIBUTE]: request }),
         ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
       })));
     } catch (error) {
