@@ -316,7 +316,7 @@ describe('DynamoDB checkpoint store: a create with more records than one transac
     const clients = createAwsClients();
     let release!: () => void;
     const released = new Promise<void>((resolve) => { release = resolve; });
-    clients.dynamo.middlewareStack.add(
+    (clients.dynamo.middlewareStack as { add(middleware: unknown, options: unknown): void }).add(
       (next: (args: unknown) => Promise<unknown>, context: { commandName?: string }) => async (args: unknown) => {
         if (context.commandName === 'TransactWriteItemsCommand') await released;
         return next(args);
