@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { InvalidInputError } from './core/errors.ts';
 import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 import type { EventTrigger, IncomingEvent } from './core/waits.ts';
+import type { Budget } from './core/state.ts';
 
 /** What a tool receives besides its input. */
 export interface ToolContext {
@@ -42,6 +43,8 @@ export interface AgentSettings extends ModelSettings {
   stepCap?: number;
   /** Tool outputs above this many bytes are stored by reference. */
   inlineLimit?: number;
+  /** What each run may spend, unless its start says otherwise: it stops as `over-budget` before going past. */
+  budget?: Budget;
 }
 
 export interface AgentDefinition {

@@ -72,7 +72,10 @@ export interface ListRunsQuery {
  * implementation.
  */
 export interface CheckpointStore {
-  /** Writes version 1 unless the run exists; says which. */
+  /**
+   * Writes version 1 unless the run exists; says which. A state that already has step records (a fork
+   * starts with its parent's first steps) gets them written as this run's own, before its head is visible.
+   */
   create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }>;
   /**
    * The latest checkpoint with the pending decision and the step records after `afterStep` (all of them
@@ -94,6 +97,13 @@ export interface CheckpointStore {
    * commit resets the count to 0. load() returns it.
    */
   addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number>;
+  /**
+   * Asks a running run to stop at its next step boundary: `request` (who, when, why) is kept on the run and
+   * load() returns it as `cancelRequested`. Fenced on the version (StaleVersionError), but like addRestarts
+   * it writes no checkpoint and leaves the version as it is, so a step already running still commits; the
+   * commits after it keep the request.
+   */
+  requestCancel(runId: string, expectedVersion: number, request: string): Promise<void>;
   /** Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. */
   markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
   /** The retained checkpoint timeline, oldest first. */

@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import {
-  GetCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
+  DeleteCommand, GetCommand, PutCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
-import { RUN_STATUSES, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
+import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
@@ -17,12 +17,18 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
+  CANCEL_ATTRIBUTE, HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
   WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
   checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
+/**
+ * A create carries at most this many step records in its one transaction (DynamoDB takes 100 items and
+ * 4 MB; records are at most 64 KB each after spilling). A fork from a later step writes its records first.
+ */
+const CREATE_INLINE_STEPS = 50;
+const CREATE_PUT_CONCURRENCY = 10;
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
 const REASON_ATTRIBUTE_LIMIT = 1000;
 
@@ -68,14 +74,28 @@ export class DynamoCheckpointStore implements CheckpointStore {
   }
 
   async create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }> {
+    const { runId } = state;
     const head = encodeHead(state);
-    const bytes = Buffer.byteLength(head);
     const now = this.now;
     const headAttributes = await this.spill.keep('head', head);
+    const records = await Promise.all(state.steps.map(async (record) => {
+      const text = encodeStep(record);
+      return { step: record.step, bytes: Buffer.byteLength(text), attributes: await this.spill.keep('record', text) };
+    }));
+    const bytes = Buffer.byteLength(head) + records.reduce((sum, r) => sum + r.bytes, 0);
     const headItem = {
-      [PK]: runPk(state.runId), [SK]: HEAD_SK,
+      [PK]: runPk(runId), [SK]: HEAD_SK,
       ...this.headAttributes(state, 1, now, headAttributes, meta, bytes),
     };
+    const recordItem = (r: (typeof records)[number]): Item => fits({ [PK]: runPk(runId), [SK]: stepSk(r.step), step: r.step, ...r.attributes });
+    // A fork's first steps become this run's own records. Few enough, they commit with the head; more,
+    // they are written first and the head, written last, makes them visible.
+    const inline = records.length <= CREATE_INLINE_STEPS;
+    if (!inline) {
+      const existing = await this.headItem(runId);
+      if (existing) return { created: false, version: Number(existing.version), bytes: 0 };
+      await this.putRecordsFirst(runId, records.map(recordItem));
+    }
     try {
       await retryConflicts(() => this.transact([
         {
@@ -86,15 +106,69 @@ export class DynamoCheckpointStore implements CheckpointStore {
             ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
           },
         },
-        { Put: { TableName: this.table, Item: fits(this.historyRow(state.runId, 1, state, headAttributes, bytes, meta, undefined, now)) } },
+        { Put: { TableName: this.table, Item: fits(this.historyRow(runId, 1, state, headAttributes, bytes, meta, undefined, now)) } },
+        ...(inline ? records.map((r): TransactItem => ({
+          Put: {
+            TableName: this.table, Item: recordItem(r),
+            ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+          },
+        })) : []),
       ]));
       return { created: true, version: 1, bytes };
     } catch (error) {
-      const head = cancellationReasons(error)?.[0];
-      if (head?.Code !== 'ConditionalCheckFailed') throw error;
-      const version = rawNumber(head.Item, 'version') ?? (await this.load(state.runId))?.version ?? 1;
+      const reasons = cancellationReasons(error);
+      const head = reasons?.[0];
+      if (head?.Code !== 'ConditionalCheckFailed') {
+        if (reasons?.some((r) => r.Code === 'ConditionalCheckFailed')) throw leftoverRecords(runId);
+        throw error;
+      }
+      const version = rawNumber(head.Item, 'version') ?? (await this.load(runId))?.version ?? 1;
+      // Another create of this id won while this one wrote its records first: take back those past the
+      // winner's steps, which its later commits would otherwise find already written.
+      if (!inline) await this.deleteOwnRecordsAfter(rawNumber(head.Item, 'step') ?? 0, records.map(recordItem));
       return { created: false, version, bytes: 0 };
     }
+  }
+
+  /**
+   * Writes step records ahead of their head, each only if absent or the same bytes: a repeated create of
+   * the same fork passes, and records some other unfinished create left under this id are never replaced.
+   */
+  private async putRecordsFirst(runId: string, items: Item[]): Promise<void> {
+    for (let i = 0; i < items.length; i += CREATE_PUT_CONCURRENCY) {
+      await Promise.all(items.slice(i, i + CREATE_PUT_CONCURRENCY).map(async (item) => {
+        const e = new Expression();
+        const same = sameRecord(e, item);
+        try {
+          await this.options.doc.send(new PutCommand({
+            TableName: this.table, Item: item, ConditionExpression: `attribute_not_exists(${e.name(PK)}) OR (${same})`, ...e.params(),
+          }));
+        } catch (error) {
+          if (!isConditionalCheckFailed(error)) throw error;
+          if (await this.headItem(runId)) return; // the run exists after all: the create reports that
+          throw leftoverRecords(runId);
+        }
+      }));
+    }
+  }
+
+  private async deleteOwnRecordsAfter(step: number, items: Item[]): Promise<void> {
+    await Promise.all(items.filter((item) => Number(item.step) > step).map(async (item) => {
+      const e = new Expression();
+      try {
+        await this.options.doc.send(new DeleteCommand({
+          TableName: this.table, Key: { [PK]: item[PK], [SK]: item[SK] }, ConditionExpression: sameRecord(e, item), ...e.params(),
+        }));
+      } catch (error) {
+        if (!isConditionalCheckFailed(error)) throw error; // the winner wrote its own record there: keep it
+      }
+    }));
+  }
+
+  private async headItem(runId: string): Promise<Item | undefined> {
+    return (await this.options.doc.send(new GetCommand({
+      TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, ConsistentRead: true,
+    }))).Item;
   }
 
   async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
@@ -122,6 +196,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ...(pending !== undefined ? { pending } : {}),
       workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
       ...(Number(head[RESTARTS_ATTRIBUTE] ?? 0) ? { restarts: Number(head[RESTARTS_ATTRIBUTE]) } : {}),
+      ...(typeof head[CANCEL_ATTRIBUTE] === 'string' ? { cancelRequested: head[CANCEL_ATTRIBUTE] } : {}),
     };
   }
 
@@ -159,6 +234,22 @@ export class DynamoCheckpointStore implements CheckpointStore {
         ReturnValues: 'UPDATED_NEW',
       })));
       return Number(result.Attributes?.[RESTARTS_ATTRIBUTE] ?? 0);
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion);
+      throw error;
+    }
+  }
+
+  async requestCancel(runId: string, expectedVersion: number, request: string): Promise<void> {
+    const e = new Expression();
+    // On the head, fenced on the version, which it leaves as it is: no checkpoint, no history row, so a
+    // step running now still commits (and its commit, which sets only what it names, keeps this).
+    try {
+      await retryConflicts(() => this.options.doc.send(new UpdateCommand({
+        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
+        UpdateExpression: e.update({ [CANCEL_ATTRIBUTE]: request }),
+        ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
+      })));
     } catch (error) {
       if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion);
       throw error;
@@ -206,8 +297,11 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const update = e.update(
       this.headAttributes(state, version, now, headAttributes, write, bytes, appended),
       // The decision has become the step record: drop it with the same write. A new version starts
-      // with no restarts.
-      appended ? ['pending', 'pendingRef', 'pendingStep', 'pendingToken', RESTARTS_ATTRIBUTE] : [RESTARTS_ATTRIBUTE],
+      // with no restarts. A cancel request stays until the run ends, however it ends.
+      [
+        ...(appended ? ['pending', 'pendingRef', 'pendingStep', 'pendingToken'] : []), RESTARTS_ATTRIBUTE,
+        ...(isTerminal(state.status) ? [CANCEL_ATTRIBUTE] : []),
+      ],
     );
     const items: TransactItem[] = [{
       Update: {
@@ -269,7 +363,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const update = e.update({
       version, status: 'failed', reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now,
       [STATUS_KEY]: statusKey('failed', runId), workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0,
-    }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE]);
+    }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE, CANCEL_ATTRIBUTE]);
     const row: Item = {
       [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: Number(current.step), status: 'failed',
       workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT),
@@ -429,6 +523,17 @@ function staleOr(error: unknown, runId: string, expectedVersion: number, details
   const failed = reasons?.findIndex((r) => r.Code === 'ConditionalCheckFailed') ?? -1;
   if (failed < 0) return error;
   return new StaleVersionError(runId, expectedVersion, details[failed] ?? '');
+}
+
+/** A condition that the stored step record holds exactly this item's bytes (inline or by ref). */
+function sameRecord(e: Expression, item: Item): string {
+  return typeof item.record === 'string'
+    ? `${e.name('record')} = ${e.value(item.record)}`
+    : `${e.name('recordRef')} = ${e.value(item.recordRef)}`;
+}
+
+function leftoverRecords(runId: string): PermanentError {
+  return new PermanentError(`run id ${runId} holds step records of another create that never finished (a fork that died midway?): create it again exactly as before, or use another run id`);
 }
 
 /** Refuses, before sending, an item DynamoDB would reject: spilling keeps this unreachable. */

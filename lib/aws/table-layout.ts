@@ -31,6 +31,8 @@ export const LEDGER_SK = 'i';
 export const TTL_ATTRIBUTE = 'expiresAt';
 /** On the head: redeliveries that started the next step at the head's version; removed by every commit. */
 export const RESTARTS_ATTRIBUTE = 'restarts';
+/** On the head: a cancel asked for (who, when, why), applied at the next step boundary; commits keep it. */
+export const CANCEL_ATTRIBUTE = 'cancelRequested';
 
 /** Sparse index on run heads only: list runs by status, newest first, and find stalled ones. */
 export const STATUS_INDEX = 'by-status';

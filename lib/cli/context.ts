@@ -1,5 +1,6 @@
-import { hostname } from 'node:os';
+import { hostname, userInfo } from 'node:os';
 import type { AwsRuntime } from '../aws/runtime.ts';
+import type { OperateDeps } from '../engine/operate/deps.ts';
 import { loadAgent, type AgentDefinition } from '../agent.ts';
 import type { EngineDeps } from '../engine/deps.ts';
 import { createLogger } from '../log.ts';
@@ -82,6 +83,23 @@ export function chooseModel(agent: AgentDefinition): { model: Model; label: stri
 /** The model to price usage by when a step did not record one. */
 export function pricingModel(): string {
   return process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
+}
+
+/** What operating runs by hand needs (show, fork, retry, cancel): the ports, no agent, no model. */
+export function operateDeps(runtime: Backend): OperateDeps {
+  return {
+    store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: systemClock,
+    workerId: `cli-${workerId()}`, codeVersion: CODE_VERSION, log: createLogger(),
+  };
+}
+
+/** Who is at this terminal, for a cancel's record when --as does not say. */
+export function operator(): string {
+  try {
+    return `${userInfo().username}@${hostname()}`;
+  } catch {
+    return `cli@${hostname()}`;
+  }
 }
 
 export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Model, id = workerId()): EngineDeps {

@@ -1,4 +1,5 @@
-import type { RunState, StepRecord, Usage } from '../core/state.ts';
+import type { Budget, ForkedFrom, RunState, StepRecord, Usage } from '../core/state.ts';
+import type { RunView } from '../engine/operate/show.ts';
 import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
 import type { CheckpointInfo, RunSummary } from '../ports.ts';
 
@@ -43,6 +44,7 @@ export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackM
   )];
   const total = state && costLine(state, fallbackModel);
   if (total) lines.push('', `total tokens: ${total}`);
+  if (state?.forkedFrom) lines.unshift(`forked ${forkedText(state.forkedFrom)}`);
   return lines.join('\n');
 }
 
@@ -51,12 +53,30 @@ export function runsTable(rows: RunSummary[]): string {
     rows.map((r) => [r.runId, r.status, r.step, r.version, r.agent, time(r.updatedAt), r.reason]));
 }
 
-export function runDetail(state: RunState, version: number, fallbackModel = ''): string {
+export function budgetText(budget: Budget): string {
+  return [budget.tokens !== undefined ? `${budget.tokens} tokens` : '', budget.usd !== undefined ? `$${budget.usd}` : ''].filter(Boolean).join(', ');
+}
+
+export function forkedText(from: ForkedFrom): string {
+  return `from ${from.runId} at step ${from.step} (version ${from.version})`;
+}
+
+/** The lines every view of a run starts with: who it is, what it is for, where it came from, its limits. */
+function headLines(run: Pick<RunState, 'runId' | 'status' | 'reason' | 'agent' | 'goal' | 'forkedFrom' | 'budget'>, cancelRequested?: string): string[] {
+  return [
+    `run      ${run.runId}`,
+    `status   ${run.status}${run.reason ? ` (${run.reason})` : ''}`,
+    ...(cancelRequested !== undefined ? [`cancel   requested ${cancelRequested}; applied at the next step boundary`] : []),
+    `agent    ${run.agent}`,
+    `goal     ${run.goal}`,
+    ...(run.forkedFrom ? [`forked   ${forkedText(run.forkedFrom)}`] : []),
+    ...(run.budget ? [`budget   ${budgetText(run.budget)}`] : []),
+  ];
+}
+
+export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string } = {}): string {
   const lines = [
-    `run      ${state.runId}`,
-    `status   ${state.status}${state.reason ? ` (${state.reason})` : ''}`,
-    `agent    ${state.agent}`,
-    `goal     ${state.goal}`,
+    ...headLines(state, extra.cancelRequested),
     `step     ${state.step} of at most ${state.stepCap}, version ${version}`,
     `tokens   ${costLine(state, fallbackModel) ?? 'none (no model usage recorded)'}`,
   ];
@@ -67,4 +87,53 @@ export function runDetail(state: RunState, version: number, fallbackModel = ''):
     s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${s.result.text.replace(/\s+/g, ' ').slice(0, 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
   ])));
   return lines.join('\n');
+}
+
+const INPUT_EXCERPT = 300;
+
+/** `stepwise show`: the run's head, then every step with its call, arguments, result, key, worker and cost. */
+export function showText(view: RunView, fallbackModel: string, options: { full?: boolean } = {}): string {
+  const state = { usage: view.usage, steps: view.steps };
+  const usage = costLine(state as RunState, fallbackModel);
+  const lines = [
+    ...headLines(view, view.cancelRequested),
+    view.atStep === view.step
+      ? `step     ${view.step} of at most ${view.stepCap}, version ${view.version}`
+      : `step     state after step ${view.atStep} of ${view.step} (the run is now ${view.status} at version ${view.version})`,
+    `tokens   ${usage ?? 'none (no model usage recorded)'}`,
+  ];
+  if (view.atStep === view.step) {
+    if (view.failures) lines.push(`failures ${view.failures} on step ${view.step + 1}: ${view.lastError ?? ''}`);
+    if (view.pending) lines.push(`pending  step ${view.pending.step}: ${view.pending.tool} ${excerpt(view.pending.input, options.full)} (decision recorded, key ${view.pending.idempotencyKey ?? '-'})`);
+    if (view.wait) lines.push(`waiting  step ${view.wait.step}: ${view.wait.kind} until ${time(view.wait.deadline)} (wait ${view.wait.id})`);
+    if (view.summary) lines.push(`summary  ${view.summary}`);
+  }
+  for (const s of view.steps) {
+    const cost = stepCost(s, fallbackModel);
+    lines.push('', [
+      `step ${s.step}`, s.tool, s.result.ok ? 'ok' : 'error', `worker ${s.workerId}`,
+      ...(tokens(s.usage) ? [`tokens ${tokens(s.usage)}`] : []), ...(cost ? [`cost ${cost}`] : []), `at ${time(s.at)}`,
+    ].join('  '));
+    if (s.idempotencyKey) lines.push(`  key     ${s.idempotencyKey}`);
+    if (s.waitId) lines.push(`  wait    ${s.waitId}`);
+    lines.push(`  input   ${excerpt(s.input, options.full)}`);
+    if (s.output !== undefined) {
+      lines.push(`  result  (${s.result.bytes} B from ${s.result.ref})`, ...s.output.split('\n').map((l) => `    ${l}`));
+    } else {
+      lines.push(`  result  ${options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT)}`);
+      if (s.outputMissing) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store no longer has)`);
+      else if (s.result.ref) lines.push(`          (${s.result.bytes} B stored by ref ${s.result.ref}; --full shows it)`);
+    }
+  }
+  return lines.join('\n');
+}
+
+function excerpt(value: unknown, full = false): string {
+  const text = JSON.stringify(value ?? null);
+  return full ? text : oneLine(text, INPUT_EXCERPT);
+}
+
+function oneLine(text: string, max: number): string {
+  const flat = text.replace(/\s+/g, ' ');
+  return flat.length > max ? `${flat.slice(0, max)}... (${Buffer.byteLength(text)} B)` : flat;
 }

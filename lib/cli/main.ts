@@ -9,12 +9,18 @@ import { driftCommand } from './commands/drift.ts';
 import { pruneCommand } from './commands/prune.ts';
 import { answerCommand, emitCommand } from './commands/answer.ts';
 import { serveCommand } from './commands/serve.ts';
+import { showCommand } from './commands/show.ts';
+import { forkCommand } from './commands/fork.ts';
+import { retryCommand } from './commands/retry.ts';
+import { cancelCommand } from './commands/cancel.ts';
+import type { Budget } from '../core/state.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
 usage:
   stepwise run     --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   start a run and work it here
   stepwise start   --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   enqueue a run for the workers
+                   [--budget-tokens <n>] [--budget-usd <x>]   stop the run before it spends more (run and start)
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
                    [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
   stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
@@ -23,6 +29,10 @@ usage:
                    retention window (default 14 days, or STEPWISE_RETENTION_DAYS), the latest of every run kept
   stepwise drift   --agent <new-agent> [--json]                                    before a deploy: which running or
                    waiting runs this code and agent cannot resume (exit 3 if any)
+  stepwise show    <runId> [--step <n>] [--full] [--json]                          the state after a step, each step in full
+  stepwise fork    <runId> --from-step <n> [--run-id <id>] [--goal <text>]         a new run from the state after step n
+  stepwise retry   <runId> [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>] continue a failed, capped or over-budget run
+  stepwise cancel  <runId> [--reason <text>] [--as <who>]                          stop a run at its next step boundary
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
@@ -59,6 +69,12 @@ const OPTIONS = {
   id: { type: 'string' },
   'stall-ms': { type: 'string' },
   'older-than-days': { type: 'string' },
+  step: { type: 'string' },
+  'from-step': { type: 'string' },
+  full: { type: 'boolean' },
+  reason: { type: 'string' },
+  'budget-tokens': { type: 'string' },
+  'budget-usd': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -67,6 +83,22 @@ function positiveInt(name: string, value: string | undefined): number | undefine
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0) throw new StepwiseUsageError(`--${name} must be a whole number, got ${JSON.stringify(value)}`);
   return n;
+}
+
+function budgetOf(tokens: string | undefined, usd: string | undefined): { budget?: Budget } {
+  if (tokens === undefined && usd === undefined) return {};
+  const budget: Budget = {};
+  if (tokens !== undefined) {
+    const n = Number(tokens);
+    if (!Number.isInteger(n) || n < 1) throw new StepwiseUsageError(`--budget-tokens must be a whole number above 0, got ${JSON.stringify(tokens)}`);
+    budget.tokens = n;
+  }
+  if (usd !== undefined) {
+    const n = Number(usd);
+    if (!Number.isFinite(n) || n <= 0) throw new StepwiseUsageError(`--budget-usd must be a number above 0 (dollars), got ${JSON.stringify(usd)}`);
+    budget.usd = n;
+  }
+  return { budget };
 }
 
 class StepwiseUsageError extends StepwiseError {}
@@ -86,6 +118,7 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     ...(values.goal !== undefined ? { goal: values.goal } : {}),
     ...(values['run-id'] ? { runId: values['run-id'] } : {}),
     ...(values['step-cap'] ? { stepCap: positiveInt('step-cap', values['step-cap'])! } : {}),
+    ...budgetOf(values['budget-tokens'], values['budget-usd']),
   };
   const visibilityMs = positiveInt('visibility-ms', values['visibility-ms']);
   const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
@@ -104,6 +137,17 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'reject':
       return answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
     case 'emit': return emitCommand(positionals.slice(1), { ...common, ...(values.id ? { id: values.id } : {}) }, out);
+    case 'show': {
+      const step = positiveInt('step', values.step);
+      return showCommand(arg, { ...common, ...(step !== undefined ? { step } : {}), ...(values.json ? { json: true } : {}), ...(values.full ? { full: true } : {}) }, out);
+    }
+    case 'fork': {
+      const fromStep = positiveInt('from-step', values['from-step']);
+      return forkCommand(arg, { ...start, ...(fromStep !== undefined ? { fromStep } : {}) }, out);
+    }
+    case 'retry': return retryCommand(arg, start, out);
+    case 'cancel':
+      return cancelCommand(arg, { ...common, ...(values.as ? { as: values.as } : {}), ...(values.reason !== undefined ? { reason: values.reason } : {}) }, out);
     default: throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
   }
 }

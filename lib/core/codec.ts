@@ -28,6 +28,8 @@ export interface StoredCheckpoint {
   reason?: string;
   /** Redeliveries that started the next step at this version (CheckpointStore.addRestarts); 0 if absent. */
   restarts?: number;
+  /** A cancel asked for and not yet applied (CheckpointStore.requestCancel): who, when, why. */
+  cancelRequested?: string;
 }
 
 export const encodeHead = (state: RunState): string => {

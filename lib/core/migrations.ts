@@ -12,6 +12,10 @@ export const MIGRATIONS: Record<RecordKind, Record<number, Migration>> = {
     // Format 2 added the optional wait record. A format-1 head has none and reads as is; the number moved so
     // that code older than waits refuses a waiting run instead of dropping its wait.
     1: (head) => head,
+    // Format 3 added the optional budget and forkedFrom, and the status over-budget. A format-2 head has
+    // none and reads as is; the number moved so that format-2 code, whose parsing dropped unknown fields,
+    // refuses such a head instead of losing its budget or its origin on its next commit.
+    2: (head) => head,
   },
   step: {},
   decision: {},

@@ -8,7 +8,7 @@ import { z } from 'zod';
  * Code refuses a record of a newer format than it reads, and a record with a field it does not know,
  * rather than dropping what it cannot understand.
  */
-export const RECORD_FORMATS = { head: 2, step: 1, decision: 1, wait: 1, ledger: 1 } as const;
+export const RECORD_FORMATS = { head: 3, step: 1, decision: 1, wait: 1, ledger: 1 } as const;
 export type RecordKind = keyof typeof RECORD_FORMATS;
 /** The run head's format: what `formatVersion` in a head says. */
 export const FORMAT_VERSION = RECORD_FORMATS.head;
@@ -16,9 +16,9 @@ export const DEFAULT_STEP_CAP = 60;
 export const MAX_STEP_FAILURES = 3;
 export const MAX_GOAL_BYTES = 16 * 1024;
 
-export const RUN_STATUSES = ['running', 'waiting', 'completed', 'failed', 'capped', 'cancelled'] as const;
+export const RUN_STATUSES = ['running', 'waiting', 'completed', 'failed', 'capped', 'over-budget', 'cancelled'] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
-export const TERMINAL_STATUSES: readonly RunStatus[] = ['completed', 'failed', 'capped', 'cancelled'];
+export const TERMINAL_STATUSES: readonly RunStatus[] = ['completed', 'failed', 'capped', 'over-budget', 'cancelled'];
 
 // Every stored shape is strict: a field this code does not know is refused on load (codec.ts), never
 // silently stripped and then lost at the next write.
@@ -94,6 +94,23 @@ export const waitRecordSchema = z.strictObject({
 });
 export type WaitRecord = z.infer<typeof waitRecordSchema>;
 
+/** What a run may spend: it stops as `over-budget` before the model call that would go past either. */
+export const budgetSchema = z.object({
+  /** Every token the model took or gave: input, output, cache writes and cache reads. */
+  tokens: z.number().int().positive().optional(),
+  /** Estimated from the recorded usage and the price table in lib/llm/cost.ts. */
+  usd: z.number().positive().optional(),
+});
+export type Budget = z.infer<typeof budgetSchema>;
+
+/** Where a fork came from: its first `step` steps are copies of that run's, read at that version. */
+export const forkedFromSchema = z.object({
+  runId: z.string().min(1),
+  step: z.number().int().nonnegative(),
+  version: z.number().int().positive(),
+});
+export type ForkedFrom = z.infer<typeof forkedFromSchema>;
+
 /** Everything about a run except its step records: small, rewritten at every checkpoint. */
 export const runHeadSchema = z.strictObject({
   formatVersion: z.literal(FORMAT_VERSION),
@@ -116,6 +133,8 @@ export const runHeadSchema = z.strictObject({
   usage: usageSchema,
   /** Present while status is `waiting` (format 2). */
   wait: waitRecordSchema.optional(),
+  budget: budgetSchema.optional(),
+  forkedFrom: forkedFromSchema.optional(),
   createdAt: z.number(),
   updatedAt: z.number(),
 });

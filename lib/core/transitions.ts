@@ -1,13 +1,13 @@
 import { errorMessage, isPermanent } from './errors.ts';
 import {
   DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
-  type RunState, type StepRecord, type Usage,
+  type Budget, type RunState, type StepRecord, type Usage,
 } from './state.ts';
 
 /** Pure state transitions: given a state and what happened, the next state. No I/O. */
 
 export function initialState(input: {
-  runId: string; agent: string; goal: string; stepCap?: number; now: number;
+  runId: string; agent: string; goal: string; stepCap?: number; budget?: Budget; now: number;
 }): RunState {
   return {
     formatVersion: FORMAT_VERSION,
@@ -19,6 +19,7 @@ export function initialState(input: {
     stepCap: input.stepCap ?? DEFAULT_STEP_CAP,
     failures: 0,
     usage: { ...ZERO_USAGE },
+    ...(input.budget ? { budget: input.budget } : {}),
     createdAt: input.now,
     updatedAt: input.now,
     steps: [],

@@ -143,13 +143,14 @@ export function resolveWait(state: RunState, answer: WaitAnswer, now: number, wo
   if (state.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${state.runId} is not waiting`);
   const { wait: _wait, ...rest } = state;
   const shaped = shapeResult(answerText(wait, answer, now), answerOk(answer));
-  // The wait's usage was counted when it began, so the step record does not carry it again.
+  // The record carries the usage of the call that chose it, for its cost and the state after it (show,
+  // fork); the run counted it when the wait began, so completing the step does not count it again.
   const record: StepRecord = {
     step: wait.step, tool: wait.tool, input: wait.input, at: wait.decidedAt,
-    ...(wait.model ? { model: wait.model } : {}),
+    ...(wait.usage ? { usage: wait.usage } : {}), ...(wait.model ? { model: wait.model } : {}),
     result: shaped.result, workerId, waitId: wait.id,
   };
-  return { state: completeStep({ ...rest, status: 'running' }, record, now), record, ...(shaped.blob ? { blob: shaped.blob } : {}) };
+  return { state: completeStep({ ...rest, status: 'running' }, record, now, { countUsage: false }), record, ...(shaped.blob ? { blob: shaped.blob } : {}) };
 }
 
 /** An event from another system, in EventBridge's shape (what functions/events.ts receives). */

@@ -13,6 +13,8 @@ import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts
 import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
+import { cancelState, overBudgetState } from '../core/operate.ts';
+import { modelIdOf, overBudget } from './budget.ts';
 import type { ModelReply } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { stepCacheOf } from './step-cache.ts';
@@ -76,6 +78,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   const n = state.step + 1;
   await deps.probe?.('C1', { runId, step: n });
 
+  // A step boundary: a cancel asked for since the last checkpoint stops the run before anything else
+  // happens. The step that was running when it came has committed (its commit kept the request).
+  if (stored.cancelRequested !== undefined) {
+    return commit(deps, version, cancelState(state, stored.cancelRequested, deps.clock.now(), uncountedUsage(state.pending, version)));
+  }
+
   // Only a delivery that got this far starts the step: one that failed to load the run (a throttled or
   // locked store) spent nothing. Only a redelivery writes the count, so the common path writes nothing.
   const restarts = (options.receiveCount ?? 1) > 1 ? await deps.store.addRestarts(runId, version, 1) : stored.restarts ?? 0;
@@ -102,6 +110,11 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     tool = resumable.tool;
     input = resumable.input;
   } else {
+    // A budget is checked before the call that would spend more: the run goes past it by at most one step.
+    if (state.budget) {
+      const over = overBudget(state, deps.agent.settings?.model ?? modelIdOf(deps.model.name));
+      if (over) return commit(deps, version, overBudgetState(state, over, now()));
+    }
     // At the cap the model is still asked, so a goal done in exactly stepCap steps completes; only DONE
     // is accepted then.
     const atCap = capReached(state);

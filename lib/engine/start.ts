@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { InvalidInputError } from '../core/errors.ts';
-import { MAX_GOAL_BYTES } from '../core/state.ts';
+import { checkBudget } from '../core/operate.ts';
+import { MAX_GOAL_BYTES, type Budget } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
 import type { EngineDeps } from './deps.ts';
 
@@ -33,13 +34,16 @@ export function validateRunId(runId: string): string {
  */
 export async function startRun(
   deps: Pick<EngineDeps, 'store' | 'queue' | 'agent' | 'clock' | 'workerId' | 'codeVersion' | 'log'>,
-  input: { goal: unknown; runId?: string; stepCap?: number },
+  input: { goal: unknown; runId?: string; stepCap?: number; budget?: Budget },
 ): Promise<StartResult> {
   const goal = validateGoal(input.goal);
   const runId = validateRunId(input.runId ?? randomUUID());
   const stepCap = input.stepCap ?? deps.agent.settings?.stepCap;
   if (stepCap !== undefined && (!Number.isInteger(stepCap) || stepCap < 1)) throw new InvalidInputError(`step cap must be a positive integer, got ${stepCap}`);
-  const state = initialState({ runId, agent: deps.agent.name, goal, now: deps.clock.now(), ...(stepCap ? { stepCap } : {}) });
+  const budget = input.budget ?? deps.agent.settings?.budget;
+  const state = initialState({
+    runId, agent: deps.agent.name, goal, now: deps.clock.now(), ...(stepCap ? { stepCap } : {}), ...(budget ? { budget: checkBudget(budget) } : {}),
+  });
   const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion });
   if (created.created) {
     deps.log.info({ event: 'checkpoint', runId, step: 0, version: 1, workerId: deps.workerId, bytes: created.bytes, status: 'running' }, 'run created');

@@ -3,17 +3,45 @@ import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { z } from 'zod';
 import { decodeState } from '../core/codec.ts';
-import { RUN_STATUSES, type RunState } from '../core/state.ts';
+import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
+import { cancelRun } from '../engine/operate/cancel.ts';
+import { forkRun } from '../engine/operate/fork.ts';
+import { retryRun } from '../engine/operate/retry.ts';
+import { showRun } from '../engine/operate/show.ts';
 import { startRun } from '../engine/start.ts';
+import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
+
+const budgetBody = budgetSchema.strict();
 
 const startBody = z.object({
   goal: z.string(),
   runId: z.string().optional(),
   stepCap: z.number().int().positive().optional(),
+  budget: budgetBody.optional(),
 }).strict();
+
+const forkBody = z.object({
+  fromStep: z.number().int().nonnegative(),
+  runId: z.string().optional(),
+  goal: z.string().optional(),
+  stepCap: z.number().int().positive().optional(),
+  budget: budgetBody.optional(),
+}).strict();
+
+const retryBody = z.object({
+  stepCap: z.number().int().positive().optional(),
+  budget: budgetBody.optional(),
+}).strict();
+
+const cancelBody = z.object({
+  by: z.string().min(1).max(254),
+  reason: z.string().max(1000).optional(),
+}).strict();
+
+const stepQuery = z.object({ full: z.enum(['true', 'false']).optional() });
 
 const answerBody = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -44,7 +72,9 @@ export function apiRoutes(deps: HttpDeps): Hono {
 
   app.post('/runs', zValidator('json', startBody, invalid), async (c) => {
     const body = c.req.valid('json');
-    const started = await startRun(deps, { goal: body.goal, ...(body.runId ? { runId: body.runId } : {}), ...(body.stepCap ? { stepCap: body.stepCap } : {}) });
+    const started = await startRun(deps, {
+      goal: body.goal, ...(body.runId ? { runId: body.runId } : {}), ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}),
+    });
     return c.json(started, started.created ? 201 : 200);
   });
 
@@ -65,6 +95,38 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const checkpoints = await deps.store.history(runId);
     if (!checkpoints.length) return c.json({ error: `unknown run: ${runId}` }, 404);
     return c.json({ runId, checkpoints });
+  });
+
+  // Operating runs (lib/engine/operate): the state after a step, fork, retry, cancel.
+  app.get('/runs/:runId/steps/:step', zValidator('query', stepQuery, invalid), async (c) => {
+    const step = Number(c.req.param('step'));
+    if (!Number.isInteger(step) || step < 0) return c.json({ error: `invalid request: step: a whole number from 0, got ${JSON.stringify(c.req.param('step'))}` }, 400);
+    const full = c.req.valid('query').full === 'true';
+    const view = await showRun(deps, c.req.param('runId'), { step, full: [step], pricingModel: pricingModelFor(deps) });
+    const { steps, ...run } = view;
+    const { atStep, usage, cost, ...head } = run;
+    return c.json({ run: head, atStep, usage, cost, ...(step > 0 ? { record: steps[step - 1] } : {}) });
+  });
+
+  app.post('/runs/:runId/fork', zValidator('json', forkBody, invalid), async (c) => {
+    const body = c.req.valid('json');
+    const forked = await forkRun(deps, c.req.param('runId'), {
+      fromStep: body.fromStep, ...(body.runId ? { runId: body.runId } : {}), ...(body.goal !== undefined ? { goal: body.goal } : {}),
+      ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}),
+    });
+    return c.json(forked, forked.created ? 201 : 200);
+  });
+
+  app.post('/runs/:runId/retry', zValidator('json', retryBody, invalid), async (c) => {
+    const body = c.req.valid('json');
+    return c.json(await retryRun(deps, c.req.param('runId'), {
+      ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}), pricingModel: pricingModelFor(deps),
+    }));
+  });
+
+  app.post('/runs/:runId/cancel', zValidator('json', cancelBody, invalid), async (c) => {
+    const body = c.req.valid('json');
+    return c.json(await cancelRun(deps, c.req.param('runId'), { by: body.by, ...(body.reason !== undefined ? { reason: body.reason } : {}) }));
   });
 
   app.get('/waits', async (c) => {
@@ -94,6 +156,11 @@ export function apiRoutes(deps: HttpDeps): Hono {
     return c.json({ eventId: result.event.id, fresh: result.fresh, resumed: result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 202);
   });
   return app;
+}
+
+/** The model that prices usage no step records one for: the agent's, else the deployment's default. */
+function pricingModelFor(deps: HttpDeps): string {
+  return deps.agent.settings?.model ?? defaultModelId();
 }
 
 /** The run as the API shows it: everything but the step records (see /history and the inspector). */

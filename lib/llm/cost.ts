@@ -158,3 +158,33 @@ export function runCost(
   const prompt = promptTokens(run.usage);
   return { usd, uncachedUsd, priced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0 };
 }
+
+/**
+ * A run's estimated cost so far for its budget: like runCost, but undefined when any usage cannot be
+ * priced (a model with no known price, or usage no step carries and no fallback model), since a budget
+ * must not count what it cannot price as free.
+ */
+export function estimateRunUsd(
+  run: { usage: Usage; steps: { usage?: Usage; model?: string }[] },
+  fallbackModel: string | undefined,
+): number | undefined {
+  let usd = 0;
+  const rest: Usage = { ...run.usage };
+  for (const step of run.steps) {
+    if (!step.usage) continue;
+    const model = step.model ?? fallbackModel;
+    const cost = model === undefined ? undefined : estimateCost(step.usage, model);
+    if (!cost) return undefined;
+    usd += cost.usd;
+    rest.inputTokens -= step.usage.inputTokens;
+    rest.outputTokens -= step.usage.outputTokens;
+    rest.cacheWriteTokens -= step.usage.cacheWriteTokens;
+    rest.cacheReadTokens -= step.usage.cacheReadTokens;
+  }
+  if (promptTokens(rest) + rest.outputTokens > 0) {
+    const cost = fallbackModel === undefined ? undefined : estimateCost(rest, fallbackModel);
+    if (!cost) return undefined;
+    usd += cost.usd;
+  }
+  return usd;
+}

@@ -17,6 +17,8 @@ CREATE TABLE IF NOT EXISTS runs (
   -- Redeliveries that started the next step at this version (see CheckpointStore.addRestarts); every
   -- commit resets it.
   restarts   INTEGER NOT NULL DEFAULT 0,
+  -- A cancel asked for (who, when, why), applied at the run's next step boundary; commits keep it.
+  cancel_requested TEXT,
   -- The open wait of a waiting run, copied from its head by the same write (NULL otherwise): events find
   -- the runs waiting for them, and deadlines come due, through the indexes below.
   wait_id       TEXT,
@@ -136,6 +138,8 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   { table: 'runs', column: 'wait_id', type: 'TEXT' },
   { table: 'runs', column: 'wait_event', type: 'TEXT' },
   { table: 'runs', column: 'wait_deadline', type: 'INTEGER' },
+  // Cancelling a running run at its next step boundary (CheckpointStore.requestCancel).
+  { table: 'runs', column: 'cancel_requested', type: 'TEXT' },
   // The queue learned agents: tag the waiting messages with their run's agent.
   {
     table: 'queue', column: 'agent', type: 'TEXT',

@@ -2,7 +2,7 @@ import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
-import type { Decision, RunState, RunStatus } from '../core/state.ts';
+import { isTerminal, type Decision, type RunState, type RunStatus } from '../core/state.ts';
 import type {
   CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
@@ -49,7 +49,13 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const now = this.now;
       this.sql('INSERT INTO runs (run_id, version, status, step, agent, reason, created_at, updated_at) VALUES (?, 1, ?, ?, ?, NULL, ?, ?)')
         .run(state.runId, state.status, state.step, state.agent, now, now);
-      const bytes = Buffer.byteLength(head);
+      // A fork's first steps become this run's own rows, in the same transaction as its head.
+      let bytes = Buffer.byteLength(head);
+      for (const record of state.steps) {
+        const text = encodeStep(record);
+        this.sql('INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?)').run(state.runId, record.step, text);
+        bytes += Buffer.byteLength(text);
+      }
       this.insertCheckpoint(state.runId, 1, state, head, bytes, meta, undefined, now);
       return { created: true, version: 1, bytes };
     });
@@ -60,8 +66,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
     // One read transaction, so the head and the step rows come from the same moment.
     return this.db.transaction(() => {
       const row = this.sql(
-        'SELECT r.version, r.status, r.reason, r.updated_at, r.restarts, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
-      ).get(runId) as { version: number; status: RunStatus; reason: string | null; updated_at: number; restarts: number; head: string; worker_id: string } | undefined;
+        'SELECT r.version, r.status, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
+      ).get(runId) as { version: number; status: RunStatus; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string } | undefined;
       if (!row) return undefined;
       const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? AND step > ? ORDER BY step').all(runId, after) as { step: number; decision: string | null; record: string | null }[];
       const steps = stepRows.filter((s) => s.record !== null).map((s) => s.record as string);
@@ -70,6 +76,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
         runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
         ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
         ...(row.reason ? { reason: row.reason } : {}), ...(row.restarts ? { restarts: row.restarts } : {}),
+        ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
       };
     })();
   }
@@ -81,6 +88,14 @@ export class SqliteCheckpointStore implements CheckpointStore {
         .get(delta, runId, expectedVersion) as { restarts: number } | undefined;
       if (!row) throw new StaleVersionError(runId, expectedVersion);
       return row.restarts;
+    });
+  }
+
+  async requestCancel(runId: string, expectedVersion: number, request: string): Promise<void> {
+    immediate(this.db, () => {
+      // Fenced, but not a checkpoint: the version stays, so a step running now still commits.
+      const updated = this.sql('UPDATE runs SET cancel_requested = ? WHERE run_id = ? AND version = ?').run(request, runId, expectedVersion);
+      if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
     });
   }
 
@@ -101,11 +116,12 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const now = this.now;
       const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
       const updated = this.sql(
-        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0 WHERE run_id = ? AND version = ?',
+        // A cancel request stays until the run ends, however it ends.
+        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0, cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END WHERE run_id = ? AND version = ?',
       ).run(
         write.state.status, write.state.step, write.state.reason ?? null, now,
         wait?.id ?? null, wait?.event ? waitEventKey(wait.event.type, wait.event.key) : null, wait?.deadline ?? null,
-        write.runId, write.expectedVersion,
+        isTerminal(write.state.status) ? 1 : 0, write.runId, write.expectedVersion,
       );
       if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
       const version = write.expectedVersion + 1;
@@ -124,7 +140,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
     return immediate(this.db, () => {
       const now = this.now;
-      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ?")
+      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ?, restarts = 0, cancel_requested = NULL WHERE run_id = ? AND version = ?")
         .run(reason, now, runId, expectedVersion);
       if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
       // The unreadable head is kept as it was: nothing is lost, an operator can inspect or repair it.

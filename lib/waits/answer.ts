@@ -1,5 +1,6 @@
 import { decodeState } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
+import { commitCancel } from '../engine/operate/cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
 import { answerFits, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
@@ -43,6 +44,16 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
     if (!stored) return { outcome: 'unknown-run', runId, waitId };
     const state = decodeState(stored);
     const wait = state.wait;
+    if (state.status === 'waiting' && stored.cancelRequested !== undefined) {
+      // Cancelled while the step that began this wait ran: the cancel wins, the answer changes nothing.
+      try {
+        await commitCancel(deps, stored.version, state, stored.cancelRequested);
+      } catch (error) {
+        if (error instanceof StaleVersionError && attempt < 3) continue;
+        throw error;
+      }
+      return { outcome: 'not-waiting', runId, waitId, status: 'cancelled' };
+    }
     if (state.status !== 'waiting' || !wait || wait.id !== waitId) {
       const record = state.steps.findLast((s) => s.waitId === waitId);
       if (record) return { outcome: 'already-answered', runId, waitId, record };

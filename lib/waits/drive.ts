@@ -1,5 +1,6 @@
 import { decodeState } from '../core/codec.ts';
-import { errorMessage } from '../core/errors.ts';
+import { StaleVersionError, errorMessage } from '../core/errors.ts';
+import { commitCancel } from '../engine/operate/cancel.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { deadlineAnswer } from '../core/waits.ts';
 import type { IdempotencyLedger } from '../ports.ts';
@@ -25,6 +26,16 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links
   const stored = await deps.store.load(runId);
   if (!stored || stored.status !== 'waiting') return none;
   const state = decodeState(stored);
+  // A cancel asked for while the step that began this wait was running: applied now the wait is saved.
+  if (stored.cancelRequested !== undefined) {
+    try {
+      await commitCancel(deps, stored.version, state, stored.cancelRequested);
+    } catch (error) {
+      // An answer came first: the run is running again, and its next delivery applies the cancel.
+      if (!(error instanceof StaleVersionError)) throw error;
+    }
+    return none;
+  }
   const wait = state.wait;
   if (!wait) return none;
   const now = deps.clock.now();

@@ -5,7 +5,7 @@ import { createAwsClients } from '../../lib/aws/clients.ts';
 import { DynamoCheckpointStore } from '../../lib/aws/dynamo-checkpoint-store.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from '../../lib/aws/item-size.ts';
 import { HEAD_SK, PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk } from '../../lib/aws/table-layout.ts';
-import { decodeState } from '../../lib/core/codec.ts';
+import { decodeState, encodeStep } from '../../lib/core/codec.ts';
 import { blobRef } from '../../lib/core/result.ts';
 import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
@@ -298,5 +298,60 @@ describe('DynamoDB checkpoint store: values too large for an item', () => {
     expect(record.Item).toBeUndefined();
     const row = await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: { [PK]: runPk(runId), [SK]: checkpointSk(4) } }));
     expect(row.Item).toBeUndefined();
+  });
+});
+
+describe('DynamoDB checkpoint store: a create with more records than one transaction holds', () => {
+  const putRecord = (runId: string, step: number, text: string) => resources.clients.doc.send(new PutCommand({
+    TableName: resources.tableName, Item: { [PK]: runPk(runId), [SK]: stepSk(step), step, record: text },
+  }));
+
+  it('a create that finds the run exists writes nothing; of two racing, the loser takes back the records past the winner\'s', async () => {
+    await store.create(stateAfter('big-fork', 2), META);
+    expect(await store.create(stateAfter('big-fork', 80), META)).toMatchObject({ created: false, version: 1 });
+    expect((await rawItems('big-fork')).filter((i) => String(i[SK]).startsWith('s#'))).toHaveLength(2);
+
+    // The longer create writes its records, then is held (a real call, sent late) until the shorter one won.
+    const runId = 'big-race';
+    const clients = createAwsClients();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => { release = resolve; });
+    (clients.dynamo.middlewareStack as { add(middleware: unknown, options: unknown): void }).add(
+      (next: (args: unknown) => Promise<unknown>, context: { commandName?: string }) => async (args: unknown) => {
+        if (context.commandName === 'TransactWriteItemsCommand') await released;
+        return next(args);
+      },
+      { step: 'initialize', name: 'hold-transactions' },
+    );
+    const slow = resources.runtime({ clients }).store;
+    const longer = slow.create(stateAfter(runId, 80), META);
+    for (let tries = 0; (await rawItems(runId)).length < 80; tries++) {
+      if (tries > 200) throw new Error('the longer create never wrote its records');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(await store.create(stateAfter(runId, 60), META)).toMatchObject({ created: true });
+    release();
+    expect(await longer).toMatchObject({ created: false, version: 1 });
+    clients.destroy();
+    const winner = decodeState((await store.load(runId))!);
+    expect(winner.step).toBe(60);
+    // No record past the winner's steps is left to block its next commit.
+    expect((await rawItems(runId)).filter((i) => String(i[SK]).startsWith('s#'))).toHaveLength(winner.step);
+    const record = recordFor(runId, winner.step + 1);
+    await store.commit({ runId, expectedVersion: 1, state: completeStep(winner, record, 9_000), appended: record, ...META });
+    expect(decodeState((await store.load(runId))!).step).toBe(winner.step + 1);
+  });
+
+  it('refuses records another unfinished create left under the id, and accepts its own after a crash', async () => {
+    const state = stateAfter('left-behind', 60);
+    await putRecord('left-behind', 7, JSON.stringify({ other: 'create' }));
+    await expect(store.create(state, META)).rejects.toThrow(/holds step records of another create that never finished/);
+    expect(await store.load('left-behind')).toBeUndefined();
+
+    // The same create, retried after it died having written some of its records, goes through.
+    const again = stateAfter('crashed-midway', 60);
+    for (const s of again.steps.slice(0, 30)) await putRecord('crashed-midway', s.step, encodeStep(s));
+    expect(await store.create(again, META)).toMatchObject({ created: true, version: 1 });
+    expect(decodeState((await store.load('crashed-midway'))!).steps).toEqual(again.steps);
   });
 });

@@ -45,6 +45,59 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(loaded.goal).toBe('first goal');
     });
 
+    it('creates a run with step records already done (a fork): written by the create, loaded, continued', async () => {
+      const runId = uniqueRunId('create-steps');
+      const state = stateAfter(runId, 3);
+      const created = await s().create(state, META);
+      expect(created).toMatchObject({ created: true, version: 1 });
+      const loaded = decodeState((await s().load(runId))!);
+      expect(loaded.steps).toEqual(state.steps);
+      expect(loaded.step).toBe(3);
+      expect((await s().history(runId)).map((h) => [h.version, h.step, h.status])).toEqual([[1, 3, 'running']]);
+      // The records are the run's own: a worker holding them reads only what comes after.
+      expect((await s().load(runId, { afterStep: 3 }))!.steps).toEqual([]);
+      const record = recordFor(runId, 4);
+      await s().commit({ runId, expectedVersion: 1, state: completeStep(loaded, record, 9_000), appended: record, ...META });
+      expect(decodeState((await s().load(runId))!).steps.map((x) => x.step)).toEqual([1, 2, 3, 4]);
+      // A second create of the id, with other records, changes nothing.
+      expect(await s().create(stateAfter(runId, 1), META)).toMatchObject({ created: false, version: 2 });
+      expect(decodeState((await s().load(runId))!).steps).toEqual([...state.steps, record]);
+    });
+
+    it('creates a run with more step records than one write can carry', async () => {
+      const runId = uniqueRunId('create-many');
+      const state = stateAfter(runId, 130);
+      expect(await s().create(state, META)).toMatchObject({ created: true, version: 1 });
+      const loaded = decodeState((await s().load(runId))!);
+      expect(loaded.steps).toEqual(state.steps);
+      expect(await s().create(stateAfter(runId, 2), META)).toMatchObject({ created: false, version: 1 });
+      expect(decodeState((await s().load(runId))!).steps).toHaveLength(130);
+    });
+
+    it('records a cancel request at a version without writing a checkpoint; later commits keep it', async () => {
+      const { runId } = await runWithSteps('cancel', 1);
+      const before = (await s().load(runId))!;
+      const historyBefore = await s().history(runId);
+      expect(before.cancelRequested).toBeUndefined();
+      // Fenced on the version, and a miss changes nothing.
+      await expect(s().requestCancel(runId, 1, 'by ops')).rejects.toBeInstanceOf(StaleVersionError);
+      await expect(s().requestCancel(uniqueRunId('cancel-nobody'), 1, 'by ops')).rejects.toBeInstanceOf(StaleVersionError);
+      expect((await s().load(runId))!.cancelRequested).toBeUndefined();
+      await s().requestCancel(runId, 2, 'by ops at noon');
+      const after = (await s().load(runId))!;
+      expect(after).toEqual({ ...before, cancelRequested: 'by ops at noon' });
+      expect((await s().load(runId, { afterStep: 1 }))!.cancelRequested).toBe('by ops at noon');
+      expect(await s().history(runId)).toEqual(historyBefore);
+      // The step that was running when the cancel came commits, and the request stays for the next step.
+      const record = recordFor(runId, 2);
+      await s().commit({ runId, expectedVersion: 2, state: completeStep(decodeState(after), record, 9_000), appended: record, ...META });
+      const stepped = (await s().load(runId))!;
+      expect(stepped).toMatchObject({ version: 3, cancelRequested: 'by ops at noon' });
+      // A run that ends, however it ends, has answered the request: a retry later starts without it.
+      await s().commit({ runId, expectedVersion: 3, state: complete(decodeState(stepped), 'done anyway', undefined, 9_500), ...META });
+      expect((await s().load(runId))!.cancelRequested).toBeUndefined();
+    });
+
     it('returns undefined for an unknown run', async () => {
       expect(await s().load(uniqueRunId('nobody'))).toBeUndefined();
     });

@@ -94,6 +94,11 @@ describe('record formats', () => {
 
   it('head 1 -> 2: a head written before waits reads as it was', () => {
     expect(MIGRATIONS.head[1]!({ formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: 1, goal: 'g' });
-    expect(migrateRecord('head', { formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: 2, goal: 'g' });
+    expect(migrateRecord('head', { formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: RECORD_FORMATS.head, goal: 'g' });
+  });
+
+  it('head 2 -> 3: a head written before budgets and forks reads as it was', () => {
+    expect(MIGRATIONS.head[2]!({ formatVersion: 2, goal: 'g', status: 'capped' })).toEqual({ formatVersion: 2, goal: 'g', status: 'capped' });
+    expect(migrateRecord('head', { formatVersion: 2, goal: 'g' })).toEqual({ formatVersion: 3, goal: 'g' });
   });
 });

@@ -78,6 +78,9 @@ describe('waiting and resuming', () => {
       expect(record).toMatchObject({ step: 3, tool: 'request_approval', input: decision.input, workerId: 'worker-b', result: { ok } });
       expect(record.result.text).toMatch(text);
       expect(state.usage).toEqual(waiting.usage);
+      // The step carries the model call that chose it, counted once (when the wait began): its cost shows
+      // per step, and the state after this step (show, fork) sums it.
+      expect(record).toMatchObject({ usage, model: 'claude-x' });
     }
   });
 

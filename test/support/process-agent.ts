@@ -11,6 +11,10 @@ import { promptText } from '../../lib/core/prompt.ts';
 import { completedSteps } from './stub-model.ts';
 
 const ROWS = Number(process.env.PROCESS_AGENT_ROWS ?? 12);
+/** Input tokens each reply reports (none by default), so budgets can be tried through the CLI. */
+const TOKENS = Number(process.env.PROCESS_AGENT_TOKENS ?? 0);
+/** Steps whose output is large enough to be stored by reference (comma-separated). */
+const LARGE_AT = (process.env.PROCESS_AGENT_LARGE_AT ?? '').split(',').filter(Boolean).map(Number);
 
 let db: Database.Database | undefined;
 function effects(): Database.Database {
@@ -31,7 +35,8 @@ class RowsModel implements Model {
     // A model call takes time, so kills also land between the model and the tool.
     await pause(5 + Math.random() * 20);
     const next = completedSteps(promptText(request.prompt)) + 1;
-    return next <= ROWS ? { kind: 'tool', tool: 'write_row', input: { row: next } } : { kind: 'done', summary: `wrote ${ROWS} rows` };
+    const usage = TOKENS ? { usage: { inputTokens: TOKENS, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 } } : {};
+    return next <= ROWS ? { kind: 'tool', tool: 'write_row', input: { row: next }, ...usage } : { kind: 'done', summary: `wrote ${ROWS} rows`, ...usage };
   }
 }
 
@@ -49,7 +54,7 @@ export default defineAgent({
       await pause(Math.random() * 30);
       const applied = d.prepare('INSERT OR IGNORE INTO applied (key, row) VALUES (?, ?)').run(ctx.idempotencyKey, input.row).changes === 1;
       await pause(Math.random() * 30);
-      return { applied };
+      return LARGE_AT.includes(ctx.step) ? { applied, log: `${'row data '.repeat(1500)}end of log ${ctx.step}` } : { applied };
     },
   })],
 });

@@ -37,7 +37,10 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
         : `run ${runId}: ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}${needs ? `, but this code cannot resume it: it needs ${needs}` : ''}\n${unreadable}`);
       return 0;
     }
-    out(options.json ? JSON.stringify({ version: stored.version, ...state, cost: runCost(state, pricingModel()) }, null, 2) : runDetail(state, stored.version, pricingModel()));
+    const cancel = stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {};
+    out(options.json
+      ? JSON.stringify({ version: stored.version, ...state, ...cancel, cost: runCost(state, pricingModel()) }, null, 2)
+      : runDetail(state, stored.version, pricingModel(), cancel));
     return 0;
   } finally {
     runtime.close();

@@ -22,7 +22,7 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
   const deps = engineDeps(runtime, agent, model);
   try {
     out(`model: ${label}`);
-    const started = await startRun(deps, { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}) });
+    const started = await startRun(deps, { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) });
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
     const stop = new AbortController();
     const onSignal = () => stop.abort();

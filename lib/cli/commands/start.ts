@@ -1,3 +1,4 @@
+import type { Budget } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
@@ -8,6 +9,7 @@ export interface StartOptions extends CliOptions {
   goal?: string;
   runId?: string;
   stepCap?: number;
+  budget?: Budget;
 }
 
 /** Creates the run and enqueues its first step; a worker does the rest. No model is needed to start. */
@@ -18,7 +20,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
     const id = workerId();
     const started = await startRun(
       { store: runtime.store, queue: runtime.queue, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION, log: createLogger() },
-      { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}) },
+      { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) },
     );
     if (started.created) {
       out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker --agent <path>\` works it`);

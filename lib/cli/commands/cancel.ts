@@ -1,0 +1,26 @@
+import { InvalidInputError } from '../../core/errors.ts';
+import { cancelRun } from '../../engine/operate/cancel.ts';
+import { openBackend, operateDeps, operator, type CliOptions } from '../context.ts';
+
+export interface CancelOptions extends CliOptions {
+  /** Who cancels (default: user@host). */
+  as?: string;
+  reason?: string;
+}
+
+/** `cancel <runId> [--reason text] [--as who]`: the run stops at its next step boundary, for good. */
+export async function cancelCommand(runId: string | undefined, options: CancelOptions, out: (line: string) => void): Promise<number> {
+  if (!runId) throw new InvalidInputError('usage: stepwise cancel <runId> [--reason <text>] [--as <who>]');
+  const runtime = await openBackend(options);
+  try {
+    const outcome = await cancelRun(operateDeps(runtime), runId, { by: options.as ?? operator(), ...(options.reason !== undefined ? { reason: options.reason } : {}) });
+    switch (outcome.outcome) {
+      case 'cancelled': out(`run ${runId} cancelled at version ${outcome.version}: it was waiting, so nothing was running`); break;
+      case 'requested': out(`cancel requested for run ${runId}: it stops at its next step boundary (a step running now finishes first); ${outcome.request}`); break;
+      case 'already-cancelled': out(`run ${runId} is already cancelled: nothing changed`); break;
+    }
+    return 0;
+  } finally {
+    runtime.close();
+  }
+}

@@ -1,0 +1,32 @@
+import { InvalidInputError } from '../../core/errors.ts';
+import type { Budget } from '../../core/state.ts';
+import { forkRun } from '../../engine/operate/fork.ts';
+import { openBackend, operateDeps, type CliOptions } from '../context.ts';
+
+export interface ForkOptions extends CliOptions {
+  fromStep?: number;
+  runId?: string;
+  goal?: string;
+  stepCap?: number;
+  budget?: Budget;
+}
+
+/** `fork <runId> --from-step n [--run-id id] [--goal text]`: a new run from the state after step n. */
+export async function forkCommand(parentId: string | undefined, options: ForkOptions, out: (line: string) => void): Promise<number> {
+  if (!parentId || options.fromStep === undefined) throw new InvalidInputError('usage: stepwise fork <runId> --from-step <n> [--run-id <id>] [--goal <text>]');
+  const runtime = await openBackend(options);
+  try {
+    const forked = await forkRun(operateDeps(runtime), parentId, {
+      fromStep: options.fromStep,
+      ...(options.runId ? { runId: options.runId } : {}), ...(options.goal !== undefined ? { goal: options.goal } : {}),
+      ...(options.stepCap !== undefined ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}),
+    });
+    const from = `${forked.forkedFrom.runId} at step ${forked.forkedFrom.step}`;
+    out(forked.created
+      ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); \`stepwise worker --agent <path>\` works it`
+      : `run ${forked.runId} already exists, forked from ${from}: nothing changed`);
+    return 0;
+  } finally {
+    runtime.close();
+  }
+}

@@ -1,0 +1,144 @@
+import { InvalidInputError } from './errors.ts';
+import {
+  ZERO_USAGE, addUsage, budgetSchema,
+  type Budget, type ForkedFrom, type RunState, type RunStatus, type Usage,
+} from './state.ts';
+
+/**
+ * Pure transitions for operating runs by hand: the state after step n (show, fork), a fork, a retry, a
+ * cancel, a stop on budget. No I/O; lib/engine/operate writes them, fenced like every checkpoint.
+ */
+
+/** The statuses `retry` continues from. An unreadable run is `failed` too, but its head cannot be read. */
+export const RETRYABLE_STATUSES: readonly RunStatus[] = ['failed', 'capped', 'over-budget'];
+
+/** The usage the first `n` step records carry: the model calls that chose those steps. */
+export function usageOfSteps(state: RunState, n = state.steps.length): Usage {
+  return state.steps.slice(0, n).reduce((sum, s) => addUsage(sum, s.usage), { ...ZERO_USAGE });
+}
+
+/**
+ * The run as it stood after step `n`: its first n steps, their usage summed, running, nothing pending.
+ * Goal, agent, cap and budget are the run's now (only a retry changes cap or budget). The usage is what
+ * the step records carry: model calls whose reply was discarded count only toward the run's own total.
+ */
+export function stateAtStep(state: RunState, n: number): RunState {
+  if (!Number.isInteger(n) || n < 0) throw new InvalidInputError(`the step must be a whole number from 0, got ${n}`);
+  if (n > state.step) throw new InvalidInputError(`run ${state.runId} has ${state.step} completed steps; there is no step ${n}`);
+  const { pending: _p, wait: _w, lastError: _e, retryNote: _n, reason: _r, summary: _s, ...rest } = state;
+  return { ...rest, status: 'running', step: n, failures: 0, steps: state.steps.slice(0, n), usage: usageOfSteps(state, n) };
+}
+
+export interface ForkOptions {
+  runId: string;
+  /** The parent's version the fork was read at. */
+  version: number;
+  now: number;
+  goal?: string;
+  stepCap?: number;
+  budget?: Budget;
+}
+
+/** A new run that starts from `parent` after step n: its copies of the first n steps, then its own. */
+export function forkState(parent: RunState, n: number, options: ForkOptions): RunState {
+  const at = stateAtStep(parent, n);
+  const forkedFrom: ForkedFrom = { runId: parent.runId, step: n, version: options.version };
+  const { budget: _b, forkedFrom: _f, ...rest } = at;
+  const budget = options.budget ?? parent.budget;
+  const stepCap = options.stepCap ?? parent.stepCap;
+  checkStepCap(stepCap);
+  return {
+    ...rest, runId: options.runId, goal: options.goal ?? parent.goal, stepCap, forkedFrom,
+    ...(budget ? { budget: checkBudget(budget) } : {}),
+    createdAt: options.now, updatedAt: options.now,
+  };
+}
+
+export interface RetryOptions {
+  now: number;
+  /** The new step cap; a capped run without one gets DEFAULT_CAP_RAISE more. */
+  stepCap?: number;
+  /** Replaces the given parts of the budget. */
+  budget?: Budget;
+}
+
+/** How much a capped run's cap grows on retry unless given: half the cap again, at least 10 steps. */
+export function defaultRaisedCap(state: RunState): number {
+  return state.stepCap + Math.max(10, Math.ceil(state.stepCap / 2));
+}
+
+/**
+ * A failed, capped or over-budget run, running again from its last checkpoint: no failures, no error, no
+ * reason; the recorded decision (if any) stays, so the next step runs that call with its key. A capped
+ * run gets a higher cap; an over-budget run must be given a budget it has not reached.
+ */
+export function retryState(state: RunState, options: RetryOptions, usd?: number): RunState {
+  if (!RETRYABLE_STATUSES.includes(state.status)) {
+    throw new InvalidInputError(`run ${state.runId} is ${state.status}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried`);
+  }
+  const stepCap = options.stepCap ?? (state.status === 'capped' ? defaultRaisedCap(state) : state.stepCap);
+  checkStepCap(stepCap);
+  // At its cap a run asks the model once more for DONE only; a capped run needs room for more steps.
+  if (stepCap < state.step || (state.status === 'capped' && stepCap <= state.step)) {
+    throw new InvalidInputError(`a step cap of ${stepCap} leaves run ${state.runId} no step to take: it has done ${state.step}`);
+  }
+  const budget = options.budget || state.budget ? checkBudget({ ...state.budget, ...options.budget }) : undefined;
+  if (budget) {
+    const over = budgetReached(budget, state.usage, usd);
+    if (over) throw new InvalidInputError(`run ${state.runId} would stop again at once: ${over}; raise it with --budget-tokens or --budget-usd`);
+  }
+  const { lastError: _e, reason: _r, budget: _b, ...rest } = state;
+  return { ...rest, status: 'running', failures: 0, stepCap, ...(budget ? { budget } : {}), updatedAt: options.now };
+}
+
+/** What a cancel request records: who asked, when, and why. */
+export function cancelRequest(by: string, at: number, why?: string): string {
+  return `by ${by} at ${new Date(at).toISOString()}${why ? `: ${why}` : ''}`;
+}
+
+/** The run stopped by a cancel: it never advances again. A wait it had is dropped with it. */
+export function cancelState(state: RunState, request: string, now: number, usage?: Usage): RunState {
+  const { wait: _w, retryNote: _n, ...rest } = state;
+  return { ...rest, status: 'cancelled', reason: `cancelled ${request}`, usage: addUsage(state.usage, usage), updatedAt: now };
+}
+
+/** The run stopped before a model call that its budget does not allow. */
+export function overBudgetState(state: RunState, reason: string, now: number): RunState {
+  const { retryNote: _n, ...rest } = state;
+  return { ...rest, status: 'over-budget', reason, updatedAt: now };
+}
+
+/** Every token of a usage, however it was billed: what a token budget counts. */
+export function totalTokens(usage: Usage): number {
+  return usage.inputTokens + usage.outputTokens + usage.cacheWriteTokens + usage.cacheReadTokens;
+}
+
+/**
+ * Why a run with this usage may not call the model again, or undefined. `usd` is the estimated cost so
+ * far, undefined when some of the usage has no known price: a dollar budget that cannot be checked stops
+ * the run rather than letting it spend without limit.
+ */
+export function budgetReached(budget: Budget, usage: Usage, usd: number | undefined): string | undefined {
+  const tokens = totalTokens(usage);
+  if (budget.tokens !== undefined && tokens >= budget.tokens) {
+    return `token budget of ${budget.tokens} reached: ${tokens} tokens used`;
+  }
+  if (budget.usd !== undefined) {
+    if (usd === undefined) return `dollar budget of $${budget.usd} cannot be checked: some of the usage is of a model with no known price`;
+    if (usd >= budget.usd) return `dollar budget of $${budget.usd} reached: an estimated $${usd.toFixed(4)} spent`;
+  }
+  return undefined;
+}
+
+export function checkBudget(budget: Budget): Budget {
+  const parsed = budgetSchema.safeParse(budget);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new InvalidInputError(`budget ${issue?.path.join('.') || ''}: ${issue?.message ?? 'invalid'} (tokens: a whole number above 0; usd: a number above 0)`);
+  }
+  return parsed.data;
+}
+
+function checkStepCap(stepCap: number): void {
+  if (!Number.isInteger(stepCap) || stepCap < 1) throw new InvalidInputError(`step cap must be a positive integer, got ${stepCap}`);
+}

@@ -1,0 +1,73 @@
+import { decodeState } from '../../core/codec.ts';
+import { InvalidInputError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
+import { cancelRequest, cancelState } from '../../core/operate.ts';
+import { isTerminal, type RunState, type Usage } from '../../core/state.ts';
+import type { OperateDeps } from './deps.ts';
+
+export interface CancelInput {
+  /** Who cancels: kept in the request and the run's reason. */
+  by: string;
+  reason?: string;
+}
+
+export type CancelOutcome =
+  /** The run was waiting, so nothing was running: it is cancelled now. */
+  | { outcome: 'cancelled'; runId: string; version: number }
+  /** The run is running: it stops at its next step boundary (a step running now still finishes). */
+  | { outcome: 'requested'; runId: string; version: number; request: string }
+  | { outcome: 'already-cancelled'; runId: string; version: number };
+
+const ATTEMPTS = 5;
+
+/**
+ * Stops a run for good. A waiting run has nothing running, so it is cancelled at once, by a checkpoint
+ * fenced on its waiting version (an answer racing it either wins first, and the run is then cancelled at
+ * its next boundary, or loses). A running run may have a step in flight on some worker, and that step
+ * must finish and be recorded: the version must not move under it, so the request is written beside the
+ * version (CheckpointStore.requestCancel), and the next delivery, or the wait that step saves, applies it
+ * before anything else happens.
+ */
+export async function cancelRun(deps: OperateDeps, runId: string, input: CancelInput): Promise<CancelOutcome> {
+  const by = input.by.trim();
+  if (!by || by.length > 254) throw new InvalidInputError('say who cancels (--as, or "by" in the API): 1 to 254 characters');
+  if (input.reason !== undefined && input.reason.length > 1000) throw new InvalidInputError('the reason is limited to 1,000 characters');
+  for (let attempt = 1; ; attempt++) {
+    const stored = await deps.store.load(runId);
+    if (!stored) throw new UnknownRunError(runId);
+    if (stored.status === 'cancelled') return { outcome: 'already-cancelled', runId, version: stored.version };
+    if (isTerminal(stored.status)) throw new InvalidInputError(`run ${runId} has already ended (${stored.status}): nothing to cancel`);
+    try {
+      if (stored.status === 'running') {
+        if (stored.cancelRequested !== undefined) return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested };
+        const request = cancelRequest(by, deps.clock.now(), input.reason);
+        await deps.store.requestCancel(runId, stored.version, request);
+        deps.log.info({ event: 'cancel-requested', runId, version: stored.version, request }, 'cancel requested: the run stops at its next step boundary');
+        // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live.
+        await deps.queue.redrive({ runId, version: stored.version });
+        return { outcome: 'requested', runId, version: stored.version, request };
+      }
+      const version = await commitCancel(deps, stored.version, decodeState(stored), cancelRequest(by, deps.clock.now(), input.reason));
+      return { outcome: 'cancelled', runId, version };
+    } catch (error) {
+      // The run moved (a step committed, an answer came): look again.
+      if (error instanceof StaleVersionError && attempt < ATTEMPTS) continue;
+      throw error;
+    }
+  }
+}
+
+/** Writes the cancelled checkpoint at `version`: a step boundary, or a waiting run. */
+export async function commitCancel(
+  deps: Pick<OperateDeps, 'store' | 'workerId' | 'codeVersion' | 'log' | 'clock'>,
+  version: number, state: RunState, request: string, usage?: Usage,
+): Promise<number> {
+  const next = cancelState(state, request, deps.clock.now(), usage);
+  const written = await deps.store.commit({
+    runId: state.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
+  });
+  deps.log.info({
+    event: 'checkpoint', runId: state.runId, step: state.step, version: written.version, workerId: deps.workerId,
+    bytes: written.bytes, status: 'cancelled', reason: next.reason,
+  }, 'run cancelled');
+  return written.version;
+}

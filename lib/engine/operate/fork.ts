@@ -1,0 +1,75 @@
+import { randomBytes } from 'node:crypto';
+import { decodeState } from '../../core/codec.ts';
+import { InvalidInputError } from '../../core/errors.ts';
+import { forkState } from '../../core/operate.ts';
+import type { Budget, ForkedFrom } from '../../core/state.ts';
+import { RUN_ID_PATTERN, validateGoal, validateRunId } from '../start.ts';
+import type { OperateDeps } from './deps.ts';
+import { loadRun } from './load.ts';
+
+export interface ForkInput {
+  /** The fork starts from the state after this step of its parent (0: from the goal alone). */
+  fromStep: number;
+  /** Default `<parent>-fork-<step>-<6 random characters>`. */
+  runId?: string;
+  /** Default the parent's goal. */
+  goal?: string;
+  /** Default the parent's. */
+  stepCap?: number;
+  /** Default the parent's. */
+  budget?: Budget;
+}
+
+export interface ForkResult {
+  runId: string;
+  /** False when a run with this id existed already: the same fork, made before (nothing changed). */
+  created: boolean;
+  version: number;
+  forkedFrom: ForkedFrom;
+}
+
+/**
+ * A new run that starts from another after its step n. Its create writes copies of the parent's first n
+ * step records as its own rows, so it replays nothing, and a worker's step cache (by store and run id)
+ * cannot mix its steps with the parent's. Its next step is n + 1 under its own run id, so its idempotency
+ * keys are its own: nothing of the parent is applied again or wrongly skipped. The parent is only read.
+ * Step records never change once written, so this reads a consistent state of any parent, even running.
+ */
+export async function forkRun(deps: OperateDeps, parentId: string, input: ForkInput): Promise<ForkResult> {
+  const { stored, state: parent } = await loadRun(deps.store, parentId, 'fork');
+  const step = input.fromStep;
+  const runId = validateRunId(input.runId ?? defaultForkId(parentId, step));
+  const goal = input.goal === undefined ? undefined : validateGoal(input.goal);
+  const state = forkState(parent, step, {
+    runId, version: stored.version, now: deps.clock.now(),
+    ...(goal !== undefined ? { goal } : {}),
+    ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}),
+    ...(input.budget ? { budget: input.budget } : {}),
+  });
+  const forkedFrom = state.forkedFrom!;
+  const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion });
+  if (!created.created) {
+    // Like a repeated start: the same fork again changes nothing, any other run of that id is refused.
+    const existing = await deps.store.load(runId);
+    let from: ForkedFrom | undefined;
+    try { from = existing && decodeState(existing).forkedFrom; } catch { from = undefined; }
+    if (!existing || from?.runId !== parentId || from.step !== step) {
+      throw new InvalidInputError(`run ${runId} already exists and is not a fork of ${parentId} at step ${step}: choose another --run-id`);
+    }
+    if (existing.status === 'running') await deps.queue.redrive({ runId, version: existing.version });
+    return { runId, created: false, version: existing.version, forkedFrom: from };
+  }
+  deps.log.info({
+    event: 'checkpoint', runId, step, version: created.version, workerId: deps.workerId, bytes: created.bytes, status: 'running',
+    forkedFrom,
+  }, 'run forked');
+  await deps.queue.send({ runId, version: created.version });
+  return { runId, created: true, version: created.version, forkedFrom };
+}
+
+/** `<parent>-fork-<step>-<random>`, the parent's part cut so the id stays within RUN_ID_PATTERN. */
+export function defaultForkId(parentId: string, step: number): string {
+  const suffix = `-fork-${step}-${randomBytes(3).toString('hex')}`;
+  const id = `${parentId.slice(0, 128 - suffix.length)}${suffix}`;
+  return RUN_ID_PATTERN.test(id) ? id : `fork${suffix}`;
+}

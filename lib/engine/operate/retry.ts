@@ -1,0 +1,57 @@
+import { StaleVersionError } from '../../core/errors.ts';
+import { retryState } from '../../core/operate.ts';
+import type { Budget, RunStatus } from '../../core/state.ts';
+import { estimatedUsd } from '../budget.ts';
+import type { OperateDeps } from './deps.ts';
+import { loadRun } from './load.ts';
+
+export interface RetryInput {
+  /** The new step cap. A capped run without one gets half its cap again, at least 10 steps. */
+  stepCap?: number;
+  /** Replaces these parts of the run's budget; an over-budget run needs one it has not reached. */
+  budget?: Budget;
+  /** Prices usage no step records a model for (the CLI's STEPWISE_MODEL or the default model). */
+  pricingModel?: string;
+}
+
+export interface RetryResult {
+  runId: string;
+  version: number;
+  from: RunStatus;
+  stepCap: number;
+  budget?: Budget;
+}
+
+/**
+ * Continues a failed, capped or over-budget run from its last checkpoint: a checkpoint fenced on the
+ * version it read (two retries at once: one wins, the other finds the run running), then the message for
+ * the new version. The new version was never sent, so a plain send is enough; if this process dies
+ * between the two, the run is running with no message, which the sweep re-drives.
+ */
+export async function retryRun(deps: OperateDeps, runId: string, input: RetryInput): Promise<RetryResult> {
+  for (let attempt = 1; ; attempt++) {
+    const { stored, state } = await loadRun(deps.store, runId, 'retry');
+    const next = retryState(state, {
+      now: deps.clock.now(),
+      ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}),
+      ...(input.budget ? { budget: input.budget } : {}),
+    }, estimatedUsd(state, input.pricingModel));
+    let version: number;
+    try {
+      const written = await deps.store.commit({
+        runId, expectedVersion: stored.version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
+      });
+      version = written.version;
+      deps.log.info({
+        event: 'checkpoint', runId, step: next.step, version, workerId: deps.workerId, bytes: written.bytes, status: 'running',
+        retriedFrom: state.status, stepCap: next.stepCap, ...(next.budget ? { budget: next.budget } : {}),
+      }, 'run retried');
+    } catch (error) {
+      // Something else moved it first: the next look says what it is now.
+      if (error instanceof StaleVersionError && attempt < 3) continue;
+      throw error;
+    }
+    await deps.queue.send({ runId, version });
+    return { runId, version, from: state.status, stepCap: next.stepCap, ...(next.budget ? { budget: next.budget } : {}) };
+  }
+}

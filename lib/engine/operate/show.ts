@@ -1,0 +1,77 @@
+import { stateAtStep } from '../../core/operate.ts';
+import type { Budget, Decision, ForkedFrom, RunStatus, StepRecord, Usage, WaitRecord } from '../../core/state.ts';
+import { runCost } from '../../llm/cost.ts';
+import type { BlobStore, CheckpointStore } from '../../ports.ts';
+import { pricingModelOf } from '../budget.ts';
+import { loadRun } from './load.ts';
+
+/** A step as shown: its record, plus its whole output when asked for and stored by reference. */
+export interface StepView extends StepRecord {
+  /** The full output, fetched from the blob store (only with `full`, only for outputs stored by ref). */
+  output?: string;
+  /** The output's blob is not in the blob store. */
+  outputMissing?: boolean;
+}
+
+/** A run as it stood after one of its steps (by default its latest), for `stepwise show` and the API. */
+export interface RunView {
+  runId: string;
+  agent: string;
+  goal: string;
+  /** The run now: its latest status, version and completed steps. */
+  status: RunStatus;
+  version: number;
+  step: number;
+  stepCap: number;
+  budget?: Budget;
+  forkedFrom?: ForkedFrom;
+  reason?: string;
+  summary?: string;
+  failures: number;
+  lastError?: string;
+  cancelRequested?: string;
+  pending?: Decision;
+  wait?: WaitRecord;
+  /** The step this view stands after; `steps` are the first `atStep` steps. */
+  atStep: number;
+  /**
+   * At the latest step, the run's usage (discarded model calls included); at an earlier step, the usage
+   * of the first `atStep` steps' model calls.
+   */
+  usage: Usage;
+  cost: { usd: number; priced: boolean };
+  steps: StepView[];
+}
+
+export interface ShowOptions {
+  /** Show the state after this step (default: the latest). */
+  step?: number;
+  /** Fetch outputs stored by reference: true for every shown step, or only these steps. */
+  full?: boolean | number[];
+  /** Prices usage no step records a model for. */
+  pricingModel?: string;
+}
+
+export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }, runId: string, options: ShowOptions = {}): Promise<RunView> {
+  const { stored, state } = await loadRun(deps.store, runId, 'show');
+  const atStep = options.step ?? state.step;
+  const at = atStep === state.step ? state : stateAtStep(state, atStep);
+  const fallback = pricingModelOf(at, options.pricingModel);
+  const cost = runCost(at, fallback ?? '');
+  const wanted = options.full === true ? () => true : (n: number) => Array.isArray(options.full) && options.full.includes(n);
+  const steps = await Promise.all(at.steps.map(async (record): Promise<StepView> => {
+    if (!record.result.ref || !wanted(record.step)) return record;
+    const data = await deps.blobs.get(record.result.ref);
+    return data ? { ...record, output: data.toString('utf8') } : { ...record, outputMissing: true };
+  }));
+  return {
+    runId, agent: state.agent, goal: state.goal, status: state.status, version: stored.version, step: state.step, stepCap: state.stepCap,
+    ...(state.budget ? { budget: state.budget } : {}), ...(state.forkedFrom ? { forkedFrom: state.forkedFrom } : {}),
+    ...(state.reason ? { reason: state.reason } : {}), ...(state.summary ? { summary: state.summary } : {}),
+    failures: state.failures, ...(state.lastError ? { lastError: state.lastError } : {}),
+    ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
+    ...(atStep === state.step && state.pending ? { pending: state.pending } : {}),
+    ...(atStep === state.step && state.wait ? { wait: state.wait } : {}),
+    atStep, usage: at.usage, cost: { usd: cost.usd, priced: cost.priced }, steps,
+  };
+}

@@ -1,0 +1,81 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { defineAgent } from '../../lib/agent.ts';
+import { retryRun } from '../../lib/engine/operate/retry.ts';
+import { startRun } from '../../lib/engine/start.ts';
+import type { ModelReply } from '../../lib/ports.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+/** writeRowsScript, but every reply says which model answered and uses 100,000 input tokens. */
+function pricedScript(total: number, model = 'claude-opus-5-5') {
+  return (step: number): ModelReply => step <= total
+    ? { kind: 'tool', tool: 'write_row', input: { row: step }, model, usage: { inputTokens: 100_000, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 } }
+    : { kind: 'done', summary: 'done', model };
+}
+
+describe('budgets', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  function setup(script: (step: number) => ModelReply, agent = rowsAgent(new FakeRows())) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(script);
+    const w = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+    return { ...w, clock, model };
+  }
+
+  it('a token budget stops the run before the model call that would go past it; retry with a raised budget continues it', async () => {
+    const { deps, runtime, clock, model } = setup(writeRowsScript(5));
+    await startRun(deps, { goal: 'write the rows', runId: 'run', budget: { tokens: 300 } });
+    await drain(deps, runtime, clock);
+    const stopped = await loadState(runtime);
+    // 120 tokens a step: after step 3 the run has used 360, so step 4 never asks the model.
+    expect(stopped).toMatchObject({ status: 'over-budget', step: 3, budget: { tokens: 300 }, reason: 'token budget of 300 reached: 360 tokens used' });
+    expect(model.stepsAsked()).toEqual([1, 2, 3]);
+    expect((await runtime.store.history('run')).at(-1)).toMatchObject({ status: 'over-budget', step: 3 });
+    expect((await runtime.store.list({ status: 'over-budget' })).map((r) => r.runId)).toEqual(['run']);
+
+    await expect(retryRun(deps, 'run', {})).rejects.toThrow(/would stop again at once: token budget of 300 reached: 360 tokens used/);
+    await expect(retryRun(deps, 'run', { budget: { tokens: 360 } })).rejects.toThrow(/would stop again at once/);
+    expect(await retryRun(deps, 'run', { budget: { tokens: 1000 } })).toMatchObject({ from: 'over-budget', budget: { tokens: 1000 } });
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 5, budget: { tokens: 1000 } });
+    expect(model.stepsAsked()).toEqual([1, 2, 3, 4, 5, 6]);
+  });
+
+  it('a dollar budget is checked against the estimate from the recorded usage and the price table', async () => {
+    const { deps, runtime, clock, model } = setup(pricedScript(5));
+    await startRun(deps, { goal: 'write the rows', runId: 'run', budget: { usd: 1 } });
+    await drain(deps, runtime, clock);
+    // claude-opus-5-5 input is $4 per million: $0.40 a step, so the fourth step would start past $1.
+    expect(await loadState(runtime)).toMatchObject({ status: 'over-budget', step: 3, reason: 'dollar budget of $1 reached: an estimated $1.2000 spent' });
+    expect(model.stepsAsked()).toEqual([1, 2, 3]);
+    await retryRun(deps, 'run', { budget: { usd: 5 } });
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 5, budget: { usd: 5 } });
+  });
+
+  it('a dollar budget that cannot be priced stops the run instead of letting it spend without limit', async () => {
+    const { deps, runtime, clock, model } = setup(pricedScript(5, 'some-unpriced-model'));
+    await startRun(deps, { goal: 'write the rows', runId: 'run', budget: { usd: 100 } });
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'over-budget', step: 1, reason: expect.stringMatching(/cannot be checked/) });
+    expect(model.stepsAsked()).toEqual([1]);
+  });
+
+  it('the budget comes from the agent\'s settings unless the start gives one; bad budgets are refused', async () => {
+    const base = rowsAgent(new FakeRows());
+    const agent = defineAgent({ ...base, settings: { ...base.settings, budget: { tokens: 200 } } });
+    const { deps, runtime, clock } = setup(writeRowsScript(5), agent);
+    await start(deps, 'from settings', 'a');
+    await startRun(deps, { goal: 'from the start', runId: 'b', budget: { tokens: 500 } });
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime, 'a')).toMatchObject({ status: 'over-budget', step: 2, budget: { tokens: 200 } });
+    expect(await loadState(runtime, 'b')).toMatchObject({ status: 'over-budget', step: 5, budget: { tokens: 500 } });
+    await expect(startRun(deps, { goal: 'x', runId: 'c', budget: { tokens: -1 } })).rejects.toThrow(/budget tokens/);
+    await expect(startRun(deps, { goal: 'x', runId: 'c', budget: { usd: 0 } })).rejects.toThrow(/budget usd/);
+    expect(await runtime.store.load('c')).toBeUndefined();
+  });
+});

@@ -1,0 +1,136 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { advance } from '../../lib/engine/advance.ts';
+import { cancelRun } from '../../lib/engine/operate/cancel.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import type { Model } from '../../lib/ports.ts';
+import { answerWait } from '../../lib/waits/answer.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { gate } from '../support/gate.ts';
+import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
+
+describe('cancel', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('a running run stops at its next step boundary: no model call, no tool; cancelled, with who and why', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const model = new StubModel(writeRowsScript(5));
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    const outcome = await cancelRun(w.deps, 'run', { by: 'ops@example.com', reason: 'wrong table' });
+    expect(outcome).toMatchObject({ outcome: 'requested', runId: 'run', version: 2 });
+    // Until the boundary the run is still running, with the request on it.
+    const requested = (await w.runtime.store.load('run'))!;
+    expect(requested).toMatchObject({ status: 'running', version: 2, cancelRequested: expect.stringMatching(/^by ops@example\.com at \d{4}-.*: wrong table$/) });
+    expect(await cancelRun(w.deps, 'run', { by: 'someone-else' })).toMatchObject({ outcome: 'requested', version: 2 });
+    await drain(w.deps, w.runtime, clock);
+    const state = await loadState(w.runtime);
+    expect(state).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
+    expect(model.stepsAsked()).toEqual([1]);
+    expect(rows.received).toEqual(['run/step-1']);
+    expect((await w.runtime.store.history('run')).at(-1)).toMatchObject({ version: 3, step: 1, status: 'cancelled' });
+    // It never advances again, whatever message comes for it.
+    await w.runtime.queue.redrive({ runId: 'run', version: 3 });
+    await w.runtime.queue.send({ runId: 'run', version: 2 });
+    await drain(w.deps, w.runtime, clock);
+    expect(await loadState(w.runtime)).toEqual(state);
+    expect(model.stepsAsked()).toEqual([1]);
+    expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'already-cancelled', version: 3 });
+    w.runtime.close();
+  });
+
+  it('a waiting run is cancelled at once; an answer, an event or its timer that comes later changes nothing', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const dropped: string[] = [];
+    const model = new ApprovalFlowModel();
+    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), dropped), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    const waiting = await loadState(w.runtime);
+    expect(waiting.status).toBe('waiting');
+    const outcome = await cancelRun(w.deps, 'run', { by: 'ops@example.com' });
+    expect(outcome).toMatchObject({ outcome: 'cancelled', version: 4 });
+    const cancelled = await loadState(w.runtime);
+    expect(cancelled).toMatchObject({ status: 'cancelled', step: 1 });
+    expect(cancelled.wait).toBeUndefined();
+    expect(await w.runtime.store.dueWaits(Number.MAX_SAFE_INTEGER)).toEqual([]);
+    const answer = await answerWait(w.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'approved', by: APPROVER } });
+    expect(answer).toMatchObject({ outcome: 'not-waiting', status: 'cancelled' });
+    // The wait's timer comes due: nothing moves.
+    clock.advance(2 * 3_600_000);
+    await drain(w.deps, w.runtime, clock);
+    expect(await loadState(w.runtime)).toEqual(cancelled);
+    expect(model.prompts).toHaveLength(2);
+    expect(dropped).toEqual([]);
+    w.runtime.close();
+  });
+
+  it('a cancel that comes while a step begins a wait cancels the run as soon as the wait is saved', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const held = gate();
+    const inner = new ApprovalFlowModel();
+    // Held inside the model call that will ask for approval (step 2).
+    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
+    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
+    await start(w.deps);
+    const [first] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    await handleDelivery(w.deps, first!);
+    await w.runtime.queue.ack(first!);
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const handling = handleDelivery(w.deps, delivery!);
+    await held.reached;
+    expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'requested', version: 2 });
+    held.open();
+    await handling;
+    await w.runtime.queue.ack(delivery!);
+    const state = await loadState(w.runtime);
+    expect(state).toMatchObject({ status: 'cancelled', step: 1 });
+    expect((await w.runtime.store.history('run')).map((h) => h.status)).toEqual(['running', 'running', 'waiting', 'cancelled']);
+    await drain(w.deps, w.runtime, clock);
+    expect((await loadState(w.runtime)).status).toBe('cancelled');
+    expect(inner.prompts).toHaveLength(2);
+    w.runtime.close();
+  });
+
+  it('an answer that comes before the worker that saved the wait applies the cancel finds the run cancelled', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const held = gate();
+    const inner = new ApprovalFlowModel();
+    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
+    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    // advance alone saves the wait and goes no further (the delivery's driveWait never runs).
+    const stepping = advance(w.deps, 'run');
+    await held.reached;
+    await cancelRun(w.deps, 'run', { by: 'ops@example.com' });
+    held.open();
+    expect(await stepping).toMatchObject({ kind: 'advanced', state: { status: 'waiting' } });
+    const waiting = await loadState(w.runtime);
+    const answer = await answerWait(w.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'approved', by: APPROVER } });
+    expect(answer).toMatchObject({ outcome: 'not-waiting', status: 'cancelled' });
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1 });
+    w.runtime.close();
+  });
+
+  it('refuses to cancel a run that ended, or one that does not exist', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
+    await start(w.deps);
+    await drain(w.deps, w.runtime, clock);
+    await expect(cancelRun(w.deps, 'run', { by: 'ops' })).rejects.toThrow(/run run has already ended \(completed\): nothing to cancel/);
+    await expect(cancelRun(w.deps, 'nobody', { by: 'ops' })).rejects.toThrow(/unknown run: nobody/);
+    await expect(cancelRun(w.deps, 'run', { by: '' })).rejects.toThrow(/who cancels/);
+    w.runtime.close();
+  });
+});

@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeState } from '../../lib/core/codec.ts';
+import { startHttpApp } from '../support/http-app.ts';
+import { workVisible } from '../support/queue-work.ts';
+
+let app: Awaited<ReturnType<typeof startHttpApp>>;
+beforeAll(async () => { app = await startHttpApp(); });
+afterAll(async () => { await app?.close(); });
+
+const json = async (response: Response) => ({ status: response.status, body: await response.json() as any });
+const post = (path: string, body: unknown) => app.api(path, { method: 'POST', body: JSON.stringify(body) });
+
+describe('operating runs through the API', () => {
+  it('wants the bearer token on the operating routes too', async () => {
+    for (const [method, path] of [['POST', '/runs/x/fork'], ['POST', '/runs/x/retry'], ['POST', '/runs/x/cancel'], ['GET', '/runs/x/steps/1']] as const) {
+      const response = await fetch(`${app.url}${path}`, { method, headers: { 'content-type': 'application/json' }, ...(method === 'POST' ? { body: '{}' } : {}) });
+      expect(response.status, path).toBe(401);
+    }
+  });
+
+  it('starts with a budget, shows the state at a step, forks from it and cancels', async () => {
+    const started = await json(await post('/runs', { goal: 'copy the rows', runId: 'op-api', budget: { tokens: 100_000, usd: 2.5 } }));
+    expect(started.status).toBe(201);
+    expect((await json(await app.api('/runs/op-api'))).body.run.budget).toEqual({ tokens: 100_000, usd: 2.5 });
+    expect((await post('/runs', { goal: 'x', budget: { tokens: 0 } })).status).toBe(400);
+    await workVisible(app.deps, app.runtime);
+    expect(decodeState((await app.runtime.store.load('op-api'))!).status).toBe('waiting');
+
+    const step = await json(await app.api('/runs/op-api/steps/1'));
+    expect(step).toMatchObject({
+      status: 200,
+      body: { run: { runId: 'op-api', goal: 'copy the rows', status: 'waiting', step: 1 }, atStep: 1, record: { step: 1, tool: 'write_row', input: { row: 1 }, idempotencyKey: 'op-api/step-1', workerId: 'worker-A' } },
+    });
+    expect((await json(await app.api('/runs/op-api/steps/2'))).body.error).toContain('there is no step 2');
+    expect((await app.api('/runs/op-api/steps/one')).status).toBe(400);
+    expect((await app.api('/runs/nobody/steps/1')).status).toBe(404);
+
+    const forked = await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f', goal: 'copy them again' }));
+    expect(forked).toMatchObject({ status: 201, body: { runId: 'op-api-f', created: true, version: 1, forkedFrom: { runId: 'op-api', step: 1 } } });
+    expect(await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f' }))).toMatchObject({ status: 200, body: { created: false } });
+    const badFork = await json(await post('/runs/op-api/fork', { runId: 'x' }));
+    expect(badFork.status).toBe(400);
+    expect(badFork.body.error).toContain('fromStep');
+    expect((await post('/runs/nobody/fork', { fromStep: 0 })).status).toBe(404);
+
+    const cancelled = await json(await post('/runs/op-api/cancel', { by: 'ops@example.com', reason: 'not needed' }));
+    expect(cancelled).toMatchObject({ status: 200, body: { outcome: 'cancelled' } });
+    expect((await json(await app.api('/runs/op-api'))).body.run).toMatchObject({ status: 'cancelled', reason: expect.stringContaining('by ops@example.com') });
+    const requested = await json(await post('/runs/op-api-f/cancel', { by: 'ops@example.com' }));
+    expect(requested).toMatchObject({ status: 200, body: { outcome: 'requested' } });
+    await workVisible(app.deps, app.runtime);
+    expect(decodeState((await app.runtime.store.load('op-api-f'))!)).toMatchObject({ status: 'cancelled', step: 1, forkedFrom: { runId: 'op-api' } });
+    expect((await post('/runs/op-api/cancel', {})).status).toBe(400);
+    const retryCancelled = await json(await post('/runs/op-api/retry', {}));
+    expect(retryCancelled.status).toBe(400);
+    expect(retryCancelled.body.error).toContain('is cancelled');
+  });
+
+  it('retries a capped run with a raised cap', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-cap', stepCap: 1 })).status).toBe(201);
+    await workVisible(app.deps, app.runtime);
+    expect(decodeState((await app.runtime.store.load('op-cap'))!).status).toBe('capped');
+    expect((await post('/runs/op-cap/retry', { stepCap: 'many' })).status).toBe(400);
+    const retried = await json(await post('/runs/op-cap/retry', { stepCap: 5, budget: { tokens: 10_000 } }));
+    expect(retried).toMatchObject({ status: 200, body: { runId: 'op-cap', from: 'capped', stepCap: 5, budget: { tokens: 10_000 } } });
+    await workVisible(app.deps, app.runtime);
+    expect(decodeState((await app.runtime.store.load('op-cap'))!)).toMatchObject({ status: 'waiting', stepCap: 5 });
+  });
+});
