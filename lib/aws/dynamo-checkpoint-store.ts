@@ -11,6 +11,7 @@ import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import { DEFAULT_RETENTION_DAYS } from '../settings.ts';
 import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
 import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts, type CancellationReason } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
@@ -21,7 +22,7 @@ import {
   checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
-export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000;
+export const DEFAULT_RETENTION_MS = DEFAULT_RETENTION_DAYS * 24 * 3600 * 1000;
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
 const REASON_ATTRIBUTE_LIMIT = 1000;
 

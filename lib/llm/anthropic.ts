@@ -5,6 +5,7 @@ import { ModelKeyError, PermanentError, StepwiseError, TransientError, errorMess
 import { excerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
+import { DEFAULT_DEADLINE_MS, MODEL_ENV } from '../settings.ts';
 import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**
@@ -14,14 +15,14 @@ import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /** The docs' recommended starting model ("start with Claude Opus 5.5 for most workloads"), built for long agentic runs. */
 export const DEFAULT_MODEL = 'claude-opus-5-5';
-export const MODEL_ENV = 'STEPWISE_MODEL';
+export { MODEL_ENV };
 /** Room for adaptive thinking (always on for Opus 5.5) plus one tool call; under the SDK's 21,333 non-streaming cap. */
 export const DEFAULT_MAX_TOKENS = 8192;
 export const DEFAULT_MAX_RETRIES = 2;
 /** One HTTP attempt. A step's reply is short, but thinking models can take minutes before the first byte. */
 export const DEFAULT_ATTEMPT_TIMEOUT_MS = 180_000;
-/** The whole call, retries and their waits included; the caller's signal can cut it shorter. */
-export const DEFAULT_DEADLINE_MS = 300_000;
+/** DEFAULT_DEADLINE_MS: the whole call, retries and their waits included; the caller's signal can cut it shorter. */
+export { DEFAULT_DEADLINE_MS };
 /** The API accepts at most this many cache_control breakpoints per request. */
 export const MAX_CACHE_BREAKPOINTS = 4;
 
