@@ -37,6 +37,8 @@ export const MIN_WORKER_TIMEOUT_SECONDS = Math.ceil((DEFAULT_DEADLINE_MS + DEFAU
 /** AWS's advice for an SQS event source, so a message is not redelivered while its batch still runs. */
 export const VISIBILITY_PER_TIMEOUT = 6;
 
+export const FIFO_REQUIRED = 'the run queue must be a FIFO queue: one step of a run at a time (group = run), and deduplication of a repeated enqueue (id = run/version); a standard queue would run duplicate steps and circulate stale messages';
+
 export function invariantErrors(facts: DeploymentFacts): string[] {
   const errors: string[] = [];
   const need = (value: number | undefined, what: string): value is number => {
@@ -47,9 +49,7 @@ export function invariantErrors(facts: DeploymentFacts): string[] {
     return true;
   };
 
-  if (facts.queueFifo !== true) {
-    errors.push('the run queue must be a FIFO queue: one step of a run at a time (group = run), and deduplication of a repeated enqueue (id = run/version); a standard queue would run duplicate steps and circulate stale messages');
-  }
+  if (facts.queueFifo !== true) errors.push(FIFO_REQUIRED);
   if (!facts.functionResponseTypes?.includes('ReportBatchItemFailures')) {
     errors.push('the worker\'s SQS event source must report batch item failures (ReportBatchItemFailures): without it one record to retry makes Lambda redeliver the whole batch, re-running steps of other runs and holding their FIFO groups');
   }

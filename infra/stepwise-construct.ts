@@ -28,7 +28,7 @@ import {
   MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV, STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../lib/settings.ts';
 import { describeAgent, type AgentDescription } from './agent-description.ts';
-import { invariantErrors, type DeploymentFacts, type TableFacts } from './invariants.ts';
+import { FIFO_REQUIRED, invariantErrors, type DeploymentFacts, type TableFacts } from './invariants.ts';
 import { StepwiseObservability } from './observability.ts';
 import { HANDLERS, WORKER_BUNDLING, findLockFile, writeWorkerEntry } from './worker-bundle.ts';
 
@@ -352,6 +352,8 @@ export class Stepwise extends Construct {
       if (!dlq) throw new Error(`stepwise: existingQueueObj ${props.existingQueueObj.node.path} has no dead-letter queue; the run queue needs one with a receive count above ${DEFAULT_MAX_RECEIVES}`);
       return { queue: props.existingQueueObj, deadLetterQueue: dlq };
     }
+    // Said before CDK refuses the FIFO-only settings below with a message that does not say why.
+    if (props.queueProps?.fifo === false) throw new Error(`stepwise: ${FIFO_REQUIRED}`);
     const secure = { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true };
     const deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       ...secure, fifo: true, retentionPeriod: Duration.days(14), ...props.deadLetterQueueProps,
