@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+import { dirname } from 'node:path';
 import { Annotations, CfnOutput, Duration, Fn, RemovalPolicy, Stack, Stage, Token, Validations } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
@@ -18,7 +20,6 @@ import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { dirname } from 'node:path';
 import {
   PK, SK, STATUS_INDEX, STATUS_INDEX_ATTRIBUTES, STATUS_KEY, STATUS_SORT, TTL_ATTRIBUTE,
   WAIT_DEADLINE, WAIT_INDEX, WAIT_INDEX_ATTRIBUTES, WAIT_SHARD,
@@ -30,7 +31,7 @@ import {
 import { describeAgent, type AgentDescription } from './agent-description.ts';
 import { FIFO_REQUIRED, invariantErrors, type DeploymentFacts, type TableFacts } from './invariants.ts';
 import { StepwiseObservability } from './observability.ts';
-import { HANDLERS, WORKER_BUNDLING, findLockFile, writeWorkerEntry } from './worker-bundle.ts';
+import { WORKER_BUNDLING, findLockFile, writeEntry, type FunctionKind } from './worker-bundle.ts';
 
 /** Settings of the worker function a user may change; the construct checks them against the invariants. */
 export interface WorkerFunctionProps {
@@ -177,14 +178,14 @@ export class Stepwise extends Construct {
     Validations.of(this.signingKeySecret).acknowledge({ id: 'AwsSolutions-SMG4', reason: 'Rotating the approval signing key would invalidate every approval link still waiting in an inbox; links expire with their wait (3 days by default), and a rotation is a deliberate step (put a new value, accept that open links fail).' });
 
     const depsLockFilePath = props.depsLockFilePath ?? findLockFile();
-    const entry = writeWorkerEntry(Stage.of(this)!.outdir, dirname(depsLockFilePath), props.agentPath, this.agent.exportName);
+    const outdir = Stage.of(this)!.outdir;
     const common: CommonEnvironment = {
       [TABLE_NAME_ENV]: this.table.tableName,
       [BUCKET_NAME_ENV]: this.bucket.bucketName,
       [QUEUE_URL_ENV]: this.queue.queueUrl,
       [RETENTION_DAYS_ENV]: String(retentionDays),
     };
-    const fn = (name: keyof typeof HANDLERS, options: { timeout: Duration; memorySize: number; environment: Record<string, string>; description: string; reserved?: number }) => {
+    const fn = (name: FunctionKind, options: { timeout: Duration; memorySize: number; environment: Record<string, string>; description: string; reserved?: number }) => {
       const logGroup = new logs.LogGroup(this, `${capitalize(name)}Logs`, { retention: logRetention, removalPolicy: RemovalPolicy.DESTROY });
       const role = new iam.Role(this, `${capitalize(name)}Role`, {
         assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
@@ -193,7 +194,7 @@ export class Stepwise extends Construct {
       // Written by the function itself, so the role needs no managed policy with log rights on every group.
       logGroup.grantWrite(role);
       return new NodejsFunction(this, `${capitalize(name)}Function`, {
-        entry, handler: HANDLERS[name], role, logGroup,
+        entry: writeEntry(outdir, dirname(depsLockFilePath), name, props.agentPath, this.agent.exportName), handler: 'handler', role, logGroup,
         runtime: lambda.Runtime.NODEJS_24_X, architecture: lambda.Architecture.ARM_64,
         memorySize: options.memorySize, timeout: options.timeout, description: options.description,
         environment: options.environment, bundling: WORKER_BUNDLING,
@@ -227,8 +228,8 @@ export class Stepwise extends Construct {
       environment: { ...common, [STALL_SECONDS_ENV]: String(stallAfter.toSeconds()) },
     });
 
-    // Stamped at build time: the bundle's content hash, unless the user names the version.
-    this.codeVersion = props.codeVersion ?? `bundle-${bundleHash(this.workerFunction).slice(0, 12)}`;
+    // Stamped at build time: the content hash of the four bundles, unless the user names the version.
+    this.codeVersion = props.codeVersion ?? `bundle-${createHash('sha256').update(this.functions().map(bundleHash).join('\n')).digest('hex').slice(0, 12)}`;
     for (const f of this.functions()) f.addEnvironment(CODE_VERSION_ENV, this.codeVersion);
 
     this.grantData();
@@ -549,7 +550,7 @@ function capitalize(name: string): string {
   return name[0]!.toUpperCase() + name.slice(1);
 }
 
-/** The content hash of a function's bundle (its asset); when a test skips bundling, a stable stand-in. */
+/** The content hash of a function's bundle (its asset); when a test skips bundling, a stand-in. */
 function bundleHash(fn: lambda.Function): string {
   const asset = fn.node.tryFindChild('Code') as s3assets.Asset | undefined;
   if (!asset?.assetHash) throw new Error(`stepwise: no code asset under ${fn.node.path}`);

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** Bump when the stored shape of RunState changes, and add a migration in migrations.ts. */
 export const FORMAT_VERSION = 2;

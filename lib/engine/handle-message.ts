@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Duration } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -28,7 +29,12 @@ const only = (type: string): [string, Json] => {
   return found[0]!;
 };
 const logicalIdOf = (construct: { node: { defaultChild?: unknown } }) => template && (stepwise.node.scope as any).resolve((construct.node.defaultChild as any).logicalId);
-const fnByHandler = (handler: string): [string, Json] => resources('AWS::Lambda::Function').find(([, r]) => r.Properties.Handler === handler)!;
+const FUNCTIONS = { 'worker': 'workerFunction', 'api': 'apiFunction', 'events': 'eventsFunction', 'sweeper': 'sweeperFunction' } as const;
+/** A function of the construct by its role (each has its own bundle whose handler is `index.handler`). */
+const fnOf = (kind: keyof typeof FUNCTIONS, s: Stepwise = stepwise, j: Json = json): [string, Json] => {
+  const id = (s.node.scope as any).resolve((s[FUNCTIONS[kind]].node.defaultChild as any).logicalId) as string;
+  return [id, j.Resources[id]];
+};
 
 beforeAll(() => {
   ({ template, stepwise } = synthStepwise({ model: 'claude-opus-5-5' }));
@@ -118,8 +124,8 @@ describe('the bucket', () => {
   });
 
   it('keeps old versions as long as the history retention, when that changes', () => {
-    const { template: t } = synthStepwise({ retentionDays: 30 });
-    const [, fn] = Object.entries(t.findResources('AWS::Lambda::Function')).find(([, r]) => r.Properties.Handler === 'index.worker')!;
+    const { template: t, stepwise: s } = synthStepwise({ retentionDays: 30 });
+    const [, fn] = fnOf('worker', s, t.toJSON());
     expect(fn.Properties.Environment.Variables[RETENTION_DAYS_ENV]).toBe('30');
     t.hasResourceProperties('AWS::S3::Bucket', { LifecycleConfiguration: { Rules: [Match.objectLike({ NoncurrentVersionExpiration: { NoncurrentDays: 30 } })] } });
   });
@@ -152,20 +158,20 @@ describe('the queues', () => {
 });
 
 describe('the functions', () => {
-  it('run on arm64 and the newest Node runtime Lambda offers, from one bundle with four handlers', () => {
+  it('run on arm64 and the newest Node runtime Lambda offers, each from its own bundle', () => {
     const newestNode = lambda.Runtime.ALL.filter((r) => r.family === lambda.RuntimeFamily.NODEJS && /^nodejs\d+\.x$/.test(r.name))
       .map((r) => r.name).sort((a, b) => Number(b.match(/\d+/)![0]) - Number(a.match(/\d+/)![0]))[0];
     const fns = resources('AWS::Lambda::Function');
-    expect(fns.map(([, f]) => f.Properties.Handler).sort()).toEqual(['index.api', 'index.events', 'index.sweeper', 'index.worker']);
+    expect(fns.map(([id]) => id).sort()).toEqual(Object.keys(FUNCTIONS).map((k) => fnOf(k as keyof typeof FUNCTIONS)[0]).sort());
     for (const [, f] of fns) {
-      expect(f.Properties.Runtime).toBe(newestNode);
-      expect(f.Properties.Architectures).toEqual(['arm64']);
+      expect(f.Properties).toMatchObject({ Runtime: newestNode, Architectures: ['arm64'], Handler: 'index.handler' });
     }
-    expect(new Set(fns.map(([, f]) => f.Properties.Code.S3Key)).size).toBe(1);
+    // Each its own bundle, with only what that function imports.
+    expect(new Set(fns.map(([, f]) => f.Properties.Code.S3Key)).size).toBe(4);
   });
 
   it('give the worker exactly the settings the runtime reads, by the names in lib/settings.ts, and stamp the code version of the bundle', () => {
-    const [, worker] = fnByHandler('index.worker');
+    const [, worker] = fnOf('worker');
     const env = worker.Properties.Environment.Variables as Json;
     const ref = (c: { node: { defaultChild?: unknown } }) => ({ Ref: logicalIdOf(c) });
     expect(env).toEqual({
@@ -178,14 +184,16 @@ describe('the functions', () => {
       [EMAIL_FROM_ENV]: 'agent@example.com',
       [MODEL_ENV]: 'claude-opus-5-5',
       [PUBLIC_URL_ENV]: { 'Fn::GetAtt': [logicalIdOf(stepwise.httpApi), 'ApiEndpoint'] },
-      [CODE_VERSION_ENV]: `bundle-${(worker.Properties.Code.S3Key as string).slice(0, 12)}`,
+      [CODE_VERSION_ENV]: stepwise.codeVersion,
     });
+    const hashes = Object.keys(FUNCTIONS).map((k) => (fnOf(k as keyof typeof FUNCTIONS)[1].Properties.Code.S3Key as string).replace(/\.zip$/, ''));
+    expect(stepwise.codeVersion).toBe(`bundle-${createHash('sha256').update(hashes.join('\n')).digest('hex').slice(0, 12)}`);
     expect(worker.Properties).toMatchObject({ MemorySize: 256, Timeout: 360 });
-    for (const handler of ['index.api', 'index.events', 'index.sweeper']) {
-      expect(fnByHandler(handler)[1].Properties.Environment.Variables[CODE_VERSION_ENV]).toBe(env[CODE_VERSION_ENV]);
+    for (const handler of ['api', 'events', 'sweeper'] as const) {
+      expect(fnOf(handler)[1].Properties.Environment.Variables[CODE_VERSION_ENV]).toBe(env[CODE_VERSION_ENV]);
     }
-    expect(fnByHandler('index.sweeper')[1].Properties.Environment.Variables[STALL_SECONDS_ENV]).toBe('900');
-    expect(fnByHandler('index.api')[1].Properties.Environment.Variables).not.toHaveProperty(API_KEY_SECRET_ENV);
+    expect(fnOf('sweeper')[1].Properties.Environment.Variables[STALL_SECONDS_ENV]).toBe('900');
+    expect(fnOf('api')[1].Properties.Environment.Variables).not.toHaveProperty(API_KEY_SECRET_ENV);
   });
 
   it('take the code version from a prop when given', () => {
@@ -194,7 +202,7 @@ describe('the functions', () => {
   });
 
   it('feed the worker from the queue with partial batch responses, one record per invocation by default', () => {
-    const [workerId] = fnByHandler('index.worker');
+    const [workerId] = fnOf('worker');
     const [, mapping] = only('AWS::Lambda::EventSourceMapping');
     expect(mapping.Properties).toEqual({
       BatchSize: 1, EventSourceArn: { 'Fn::GetAtt': [logicalIdOf(stepwise.queue), 'Arn'] }, FunctionName: { Ref: workerId },
@@ -217,7 +225,7 @@ describe('the HTTP API', () => {
     const [apiId, api] = only('AWS::ApiGatewayV2::Api');
     expect(api.Properties.ProtocolType).toBe('HTTP');
     const [, integration] = only('AWS::ApiGatewayV2::Integration');
-    expect(integration.Properties).toMatchObject({ ApiId: { Ref: apiId }, IntegrationType: 'AWS_PROXY', PayloadFormatVersion: '2.0', IntegrationUri: { 'Fn::GetAtt': [fnByHandler('index.api')[0], 'Arn'] } });
+    expect(integration.Properties).toMatchObject({ ApiId: { Ref: apiId }, IntegrationType: 'AWS_PROXY', PayloadFormatVersion: '2.0', IntegrationUri: { 'Fn::GetAtt': [fnOf('api')[0], 'Arn'] } });
   });
 
   it('throttles its stage and writes access logs that name the route, never the path with its token', () => {
@@ -234,7 +242,7 @@ describe('events and schedules', () => {
   it('turn the agent\'s startOn triggers and the wait event patterns into rules for the events function, with a dead-letter queue', () => {
     const { template: t, stepwise: s } = synthStepwise({ agentPath: 'test/infra/start-agent.ts', eventPatterns: [{ source: ['billing'], detailType: ['order.paid'] }] });
     const j = t.toJSON();
-    const eventsFn = Object.entries(j.Resources as Json).find(([, r]) => r.Type === 'AWS::Lambda::Function' && r.Properties.Handler === 'index.events')![0];
+    const [eventsFn] = fnOf('events', s, j);
     const rules = Object.values(j.Resources as Json).filter((r) => r.Type === 'AWS::Events::Rule' && r.Properties.EventPattern);
     expect(rules.map((r) => r.Properties.EventPattern)).toEqual([
       { source: ['billing'], 'detail-type': ['order.paid'] },
@@ -263,7 +271,7 @@ describe('events and schedules', () => {
   it('run the sweeper every 5 minutes', () => {
     const rules = resources('AWS::Events::Rule').filter(([, r]) => r.Properties.ScheduleExpression);
     expect(rules).toHaveLength(1);
-    expect(rules[0]![1].Properties).toMatchObject({ ScheduleExpression: 'rate(5 minutes)', Targets: [{ Arn: { 'Fn::GetAtt': [fnByHandler('index.sweeper')[0], 'Arn'] } }] });
+    expect(rules[0]![1].Properties).toMatchObject({ ScheduleExpression: 'rate(5 minutes)', Targets: [{ Arn: { 'Fn::GetAtt': [fnOf('sweeper')[0], 'Arn'] } }] });
   });
 });
 
@@ -359,7 +367,7 @@ describe('overrides that keep the invariants', () => {
   it('follow a longer worker timeout with the queue visibility', () => {
     const { template: t } = synthStepwise({ workerFunctionProps: { timeout: Duration.minutes(10), memorySize: 512 } });
     t.hasResourceProperties('AWS::SQS::Queue', { FifoQueue: true, VisibilityTimeout: 3600, RedrivePolicy: Match.anyValue() });
-    t.hasResourceProperties('AWS::Lambda::Function', { Handler: 'index.worker', Timeout: 600, MemorySize: 512 });
+    t.hasResourceProperties('AWS::Lambda::Function', { Description: Match.stringLikeRegexp('one step of a run'), Timeout: 600, MemorySize: 512 });
   });
 });
 
