@@ -328,7 +328,6 @@ export class Stepwise extends Construct {
         lifecycleRules: [{ expiration: Duration.days(90), abortIncompleteMultipartUploadAfter: Duration.days(1) }],
         ...props.loggingBucketProps,
       });
-      Validations.of(loggingBucket).acknowledge({ id: 'AwsSolutions-S1', reason: 'This is the access log bucket of the blob bucket; logging its own access would log forever.' });
     }
     const bucket = new s3.Bucket(this, 'Blobs', {
       ...secure,
@@ -359,7 +358,6 @@ export class Stepwise extends Construct {
     const deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       ...secure, fifo: true, retentionPeriod: Duration.days(14), ...props.deadLetterQueueProps,
     });
-    Validations.of(deadLetterQueue).acknowledge({ id: 'AwsSolutions-SQS3', reason: 'It is the dead-letter queue of the run queue.' });
     const queue = new sqs.Queue(this, 'Queue', {
       ...secure,
       fifo: true,
