@@ -1,4 +1,4 @@
-import { CfnParameter, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, CfnParameter, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
 import { Stepwise, type StepwiseProps } from './stepwise-construct.ts';
 
@@ -36,5 +36,6 @@ export class StepwiseStack extends Stack {
       },
     });
     this.stepwise.addStackOutputs();
+    new CfnOutput(this, 'ApiKeySecretArn', { value: this.stepwise.apiKeySecret.secretArn, description: 'Put the Anthropic API key in this secret' });
   }
 }

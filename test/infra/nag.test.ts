@@ -17,7 +17,7 @@ function findings(stack: Stack, honourAcknowledgements: boolean): Finding[] {
   const pack = new AwsSolutionsChecks(stack);
   if (!honourAcknowledgements) (pack as unknown as { isAcknowledged: () => boolean }).isAcknowledged = () => false;
   const report = pack.validateScope(stack);
-  return report.violations.flatMap((v) => v.violatingResources.map((r) => ({ rule: v.ruleName, path: r.constructPath })));
+  return report.violations.flatMap((v) => v.violatingResources.map((r) => ({ rule: v.ruleName, path: r.constructPath ?? '' })));
 }
 
 function acknowledgements(scope: IConstruct): { rule: string; path: string; reason: string }[] {
