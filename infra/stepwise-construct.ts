@@ -97,7 +97,7 @@ export interface StepwiseProps {
   readonly eventBus?: events.IEventBus;
   /** How often the sweeper looks for stalled runs and due wait timers (default 5 minutes). */
   readonly sweepInterval?: Duration;
-  /** A running run with no checkpoint for this long is re-driven (default 15 minutes). */
+  /** A running run with no checkpoint for this long is re-driven (default 15 minutes, or a minute more than the worker timeout). */
   readonly stallAfter?: Duration;
   /** Throttling of the HTTP API's stage (default 20 requests per second, bursts of 40). */
   readonly apiThrottle?: { readonly rateLimit: number; readonly burstLimit: number };
@@ -154,7 +154,8 @@ export class Stepwise extends Construct {
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     const timeout = props.workerFunctionProps?.timeout ?? DEFAULT_TIMEOUT;
     const sweepInterval = props.sweepInterval ?? Duration.minutes(5);
-    const stallAfter = props.stallAfter ?? Duration.minutes(15);
+    // Longer than any invocation: a run idle for longer is not inside a step.
+    const stallAfter = props.stallAfter ?? Duration.seconds(Math.max(15 * 60, timeout.toSeconds() + 60));
     checkExclusive(props);
 
     this.table = props.existingTableObj ?? this.createTable(props);

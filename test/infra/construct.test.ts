@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Duration } from 'aws-cdk-lib';
+import { App, Duration } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -14,7 +14,8 @@ import {
   STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../../lib/settings.ts';
 import type { Stepwise } from '../../infra/stepwise-construct.ts';
-import { synthStepwise } from './synth-support.ts';
+import { StepwiseStack } from '../../infra/stepwise-stack.ts';
+import { cdkContext, synthStepwise } from './synth-support.ts';
 
 /** The synthesized template of the construct: every resource property the runtime relies on. */
 
@@ -288,6 +289,16 @@ describe('secrets and email', () => {
     });
   });
 
+  it('limit it to the sender given as a deploy parameter, its domain split out by CloudFormation', () => {
+    const app = new App({ context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, 'aws:cdk:bundling-stacks': [] } });
+    const stack = new StepwiseStack(app, 'Params', { agentPath: 'examples/aws/agent.ts' });
+    const policies = Template.fromStack(stack).findResources('AWS::IAM::Policy');
+    const ses = Object.values(policies).flatMap((p) => p.Properties.PolicyDocument.Statement as Json[]).filter((st) => st.Action === 'ses:SendEmail');
+    expect(ses).toHaveLength(1);
+    expect(ses[0]!.Condition).toEqual({ StringEquals: { 'ses:FromAddress': { Ref: 'SenderEmail' } } });
+    expect(JSON.stringify(ses[0]!.Resource)).toContain('{"Fn::Select":[1,{"Fn::Split":["@",{"Ref":"SenderEmail"}]}]}');
+  });
+
   it('keep the Anthropic key and the signing key in Secrets Manager, readable by the functions that use them only', () => {
     const keyId = logicalIdOf(stepwise.apiKeySecret as never);
     const signingId = logicalIdOf(stepwise.signingKeySecret);
@@ -368,6 +379,10 @@ describe('overrides that keep the invariants', () => {
     const { template: t } = synthStepwise({ workerFunctionProps: { timeout: Duration.minutes(10), memorySize: 512 } });
     t.hasResourceProperties('AWS::SQS::Queue', { FifoQueue: true, VisibilityTimeout: 3600, RedrivePolicy: Match.anyValue() });
     t.hasResourceProperties('AWS::Lambda::Function', { Description: Match.stringLikeRegexp('one step of a run'), Timeout: 600, MemorySize: 512 });
+    // And the sweeper's stall window stays longer than a step can last.
+    t.hasResourceProperties('AWS::Lambda::Function', { Description: Match.stringLikeRegexp('re-drives'), Environment: { Variables: Match.objectLike({ [STALL_SECONDS_ENV]: '900' }) } });
+    const { template: longest } = synthStepwise({ workerFunctionProps: { timeout: Duration.minutes(15) } });
+    longest.hasResourceProperties('AWS::Lambda::Function', { Description: Match.stringLikeRegexp('re-drives'), Environment: { Variables: Match.objectLike({ [STALL_SECONDS_ENV]: '960' }) } });
   });
 });
 
