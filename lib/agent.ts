@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { z } from 'zod';
+import * as z from 'zod';
 import { InvalidInputError } from './core/errors.ts';
 import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 import type { EventTrigger, IncomingEvent } from './core/waits.ts';

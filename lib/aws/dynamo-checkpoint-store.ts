@@ -12,6 +12,7 @@ import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import { DEFAULT_RETENTION_DAYS } from '../settings.ts';
 import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
 import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflicts, type CancellationReason } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';

@@ -2,6 +2,7 @@ import { InvalidInputError } from '../core/errors.ts';
 import { retentionMsFromEnv } from '../core/retention.ts';
 import type { Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import { BUCKET_NAME_ENV, KMS_KEY_ID_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, TABLE_NAME_ENV } from '../settings.ts';
 import { createAwsClients, type AwsClientOptions, type AwsClients } from './clients.ts';
 import { DynamoCheckpointStore } from './dynamo-checkpoint-store.ts';
 import { DynamoLedger } from './dynamo-ledger.ts';
@@ -42,15 +43,15 @@ export interface AwsRuntime {
  * queue on SQS FIFO. Options win over the environment; the Lambda handlers pass none.
  */
 export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.ProcessEnv = process.env): AwsRuntime {
-  const tableName = options.tableName ?? env.TABLE_NAME;
-  const bucketName = options.bucketName ?? env.BUCKET_NAME;
-  const queueUrl = options.queueUrl ?? env.QUEUE_URL;
-  const missing = [!tableName && 'TABLE_NAME', !bucketName && 'BUCKET_NAME', !queueUrl && 'QUEUE_URL'].filter(Boolean);
+  const tableName = options.tableName ?? env[TABLE_NAME_ENV];
+  const bucketName = options.bucketName ?? env[BUCKET_NAME_ENV];
+  const queueUrl = options.queueUrl ?? env[QUEUE_URL_ENV];
+  const missing = [!tableName && TABLE_NAME_ENV, !bucketName && BUCKET_NAME_ENV, !queueUrl && QUEUE_URL_ENV].filter(Boolean);
   if (!tableName || !bucketName || !queueUrl) {
     throw new InvalidInputError(`the AWS backend needs ${missing.join(', ')} (environment) or the matching options`);
   }
   const retentionMs = options.retentionMs ?? retentionMsFromEnv(env);
-  const kmsKeyId = options.kmsKeyId ?? env.STEPWISE_KMS_KEY_ID;
+  const kmsKeyId = options.kmsKeyId ?? env[KMS_KEY_ID_ENV];
   const clock = options.clock ?? systemClock;
   const ownClients = !options.clients;
   const clients = options.clients ?? createAwsClients(options, env);

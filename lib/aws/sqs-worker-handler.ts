@@ -2,10 +2,11 @@ import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda'
 import type { AgentDefinition } from '../agent.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { CrashPoint, EngineDeps } from '../engine/deps.ts';
-import { handleDelivery, retryDelayMs } from '../engine/handle-message.ts';
+import { handleDelivery, retryDelayMs, type Handled } from '../engine/handle-message.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import { DEFAULT_RESERVE_MS } from '../settings.ts';
 import { NOT_BEFORE_ATTRIBUTE, stepReceiveCount, type SqsRunQueue } from './sqs-run-queue.ts';
 import type { WaitServices } from '../waits/services.ts';
 
@@ -26,6 +27,8 @@ export interface SqsWorkerHandlerOptions {
   waits?: WaitServices;
   /** Crash injection for tests (see EngineDeps.probe). */
   probe?: (point: CrashPoint, at: { runId: string; step: number }) => void | Promise<void>;
+  /** Sees what each record's delivery came to (the entry point turns it into metrics). */
+  onHandled?: (handled: Handled) => void;
 }
 
 export type SqsWorkerHandler = (
@@ -33,7 +36,7 @@ export type SqsWorkerHandler = (
   context: Pick<Context, 'awsRequestId'> & Partial<Pick<Context, 'getRemainingTimeInMillis'>>,
 ) => Promise<SQSBatchResponse>;
 
-export const DEFAULT_RESERVE_MS = 15_000;
+export { DEFAULT_RESERVE_MS };
 
 /**
  * The SQS-triggered Lambda: each record advances its run by one step (handleDelivery) and the handler
@@ -88,6 +91,7 @@ async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, 
   try {
     const delivery = { body: record.body, receiveCount: stepReceiveCount(record.attributes.ApproximateReceiveCount, record.attributes.ApproximateFirstReceiveTimestamp, notBefore) };
     const handled = await handleDelivery(deps, delivery, options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {});
+    options.onHandled?.(handled);
     if (handled.action === 'ack') return true;
     await hideQuietly(deps, queue, record, handled.delayMs);
     return false;

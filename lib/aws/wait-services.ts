@@ -1,6 +1,7 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SESv2Client } from '@aws-sdk/client-sesv2';
 import { TransientError, errorMessage } from '../core/errors.ts';
+import { EMAIL_FROM_ENV, PUBLIC_URL_ENV } from '../settings.ts';
 import type { WaitServices } from '../waits/services.ts';
 import { SIGNING_KEY_SECRET_ENV, decodeKey, type SigningKeySource } from '../waits/signing-key.ts';
 import { DynamoEventBuffer } from './dynamo-event-buffer.ts';
@@ -9,8 +10,7 @@ import { SesNotifier } from './ses-notifier.ts';
 
 /** Timers further out than this do not sit in SQS: the scheduled sweeper sends them when they come due. */
 export const SQS_MAX_TIMER_MS = 15 * 60 * 1000;
-export const EMAIL_FROM_ENV = 'STEPWISE_EMAIL_FROM';
-export const PUBLIC_URL_ENV = 'STEPWISE_PUBLIC_URL';
+export { EMAIL_FROM_ENV, PUBLIC_URL_ENV };
 
 /**
  * Waits on AWS: approval emails through SES v2 from STEPWISE_EMAIL_FROM, links signed with the key in the

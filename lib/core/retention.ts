@@ -1,3 +1,4 @@
+import { DEFAULT_RETENTION_DAYS, RETENTION_DAYS_ENV } from '../settings.ts';
 import { InvalidInputError } from './errors.ts';
 
 const DAY_MS = 24 * 3600 * 1000;
@@ -7,7 +8,7 @@ const DAY_MS = 24 * 3600 * 1000;
  * `stepwise prune` and worker starts locally); a run's latest checkpoint, its step records and its
  * recorded decision never do, however long it waits.
  */
-export const DEFAULT_RETENTION_MS = 14 * DAY_MS;
+export const DEFAULT_RETENTION_MS = DEFAULT_RETENTION_DAYS * DAY_MS;
 
 /**
  * A blob no checkpoint refers to is collected only once it is this old: a step writes its blob before the
@@ -17,9 +18,9 @@ export const BLOB_GRACE_MS = DAY_MS;
 
 /** STEPWISE_RETENTION_DAYS as milliseconds, or undefined for the default; a clear error if it is not a positive number. */
 export function retentionMsFromEnv(env: NodeJS.ProcessEnv): number | undefined {
-  const days = env.STEPWISE_RETENTION_DAYS;
+  const days = env[RETENTION_DAYS_ENV];
   if (days === undefined || days === '') return undefined;
-  return daysToMs('STEPWISE_RETENTION_DAYS', days);
+  return daysToMs(RETENTION_DAYS_ENV, days);
 }
 
 /** A number of days (a command-line flag, an environment variable) as milliseconds. */

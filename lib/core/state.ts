@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * The stored format of each record kind. Bump a kind's number when its stored shape changes (a field added,

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { canonicalJson } from './canonical-json.ts';
 import { InvalidInputError } from './errors.ts';
 import { WAIT_KINDS, addUsage, type Decision, type RunState, type StepRecord, type WaitKind, type WaitRecord } from './state.ts';

@@ -20,8 +20,8 @@ import type { EngineDeps } from './deps.ts';
 import { stepCacheOf } from './step-cache.ts';
 
 export type Advance =
-  /** A checkpoint was written: a step, a failed attempt, or the run's end. */
-  | { kind: 'advanced'; version: number; state: RunState; bytes: number }
+  /** A checkpoint was written: a step (`appended`: its record), a failed attempt, a wait, or the run's end. */
+  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord }
   /** The run is not running (done, failed, waiting): nothing to do. */
   | { kind: 'idle'; version: number; status: RunStatus }
   /** The message was for an older version: another delivery already advanced the run. */
@@ -266,7 +266,7 @@ async function commit(deps: EngineDeps, version: number, next: RunState, appende
     ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
   }, 'checkpoint written');
   await deps.probe?.('C6', { runId: next.runId, step: next.step });
-  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes };
+  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}) };
 }
 
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {

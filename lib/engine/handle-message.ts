@@ -1,18 +1,19 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { Delivery } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
 import { stepCacheOf } from './step-cache.ts';
+import { DEFAULT_MAX_RECEIVES } from '../settings.ts';
 
 const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number().int().positive() }).strict();
 
 /**
- * Tries of one step beyond this fail its run: the step keeps killing its worker. A try is a delivery that
- * reached the step (advance counts them); deliveries lost to an unavailable store do not count.
+ * Tries of one step beyond DEFAULT_MAX_RECEIVES fail its run: the step keeps killing its worker. A try is a
+ * delivery that reached the step (advance counts them); deliveries lost to an unavailable store do not count.
  */
-export const DEFAULT_MAX_RECEIVES = 10;
+export { DEFAULT_MAX_RECEIVES };
 const NEWER_FORMAT_RETRY_MS = 60_000;
 /** A message for another agent's run comes back this late, so the wrong worker does not spin on it. */
 export const WRONG_AGENT_RETRY_MS = 60_000;

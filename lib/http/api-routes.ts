@@ -1,7 +1,7 @@
 import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
-import { z } from 'zod';
+import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';

@@ -1,5 +1,5 @@
 import { Hono, type Context } from 'hono';
-import { z } from 'zod';
+import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { answerWait } from '../waits/answer.ts';
 import { verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';

@@ -1,7 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
-import { z } from 'zod';
+import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { answerWait } from '../waits/answer.ts';

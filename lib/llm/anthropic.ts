@@ -1,10 +1,15 @@
-import Anthropic, {
-  APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError, type Middleware,
-} from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
+import type { Middleware } from '@anthropic-ai/sdk';
+// The base client and the one resource used, not the full client: it carries every API resource (beta,
+// organization, files ...), about 320 KB of the worker's bundle that no step calls.
+import { BaseAnthropic } from '@anthropic-ai/sdk/client';
+import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk/core/error';
+import { Messages } from '@anthropic-ai/sdk/resources/messages/messages';
 import { ModelKeyError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
 import { excerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
+import { DEFAULT_DEADLINE_MS } from '../settings.ts';
 import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**
@@ -20,8 +25,8 @@ export const DEFAULT_MAX_TOKENS = 8192;
 export const DEFAULT_MAX_RETRIES = 2;
 /** One HTTP attempt. A step's reply is short, but thinking models can take minutes before the first byte. */
 export const DEFAULT_ATTEMPT_TIMEOUT_MS = 180_000;
-/** The whole call, retries and their waits included; the caller's signal can cut it shorter. */
-export const DEFAULT_DEADLINE_MS = 300_000;
+/** DEFAULT_DEADLINE_MS: the whole call, retries and their waits included; the caller's signal can cut it shorter. */
+export { DEFAULT_DEADLINE_MS };
 /** The API accepts at most this many cache_control breakpoints per request. */
 export const MAX_CACHE_BREAKPOINTS = 4;
 
@@ -38,6 +43,11 @@ export interface AnthropicModelOptions {
   env?: NodeJS.ProcessEnv;
 }
 
+/** What a step needs of the SDK client: the Messages API. */
+interface MessagesClient {
+  messages: Messages;
+}
+
 export class AnthropicModel implements Model {
   readonly name: string;
   readonly defaultModel: string;
@@ -47,7 +57,7 @@ export class AnthropicModel implements Model {
   private readonly attemptTimeoutMs: number;
   private readonly deadlineMs: number;
   /** The client for the key last read; made again when the key changes. */
-  private client: { key: string; anthropic: Anthropic } | undefined;
+  private client: { key: string; anthropic: MessagesClient } | undefined;
 
   constructor(options: AnthropicModelOptions = {}) {
     const env = options.env ?? process.env;
@@ -78,7 +88,7 @@ export class AnthropicModel implements Model {
     }
   }
 
-  private async send(client: Anthropic, params: Anthropic.MessageCreateParamsNonStreaming, request: ModelRequest): Promise<ModelReply> {
+  private async send(client: MessagesClient, params: Anthropic.MessageCreateParamsNonStreaming, request: ModelRequest): Promise<ModelReply> {
     const deadline = Date.now() + this.deadlineMs;
     const deadlineHit = new AbortController();
     const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
@@ -104,7 +114,7 @@ export class AnthropicModel implements Model {
   }
 
   /** The client for the current key. The source remembers the key, so this reads it once per refresh, not per step. */
-  private async connect(): Promise<{ key: string; anthropic: Anthropic }> {
+  private async connect(): Promise<{ key: string; anthropic: MessagesClient }> {
     const source = this.keySource;
     if (!source) throw new PermanentError('no Anthropic API key: set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_SECRET_ID on AWS');
     let key: string;
@@ -114,7 +124,8 @@ export class AnthropicModel implements Model {
       throw error instanceof StepwiseError ? error : new TransientError(`cannot get the Anthropic API key: ${errorMessage(error)}`, { cause: error });
     }
     if (this.client?.key !== key) {
-      this.client = { key, anthropic: new Anthropic({ apiKey: key, maxRetries: this.maxRetries, ...(this.baseURL ? { baseURL: this.baseURL } : {}) }) };
+      const base = new BaseAnthropic({ apiKey: key, maxRetries: this.maxRetries, ...(this.baseURL ? { baseURL: this.baseURL } : {}) });
+      this.client = { key, anthropic: { messages: new Messages(base) } };
     }
     return this.client;
   }

@@ -1,5 +1,6 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { ModelKeyError, TransientError, errorMessage } from '../core/errors.ts';
+import { API_KEY_ENV, API_KEY_SECRET_ENV } from '../settings.ts';
 
 /** Where the Anthropic API key comes from: the environment locally, Secrets Manager on AWS. */
 export interface ApiKeySource {
@@ -13,8 +14,7 @@ export const KEY_REFRESH_MS = 5 * 60_000;
 /** After a failed refresh, the key that worked is used this much longer before the next read. */
 const REFRESH_RETRY_MS = 30_000;
 
-export const API_KEY_ENV = 'ANTHROPIC_API_KEY';
-export const API_KEY_SECRET_ENV = 'ANTHROPIC_API_KEY_SECRET_ID';
+export { API_KEY_ENV, API_KEY_SECRET_ENV };
 
 /** Fields a JSON secret may keep the key under (the console's key/value editor stores JSON). */
 const SECRET_FIELDS = ['ANTHROPIC_API_KEY', 'apiKey', 'api_key'] as const;

@@ -1,6 +1,9 @@
+import { MODEL_ENV } from '../settings.ts';
+
+export { MODEL_ENV };
+
 /** The docs' recommended starting model ("start with Claude Opus 5.5 for most workloads"), built for long agentic runs. */
 export const DEFAULT_MODEL = 'claude-opus-5-5';
-export const MODEL_ENV = 'STEPWISE_MODEL';
 
 /**
  * The model id runs use when the agent names none: STEPWISE_MODEL, else DEFAULT_MODEL. Here, apart from

@@ -1,5 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * Approval links carry a signed token, not a raw wait id: HMAC-SHA256 over the run, the wait, the

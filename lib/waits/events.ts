@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { InvalidInputError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
 import { EVENT_NAME, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';

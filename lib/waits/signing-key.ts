@@ -2,12 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
+import { SIGNING_KEY_SECRET_ENV } from '../settings.ts';
 import { MIN_KEY_BYTES } from './approval-token.ts';
 
 /** Where the approval signing key comes from; read once per process. */
 export type SigningKeySource = () => Promise<Buffer>;
 
-export const SIGNING_KEY_SECRET_ENV = 'STEPWISE_SIGNING_KEY_SECRET_ID';
+export { SIGNING_KEY_SECRET_ENV };
 
 /**
  * The local key: 32 random bytes in a file beside the database, created on first use with mode 0600.

@@ -1,9 +1,10 @@
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
+import { DEFAULT_TIMER_LOOKAHEAD_MS } from '../settings.ts';
 import type { CheckpointStore, Clock, OpenWait, RunQueue } from '../ports.ts';
 
-/** How far ahead the sweeper looks: a timer sent this early waits in the queue at most this long. */
-export const DEFAULT_TIMER_LOOKAHEAD_MS = 15 * 60 * 1000;
+/** DEFAULT_TIMER_LOOKAHEAD_MS: how far ahead the sweeper looks; a timer sent this early waits in the queue at most this long. */
+export { DEFAULT_TIMER_LOOKAHEAD_MS };
 
 /**
  * Sends the timer message of every wait whose deadline comes within `lookaheadMs`, for queues that cannot

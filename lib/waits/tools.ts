@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import type { ToolDefinition } from '../agent.ts';
 import { DEFAULT_WAIT_MS, EVENT_NAME, MAX_WAIT_MS, WaitRequest } from '../core/waits.ts';
 

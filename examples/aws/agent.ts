@@ -1,0 +1,33 @@
+import * as z from 'zod';
+import { defineAgent, requestApproval, tool } from '../../lib/index.ts';
+
+/**
+ * The agent the project's own CDK app deploys (infra/app.ts): it drafts release notes, asks a person to
+ * approve them by email, and publishes them only if approved. `publish_notes` stands in for a real effect
+ * (a release page, a changelog commit): it applies once per step through ctx.once.
+ *
+ * The approver comes from the worker's environment (the stack's ApproverEmail parameter).
+ */
+const approver = process.env.STEPWISE_APPROVER?.trim() || 'approver@example.com';
+
+export default defineAgent({
+  name: 'release-notes',
+  settings: { stepCap: 20 },
+  tools: [
+    tool({
+      name: 'draft_notes',
+      description: 'Draft release notes for a version from a list of changes. Returns the draft text.',
+      input: z.object({ version: z.string().min(1).max(40), changes: z.array(z.string().max(500)).min(1).max(50) }),
+      sideEffect: false,
+      run: ({ version, changes }) => [`Release ${version}`, '', ...changes.map((c) => `- ${c}`)].join('\n'),
+    }),
+    requestApproval({ approvers: [approver], timeoutMs: 24 * 3600 * 1000 }),
+    tool({
+      name: 'publish_notes',
+      description: 'Publish approved release notes. Only call this after request_approval was approved.',
+      input: z.object({ version: z.string().min(1).max(40), notes: z.string().min(1).max(20_000) }),
+      sideEffect: true,
+      run: (input, ctx) => ctx.once(async () => ({ published: input.version, bytes: Buffer.byteLength(input.notes), key: ctx.idempotencyKey })),
+    }),
+  ],
+});

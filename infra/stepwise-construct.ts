@@ -1,0 +1,557 @@
+import { createHash } from 'node:crypto';
+import { dirname } from 'node:path';
+import { Annotations, CfnOutput, Duration, Fn, RemovalPolicy, Stack, Stage, Token, Validations } from 'aws-cdk-lib';
+import * as apigw from 'aws-cdk-lib/aws-apigateway';
+import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
+import { HttpIamAuthorizer } from 'aws-cdk-lib/aws-apigatewayv2-authorizers';
+import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
+import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
+import { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import {
+  PK, SK, STATUS_INDEX, STATUS_INDEX_ATTRIBUTES, STATUS_KEY, STATUS_SORT, TTL_ATTRIBUTE,
+  WAIT_DEADLINE, WAIT_INDEX, WAIT_INDEX_ATTRIBUTES, WAIT_SHARD,
+} from '../lib/aws/table-layout.ts';
+import {
+  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, DEFAULT_RETENTION_DAYS, EMAIL_FROM_ENV,
+  MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV, STALL_SECONDS_ENV, TABLE_NAME_ENV,
+} from '../lib/settings.ts';
+import { describeAgent, type AgentDescription } from './agent-description.ts';
+import { FIFO_REQUIRED, invariantErrors, type DeploymentFacts, type TableFacts } from './invariants.ts';
+import { StepwiseObservability } from './observability.ts';
+import { WORKER_BUNDLING, findLockFile, writeEntry, type FunctionKind } from './worker-bundle.ts';
+
+/** Settings of the worker function a user may change; the construct checks them against the invariants. */
+export interface WorkerFunctionProps {
+  /**
+   * Default 256 MB: a step spends almost all its time waiting on the model, billed per MB-second whatever
+   * the size, and the bundle runs a step in well under 256 MB (README, "What it costs").
+   */
+  readonly memorySize?: number;
+  /** Default 6 minutes; at least the model's retry deadline plus the time kept back to record the outcome. */
+  readonly timeout?: Duration;
+  readonly reservedConcurrentExecutions?: number;
+  /** Extra environment for the worker (the agent's own settings). */
+  readonly environment?: Record<string, string>;
+}
+
+export interface SqsEventSourceSettings {
+  /** Records per invocation, 1 to 10 (default 1: one run's step never waits for another run's model call). */
+  readonly batchSize?: number;
+  /** The most concurrent worker invocations the event source starts (2 to 1000); default: no limit. */
+  readonly maxConcurrency?: number;
+  /** Must stay true (an invariant); exposed so an override that turns it off is refused with the reason. */
+  readonly reportBatchItemFailures?: boolean;
+}
+
+export interface StepwiseProps {
+  /** The agent module (TypeScript or JavaScript) whose runs this deployment works. */
+  readonly agentPath: string;
+
+  /** A table this app defines (checked) or imports (not checked), e.g. shared with another agent's construct. */
+  readonly existingTableObj?: dynamodb.ITable;
+  /** Overrides of the table the construct creates; the key, TTL attribute and indexes are the runtime's. */
+  readonly dynamoTableProps?: Partial<dynamodb.TableProps>;
+
+  readonly existingBucketObj?: s3.IBucket;
+  readonly bucketProps?: Partial<s3.BucketProps>;
+  /** Server access logs of the bucket into a bucket of their own (default true). */
+  readonly logS3AccessLogs?: boolean;
+  readonly loggingBucketProps?: Partial<s3.BucketProps>;
+
+  /** A FIFO queue this app defines, with its dead-letter queue; its settings are checked. */
+  readonly existingQueueObj?: sqs.Queue;
+  readonly queueProps?: Partial<sqs.QueueProps>;
+  readonly deadLetterQueueProps?: Partial<sqs.QueueProps>;
+  /** Receives before SQS moves a message to the dead-letter queue (default 15; above the engine's 10). */
+  readonly maxReceiveCount?: number;
+
+  readonly workerFunctionProps?: WorkerFunctionProps;
+  readonly sqsEventSourceProps?: SqsEventSourceSettings;
+
+  /** Days a checkpoint's history row is kept (default 7); also how long a deleted blob stays recoverable. */
+  readonly retentionDays?: number;
+  /** The verified SES identity approval emails come from; SES permission is limited to it. */
+  readonly emailFrom?: string;
+  /** Where approval links point (default: the HTTP API's URL). */
+  readonly publicUrl?: string;
+  /** The model for agents whose settings name none (STEPWISE_MODEL). */
+  readonly model?: string;
+  /** The secret holding the Anthropic API key (default: one is created, to be filled in). */
+  readonly existingApiKeySecret?: secretsmanager.ISecret;
+  /** Events that resume waiting runs, delivered to the events function from `eventBus`. */
+  readonly eventPatterns?: events.EventPattern[];
+  /** The bus of `eventPatterns` and of the agent's `startOn` triggers (default: the account's default bus). */
+  readonly eventBus?: events.IEventBus;
+  /** How often the sweeper looks for stalled runs and due wait timers (default 5 minutes). */
+  readonly sweepInterval?: Duration;
+  /** A running run with no checkpoint for this long is re-driven (default 15 minutes, or a minute more than the worker timeout). */
+  readonly stallAfter?: Duration;
+  /** Throttling of the HTTP API's stage (default 20 requests per second, bursts of 40). */
+  readonly apiThrottle?: { readonly rateLimit: number; readonly burstLimit: number };
+  /** Recorded in every checkpoint (default: the bundle's content hash, so each build is told apart). */
+  readonly codeVersion?: string;
+  /** Days the functions' and the API's logs are kept (default one month). */
+  readonly logRetention?: logs.RetentionDays;
+  /** What the alarms do (an SNS topic action, ...); default: they only change state. */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /** Passed to the functions' bundling: the lock file of the project that holds the agent. */
+  readonly depsLockFilePath?: string;
+}
+
+const DEFAULT_TIMEOUT = Duration.minutes(6);
+const DEFAULT_MEMORY_MB = 256;
+/** Above the engine's own limit, so it fails a crash-looping run with a reason before SQS moves the message. */
+export const DEFAULT_MAX_RECEIVE_COUNT = DEFAULT_MAX_RECEIVES + 5;
+
+/**
+ * Everything one agent needs on AWS: the table, the bucket, the FIFO queue and its dead-letter queue, the
+ * worker, API, events and sweeper functions (one bundle with the agent imported statically), the HTTP
+ * API, EventBridge rules, the secrets, metrics, alarms and a dashboard. Table, bucket and queue follow the
+ * AWS Solutions Constructs convention: pass `existing*Obj` to use your own, or `*Props` to adjust ours.
+ * The runtime's safety settings are checked at synth (infra/invariants.ts).
+ */
+export class Stepwise extends Construct {
+  readonly agent: AgentDescription;
+  readonly table: dynamodb.ITable;
+  readonly bucket: s3.IBucket;
+  readonly loggingBucket?: s3.Bucket;
+  readonly queue: sqs.Queue;
+  readonly deadLetterQueue: sqs.IQueue;
+  /** Events the events function could not take after EventBridge's retries. */
+  readonly eventsDeadLetterQueue: sqs.Queue;
+  readonly workerFunction: NodejsFunction;
+  readonly apiFunction: NodejsFunction;
+  readonly eventsFunction: NodejsFunction;
+  readonly sweeperFunction: NodejsFunction;
+  readonly httpApi: apigwv2.HttpApi;
+  /** The API's URL (approval links point here unless `publicUrl` says otherwise). */
+  readonly apiUrl: string;
+  readonly apiKeySecret: secretsmanager.ISecret;
+  readonly signingKeySecret: secretsmanager.Secret;
+  readonly eventRules: events.Rule[];
+  readonly sweepRule: events.Rule;
+  readonly codeVersion: string;
+  readonly alarms: StepwiseObservability['alarms'];
+  readonly dashboard: cloudwatch.Dashboard;
+
+  constructor(scope: Construct, id: string, props: StepwiseProps) {
+    super(scope, id);
+    this.agent = describeAgent(props.agentPath);
+    const retentionDays = props.retentionDays ?? DEFAULT_RETENTION_DAYS;
+    const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
+    const timeout = props.workerFunctionProps?.timeout ?? DEFAULT_TIMEOUT;
+    const sweepInterval = props.sweepInterval ?? Duration.minutes(5);
+    // Longer than any invocation: a run idle for longer is not inside a step.
+    const stallAfter = props.stallAfter ?? Duration.seconds(Math.max(15 * 60, timeout.toSeconds() + 60));
+    checkExclusive(props);
+
+    this.table = props.existingTableObj ?? this.createTable(props);
+    const storage = this.createBucket(props, retentionDays);
+    this.bucket = storage.bucket;
+    if (storage.loggingBucket) this.loggingBucket = storage.loggingBucket;
+    const queues = this.createQueues(props, timeout);
+    this.queue = queues.queue;
+    this.deadLetterQueue = queues.deadLetterQueue;
+    this.eventsDeadLetterQueue = new sqs.Queue(this, 'EventsDeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true, retentionPeriod: Duration.days(14),
+    });
+    Validations.of(this.eventsDeadLetterQueue).acknowledge({ id: 'AwsSolutions-SQS3', reason: 'It is the dead-letter queue of the EventBridge targets (events that could not be delivered): it needs none of its own.' });
+
+    this.apiKeySecret = props.existingApiKeySecret ?? this.createApiKeySecret();
+    this.signingKeySecret = new secretsmanager.Secret(this, 'SigningKey', {
+      description: `stepwise ${this.agent.name}: the key approval links are signed with (base64, 48 bytes)`,
+      // 64 characters of the base64 alphabet decode to 48 random bytes (at least 32 are required).
+      generateSecretString: { passwordLength: 64, excludePunctuation: true, includeSpace: false },
+    });
+    Validations.of(this.signingKeySecret).acknowledge({ id: 'AwsSolutions-SMG4', reason: 'Rotating the approval signing key would invalidate every approval link still waiting in an inbox; links expire with their wait (3 days by default), and a rotation is a deliberate step (put a new value, accept that open links fail).' });
+
+    const depsLockFilePath = props.depsLockFilePath ?? findLockFile();
+    const outdir = Stage.of(this)!.outdir;
+    const common: CommonEnvironment = {
+      [TABLE_NAME_ENV]: this.table.tableName,
+      [BUCKET_NAME_ENV]: this.bucket.bucketName,
+      [QUEUE_URL_ENV]: this.queue.queueUrl,
+      [RETENTION_DAYS_ENV]: String(retentionDays),
+    };
+    const fn = (name: FunctionKind, options: { timeout: Duration; memorySize: number; environment: Record<string, string>; description: string; reserved?: number }) => {
+      const logGroup = new logs.LogGroup(this, `${capitalize(name)}Logs`, { retention: logRetention, removalPolicy: RemovalPolicy.DESTROY });
+      const role = new iam.Role(this, `${capitalize(name)}Role`, {
+        assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+        description: `stepwise ${this.agent.name}: the ${name} function`,
+      });
+      // Written by the function itself, so the role needs no managed policy with log rights on every group.
+      logGroup.grantWrite(role);
+      return new NodejsFunction(this, `${capitalize(name)}Function`, {
+        entry: writeEntry(outdir, dirname(depsLockFilePath), name, props.agentPath, this.agent.exportName), handler: 'handler', role, logGroup,
+        runtime: lambda.Runtime.NODEJS_24_X, architecture: lambda.Architecture.ARM_64,
+        memorySize: options.memorySize, timeout: options.timeout, description: options.description,
+        environment: options.environment, bundling: WORKER_BUNDLING,
+        ...(options.reserved !== undefined ? { reservedConcurrentExecutions: options.reserved } : {}),
+        depsLockFilePath,
+      });
+    };
+
+    this.workerFunction = fn('worker', {
+      timeout, memorySize: props.workerFunctionProps?.memorySize ?? DEFAULT_MEMORY_MB,
+      description: `stepwise ${this.agent.name}: one step of a run per queue message`,
+      environment: {
+        ...props.workerFunctionProps?.environment, ...common,
+        [API_KEY_SECRET_ENV]: this.apiKeySecret.secretArn,
+        [SIGNING_KEY_SECRET_ENV]: this.signingKeySecret.secretArn,
+        ...(props.emailFrom ? { [EMAIL_FROM_ENV]: props.emailFrom } : {}),
+        ...(props.model ? { [MODEL_ENV]: props.model } : {}),
+      },
+      ...(props.workerFunctionProps?.reservedConcurrentExecutions !== undefined ? { reserved: props.workerFunctionProps.reservedConcurrentExecutions } : {}),
+    });
+    this.apiFunction = fn('api', {
+      timeout: Duration.seconds(29), memorySize: DEFAULT_MEMORY_MB, description: `stepwise ${this.agent.name}: the HTTP API and the approval pages`,
+      environment: { ...common, [SIGNING_KEY_SECRET_ENV]: this.signingKeySecret.secretArn },
+    });
+    this.eventsFunction = fn('events', {
+      timeout: Duration.minutes(1), memorySize: DEFAULT_MEMORY_MB, description: `stepwise ${this.agent.name}: EventBridge events resume waits and start runs`,
+      environment: { ...common },
+    });
+    this.sweeperFunction = fn('sweeper', {
+      timeout: Duration.minutes(2), memorySize: DEFAULT_MEMORY_MB, description: `stepwise ${this.agent.name}: re-drives stalled runs, sends due wait timers`,
+      environment: { ...common, [STALL_SECONDS_ENV]: String(stallAfter.toSeconds()) },
+    });
+
+    // Stamped at build time: the content hash of the four bundles, unless the user names the version.
+    this.codeVersion = props.codeVersion ?? `bundle-${createHash('sha256').update(this.functions().map(bundleHash).join('\n')).digest('hex').slice(0, 12)}`;
+    for (const f of this.functions()) f.addEnvironment(CODE_VERSION_ENV, this.codeVersion);
+
+    this.grantData();
+    const eventSource = new SqsEventSource(this.queue, {
+      batchSize: props.sqsEventSourceProps?.batchSize ?? 1,
+      reportBatchItemFailures: props.sqsEventSourceProps?.reportBatchItemFailures ?? true,
+      ...(props.sqsEventSourceProps?.maxConcurrency !== undefined ? { maxConcurrency: props.sqsEventSourceProps.maxConcurrency } : {}),
+    });
+    this.workerFunction.addEventSource(eventSource);
+    this.grantSecretsAndEmail(props);
+
+    const api = this.createApi(props, logRetention);
+    this.httpApi = api;
+    this.apiUrl = api.apiEndpoint;
+    this.workerFunction.addEnvironment(PUBLIC_URL_ENV, props.publicUrl ?? this.apiUrl);
+
+    this.eventRules = this.createEventRules(props);
+    // EventBridge hands an event over asynchronously: an event the function then fails on is retried by
+    // Lambda and, failing still, kept in the same dead-letter queue as the ones EventBridge could not deliver.
+    this.eventsFunction.configureAsyncInvoke({ onFailure: new destinations.SqsDestination(this.eventsDeadLetterQueue), retryAttempts: 2, maxEventAge: Duration.hours(6) });
+    this.sweepRule = new events.Rule(this, 'SweepSchedule', {
+      description: `stepwise ${this.agent.name}: sweep stalled runs and send due wait timers`,
+      schedule: events.Schedule.rate(sweepInterval),
+      targets: [new targets.LambdaFunction(this.sweeperFunction, { retryAttempts: 0 })],
+    });
+
+    const observability = new StepwiseObservability(this, 'Observability', {
+      agentName: this.agent.name, worker: this.workerFunction, api: this.apiFunction, events: this.eventsFunction, sweeper: this.sweeperFunction,
+      queue: this.queue, deadLetterQueue: this.deadLetterQueue, eventsDeadLetterQueue: this.eventsDeadLetterQueue, httpApi: api,
+      ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
+    });
+    this.alarms = observability.alarms;
+    this.dashboard = observability.dashboard;
+
+    const facts = () => this.facts(sweepInterval, stallAfter, retentionDays);
+    const errors = invariantErrors(facts());
+    if (errors.length) throw new Error(`stepwise ${id}: ${errors.join('; ')}`);
+    // Checked again at synth on what the resources finally say, so a later change (an escape hatch) is caught too.
+    this.node.addValidation({ validate: () => invariantErrors(facts()) });
+    if (props.existingTableObj && !tableFacts(props.existingTableObj)) {
+      Annotations.of(this).addWarningV2('stepwise:unchecked-table', `the table ${props.existingTableObj.node.path} is not defined in this app: make sure its key is ${PK}/${SK}, its TTL is on ${TTL_ATTRIBUTE} and it has the ${STATUS_INDEX} and ${WAIT_INDEX} indexes`);
+    }
+    if (!props.emailFrom) {
+      Annotations.of(this).addWarningV2('stepwise:no-email-from', 'no emailFrom: approval requests cannot be emailed (answer them through the API)');
+    }
+  }
+
+  /** The CloudFormation outputs the `stepwise` CLI's `--stack` reads: TableName, BucketName, QueueUrl, ApiUrl. */
+  addStackOutputs(): void {
+    const stack = Stack.of(this);
+    new CfnOutput(stack, 'TableName', { value: this.table.tableName, description: 'stepwise: the run table' });
+    new CfnOutput(stack, 'BucketName', { value: this.bucket.bucketName, description: 'stepwise: the blob bucket' });
+    new CfnOutput(stack, 'QueueUrl', { value: this.queue.queueUrl, description: `stepwise: the run queue of agent ${this.agent.name}` });
+    new CfnOutput(stack, 'ApiUrl', { value: this.apiUrl, description: 'stepwise: the HTTP API (IAM) and the approval pages' });
+  }
+
+  functions(): NodejsFunction[] {
+    return [this.workerFunction, this.apiFunction, this.eventsFunction, this.sweeperFunction];
+  }
+
+  private createTable(props: StepwiseProps): dynamodb.Table {
+    const overrides = props.dynamoTableProps ?? {};
+    const table = new dynamodb.Table(this, 'Table', {
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      removalPolicy: RemovalPolicy.RETAIN,
+      ...overrides,
+      partitionKey: overrides.partitionKey ?? { name: PK, type: dynamodb.AttributeType.STRING },
+      sortKey: overrides.sortKey ?? { name: SK, type: dynamodb.AttributeType.STRING },
+      timeToLiveAttribute: 'timeToLiveAttribute' in overrides ? overrides.timeToLiveAttribute : TTL_ATTRIBUTE,
+    });
+    table.addGlobalSecondaryIndex({
+      indexName: STATUS_INDEX,
+      partitionKey: { name: STATUS_KEY, type: dynamodb.AttributeType.STRING },
+      sortKey: { name: STATUS_SORT, type: dynamodb.AttributeType.NUMBER },
+      // Only what a listing shows: the index is written on every step, so it must stay small.
+      projectionType: dynamodb.ProjectionType.INCLUDE, nonKeyAttributes: [...STATUS_INDEX_ATTRIBUTES],
+    });
+    table.addGlobalSecondaryIndex({
+      indexName: WAIT_INDEX,
+      partitionKey: { name: WAIT_SHARD, type: dynamodb.AttributeType.STRING },
+      sortKey: { name: WAIT_DEADLINE, type: dynamodb.AttributeType.NUMBER },
+      projectionType: dynamodb.ProjectionType.INCLUDE, nonKeyAttributes: [...WAIT_INDEX_ATTRIBUTES],
+    });
+    return table;
+  }
+
+  private createBucket(props: StepwiseProps, retentionDays: number): { bucket: s3.IBucket; loggingBucket?: s3.Bucket } {
+    if (props.existingBucketObj) return { bucket: props.existingBucketObj };
+    const secure = { blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL, enforceSSL: true, encryption: s3.BucketEncryption.S3_MANAGED, minimumTLSVersion: 1.2 };
+    let loggingBucket: s3.Bucket | undefined;
+    if (props.logS3AccessLogs ?? true) {
+      loggingBucket = new s3.Bucket(this, 'AccessLogs', {
+        ...secure, objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_PREFERRED, removalPolicy: RemovalPolicy.RETAIN,
+        lifecycleRules: [{ expiration: Duration.days(90), abortIncompleteMultipartUploadAfter: Duration.days(1) }],
+        ...props.loggingBucketProps,
+      });
+    }
+    const bucket = new s3.Bucket(this, 'Blobs', {
+      ...secure,
+      // A blob is referenced by step records, which never expire, so no current object expires; versions
+      // keep an overwritten or deleted blob recoverable for the checkpoint retention window.
+      versioned: true,
+      lifecycleRules: [{
+        noncurrentVersionExpiration: Duration.days(retentionDays), expiredObjectDeleteMarker: true,
+        abortIncompleteMultipartUploadAfter: Duration.days(1),
+      }],
+      removalPolicy: RemovalPolicy.RETAIN,
+      ...(loggingBucket ? { serverAccessLogsBucket: loggingBucket, serverAccessLogsPrefix: 'blobs/' } : {}),
+      ...props.bucketProps,
+    });
+    if (!loggingBucket) Validations.of(bucket).acknowledge({ id: 'AwsSolutions-S1', reason: 'Server access logging was turned off by logS3AccessLogs: false.' });
+    return { bucket, ...(loggingBucket ? { loggingBucket } : {}) };
+  }
+
+  private createQueues(props: StepwiseProps, timeout: Duration): { queue: sqs.Queue; deadLetterQueue: sqs.IQueue } {
+    if (props.existingQueueObj) {
+      const dlq = props.existingQueueObj.deadLetterQueue?.queue;
+      if (!dlq) throw new Error(`stepwise: existingQueueObj ${props.existingQueueObj.node.path} has no dead-letter queue; the run queue needs one with a receive count above ${DEFAULT_MAX_RECEIVES}`);
+      return { queue: props.existingQueueObj, deadLetterQueue: dlq };
+    }
+    // Said before CDK refuses the FIFO-only settings below with a message that does not say why.
+    if (props.queueProps?.fifo === false) throw new Error(`stepwise: ${FIFO_REQUIRED}`);
+    const secure = { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true };
+    const deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
+      ...secure, fifo: true, retentionPeriod: Duration.days(14), ...props.deadLetterQueueProps,
+    });
+    const queue = new sqs.Queue(this, 'Queue', {
+      ...secure,
+      fifo: true,
+      // High-throughput FIFO: deduplication and throughput per message group (= per run).
+      deduplicationScope: sqs.DeduplicationScope.MESSAGE_GROUP,
+      fifoThroughputLimit: sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+      contentBasedDeduplication: false,
+      visibilityTimeout: Duration.seconds(6 * timeout.toSeconds()),
+      deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: props.maxReceiveCount ?? DEFAULT_MAX_RECEIVE_COUNT },
+      ...props.queueProps,
+    });
+    return { queue, deadLetterQueue };
+  }
+
+  private createApiKeySecret(): secretsmanager.Secret {
+    const secret = new secretsmanager.Secret(this, 'AnthropicApiKey', {
+      description: `stepwise ${this.agent.name}: the Anthropic API key (put the key in as the secret's value; until then steps wait for it)`,
+    });
+    Validations.of(secret).acknowledge({ id: 'AwsSolutions-SMG4', reason: 'The Anthropic API key is issued by Anthropic, not by a rotation Lambda: rotate it by putting the new key in; workers read the secret again every 5 minutes and after a 401.' });
+    return secret;
+  }
+
+  /** Item-level DynamoDB rights on the table and its two indexes, objects under blobs/, the run queue. */
+  private grantData(): void {
+    const tableArn = this.table.tableArn;
+    const indexArns = [STATUS_INDEX, WAIT_INDEX].map((name) => `${tableArn}/index/${name}`);
+    const readWrite = ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem'];
+    const blobs = this.bucket.arnForObjects('blobs/*');
+    for (const f of [this.workerFunction, this.apiFunction, this.eventsFunction]) {
+      f.addToRolePolicy(new iam.PolicyStatement({ actions: readWrite, resources: [tableArn] }));
+      f.addToRolePolicy(new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: indexArns }));
+      f.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:GetObject', 's3:PutObject'], resources: [blobs] }));
+      f.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [this.queue.queueArn] }));
+      Validations.of(f.role!).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::<${this.bucketLogicalRef()}>/blobs/*]`,
+        reason: 'Blobs are stored by their content hash under blobs/: their keys are not known in advance, and the grant is limited to that prefix of this bucket.',
+      });
+    }
+    // The worker hides a message again for a retry's backoff and for a group behind a failed record.
+    this.workerFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:ChangeMessageVisibility'], resources: [this.queue.queueArn] }));
+    // The sweeper only reads: stalled runs and due waits through the indexes, then sends their messages.
+    this.sweeperFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: indexArns }));
+    this.sweeperFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [this.queue.queueArn] }));
+  }
+
+  private grantSecretsAndEmail(props: StepwiseProps): void {
+    this.apiKeySecret.grantRead(this.workerFunction);
+    this.signingKeySecret.grantRead(this.workerFunction);
+    this.signingKeySecret.grantRead(this.apiFunction);
+    if (!props.emailFrom) return;
+    const stack = Stack.of(this);
+    // A sender is verified as the address or as its domain: both identities, and only this From address.
+    const domain = Token.isUnresolved(props.emailFrom) ? Fn.select(1, Fn.split('@', props.emailFrom)) : props.emailFrom.split('@')[1] ?? props.emailFrom;
+    const identity = (name: string) => stack.formatArn({ service: 'ses', resource: 'identity', resourceName: name });
+    this.workerFunction.addToRolePolicy(new iam.PolicyStatement({
+      actions: ['ses:SendEmail'],
+      resources: [identity(props.emailFrom), identity(domain)],
+      conditions: { StringEquals: { 'ses:FromAddress': props.emailFrom } },
+    }));
+  }
+
+  private createApi(props: StepwiseProps, logRetention: logs.RetentionDays): apigwv2.HttpApi {
+    const integration = new HttpLambdaIntegration('Integration', this.apiFunction, { payloadFormatVersion: apigwv2.PayloadFormatVersion.VERSION_2_0 });
+    const api = new apigwv2.HttpApi(this, 'HttpApi', {
+      description: `stepwise ${this.agent.name}: runs, waits and events (IAM), approval pages (their token)`,
+      createDefaultStage: false,
+      // Every route but the approval pages: a program signs its requests (SigV4) with IAM credentials.
+      defaultIntegration: integration,
+      defaultAuthorizer: new HttpIamAuthorizer(),
+    });
+    for (const method of [apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST]) {
+      const [route] = api.addRoutes({ path: '/approvals/{token}', methods: [method], integration, authorizer: new apigwv2.HttpNoneAuthorizer() });
+      Validations.of(route!).acknowledge({
+        id: 'AwsSolutions-APIG4',
+        reason: 'The approval page is opened from an email by a person without AWS credentials: its signed, single-use, expiring token (bound to the approver) is the credential, checked by the handler; GET only shows the page, POST decides.',
+      });
+    }
+    const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', { retention: logRetention, removalPolicy: RemovalPolicy.DESTROY });
+    new apigwv2.HttpStage(this, 'ApiStage', {
+      httpApi: api, stageName: '$default', autoDeploy: true,
+      throttle: { rateLimit: props.apiThrottle?.rateLimit ?? 20, burstLimit: props.apiThrottle?.burstLimit ?? 40 },
+      accessLogSettings: {
+        destination: new apigwv2.LogGroupLogDestination(accessLogs),
+        // The route key, not the path: an approval path carries its token, a credential.
+        format: apigw.AccessLogFormat.custom(JSON.stringify({
+          requestId: '$context.requestId', time: '$context.requestTime', route: '$context.routeKey', status: '$context.status',
+          latencyMs: '$context.responseLatency', caller: '$context.identity.userArn', sourceIp: '$context.identity.sourceIp',
+          integrationError: '$context.integrationErrorMessage',
+        })),
+      },
+    });
+    return api;
+  }
+
+  private createEventRules(props: StepwiseProps): events.Rule[] {
+    const target = () => new targets.LambdaFunction(this.eventsFunction, {
+      deadLetterQueue: this.eventsDeadLetterQueue, retryAttempts: 8, maxEventAge: Duration.hours(24),
+    });
+    const bus = props.eventBus ? { eventBus: props.eventBus } : {};
+    const rules: events.Rule[] = [];
+    (props.eventPatterns ?? []).forEach((eventPattern, i) => {
+      rules.push(new events.Rule(this, `WaitEvents${i}`, { ...bus, eventPattern, description: `stepwise ${this.agent.name}: events that resume waiting runs`, targets: [target()] }));
+    });
+    this.agent.startOn.forEach((trigger, i) => {
+      if (trigger.source === undefined && trigger.detailType === undefined) {
+        throw new Error(`stepwise: startOn trigger ${i} of agent ${this.agent.name} names neither a source nor a detail type: an EventBridge rule cannot match every event`);
+      }
+      rules.push(new events.Rule(this, `StartOn${i}`, {
+        ...bus, description: `stepwise ${this.agent.name}: events that start runs (startOn ${i})`, targets: [target()],
+        eventPattern: { ...(trigger.source !== undefined ? { source: [trigger.source] } : {}), ...(trigger.detailType !== undefined ? { detailType: [trigger.detailType] } : {}) },
+      }));
+    });
+    return rules;
+  }
+
+  private facts(sweepInterval: Duration, stallAfter: Duration, retentionDays: number): DeploymentFacts {
+    const cfnQueue = this.queue.node.defaultChild as sqs.CfnQueue;
+    const cfnWorker = this.workerFunction.node.defaultChild as lambda.CfnFunction;
+    const mapping = this.workerFunction.node.findAll().find((c): c is lambda.CfnEventSourceMapping => c instanceof lambda.CfnEventSourceMapping);
+    const redrive = resolved(this, cfnQueue.redrivePolicy) as { maxReceiveCount?: unknown } | undefined;
+    const table = tableFacts(this.table);
+    return {
+      queueFifo: resolved(this, cfnQueue.fifoQueue) as boolean | undefined,
+      visibilityTimeoutSeconds: numberOf(this, cfnQueue.visibilityTimeout),
+      maxReceiveCount: redrive ? numberOf(this, redrive.maxReceiveCount) ?? Number.NaN : undefined,
+      workerTimeoutSeconds: numberOf(this, cfnWorker.timeout),
+      functionResponseTypes: resolved(this, mapping?.functionResponseTypes) as string[] | undefined,
+      // Lambda's own default when the mapping names none.
+      batchSize: mapping && mapping.batchSize === undefined ? 10 : numberOf(this, mapping?.batchSize),
+      ...(table ? { table } : {}),
+      sweepIntervalSeconds: sweepInterval.toSeconds(),
+      stallSeconds: stallAfter.toSeconds(),
+      retentionDays,
+    };
+  }
+
+  private bucketLogicalRef(): string {
+    const cfn = this.bucket.node.defaultChild as s3.CfnBucket | undefined;
+    return cfn ? `${Stack.of(this).resolve(cfn.logicalId)}.Arn` : this.bucket.bucketArn;
+  }
+}
+
+type CommonEnvironment = Record<string, string>;
+
+function checkExclusive(props: StepwiseProps): void {
+  const pairs: [string, unknown, string, unknown][] = [
+    ['existingTableObj', props.existingTableObj, 'dynamoTableProps', props.dynamoTableProps],
+    ['existingBucketObj', props.existingBucketObj, 'bucketProps', props.bucketProps],
+    ['existingQueueObj', props.existingQueueObj, 'queueProps', props.queueProps],
+    ['existingQueueObj', props.existingQueueObj, 'deadLetterQueueProps', props.deadLetterQueueProps],
+  ];
+  for (const [a, va, b, vb] of pairs) {
+    if (va !== undefined && vb !== undefined) throw new Error(`stepwise: give ${a} or ${b}, not both (the props would not apply to an existing resource)`);
+  }
+}
+
+/** The table's settings, read from its CloudFormation resource; undefined for a table this app does not define. */
+export function tableFacts(table: dynamodb.ITable): TableFacts | undefined {
+  const cfn = table.node.defaultChild;
+  if (!(cfn instanceof dynamodb.CfnTable)) return undefined;
+  const resolved = (value: unknown) => (value === undefined ? undefined : Stack.of(cfn).resolve(value));
+  const keys = (schema: unknown): [string | undefined, string | undefined] => {
+    const list = (resolved(schema) ?? []) as { attributeName: string; keyType: string }[];
+    return [list.find((k) => k.keyType === 'HASH')?.attributeName, list.find((k) => k.keyType === 'RANGE')?.attributeName];
+  };
+  const [partitionKey, sortKey] = keys(cfn.keySchema);
+  const ttl = resolved(cfn.timeToLiveSpecification) as { attributeName?: string; enabled?: boolean } | undefined;
+  const indexes = new Map<string, [string | undefined, string | undefined]>();
+  for (const index of (resolved(cfn.globalSecondaryIndexes) ?? []) as { indexName: string; keySchema: unknown }[]) {
+    indexes.set(index.indexName, keys(index.keySchema));
+  }
+  return { partitionKey, sortKey, ttlAttribute: ttl?.attributeName, ttlEnabled: ttl?.enabled === true, indexes };
+}
+
+/** The plain value behind an L1 property (the L2s fill some lazily); references stay intrinsic objects. */
+function resolved(scope: Construct, value: unknown): unknown {
+  if (value === undefined || value === null) return undefined;
+  return Stack.of(scope).resolve(value);
+}
+
+/** A number known at synth, or undefined (a parameter, a reference): a setting that cannot be checked. */
+function numberOf(scope: Construct, value: unknown): number | undefined {
+  const v = resolved(scope, value);
+  return typeof v === 'number' ? v : typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : undefined;
+}
+
+function capitalize(name: string): string {
+  return name[0]!.toUpperCase() + name.slice(1);
+}
+
+/** The content hash of a function's bundle (its asset); when a test skips bundling, a stand-in. */
+function bundleHash(fn: lambda.Function): string {
+  const asset = fn.node.tryFindChild('Code') as s3assets.Asset | undefined;
+  if (!asset?.assetHash) throw new Error(`stepwise: no code asset under ${fn.node.path}`);
+  return asset.assetHash;
+}

@@ -1,0 +1,86 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { stepMetrics, type MetricPoint } from '../../lib/aws/step-metrics.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { runCost } from '../../lib/llm/cost.ts';
+import type { ModelReply } from '../../lib/ports.ts';
+import { METRIC_NAMES } from '../../lib/settings.ts';
+import { ManualClock, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel } from '../support/stub-model.ts';
+
+/** The worker's metrics, computed from what the engine hands back for each message of a real run. */
+
+const usage = (input: number, output: number, cacheRead = 0) => ({ inputTokens: input, outputTokens: output, cacheWriteTokens: 0, cacheReadTokens: cacheRead });
+const agent = defineAgent({
+  name: 'metrics-agent',
+  tools: [tool({ name: 'note', description: 'Notes a value.', input: z.object({ n: z.number() }), sideEffect: false, run: ({ n }) => `noted ${n}` })],
+});
+const MODEL = 'claude-opus-5-5';
+
+let cleanup: (() => void) | undefined;
+afterEach(() => cleanup?.());
+
+async function runAndCollect(script: (step: number, attempt: number) => ModelReply): Promise<{ points: MetricPoint[]; state: Awaited<ReturnType<typeof loadState>> }> {
+  const db = tempDb();
+  cleanup = db.cleanup;
+  const clock = new ManualClock();
+  const attempts = new Map<number, number>();
+  const model = new StubModel((step) => {
+    attempts.set(step, (attempts.get(step) ?? 0) + 1);
+    return script(step, attempts.get(step)!);
+  });
+  const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'w' });
+  await start(deps);
+  const points: MetricPoint[] = [];
+  for (let i = 0; i < 20; i++) {
+    const [delivery] = await runtime.queue.receive({ visibilityMs: 30_000 });
+    if (!delivery) {
+      if (runtime.queue.depth() === 0) break;
+      clock.advance(60_000);
+      continue;
+    }
+    const handled = await handleDelivery(deps, delivery);
+    points.push(...stepMetrics(handled, MODEL));
+    if (handled.action === 'ack') await runtime.queue.ack(delivery);
+    else await runtime.queue.release(delivery, handled.delayMs);
+  }
+  const state = await loadState(runtime);
+  runtime.close();
+  return { points, state };
+}
+
+const total = (points: MetricPoint[], name: string) => points.filter((p) => p.name === name).reduce((n, p) => n + p.value, 0);
+
+describe('worker metrics from handled messages', () => {
+  it('count steps, failed attempts and run ends, and add the tokens up to exactly the run usage, discarded replies included', async () => {
+    const { points, state } = await runAndCollect((step, attempt) => {
+      if (step === 2 && attempt === 1) return { kind: 'invalid', reason: 'two tool calls', usage: usage(70, 9), model: MODEL };
+      if (step <= 2) return { kind: 'tool', tool: 'note', input: { n: step }, usage: usage(100 * step, 10, 50), model: MODEL };
+      return { kind: 'done', summary: 'noted twice', usage: usage(40, 30, 200), model: MODEL };
+    });
+    expect(state).toMatchObject({ status: 'completed', step: 2 });
+    expect(total(points, METRIC_NAMES.steps)).toBe(2);
+    expect(total(points, METRIC_NAMES.failedAttempts)).toBe(1);
+    expect(total(points, METRIC_NAMES.runsCompleted)).toBe(1);
+    expect(total(points, METRIC_NAMES.runsFailed)).toBe(0);
+    expect(total(points, METRIC_NAMES.inputTokens)).toBe(state.usage.inputTokens);
+    expect(total(points, METRIC_NAMES.outputTokens)).toBe(state.usage.outputTokens);
+    expect(total(points, METRIC_NAMES.cacheReadTokens)).toBe(state.usage.cacheReadTokens);
+    // 100 + 200 (steps) + 70 (discarded) + 40 (DONE)
+    expect(state.usage.inputTokens).toBe(410);
+    expect(total(points, METRIC_NAMES.modelCostUsd)).toBeCloseTo(runCost(state, MODEL).usd, 12);
+    // One checkpoint size per commit: two steps, the failed attempt, the end.
+    expect(points.filter((p) => p.name === METRIC_NAMES.checkpointBytes)).toHaveLength(4);
+    expect(points.filter((p) => p.name === METRIC_NAMES.checkpointBytes).every((p) => p.unit === 'Bytes' && p.value > 0)).toBe(true);
+  });
+
+  it('count a run that fails after three failed attempts once, and its discarded usage', async () => {
+    const { points, state } = await runAndCollect(() => ({ kind: 'invalid', reason: 'no tool call', usage: usage(10, 1), model: MODEL }));
+    expect(state.status).toBe('failed');
+    expect(total(points, METRIC_NAMES.failedAttempts)).toBe(3);
+    expect(total(points, METRIC_NAMES.runsFailed)).toBe(1);
+    expect(total(points, METRIC_NAMES.steps)).toBe(0);
+    expect(total(points, METRIC_NAMES.inputTokens)).toBe(30);
+  });
+});
