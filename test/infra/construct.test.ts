@@ -10,7 +10,7 @@ import {
 import { ensureQueue, ensureTable } from '../../lib/aws/provision.ts';
 import {
   API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, EMAIL_FROM_ENV, METRIC_NAMES, METRICS_AGENT_DIMENSION,
-  METRICS_NAMESPACE, METRICS_SERVICE, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV,
+  DEFAULT_RETENTION_DAYS, METRICS_NAMESPACE, METRICS_SERVICE, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV,
   STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../../lib/settings.ts';
 import type { Stepwise } from '../../infra/stepwise-construct.ts';
@@ -111,7 +111,7 @@ describe('the bucket', () => {
     });
     // Step records never expire and point at their blobs: no current object may expire.
     const rules = blobs[1].Properties.LifecycleConfiguration.Rules as Json[];
-    expect(rules).toEqual([{ AbortIncompleteMultipartUpload: { DaysAfterInitiation: 1 }, ExpiredObjectDeleteMarker: true, NoncurrentVersionExpiration: { NoncurrentDays: 7 }, Status: 'Enabled' }]);
+    expect(rules).toEqual([{ AbortIncompleteMultipartUpload: { DaysAfterInitiation: 1 }, ExpiredObjectDeleteMarker: true, NoncurrentVersionExpiration: { NoncurrentDays: DEFAULT_RETENTION_DAYS }, Status: 'Enabled' }]);
     expect(rules.some((r) => 'ExpirationInDays' in r)).toBe(false);
     expect(blobs[1].DeletionPolicy).toBe('Retain');
   });
@@ -179,7 +179,7 @@ describe('the functions', () => {
       [TABLE_NAME_ENV]: ref(stepwise.table as never),
       [BUCKET_NAME_ENV]: ref(stepwise.bucket as never),
       [QUEUE_URL_ENV]: ref(stepwise.queue),
-      [RETENTION_DAYS_ENV]: '7',
+      [RETENTION_DAYS_ENV]: String(DEFAULT_RETENTION_DAYS),
       [API_KEY_SECRET_ENV]: ref(stepwise.apiKeySecret as never),
       [SIGNING_KEY_SECRET_ENV]: ref(stepwise.signingKeySecret),
       [EMAIL_FROM_ENV]: 'agent@example.com',
