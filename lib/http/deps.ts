@@ -14,6 +14,4 @@ export interface HttpDeps extends AnswerDeps {
    * sets one unless told otherwise; on AWS, IAM authorizes those routes at API Gateway instead.
    */
   apiToken?: string;
-  /** Fork, retry and cancel, when the deployment offers them (shown as inspector actions). */
-  operations?: unknown;
 }

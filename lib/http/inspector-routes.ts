@@ -3,6 +3,10 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
+import { StepwiseError, isPermanent } from '../core/errors.ts';
+import { cancelRun } from '../engine/operate/cancel.ts';
+import { forkRun } from '../engine/operate/fork.ts';
+import { retryRun } from '../engine/operate/retry.ts';
 import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
@@ -47,7 +51,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     const stored = await deps.store.load(runId);
     if (!stored) return c.html(messagePage('Unknown run', `There is no run ${runId}.`), 404);
     const history = await deps.store.history(runId);
-    return c.html(runPage({ state: decodeState(stored), version: stored.version, history, model: model(), actions: Boolean(deps.operations) }));
+    return c.html(runPage({ state: decodeState(stored), version: stored.version, history, model: model(), actions: true }));
   });
 
   app.post('/runs/:runId/waits/:waitId', async (c) => {
@@ -65,10 +69,39 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     });
     return outcome.outcome === 'resumed' ? back(c, runId) : c.html(messagePage('Nothing changed', `The answer was not taken: ${outcome.outcome}.`), 409);
   });
+
+  // The same operations as the API's POST /runs/:id/fork, /retry and /cancel, from forms.
+  app.post('/runs/:runId/fork', async (c) => {
+    const form = forkForm.safeParse(await c.req.parseBody());
+    if (!form.success) return c.html(messagePage('Not understood', 'Give the step to fork from, a whole number.'), 400);
+    return refusal(c, async () => {
+      const forked = await forkRun(deps, c.req.param('runId'), { fromStep: form.data.fromStep });
+      return back(c, forked.runId);
+    });
+  });
+  app.post('/runs/:runId/retry', (c) => refusal(c, async () => {
+    await retryRun(deps, c.req.param('runId'), { pricingModel: deps.agent.settings?.model ?? model() });
+    return back(c, c.req.param('runId'));
+  }));
+  app.post('/runs/:runId/cancel', (c) => refusal(c, async () => {
+    await cancelRun(deps, c.req.param('runId'), { by: 'the inspector', reason: 'cancelled from the run inspector' });
+    return back(c, c.req.param('runId'));
+  }));
   return app;
 }
 
 const back = (c: Context, runId: string) => c.redirect(`/inspect/runs/${encodeURIComponent(runId)}`, 303);
+const forkForm = z.object({ fromStep: z.coerce.number().int().nonnegative() });
+
+/** An operation the run's state refuses (retry a completed run, fork past its last step): a page that says why. */
+async function refusal(c: Context, operate: () => Promise<Response>): Promise<Response> {
+  try {
+    return await operate();
+  } catch (error) {
+    if (error instanceof StepwiseError && isPermanent(error)) return c.html(messagePage('Not done', error.message), 409);
+    throw error;
+  }
+}
 
 function tokenOrCookie(token: string): MiddlewareHandler {
   const matches = (given: string | undefined) => {

@@ -64,5 +64,27 @@ describe('the run inspector in a browser', () => {
     const state = JSON.parse((await stepwiseCli(['status', 'insp-1', '--json'], env)).out) as { status: string; steps: { result: { text: string } }[] };
     expect(state.status).toBe('completed');
     expect(state.steps[1]!.result.text).toContain('looks fine (from the inspector)');
+
+    // Fork the finished run from step 1, then cancel the fork while it waits: both from the page.
+    const ops = await browser.newPage();
+    await ops.goto(`${url}/inspect?token=${token}`);
+    await ops.goto(`${url}/inspect/runs/insp-1`);
+    await ops.fill('input[name=fromStep]', '1');
+    await Promise.all([ops.waitForNavigation(), ops.click('#fork')]);
+    const forkId = (await ops.textContent('#run-id'))!;
+    expect(forkId).toMatch(/^insp-1-fork-1-/);
+    expect(await ops.textContent('#status')).toBe('running');
+    expect((await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '1500'], env)).code).toBe(0);
+    await ops.reload();
+    expect(await ops.textContent('#status')).toBe('waiting');
+    await Promise.all([ops.waitForNavigation(), ops.click('#cancel')]);
+    expect(await ops.textContent('#status')).toBe('cancelled');
+    expect(await ops.locator('#cancel').count()).toBe(0);
+    await ops.close();
+    const fork = JSON.parse((await stepwiseCli(['status', forkId, '--json'], env)).out) as { status: string; forkedFrom: { runId: string; step: number }; steps: { step: number }[] };
+    expect(fork).toMatchObject({ status: 'cancelled', forkedFrom: { runId: 'insp-1', step: 1 } });
+    // Its own keys: the fork's step 1 is the parent's copy; nothing of the parent ran again.
+    const parent = JSON.parse((await stepwiseCli(['status', 'insp-1', '--json'], env)).out) as { status: string; version: number };
+    expect(parent.status).toBe('completed');
   });
 });
