@@ -32,7 +32,7 @@ async function wire(): Promise<SqsWorkerHandler> {
   const runtime = openAwsRuntime();
   const log = createLogger({ service: 'stepwise-worker', agent: agent.name });
   // MODEL SELECTION (lib/llm/select-model.ts): Claude with a configured key, else the agent's offlineModel(), else a clear error.
-  const { model, label } = selectModel(agent);
+  const { model, label } = await selectModel(agent);
   log.info({ event: 'worker-wired', model: label, table: runtime.tableName, queue: runtime.queueUrl }, 'worker ready');
   return createSqsWorkerHandler({ runtime, agent, model, log, codeVersion: CODE_VERSION, waits: awsWaitServices(runtime) });
 }

@@ -6,15 +6,14 @@ import { excerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
 import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
+import { DEFAULT_MODEL, MODEL_ENV } from './model-name.ts';
 
 /**
  * The Anthropic Messages API behind the engine's Model port. One call per step: the Step prompt as the
  * user message, the agent's tools as Anthropic tools, the reply read as one tool call or DONE.
  */
 
-/** The docs' recommended starting model ("start with Claude Opus 5.5 for most workloads"), built for long agentic runs. */
-export const DEFAULT_MODEL = 'claude-opus-5-5';
-export const MODEL_ENV = 'STEPWISE_MODEL';
+export { DEFAULT_MODEL, MODEL_ENV } from './model-name.ts';
 /** Room for adaptive thinking (always on for Opus 5.5) plus one tool call; under the SDK's 21,333 non-streaming cap. */
 export const DEFAULT_MAX_TOKENS = 8192;
 export const DEFAULT_MAX_RETRIES = 2;
