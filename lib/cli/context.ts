@@ -23,11 +23,14 @@ export async function requireAgent(options: { agent?: string }): Promise<AgentDe
 /**
  * The built CLI runs without a TypeScript loader; an agent written in TypeScript gets one (tsx) registered
  * just before it loads. The sources in a checkout already run under tsx (bin/stepwise.js), as under vitest.
+ * Both of tsx's hooks: in a CommonJS package (`npm init` makes one) a .ts agent is CommonJS, and with
+ * only the ESM hook Node would try to require it as an ES module.
  */
 async function typescriptLoaderFor(path: string): Promise<void> {
   if (!/\.[cm]?ts$/.test(path) || import.meta.url.endsWith('.ts') || tsxRegistered) return;
-  const { register } = await import('tsx/esm/api');
-  register();
+  const [esm, cjs] = await Promise.all([import('tsx/esm/api'), import('tsx/cjs/api')]);
+  esm.register();
+  cjs.register();
   tsxRegistered = true;
 }
 let tsxRegistered = false;
