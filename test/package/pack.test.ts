@@ -35,6 +35,8 @@ beforeAll(() => {
   files = packed[0]!.files.map((f) => f.path);
   mkdirSync(modules, { recursive: true });
   execFileSync('npm', ['init', '-y'], { cwd: app, stdio: 'ignore' });
+  // What `npm install` would leave besides node_modules; the construct's bundling looks for it.
+  writeFileSync(join(app, 'package-lock.json'), JSON.stringify({ name: 'app', version: '1.0.0', lockfileVersion: 3, requires: true, packages: { '': { name: 'app', version: '1.0.0' } } }, null, 2));
   execFileSync('tar', ['-xzf', join(work, packed[0]!.filename), '-C', modules]);
   execFileSync('mv', [join(modules, 'package'), join(modules, 'stepwise')]);
   const manifest = JSON.parse(readFileSync(join(modules, 'stepwise/package.json'), 'utf8')) as { dependencies: Record<string, string>; peerDependencies: Record<string, string>; bin: Record<string, string> };
@@ -139,7 +141,7 @@ import { Stepwise } from 'stepwise/cdk';
 // Bundling the functions (esbuild over the agent) is skipped: this checks the construct, not esbuild.
 const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
 const stack = new Stack(app, 'Packed');
-new Stepwise(stack, 'Agent', { agentPath: 'agent.ts' });
+new Stepwise(stack, 'Agent', { agentPath: 'agent.ts' }).addStackOutputs();
 const template = Template.fromStack(stack).toJSON() as { Outputs: Record<string, unknown>; Resources: Record<string, { Type: string }> };
 console.log(JSON.stringify({ outputs: Object.keys(template.Outputs).sort(), types: [...new Set(Object.values(template.Resources).map((r) => r.Type))].sort() }));
 `);
