@@ -1,11 +1,25 @@
 #!/usr/bin/env node
-// Registers tsx so the CLI and user agent modules written in TypeScript load without a build step.
-import { register } from 'tsx/esm/api';
+import { existsSync } from 'node:fs';
+import { register } from 'node:module';
 
 // The AWS SDK warns on Node 20 about SDK releases after early 2027, which this project pins itself out
 // of; the warning would break the promise that stderr carries only JSON log lines and one-line errors.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
-register();
-const { runCli } = await import('../lib/cli/main.ts');
-await runCli();
+// In a checkout the TypeScript sources are next to this file: run them through tsx, so an edit never runs
+// against a stale build, and let `import 'stepwise'` (an agent's) resolve to the sources too (the
+// "stepwise-source" condition of package.json's exports). An installed package has only the compiled
+// dist/: it runs without a loader, and registers tsx only to load an agent written in TypeScript.
+const sources = new URL('../lib/cli/main.ts', import.meta.url);
+let cli;
+if (existsSync(sources)) {
+  register(`data:text/javascript,${encodeURIComponent(
+    'export const resolve = (specifier, context, next) => next(specifier, { ...context, conditions: [...context.conditions, "stepwise-source"] });',
+  )}`);
+  const { register: registerTsx } = await import('tsx/esm/api');
+  registerTsx();
+  cli = await import(sources.href);
+} else {
+  cli = await import('../dist/lib/cli/main.js');
+}
+await cli.runCli();

@@ -126,10 +126,14 @@ function toolSpec(t: ToolDefinition): ToolSpec {
   return { name: t.name, description: t.description, inputSchema: schema };
 }
 
+const isAgentLike = (value: unknown): boolean => Boolean(value && typeof value === 'object' && Array.isArray((value as AgentDefinition).tools));
+
 /** Loads an agent module (TypeScript or JavaScript): its default export, or an export named `agent`. */
 export async function loadAgent(path: string): Promise<AgentDefinition> {
   const mod = (await import(pathToFileURL(resolve(path)).href)) as { default?: unknown; agent?: unknown };
-  const candidate = (mod.agent ?? mod.default) as AgentDefinition | undefined;
+  // A module compiled to CommonJS (a .ts agent in a CommonJS package) arrives as { default: exports }.
+  const compiled = mod.default as { default?: unknown; agent?: unknown } | undefined;
+  const candidate = (mod.agent ?? (isAgentLike(mod.default) ? mod.default : compiled?.agent ?? compiled?.default)) as AgentDefinition | undefined;
   if (!candidate || typeof candidate !== 'object' || !Array.isArray(candidate.tools) || !candidate.name) {
     throw new InvalidInputError(`${path} does not export an agent (export default defineAgent({...}))`);
   }

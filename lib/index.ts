@@ -1,7 +1,12 @@
-/** What agent modules and embedding code import from stepwise. */
+/**
+ * What agent modules and embedding code import from `stepwise`: defining agents and tools, the wait
+ * tools, the errors, the engine. Light on purpose (no SDK, no database driver): an agent module imports
+ * it in every worker. The runtimes are `stepwise/local` and `stepwise/aws`; the CDK construct is
+ * `stepwise/cdk`. Anything not exported from these entry points is internal.
+ */
 export { defineAgent, loadAgent, tool } from './agent.ts';
 export type { AgentDefinition, AgentSettings, ToolContext, ToolDefinition } from './agent.ts';
-export { PermanentError, ToolError, TransientError } from './core/errors.ts';
+export { InvalidInputError, PermanentError, StepwiseError, ToolError, TransientError } from './core/errors.ts';
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';
 export { handleDelivery } from './engine/handle-message.ts';
@@ -11,7 +16,7 @@ export { forkRun } from './engine/operate/fork.ts';
 export { retryRun } from './engine/operate/retry.ts';
 export { showRun } from './engine/operate/show.ts';
 export { runWorker } from './engine/worker-loop.ts';
-export { openLocalRuntime } from './local/runtime.ts';
+export type { EngineDeps } from './engine/deps.ts';
 export type { Model, ModelReply, ModelRequest } from './ports.ts';
 export { requestApproval, sleepUntil, waitForEvent } from './waits/tools.ts';
 export type { ApprovalToolOptions, EventToolOptions, SleepToolOptions } from './waits/tools.ts';

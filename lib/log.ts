@@ -1,31 +1,9 @@
 import { pino, type Logger } from 'pino';
-import { InvalidInputError } from './core/errors.ts';
+import { logFormat, type LogFormat } from './log-format.ts';
 import { redactSecrets } from './redact.ts';
 
 export type { Logger };
-
-/**
- * `json`: one JSON object per line at info and above, for supervisors, collectors and tests.
- * `pretty`: for a person at a terminal, next to the command's own progress lines on stdout: warnings and
- * errors only (STEPWISE_LOG_LEVEL lowers it), one `level: message (key=value ...)` line each.
- */
-export type LogFormat = 'json' | 'pretty';
-const FORMATS: readonly LogFormat[] = ['json', 'pretty'];
-
-/** The one place the format is decided: --log, else STEPWISE_LOG_FORMAT, else pretty only on a terminal. */
-export function chooseLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, stderrIsTTY = Boolean(process.stderr.isTTY)): LogFormat {
-  const asked = flag ?? env.STEPWISE_LOG_FORMAT?.trim();
-  if (asked === undefined || asked === '') return stderrIsTTY ? 'pretty' : 'json';
-  if (!FORMATS.includes(asked as LogFormat)) throw new InvalidInputError(`--log must be json or pretty, got ${JSON.stringify(asked)}`);
-  return asked as LogFormat;
-}
-
-let processFormat: LogFormat = 'json';
-
-/** Sets the format of loggers created from now on in this process (the CLI does, once, from its flags). */
-export function setLogFormat(format: LogFormat): void {
-  processFormat = format;
-}
+export { chooseLogFormat, setLogFormat, type LogFormat } from './log-format.ts';
 
 export interface LoggerOptions {
   format?: LogFormat;
@@ -36,7 +14,7 @@ export interface LoggerOptions {
 
 /** Structured logs on stderr; every line is cleaned of URL credentials and secret-named query values. */
 export function createLogger(bindings: Record<string, unknown> = {}, options: LoggerOptions = {}): Logger {
-  const format = options.format ?? processFormat;
+  const format = options.format ?? logFormat();
   const env = options.env ?? process.env;
   const write = options.write ?? stderrWriter();
   return pino(

@@ -1,19 +1,7 @@
 import { parseArgs } from 'node:util';
 import { StepwiseError } from '../core/errors.ts';
-import { chooseLogFormat, setLogFormat } from '../log.ts';
-import { runCommand } from './commands/run.ts';
-import { historyCommand, statusCommand } from './commands/read.ts';
-import { startCommand } from './commands/start.ts';
-import { workerCommand } from './commands/worker.ts';
-import { driftCommand } from './commands/drift.ts';
-import { pruneCommand } from './commands/prune.ts';
-import { answerCommand, emitCommand } from './commands/answer.ts';
-import { serveCommand } from './commands/serve.ts';
-import { showCommand } from './commands/show.ts';
-import { forkCommand } from './commands/fork.ts';
-import { retryCommand } from './commands/retry.ts';
-import { cancelCommand } from './commands/cancel.ts';
 import type { Budget } from '../core/state.ts';
+import { chooseLogFormat, setLogFormat } from '../log-format.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -37,11 +25,14 @@ usage:
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
   stepwise emit    <type> <key> [<json>] [--id <event id>]                         send an event to waiting runs
+  stepwise init    [--backend aws [--table <t>] [--bucket <b>] [--queue-name <q>]] [--json]
+                   make the database file, or the AWS table, bucket and FIFO queue (without CDK)
 
 common options:
   --db <file>          the SQLite file (default .stepwise/stepwise.db, or STEPWISE_DB)
   --agent <path>       a module exporting defineAgent({...}) (.ts or .js; or STEPWISE_AGENT)
   --backend aws        DynamoDB + S3 + SQS instead of SQLite (or STEPWISE_BACKEND=aws), with
+  --stack <name>       the table, bucket and queue from a deployed stack's outputs (or STEPWISE_STACK), or
   --table, --bucket, --queue-url   (or TABLE_NAME, BUCKET_NAME, QUEUE_URL; endpoints from AWS_ENDPOINT_URL_*)
   --log json|pretty    logs on stderr: JSON lines at info, or warnings and errors as readable lines
                        (default: pretty when stderr is a terminal, else json; or STEPWISE_LOG_FORMAT)
@@ -54,6 +45,8 @@ const OPTIONS = {
   'step-cap': { type: 'string' },
   db: { type: 'string' },
   backend: { type: 'string' },
+  stack: { type: 'string' },
+  'queue-name': { type: 'string' },
   table: { type: 'string' },
   bucket: { type: 'string' },
   'queue-url': { type: 'string' },
@@ -110,7 +103,7 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
   const common = {
     ...(values.db ? { db: values.db } : {}), ...(values.agent ? { agent: values.agent } : {}),
-    ...(values.backend ? { backend: values.backend } : {}), ...(values.table ? { table: values.table } : {}),
+    ...(values.backend ? { backend: values.backend } : {}), ...(values.stack ? { stack: values.stack } : {}), ...(values.table ? { table: values.table } : {}),
     ...(values.bucket ? { bucket: values.bucket } : {}), ...(values['queue-url'] ? { queueUrl: values['queue-url'] } : {}),
   };
   const start = {
@@ -124,30 +117,33 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
   const stallMs = positiveInt('stall-ms', values['stall-ms']);
   const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}) };
+  // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
+  // HTTP app or the logger that other commands need.
   switch (command) {
-    case 'run': return runCommand({ ...start, ...(visibilityMs ? { visibilityMs } : {}) }, out);
-    case 'start': return startCommand(start, out);
-    case 'worker': return workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}) }, out);
-    case 'status': return statusCommand(arg, read, out);
-    case 'history': return historyCommand(arg, read, out);
-    case 'prune': return pruneCommand({ ...common, ...(values['older-than-days'] !== undefined ? { olderThanDays: values['older-than-days'] } : {}) }, out);
-    case 'drift': return driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
-    case 'serve': return serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);
+    case 'run': return (await import('./commands/run.ts')).runCommand({ ...start, ...(visibilityMs ? { visibilityMs } : {}) }, out);
+    case 'start': return (await import('./commands/start.ts')).startCommand(start, out);
+    case 'worker': return (await import('./commands/worker.ts')).workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}) }, out);
+    case 'status': return (await import('./commands/read.ts')).statusCommand(arg, read, out);
+    case 'history': return (await import('./commands/read.ts')).historyCommand(arg, read, out);
+    case 'serve': return (await import('./commands/serve.ts')).serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);
     case 'approve':
     case 'reject':
-      return answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
-    case 'emit': return emitCommand(positionals.slice(1), { ...common, ...(values.id ? { id: values.id } : {}) }, out);
+      return (await import('./commands/answer.ts')).answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
+    case 'init': return (await import('./commands/init.ts')).initCommand({ ...common, ...(values['queue-name'] ? { queueName: values['queue-name'] } : {}), ...(values.json ? { json: true } : {}) }, out);
+    case 'emit': return (await import('./commands/answer.ts')).emitCommand(positionals.slice(1), { ...common, ...(values.id ? { id: values.id } : {}) }, out);
+    case 'prune': return (await import('./commands/prune.ts')).pruneCommand({ ...common, ...(values['older-than-days'] !== undefined ? { olderThanDays: values['older-than-days'] } : {}) }, out);
+    case 'drift': return (await import('./commands/drift.ts')).driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'show': {
       const step = positiveInt('step', values.step);
-      return showCommand(arg, { ...common, ...(step !== undefined ? { step } : {}), ...(values.json ? { json: true } : {}), ...(values.full ? { full: true } : {}) }, out);
+      return (await import('./commands/show.ts')).showCommand(arg, { ...common, ...(step !== undefined ? { step } : {}), ...(values.json ? { json: true } : {}), ...(values.full ? { full: true } : {}) }, out);
     }
     case 'fork': {
       const fromStep = positiveInt('from-step', values['from-step']);
-      return forkCommand(arg, { ...start, ...(fromStep !== undefined ? { fromStep } : {}) }, out);
+      return (await import('./commands/fork.ts')).forkCommand(arg, { ...start, ...(fromStep !== undefined ? { fromStep } : {}) }, out);
     }
-    case 'retry': return retryCommand(arg, start, out);
+    case 'retry': return (await import('./commands/retry.ts')).retryCommand(arg, start, out);
     case 'cancel':
-      return cancelCommand(arg, { ...common, ...(values.as ? { as: values.as } : {}), ...(values.reason !== undefined ? { reason: values.reason } : {}) }, out);
+      return (await import('./commands/cancel.ts')).cancelCommand(arg, { ...common, ...(values.as ? { as: values.as } : {}), ...(values.reason !== undefined ? { reason: values.reason } : {}) }, out);
     default: throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
   }
 }

@@ -1,4 +1,4 @@
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { ModelKeyError, TransientError, errorMessage } from '../core/errors.ts';
 import { API_KEY_ENV, API_KEY_SECRET_ENV } from '../settings.ts';
 
@@ -55,10 +55,14 @@ export function secretsManagerApiKey(
     const shared = containerSources.get(secretId);
     if (shared) return shared;
   }
-  const sm = client ?? new SecretsManagerClient({});
+  // The SDK is imported at the first read, not when the module loads: a local run with a key in the
+  // environment never needs it.
+  let sm = client;
   const source = rememberKey(async () => {
     let value: string | undefined;
     try {
+      const { GetSecretValueCommand, SecretsManagerClient } = await import('@aws-sdk/client-secrets-manager');
+      sm ??= new SecretsManagerClient({});
       value = (await sm.send(new GetSecretValueCommand({ SecretId: secretId }))).SecretString;
     } catch (error) {
       const name = (error as { name?: string }).name ?? '';

@@ -6,7 +6,7 @@ export { MODEL_ENV };
 export const DEFAULT_MODEL = 'claude-opus-5-5';
 
 /**
- * The model id runs use when the agent names none: STEPWISE_MODEL, else DEFAULT_MODEL. Here, apart from
+ * The model id runs use when the agent names none, and the one usage no step recorded is priced by: STEPWISE_MODEL, else DEFAULT_MODEL. Here, apart from
  * the SDK adapter, so what only prices usage (the API, the CLI) does not load the SDK.
  */
 export function defaultModelId(env: NodeJS.ProcessEnv = process.env): string {

@@ -2,7 +2,7 @@ import type { AgentDefinition } from '../agent.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import type { Model } from '../ports.ts';
 import { redactUrl } from '../redact.ts';
-import { AnthropicModel, type AnthropicModelOptions } from './anthropic.ts';
+import type { AnthropicModelOptions } from './anthropic.ts';
 import { API_KEY_ENV, API_KEY_SECRET_ENV, apiKeyFromEnv } from './api-key.ts';
 
 export interface SelectedModel {
@@ -16,14 +16,16 @@ export interface SelectedModel {
  * The model for a run: Claude when an API key is configured (ANTHROPIC_API_KEY, or a Secrets Manager
  * secret id on AWS), else the agent's offline scripted model, said plainly so nobody mistakes a demo
  * for Claude. ANTHROPIC_BASE_URL points the client elsewhere (a local test server, a gateway).
+ * Asynchronous because the Anthropic SDK is imported only when Claude is chosen.
  */
-export function selectModel(
+export async function selectModel(
   agent: AgentDefinition,
   env: NodeJS.ProcessEnv = process.env,
   options: Omit<AnthropicModelOptions, 'apiKey' | 'env'> = {},
-): SelectedModel {
+): Promise<SelectedModel> {
   const key = apiKeyFromEnv(env);
   if (key) {
+    const { AnthropicModel } = await import('./anthropic.ts');
     const model = new AnthropicModel({ ...options, env, apiKey: key.source, ...(agent.settings?.model ? { model: agent.settings.model } : {}) });
     const where = options.baseURL ?? env.ANTHROPIC_BASE_URL?.trim();
     return {

@@ -8,7 +8,9 @@ import { SqliteEventBuffer } from './sqlite-event-buffer.ts';
 import { SqliteLedger } from './sqlite-ledger.ts';
 import { SqliteQueue } from './sqlite-queue.ts';
 
-export const DEFAULT_DB_PATH = '.stepwise/stepwise.db';
+import { DEFAULT_DB_PATH } from './paths.ts';
+
+export { DEFAULT_DB_PATH };
 
 export interface LocalRuntime {
   db: Db;

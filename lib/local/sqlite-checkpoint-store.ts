@@ -1,5 +1,5 @@
+import type * as Codec from '../core/codec.ts';
 import type { StoredCheckpoint } from '../core/codec.ts';
-import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { isTerminal, type Decision, type RunState, type RunStatus } from '../core/state.ts';
@@ -11,6 +11,13 @@ import type Database from 'better-sqlite3';
 import { immediate, type Db } from './database.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
+
+/**
+ * The encoders, imported at the first write (one resolved promise per write after that): a process that
+ * only reads, like `stepwise status`, then never loads the state schemas and zod, most of its start time.
+ */
+let codec: Promise<typeof Codec> | undefined;
+const encoders = (): Promise<typeof Codec> => (codec ??= import('../core/codec.ts'));
 
 interface RunRow { run_id: string; version: number; status: RunStatus; step: number; agent: string; reason: string | null; updated_at: number }
 
@@ -42,6 +49,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }> {
+    const { encodeHead, encodeStep } = await encoders();
     const head = encodeHead(state);
     return immediate(this.db, () => {
       const existing = this.sql('SELECT version FROM runs WHERE run_id = ?').get(state.runId) as { version: number } | undefined;
@@ -100,6 +108,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
+    const { encodeDecision } = await encoders();
     immediate(this.db, () => {
       this.assertVersion(runId, expectedVersion);
       const inserted = this.sql('INSERT INTO steps (run_id, step, decision) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
@@ -109,6 +118,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async commit(write: CheckpointWrite): Promise<CommitResult> {
+    const { encodeHead, encodeStep } = await encoders();
     const head = encodeHead(write.state);
     const step = write.appended ? encodeStep(write.appended) : undefined;
     const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);

@@ -1,5 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import * as z from 'zod';
+import { MIN_KEY_BYTES } from './signing-key.ts';
 
 /**
  * Approval links carry a signed token, not a raw wait id: HMAC-SHA256 over the run, the wait, the
@@ -23,8 +24,7 @@ export type TokenCheck =
   | { ok: true; claim: ApprovalClaim }
   | { ok: false; reason: 'malformed' | 'bad-signature' | 'expired'; message: string; claim?: ApprovalClaim };
 
-/** At least 32 bytes of key: HMAC-SHA256 gains nothing from more, and less is guessable. */
-export const MIN_KEY_BYTES = 32;
+export { MIN_KEY_BYTES };
 
 export function signApproval(claim: ApprovalClaim, key: Buffer): string {
   assertKey(key);

@@ -3,8 +3,12 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { SIGNING_KEY_SECRET_ENV } from '../settings.ts';
-import { MIN_KEY_BYTES } from './approval-token.ts';
 
+/**
+ * At least 32 bytes of key: HMAC-SHA256 gains nothing from more, and less is guessable. Kept here, not
+ * with the tokens (approval-token.ts, which needs zod), so opening a backend does not load the schemas.
+ */
+export const MIN_KEY_BYTES = 32;
 /** Where the approval signing key comes from; read once per process. */
 export type SigningKeySource = () => Promise<Buffer>;
 

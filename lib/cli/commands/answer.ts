@@ -17,7 +17,7 @@ export interface AnswerOptions extends CliOptions {
 /** `approve|reject <runId>`: answers the run's open approval from the terminal, as the page would. */
 export async function answerCommand(decision: 'approve' | 'reject', runId: string | undefined, options: AnswerOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError(`usage: stepwise ${decision} <runId> [--comment text] [--as approver]`);
-  const backend = await openBackend(options);
+  const backend = await openBackend(options, ['table', 'queue']);
   try {
     const stored = await backend.store.load(runId);
     if (!stored) throw new UnknownRunError(runId);
@@ -52,7 +52,7 @@ export async function emitCommand(args: string[], options: EmitOptions, out: (li
       throw new InvalidInputError(`the payload is not valid JSON: ${json.slice(0, 80)}`);
     }
   }
-  const backend = await openBackend(options);
+  const backend = await openBackend(options, ['table', 'queue']);
   try {
     const result = await emitEvent(
       { ...cliDeps(backend), events: backend.waits.events, waitingFor: (t, k) => backend.store.waitingFor(t, k) },

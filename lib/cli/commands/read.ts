@@ -1,29 +1,37 @@
 import { decodeState } from '../../core/codec.ts';
 import { NewerFormatError, UnknownRunError } from '../../core/errors.ts';
 import type { RunStatus } from '../../core/state.ts';
-import { RUN_STATUSES } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { historyTable, runDetail, runsTable } from '../format.ts';
 import { runCost } from '../../llm/cost.ts';
-import { openBackend, pricingModel, type CliOptions } from '../context.ts';
+import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
+import { openBackend, type CliOptions } from '../backend.ts';
 
 export interface ReadOptions extends CliOptions {
   json?: boolean;
   status?: string;
 }
 
+// The state schemas (and zod) load only to read a run's state or check --status: a table of runs needs
+// neither, and is the command people run most.
+const codec = () => import('../../core/codec.ts');
+
 /** `status [runId]`: one run in detail, or a table of runs. */
 export async function statusCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
   const runtime = await openBackend(options);
   try {
     if (!runId) {
-      if (options.status && !RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
+      if (options.status) {
+        const { RUN_STATUSES } = await import('../../core/state.ts');
+        if (!RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
+      }
       const runs = await runtime.store.list({ ...(options.status ? { status: options.status as RunStatus } : {}), limit: 1000 });
       out(options.json ? JSON.stringify(runs, null, 2) : runs.length ? runsTable(runs) : 'no runs');
       return 0;
     }
     const stored = await runtime.store.load(runId);
     if (!stored) throw new UnknownRunError(runId);
+    const { decodeState } = await codec();
     let state;
     try {
       state = decodeState(stored);
@@ -55,6 +63,7 @@ export async function historyCommand(runId: string | undefined, options: ReadOpt
     const history = await runtime.store.history(runId);
     if (!history.length) throw new UnknownRunError(runId);
     const stored = await runtime.store.load(runId);
+    const { decodeState } = await codec();
     let state;
     try { state = stored && decodeState(stored); } catch { state = undefined; } // an unreadable run still has a timeline
     if (options.json) {

@@ -1,7 +1,8 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import type { Budget } from '../../core/state.ts';
 import { retryRun } from '../../engine/operate/retry.ts';
-import { openBackend, operateDeps, pricingModel, type CliOptions } from '../context.ts';
+import { openBackend, operateDeps, type CliOptions } from '../context.ts';
+import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 import { budgetText } from '../format.ts';
 
 export interface RetryOptions extends CliOptions {

@@ -2,6 +2,7 @@ import { InvalidInputError } from '../../core/errors.ts';
 import { isTerminal } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
+import { backendKind } from '../backend.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent } from '../context.ts';
 import { progressLine } from '../progress.ts';
 import type { StartOptions } from './start.ts';
@@ -11,14 +12,13 @@ import type { StartOptions } from './start.ts';
  * workers may share the work; this returns when the run ends or waits.
  */
 export async function runCommand(options: StartOptions & { visibilityMs?: number }, out: (line: string) => void): Promise<number> {
-  const agent = await requireAgent(options);
-  const { model, label } = chooseModel(agent);
-  const runtime = await openBackend(options);
-  const local = runtime.local;
-  if (!local) {
-    runtime.close();
+  if (backendKind(options) !== 'local') {
     throw new InvalidInputError('`stepwise run` works a run in this process on the local backend; with --backend aws use `stepwise start` and `stepwise worker`');
   }
+  const agent = await requireAgent(options);
+  const { model, label } = await chooseModel(agent);
+  const runtime = await openBackend(options);
+  const local = runtime.local!;
   const deps = engineDeps(runtime, agent, model);
   try {
     out(`model: ${label}`);

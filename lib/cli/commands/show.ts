@@ -1,6 +1,7 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import { showRun } from '../../engine/operate/show.ts';
-import { openBackend, pricingModel, type CliOptions } from '../context.ts';
+import { openBackend, type CliOptions } from '../context.ts';
+import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 import { showText } from '../format.ts';
 
 export interface ShowOptions extends CliOptions {

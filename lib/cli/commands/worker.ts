@@ -12,8 +12,8 @@ export interface WorkerCommandOptions extends CliOptions {
 /** Works every run on the queue, one step per message, until SIGINT/SIGTERM (or idle, if asked). */
 export async function workerCommand(options: WorkerCommandOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
-  const { model, label } = chooseModel(agent);
-  const runtime = await openBackend(options);
+  const { model, label } = await chooseModel(agent);
+  const runtime = await openBackend(options, ['table', 'queue', 'bucket']);
   const id = workerId();
   const deps = engineDeps(runtime, agent, model, id);
   const stop = new AbortController();

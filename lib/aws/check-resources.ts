@@ -1,0 +1,46 @@
+import { DescribeTableCommand } from '@aws-sdk/client-dynamodb';
+import { HeadBucketCommand } from '@aws-sdk/client-s3';
+import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { InvalidInputError } from '../core/errors.ts';
+import type { AwsClients } from './clients.ts';
+import { errorName } from './dynamo-errors.ts';
+
+export type AwsResource = 'table' | 'bucket' | 'queue';
+
+export const MISSING_RESOURCE_FIX = 'deploy the stack or run stepwise init --backend aws';
+
+/** The names the SDKs give "not there" (SQS has two protocols' worth; HeadBucket's 404 has no body). */
+const NOT_FOUND: Record<AwsResource, readonly string[]> = {
+  table: ['ResourceNotFoundException'],
+  queue: ['QueueDoesNotExist', 'AWS.SimpleQueueService.NonExistentQueue'],
+  bucket: ['NoSuchBucket', 'NotFound'],
+};
+
+/**
+ * Checks, in one round of parallel calls, that the resources a command is about to use exist, so a table
+ * that was never deployed (a typo, another region) is one line naming it with the fix, exit code 2,
+ * before anything is written, and not the SDK's "Cannot do operations on a non-existent table". Only a
+ * not-found answer counts: any other error (no permission to describe) is left to the real call.
+ */
+export async function assertResourcesExist(
+  clients: Pick<AwsClients, 'dynamo' | 'sqs' | 's3'>,
+  names: { tableName: string; bucketName: string; queueUrl: string },
+  uses: readonly AwsResource[],
+): Promise<void> {
+  const probes: Record<AwsResource, () => Promise<unknown>> = {
+    table: () => clients.dynamo.send(new DescribeTableCommand({ TableName: names.tableName })),
+    queue: () => clients.sqs.send(new GetQueueAttributesCommand({ QueueUrl: names.queueUrl, AttributeNames: ['QueueArn'] })),
+    bucket: () => clients.s3.send(new HeadBucketCommand({ Bucket: names.bucketName })),
+  };
+  const label: Record<AwsResource, string> = { table: names.tableName, queue: names.queueUrl, bucket: names.bucketName };
+  const missing = await Promise.all(uses.map(async (resource) => {
+    try {
+      await probes[resource]();
+      return undefined;
+    } catch (error) {
+      return NOT_FOUND[resource].includes(errorName(error)) ? resource : undefined;
+    }
+  }));
+  const first = missing.find((m) => m !== undefined);
+  if (first) throw new InvalidInputError(`${first} ${label[first]} does not exist: ${MISSING_RESOURCE_FIX}`);
+}

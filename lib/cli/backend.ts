@@ -1,0 +1,90 @@
+import { InvalidInputError } from '../core/errors.ts';
+import type { BlobStore, CheckpointStore, EventBuffer, IdempotencyLedger, RunQueue, RunQueueConsumer } from '../ports.ts';
+import { DEFAULT_DB_PATH } from '../local/paths.ts';
+import type { LocalRuntime } from '../local/runtime.ts';
+import type { WaitServices } from '../waits/services.ts';
+import type { AwsResource } from '../aws/check-resources.ts';
+import type { AwsRuntime } from '../aws/runtime.ts';
+
+export interface CliOptions {
+  db?: string;
+  agent?: string;
+  /** 'local' (SQLite, the default) or 'aws' (DynamoDB, S3, SQS); or STEPWISE_BACKEND. */
+  backend?: string;
+  /** A deployed stepwise stack whose outputs name the table, bucket and queue (or STEPWISE_STACK). */
+  stack?: string;
+  table?: string;
+  bucket?: string;
+  queueUrl?: string;
+}
+
+/** What the commands need from a backend: the same engine ports, whichever it is. */
+export interface Backend {
+  kind: 'local' | 'aws';
+  store: CheckpointStore;
+  blobs: BlobStore;
+  ledger: IdempotencyLedger;
+  queue: RunQueue & RunQueueConsumer;
+  /** The local runtime, for what only it can do (a queue consumer for one run, pruning). */
+  local?: LocalRuntime;
+  /** The AWS runtime, for what only it can do (the blob sweep). */
+  aws?: AwsRuntime;
+  /** Emails, approval links, kept events: what waiting runs need on this backend. */
+  waits: WaitServices & { events: EventBuffer };
+  close(): void;
+}
+
+export function dbPath(options: CliOptions): string {
+  return options.db ?? process.env.STEPWISE_DB ?? DEFAULT_DB_PATH;
+}
+
+/**
+ * Each backend's modules are imported only when it is the one asked for: the AWS SDK is a large import.
+ * On AWS, `uses` are checked to exist first (one round of calls), so a missing table or queue is a
+ * one-line error before the command writes anything.
+ */
+export async function openBackend(options: CliOptions, uses: readonly AwsResource[] = ['table']): Promise<Backend> {
+  const kind = backendKind(options);
+  if (kind === 'local') {
+    const path = dbPath(options);
+    const [{ openLocalRuntime }, { localWaitServices }] = await Promise.all([import('../local/runtime.ts'), import('../local/wait-services.ts')]);
+    const local = openLocalRuntime({ dbPath: path });
+    const waits = { ...localWaitServices(local, path), events: local.events };
+    return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
+  }
+  const [{ openAwsRuntime }, { awsWaitServices }, { assertResourcesExist }] = await Promise.all([
+    import('../aws/runtime.ts'), import('../aws/wait-services.ts'), import('../aws/check-resources.ts'),
+  ]);
+  const stack = stackName(options);
+  const deployed = stack ? await (await import('../aws/stack-outputs.ts')).readStackOutputs(stack) : undefined;
+  // A flag names one resource on purpose; the stack fills in the rest; the environment comes last.
+  const tableName = options.table ?? deployed?.tableName;
+  const bucketName = options.bucket ?? deployed?.bucketName;
+  const queueUrl = options.queueUrl ?? deployed?.queueUrl;
+  const aws = openAwsRuntime({
+    ...(tableName ? { tableName } : {}), ...(bucketName ? { bucketName } : {}), ...(queueUrl ? { queueUrl } : {}),
+  });
+  try {
+    await assertResourcesExist(aws.clients, aws, uses);
+  } catch (error) {
+    aws.close();
+    throw error;
+  }
+  // Approval links point at the stack's API unless STEPWISE_PUBLIC_URL says otherwise.
+  const env = deployed?.apiUrl && !process.env.STEPWISE_PUBLIC_URL ? { ...process.env, STEPWISE_PUBLIC_URL: deployed.apiUrl } : process.env;
+  const waits = awsWaitServices(aws, env);
+  return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, aws, waits: { ...waits, events: waits.events! }, close: () => aws.close() };
+}
+
+/** --backend, else STEPWISE_BACKEND, else aws when a stack is named, else local. */
+export function backendKind(options: CliOptions): 'local' | 'aws' {
+  const kind = options.backend ?? (process.env.STEPWISE_BACKEND?.trim() || undefined) ?? (stackName(options) ? 'aws' : 'local');
+  if (kind !== 'local' && kind !== 'aws') throw new InvalidInputError(`--backend must be local or aws, got ${JSON.stringify(kind)}`);
+  if (kind === 'local' && options.stack) throw new InvalidInputError(`--stack names a deployed AWS stack; it does not go with --backend local`);
+  return kind;
+}
+
+/** --stack, else STEPWISE_STACK (on the AWS backend only: a local run ignores a stack set in the environment). */
+function stackName(options: CliOptions): string | undefined {
+  return options.stack ?? (process.env.STEPWISE_STACK?.trim() || undefined);
+}

@@ -1,0 +1,2 @@
+/** The SQLite file of the embedded runtime, relative to the working directory (STEPWISE_DB or --db move it). */
+export const DEFAULT_DB_PATH = '.stepwise/stepwise.db';

@@ -1,0 +1,29 @@
+import { InvalidInputError } from './core/errors.ts';
+
+/**
+ * `json`: one JSON object per line at info and above, for supervisors, collectors and tests.
+ * `pretty`: for a person at a terminal, next to the command's own progress lines on stdout: warnings and
+ * errors only (STEPWISE_LOG_LEVEL lowers it), one `level: message (key=value ...)` line each.
+ * Apart from the logger (lib/log.ts), so a command that logs nothing never loads pino.
+ */
+export type LogFormat = 'json' | 'pretty';
+const FORMATS: readonly LogFormat[] = ['json', 'pretty'];
+
+/** The one place the format is decided: --log, else STEPWISE_LOG_FORMAT, else pretty only on a terminal. */
+export function chooseLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, stderrIsTTY = Boolean(process.stderr.isTTY)): LogFormat {
+  const asked = flag ?? env.STEPWISE_LOG_FORMAT?.trim();
+  if (asked === undefined || asked === '') return stderrIsTTY ? 'pretty' : 'json';
+  if (!FORMATS.includes(asked as LogFormat)) throw new InvalidInputError(`--log must be json or pretty, got ${JSON.stringify(asked)}`);
+  return asked as LogFormat;
+}
+
+let processFormat: LogFormat = 'json';
+
+/** Sets the format of loggers created from now on in this process (the CLI does, once, from its flags). */
+export function setLogFormat(format: LogFormat): void {
+  processFormat = format;
+}
+
+export function logFormat(): LogFormat {
+  return processFormat;
+}

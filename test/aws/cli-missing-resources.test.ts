@@ -1,0 +1,46 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { createTestResources, uniqueName, type TestResources } from './aws-fixtures.ts';
+
+/**
+ * The CLI on the AWS backend with a resource that is not there (never deployed, a typo, another region):
+ * one line that names it and says what to do, exit code 2, not the SDK's message. Real DynamoDB Local and
+ * fauxqs answer; the names are ones nothing created.
+ */
+const AGENT = join(ROOT, 'test/support/process-agent.ts');
+let aws: TestResources;
+beforeAll(async () => { aws = await createTestResources('cli-missing'); });
+afterAll(() => aws?.close());
+
+const ENV = { STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', TABLE_NAME: '', BUCKET_NAME: '', QUEUE_URL: '', STEPWISE_STACK: '' };
+const FIX = 'deploy the stack or run stepwise init --backend aws';
+
+describe('missing AWS resources', () => {
+  it('a table that does not exist: status and history say so in one line, exit 2', async () => {
+    const table = `stepwise-${uniqueName('nope')}`;
+    for (const args of [['status'], ['history', 'some-run'], ['status', 'some-run']]) {
+      const r = await stepwiseCli([...args, '--backend', 'aws', '--table', table, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl], ENV);
+      expect(r.code).toBe(2);
+      expect(r.err).toBe(`stepwise: table ${table} does not exist: ${FIX}\n`);
+      expect(r.out).toBe('');
+    }
+  });
+
+  it('a queue that does not exist: start says so before it writes anything', async () => {
+    const queueUrl = aws.queueUrl.replace(/[^/]+\.fifo$/, `${uniqueName('nope')}.fifo`);
+    const r = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'x', '--run-id', 'missing-queue', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', queueUrl], ENV);
+    expect(r.code).toBe(2);
+    expect(r.err).toBe(`stepwise: queue ${queueUrl} does not exist: ${FIX}\n`);
+    // Nothing was lost or half-made: no run was created without its first message.
+    expect(await aws.runtime().store.load('missing-queue')).toBeUndefined();
+  });
+
+  it('a bucket that does not exist: the worker says so at start, before taking any message', async () => {
+    const bucket = `stepwise-${uniqueName('nope')}`;
+    const r = await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '500', '--backend', 'aws', '--table', aws.tableName, '--bucket', bucket, '--queue-url', aws.queueUrl], ENV);
+    expect(r.code).toBe(2);
+    expect(r.err).toBe(`stepwise: bucket ${bucket} does not exist: ${FIX}\n`);
+    expect(r.out).not.toContain('ready');
+  });
+});
