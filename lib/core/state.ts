@@ -1,24 +1,17 @@
 import * as z from 'zod';
 
-/**
- * The stored format of each record kind. Bump a kind's number when its stored shape changes (a field added,
- * renamed or given a new meaning), and add the migration from the old number in migrations.ts. A record
- * carries its format as `formatVersion`; a record without one is format 1, so a kind still at 1 is
- * written exactly as before versions existed. The head's is its state format (format 2 added the wait).
- * Code refuses a record of a newer format than it reads, and a record with a field it does not know,
- * rather than dropping what it cannot understand.
- */
-export const RECORD_FORMATS = { head: 3, step: 1, decision: 1, wait: 1, ledger: 1 } as const;
-export type RecordKind = keyof typeof RECORD_FORMATS;
+import { RECORD_FORMATS } from './record-formats.ts';
+
+export { RECORD_FORMATS, type RecordKind } from './record-formats.ts';
 /** The run head's format: what `formatVersion` in a head says. */
 export const FORMAT_VERSION = RECORD_FORMATS.head;
 export const DEFAULT_STEP_CAP = 60;
 export const MAX_STEP_FAILURES = 3;
 export const MAX_GOAL_BYTES = 16 * 1024;
 
-export const RUN_STATUSES = ['running', 'waiting', 'completed', 'failed', 'capped', 'over-budget', 'cancelled'] as const;
-export type RunStatus = (typeof RUN_STATUSES)[number];
-export const TERMINAL_STATUSES: readonly RunStatus[] = ['completed', 'failed', 'capped', 'over-budget', 'cancelled'];
+import { RUN_STATUSES, type RunStatus } from './statuses.ts';
+
+export { RUN_STATUSES, TERMINAL_STATUSES, isTerminal, type RunStatus } from './statuses.ts';
 
 // Every stored shape is strict: a field this code does not know is refused on load (codec.ts), never
 // silently stripped and then lost at the next write.
@@ -150,10 +143,6 @@ export interface RunState extends RunHead {
 export function headOf(state: RunState): RunHead {
   const { steps: _steps, pending: _pending, ...head } = state;
   return head;
-}
-
-export function isTerminal(status: RunStatus): boolean {
-  return TERMINAL_STATUSES.includes(status);
 }
 
 export function addUsage(a: Usage, b: Usage | undefined): Usage {

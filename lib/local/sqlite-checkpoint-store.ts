@@ -2,7 +2,8 @@ import type * as Codec from '../core/codec.ts';
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
-import { isTerminal, type Decision, type RunState, type RunStatus } from '../core/state.ts';
+import type { Decision, RunState } from '../core/state.ts';
+import { isTerminal, type RunStatus } from '../core/statuses.ts';
 import type {
   CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';

@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
-import { RECORD_FORMATS } from '../core/state.ts';
+import { RECORD_FORMATS } from '../core/record-formats.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';

@@ -1,4 +1,3 @@
-import { decodeState } from '../../core/codec.ts';
 import { NewerFormatError, UnknownRunError } from '../../core/errors.ts';
 import type { RunStatus } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
