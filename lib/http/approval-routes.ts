@@ -4,7 +4,7 @@ import { decodeState } from '../core/codec.ts';
 import { answerWait } from '../waits/answer.ts';
 import { verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
 import type { HttpDeps } from './deps.ts';
-import { approvalPage, describeAnswer, messagePage } from './pages.ts';
+import { approvalPage, describeAnswer, messagePage, pageHeaders } from './pages.ts';
 
 const decisionForm = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -18,15 +18,8 @@ const decisionForm = z.object({
  */
 export function approvalRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
-  app.use('*', async (c, next) => {
-    await next();
-    // The token is in the URL: it must not leak through a Referer, a cache, or a frame.
-    c.header('Cache-Control', 'no-store');
-    c.header('Referrer-Policy', 'no-referrer');
-    c.header('X-Frame-Options', 'DENY');
-    c.header('X-Content-Type-Options', 'nosniff');
-    c.header('Content-Security-Policy', "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'");
-  });
+  // The token is in the URL: it must not leak through a Referer, a cache, or a frame.
+  app.use('*', pageHeaders({ noReferrer: true }));
 
   app.get('/:token', async (c) => {
     const checked = await check(c, deps);

@@ -11,7 +11,7 @@ import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { runPage, runsPage } from './inspector-pages.ts';
-import { messagePage } from './pages.ts';
+import { messagePage, pageHeaders } from './pages.ts';
 
 const COOKIE = 'stepwise_token';
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
@@ -24,13 +24,7 @@ const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: 
 export function inspectorRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   const model = () => process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
-  app.use('*', async (c, next) => {
-    await next();
-    c.header('Cache-Control', 'no-store');
-    c.header('X-Frame-Options', 'DENY');
-    c.header('X-Content-Type-Options', 'nosniff');
-    c.header('Content-Security-Policy', "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'");
-  });
+  app.use('*', pageHeaders());
   if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
 
   app.get('/', async (c) => {

@@ -1,3 +1,4 @@
+import type { MiddlewareHandler } from 'hono';
 import { html, raw } from 'hono/html';
 import type { HtmlEscapedString } from 'hono/utils/html';
 import { canonicalJson } from '../core/canonical-json.ts';
@@ -65,4 +66,19 @@ export function describeAnswer(record: StepRecord): string {
     // An excerpt: say less rather than guess.
   }
   return `Already answered, at step ${record.step}.`;
+}
+
+/**
+ * Headers for every page: never cached, never framed, no sniffing, and a CSP with no script at all. The
+ * approval pages' token is in the URL, so they also send no Referer.
+ */
+export function pageHeaders(extra: { noReferrer?: boolean } = {}): MiddlewareHandler {
+  return async (c, next) => {
+    await next();
+    c.header('Cache-Control', 'no-store');
+    if (extra.noReferrer) c.header('Referrer-Policy', 'no-referrer');
+    c.header('X-Frame-Options', 'DENY');
+    c.header('X-Content-Type-Options', 'nosniff');
+    c.header('Content-Security-Policy', "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'");
+  };
 }

@@ -1,6 +1,6 @@
 import { decodeState } from '../core/codec.ts';
 import { StaleVersionError } from '../core/errors.ts';
-import { commitCancel } from '../engine/operate/cancel.ts';
+import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
 import { answerFits, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';

@@ -1,6 +1,6 @@
 import { decodeState } from '../core/codec.ts';
 import { StaleVersionError, errorMessage } from '../core/errors.ts';
-import { commitCancel } from '../engine/operate/cancel.ts';
+import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { deadlineAnswer } from '../core/waits.ts';
 import type { IdempotencyLedger } from '../ports.ts';

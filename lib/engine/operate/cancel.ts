@@ -1,8 +1,11 @@
 import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
-import { cancelRequest, cancelState } from '../../core/operate.ts';
-import { isTerminal, type RunState, type Usage } from '../../core/state.ts';
+import { cancelRequest } from '../../core/operate.ts';
+import { isTerminal } from '../../core/state.ts';
 import type { OperateDeps } from './deps.ts';
+import { commitCancel } from '../../commit-cancel.ts';
+
+export { commitCancel };
 
 export interface CancelInput {
   /** Who cancels: kept in the request and the run's reason. */
@@ -56,18 +59,3 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
   }
 }
 
-/** Writes the cancelled checkpoint at `version`: a step boundary, or a waiting run. */
-export async function commitCancel(
-  deps: Pick<OperateDeps, 'store' | 'workerId' | 'codeVersion' | 'log' | 'clock'>,
-  version: number, state: RunState, request: string, usage?: Usage,
-): Promise<number> {
-  const next = cancelState(state, request, deps.clock.now(), usage);
-  const written = await deps.store.commit({
-    runId: state.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
-  });
-  deps.log.info({
-    event: 'checkpoint', runId: state.runId, step: state.step, version: written.version, workerId: deps.workerId,
-    bytes: written.bytes, status: 'cancelled', reason: next.reason,
-  }, 'run cancelled');
-  return written.version;
-}
