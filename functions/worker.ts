@@ -45,7 +45,7 @@ async function wire(agent: AgentDefinition): Promise<SqsWorkerHandler> {
   const runtime = openAwsRuntime();
   const log = createLogger({ service: 'stepwise-worker', agent: agent.name });
   // MODEL SELECTION (lib/llm/select-model.ts): Claude with a configured key, else the agent's offlineModel(), else a clear error.
-  const { model, label } = await selectModel(agent);
+  const { model, label } = selectModel(agent);
   log.info({ event: 'worker-wired', model: label, table: runtime.tableName, queue: runtime.queueUrl }, 'worker ready');
   const metrics = workerMetrics(agent.name, (model as { defaultModel?: string }).defaultModel ?? DEFAULT_MODEL);
   const handle = createSqsWorkerHandler({

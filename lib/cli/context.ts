@@ -5,7 +5,8 @@ import { loadAgent, type AgentDefinition } from '../agent.ts';
 import type { EngineDeps } from '../engine/deps.ts';
 import { createLogger } from '../log.ts';
 import { InvalidInputError } from '../core/errors.ts';
-import { selectModel } from '../llm/select-model.ts';
+import { apiKeyFromEnv } from '../llm/api-key.ts';
+import { offlineSelection } from '../llm/offline-model.ts';
 import type { Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
@@ -37,9 +38,13 @@ async function typescriptLoaderFor(path: string): Promise<void> {
 }
 let tsxRegistered = false;
 
-/** The model for a run: Claude with an API key, else the agent's offline model, labelled as such. */
+/**
+ * The model for a run: Claude with an API key, else the agent's offline model, labelled as such. The
+ * Anthropic SDK (behind select-model.ts) is imported only when there is a key.
+ */
 export async function chooseModel(agent: AgentDefinition): Promise<{ model: Model; label: string }> {
-  return selectModel(agent);
+  if (!apiKeyFromEnv()) return offlineSelection(agent);
+  return (await import('../llm/select-model.ts')).selectModel(agent);
 }
 
 /** What operating runs by hand needs (show, fork, retry, cancel): the ports, no agent, no model. */

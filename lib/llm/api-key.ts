@@ -61,7 +61,7 @@ export function secretsManagerApiKey(
   const source = rememberKey(async () => {
     let value: string | undefined;
     try {
-      const { GetSecretValueCommand, SecretsManagerClient } = await import('@aws-sdk/client-secrets-manager');
+      const { GetSecretValueCommand, SecretsManagerClient } = await import('./secrets-client.ts');
       sm ??= new SecretsManagerClient({});
       value = (await sm.send(new GetSecretValueCommand({ SecretId: secretId }))).SecretString;
     } catch (error) {

@@ -1,9 +1,9 @@
 import type { AgentDefinition } from '../agent.ts';
-import { InvalidInputError } from '../core/errors.ts';
 import type { Model } from '../ports.ts';
 import { redactUrl } from '../redact.ts';
-import type { AnthropicModelOptions } from './anthropic.ts';
-import { API_KEY_ENV, API_KEY_SECRET_ENV, apiKeyFromEnv } from './api-key.ts';
+import { AnthropicModel, type AnthropicModelOptions } from './anthropic.ts';
+import { apiKeyFromEnv } from './api-key.ts';
+import { offlineSelection } from './offline-model.ts';
 
 export interface SelectedModel {
   model: Model;
@@ -16,16 +16,14 @@ export interface SelectedModel {
  * The model for a run: Claude when an API key is configured (ANTHROPIC_API_KEY, or a Secrets Manager
  * secret id on AWS), else the agent's offline scripted model, said plainly so nobody mistakes a demo
  * for Claude. ANTHROPIC_BASE_URL points the client elsewhere (a local test server, a gateway).
- * Asynchronous because the Anthropic SDK is imported only when Claude is chosen.
  */
-export async function selectModel(
+export function selectModel(
   agent: AgentDefinition,
   env: NodeJS.ProcessEnv = process.env,
   options: Omit<AnthropicModelOptions, 'apiKey' | 'env'> = {},
-): Promise<SelectedModel> {
+): SelectedModel {
   const key = apiKeyFromEnv(env);
   if (key) {
-    const { AnthropicModel } = await import('./anthropic.ts');
     const model = new AnthropicModel({ ...options, env, apiKey: key.source, ...(agent.settings?.model ? { model: agent.settings.model } : {}) });
     const where = options.baseURL ?? env.ANTHROPIC_BASE_URL?.trim();
     return {
@@ -35,15 +33,5 @@ export async function selectModel(
       label: `Anthropic ${model.defaultModel} (key from ${key.from}${where ? `, API at ${redactUrl(where)}` : ''})`,
     };
   }
-  if (agent.offlineModel) {
-    const model = agent.offlineModel();
-    return {
-      model,
-      kind: 'offline',
-      label: `offline scripted model "${model.name}" of agent ${agent.name}, not Claude (set ${API_KEY_ENV} to use Claude)`,
-    };
-  }
-  throw new InvalidInputError(
-    `no model for agent ${agent.name}: set ${API_KEY_ENV} (or ${API_KEY_SECRET_ENV} on AWS) to use Claude, or give the agent an offlineModel()`,
-  );
+  return offlineSelection(agent);
 }

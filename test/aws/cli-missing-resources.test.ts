@@ -36,6 +36,16 @@ describe('missing AWS resources', () => {
     expect(await aws.runtime().store.load('missing-queue')).toBeUndefined();
   });
 
+  it('a queue that does not exist: cancel says so before it marks the run', async () => {
+    const started = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'x', '--run-id', 'cancel-missing-queue', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl], ENV);
+    expect(started.code, started.err).toBe(0);
+    const queueUrl = aws.queueUrl.replace(/[^/]+\.fifo$/, `${uniqueName('nope')}.fifo`);
+    const r = await stepwiseCli(['cancel', 'cancel-missing-queue', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', queueUrl], ENV);
+    expect(r.code).toBe(2);
+    expect(r.err).toBe(`stepwise: queue ${queueUrl} does not exist: ${FIX}\n`);
+    expect((await aws.runtime().store.load('cancel-missing-queue'))?.cancelRequested).toBeUndefined();
+  });
+
   it('a bucket that does not exist: the worker says so at start, before taking any message', async () => {
     const bucket = `stepwise-${uniqueName('nope')}`;
     const r = await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '500', '--backend', 'aws', '--table', aws.tableName, '--bucket', bucket, '--queue-url', aws.queueUrl], ENV);

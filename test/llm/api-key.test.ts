@@ -90,7 +90,7 @@ describe('the adapter reads its key once per process, not per step', () => {
       const request = { runId: 'c', step: 1, prompt: renderStepPrompt(newState('c')), tools: toolSpecs(agent), settings: {} };
       server.script(done('1'), done('2'), done('3'));
       for (let invocation = 0; invocation < 3; invocation++) {
-        expect(await (await selectModel(agent, env)).model.decide(request)).toMatchObject({ kind: 'done' });
+        expect(await selectModel(agent, env).model.decide(request)).toMatchObject({ kind: 'done' });
       }
       expect(everySecretsClient.commandCalls(GetSecretValueCommand)).toHaveLength(1);
     } finally {

@@ -18,7 +18,7 @@ describe('selectModel', () => {
   afterAll(() => server.stop());
 
   it('uses Claude when ANTHROPIC_API_KEY is set, at ANTHROPIC_BASE_URL', async () => {
-    const selected = await selectModel(withOffline, { ANTHROPIC_API_KEY: 'sk-env', ANTHROPIC_BASE_URL: server.url });
+    const selected = selectModel(withOffline, { ANTHROPIC_API_KEY: 'sk-env', ANTHROPIC_BASE_URL: server.url });
     expect(selected.kind).toBe('anthropic');
     expect(selected.model).toBeInstanceOf(AnthropicModel);
     expect(selected.label).toContain(DEFAULT_MODEL);
@@ -30,37 +30,37 @@ describe('selectModel', () => {
     expect(server.requests[0]!.headers.authorization).toBe('Bearer sk-env');
   });
 
-  it('never prints credentials or query tokens of ANTHROPIC_BASE_URL in the label', async () => {
-    const selected = await selectModel(withOffline, {
+  it('never prints credentials or query tokens of ANTHROPIC_BASE_URL in the label', () => {
+    const selected = selectModel(withOffline, {
       ANTHROPIC_API_KEY: 'sk-env', ANTHROPIC_BASE_URL: 'https://gw-user:s3cret-pass@gateway.example:8443/v1?token=tok-123&team=blue',
     });
     expect(selected.label).toContain('API at https://***:***@gateway.example:8443/v1?token=***&team=***');
     for (const secret of ['gw-user', 's3cret-pass', 'tok-123', 'blue']) expect(selected.label).not.toContain(secret);
     // A value that is not a URL is still cleaned of anything that looks like user:password@.
-    expect((await selectModel(withOffline, { ANTHROPIC_API_KEY: 'k', ANTHROPIC_BASE_URL: 'gw-user:s3cret-pass@gateway' })).label).not.toContain('s3cret-pass');
+    expect(selectModel(withOffline, { ANTHROPIC_API_KEY: 'k', ANTHROPIC_BASE_URL: 'gw-user:s3cret-pass@gateway' }).label).not.toContain('s3cret-pass');
   });
 
-  it('uses Claude when only a Secrets Manager secret id is set (read lazily, at the first step)', async () => {
-    const selected = await selectModel(withOffline, { ANTHROPIC_API_KEY_SECRET_ID: 'stepwise/anthropic' });
+  it('uses Claude when only a Secrets Manager secret id is set (read lazily, at the first step)', () => {
+    const selected = selectModel(withOffline, { ANTHROPIC_API_KEY_SECRET_ID: 'stepwise/anthropic' });
     expect(selected.kind).toBe('anthropic');
     expect(selected.label).toContain('stepwise/anthropic');
   });
 
-  it('names the agent\'s model, else STEPWISE_MODEL', async () => {
+  it('names the agent\'s model, else STEPWISE_MODEL', () => {
     const pinned = defineAgent({ ...base, settings: { model: 'claude-sonnet-5-5' } });
-    expect(((await selectModel(pinned, { ANTHROPIC_API_KEY: 'k', STEPWISE_MODEL: 'claude-haiku-5-5' })).model as AnthropicModel).defaultModel).toBe('claude-sonnet-5-5');
-    expect(((await selectModel(base, { ANTHROPIC_API_KEY: 'k', STEPWISE_MODEL: 'claude-haiku-5-5' })).model as AnthropicModel).defaultModel).toBe('claude-haiku-5-5');
+    expect((selectModel(pinned, { ANTHROPIC_API_KEY: 'k', STEPWISE_MODEL: 'claude-haiku-5-5' }).model as AnthropicModel).defaultModel).toBe('claude-sonnet-5-5');
+    expect((selectModel(base, { ANTHROPIC_API_KEY: 'k', STEPWISE_MODEL: 'claude-haiku-5-5' }).model as AnthropicModel).defaultModel).toBe('claude-haiku-5-5');
   });
 
-  it('falls back to the agent\'s offline model, labelled as such', async () => {
-    const selected = await selectModel(withOffline, {});
+  it('falls back to the agent\'s offline model, labelled as such', () => {
+    const selected = selectModel(withOffline, {});
     expect(selected.kind).toBe('offline');
     expect(selected.model).toBeInstanceOf(StubModel);
     expect(selected.label).toMatch(/offline scripted model .* not Claude .*ANTHROPIC_API_KEY/);
   });
 
-  it('says what to set when there is neither a key nor an offline model', async () => {
-    await expect(selectModel(base, {})).rejects.toThrow(InvalidInputError);
-    await expect(selectModel(base, {})).rejects.toThrow(/ANTHROPIC_API_KEY.*offlineModel/);
+  it('says what to set when there is neither a key nor an offline model', () => {
+    expect(() => selectModel(base, {})).toThrow(InvalidInputError);
+    expect(() => selectModel(base, {})).toThrow(/ANTHROPIC_API_KEY.*offlineModel/);
   });
 });

@@ -11,7 +11,7 @@ export interface CancelOptions extends CliOptions {
 /** `cancel <runId> [--reason text] [--as who]`: the run stops at its next step boundary, for good. */
 export async function cancelCommand(runId: string | undefined, options: CancelOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise cancel <runId> [--reason <text>] [--as <who>]');
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table', 'queue']);
   try {
     const outcome = await cancelRun(operateDeps(runtime), runId, { by: options.as ?? operator(), ...(options.reason !== undefined ? { reason: options.reason } : {}) });
     switch (outcome.outcome) {

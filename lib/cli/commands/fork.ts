@@ -14,7 +14,7 @@ export interface ForkOptions extends CliOptions {
 /** `fork <runId> --from-step n [--run-id id] [--goal text]`: a new run from the state after step n. */
 export async function forkCommand(parentId: string | undefined, options: ForkOptions, out: (line: string) => void): Promise<number> {
   if (!parentId || options.fromStep === undefined) throw new InvalidInputError('usage: stepwise fork <runId> --from-step <n> [--run-id <id>] [--goal <text>]');
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table', 'queue']);
   try {
     const forked = await forkRun(operateDeps(runtime), parentId, {
       fromStep: options.fromStep,

@@ -10,7 +10,7 @@ import { openBackend, type CliOptions } from '../context.ts';
  */
 export async function pruneCommand(options: CliOptions & { olderThanDays?: string }, out: (line: string) => void): Promise<number> {
   const olderThanMs = options.olderThanDays !== undefined ? daysToMs('--older-than-days', options.olderThanDays) : undefined;
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table', 'bucket']);
   try {
     if (runtime.aws) {
       if (olderThanMs !== undefined) throw new InvalidInputError('--older-than-days is for the local backend: on AWS, DynamoDB TTL removes checkpoint versions past STEPWISE_RETENTION_DAYS');

@@ -13,7 +13,7 @@ export interface RetryOptions extends CliOptions {
 /** `retry <runId> [--step-cap n] [--budget-tokens n] [--budget-usd x]`: a failed, capped or over-budget run continues. */
 export async function retryCommand(runId: string | undefined, options: RetryOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise retry <runId> [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>]');
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table', 'queue']);
   try {
     const retried = await retryRun(operateDeps(runtime), runId, {
       ...(options.stepCap !== undefined ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}),
