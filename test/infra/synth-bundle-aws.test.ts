@@ -21,10 +21,8 @@ import { startSecretsServer } from './secrets-server.ts';
  */
 
 type Json = Record<string, any>;
-// The issue's target is "under 1 MB". The worker bundle is 1,004,623 B since issue 10's drift, fork and
-// cancel code joined it: over a decimal megabyte, under a binary one. This guards the binary megabyte,
-// so the bundle cannot grow past it unseen; getting back under 10^6 B (pino is 64 KB of it) is open work.
-const WORKER_BUNDLE_LIMIT = 1024 * 1024;
+// The issue's target: under 1 MB minified. It is 999,013 B: pino (64 KB) is the next cut if it grows.
+const WORKER_BUNDLE_LIMIT = 1_000_000;
 let outdir: string;
 let synth: { code: number | null; stdout: string; stderr: string; ms: number };
 let template: Json;
