@@ -6,6 +6,21 @@ import type { AgentDefinition } from '../agent.ts';
 import type { EventBuffer, RunEvent } from '../ports.ts';
 import { answerWait, type AnswerDeps, type AnswerOutcome } from './answer.ts';
 
+/** The deepest nesting an event payload may have. */
+export const MAX_EVENT_DEPTH = 64;
+
+function nestingDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length) {
+    const [item, depth] = stack.pop()!;
+    if (depth > deepest) deepest = depth;
+    if (deepest > MAX_EVENT_DEPTH) return deepest;
+    if (item && typeof item === 'object') for (const child of Object.values(item)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
 /** The largest event payload kept (EventBridge's own limit for an event). */
 export const MAX_EVENT_BYTES = 256 * 1024;
 
@@ -29,6 +44,9 @@ export interface EmitDeps extends AnswerDeps {
  * sees the other; if both do, the version fence lets one resume win.
  */
 export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string }): Promise<{ event: RunEvent; fresh: boolean; resumed: AnswerOutcome[] }> {
+  // Deep nesting would overflow the recursive walks a payload meets later (canonical JSON, the result
+  // shown to the model): refuse it here, counted without recursion.
+  if (nestingDepth(input.payload) > MAX_EVENT_DEPTH) throw new InvalidInputError(`the event payload is nested deeper than ${MAX_EVENT_DEPTH} levels`);
   const bytes = Buffer.byteLength(JSON.stringify(input.payload ?? null));
   if (bytes > MAX_EVENT_BYTES) throw new InvalidInputError(`the event payload is ${bytes} bytes; the limit is ${MAX_EVENT_BYTES}`);
   const event: RunEvent = { id: input.id, type: input.type, key: input.key, payload: input.payload ?? null, receivedAt: deps.clock.now() };

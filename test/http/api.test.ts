@@ -79,7 +79,10 @@ describe('the JSON API', () => {
     const redelivered = await json(await app.api('/events', { method: 'POST', body: JSON.stringify({ type: 'order.paid', key: 'order-1', id: 'e-1' }) }));
     expect(redelivered.body.fresh).toBe(false);
     expect((await app.runtime.events.find('order.paid', 'order-1', 0)).map((e) => e.payload)).toEqual([{ amount: 3 }]);
-    for (const body of [{ type: 'has space', key: 'k' }, { type: 't' }, { type: 't', key: 'k', payload: 'x'.repeat(300 * 1024) }]) {
+    // A payload nested 5,000 deep (found by the fuzzer: it overflowed a recursive walk and answered 500).
+    let deep: unknown = 1;
+    for (let i = 0; i < 5000; i++) deep = [deep];
+    for (const body of [{ type: 'has space', key: 'k' }, { type: 't' }, { type: 't', key: 'k', payload: 'x'.repeat(300 * 1024) }, { type: 't', key: 'k', payload: deep }]) {
       const response = await json(await app.api('/events', { method: 'POST', body: JSON.stringify(body) }));
       expect(response.status, JSON.stringify(body).slice(0, 40)).toBe(400);
       expect(typeof response.body.error).toBe('string');
