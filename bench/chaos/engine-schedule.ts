@@ -24,7 +24,7 @@ import type { Delivery, Model, ModelReply, ModelRequest } from '../../lib/ports.
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { Brownout, ProcessDied, faulty } from './faulty.ts';
-import { checkInvariants, type RunExpectation, type Violation } from './invariants.ts';
+import { checkInvariants, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
 import { rng, type Rng } from './random.ts';
 
 const VISIBILITY_MS = 30_000;
@@ -33,7 +33,8 @@ const CRASH_POINTS: CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C
 export const PERMANENT_FAULT = 'injected permanent fault: 400 invalid_request_error';
 const TRANSIENT_FAULTS = ['429 rate_limit_error, retry-after 1', '529 overloaded_error', '500 api_error', 'connection dropped', 'reply timed out'];
 
-export interface ScheduleReport {
+/** A schedule's faults and what the invariant checker found after it. */
+export interface ScheduleReport extends Omit<Verdict, 'reasons'> {
   seed: number;
   runs: number;
   steps: number;
@@ -46,13 +47,6 @@ export interface ScheduleReport {
   longEffects: number;
   modelFaults: number;
   modelCalls: number;
-  completed: number;
-  failed: number;
-  completedSteps: number;
-  appliedTwice: number;
-  stepsLost: number;
-  stuck: number;
-  violations: Violation[];
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }

@@ -1,24 +1,8 @@
 import type { ScheduleReport } from './engine-schedule.ts';
 
 /** The figures of a chaos run, summed over its schedules. */
-export interface Totals {
+export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected'> {
   schedules: number;
-  runs: number;
-  crashes: number;
-  crashesByPoint: Record<string, number>;
-  duplicates: number;
-  delayed: number;
-  brownouts: number;
-  slowWorkers: number;
-  longEffects: number;
-  modelFaults: number;
-  appliedTwice: number;
-  stepsLost: number;
-  stuck: number;
-  completed: number;
-  failed: number;
-  completedSteps: number;
-  modelCalls: number;
   violations: number;
   unexpected: number;
   /** Seeds of the schedules that broke an invariant: `--seed` replays each. */
