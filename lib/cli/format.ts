@@ -48,9 +48,11 @@ export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackM
   return lines.join('\n');
 }
 
-export function runsTable(rows: RunSummary[]): string {
-  return table(['RUN', 'STATUS', 'STEP', 'VERSION', 'AGENT', 'UPDATED', 'REASON'],
-    rows.map((r) => [r.runId, r.status, r.step, r.version, r.agent, time(r.updatedAt), r.reason]));
+/** The run table; a NEEDS column appears when a live run needs newer code than this to resume. */
+export function runsTable(rows: (RunSummary & { needs?: string })[]): string {
+  const needs = rows.some((r) => r.needs);
+  return table(['RUN', 'STATUS', 'STEP', 'VERSION', 'AGENT', 'UPDATED', 'REASON', ...(needs ? ['NEEDS'] : [])],
+    rows.map((r) => [r.runId, r.status, r.step, r.version, r.agent, time(r.updatedAt), r.reason, ...(needs ? [r.needs] : [])]));
 }
 
 export function budgetText(budget: Budget): string {

@@ -119,3 +119,26 @@ function parseJson(text: string, runId: string, version: number, what: string): 
     throw new UnreadableCheckpointError(runId, version, `${what} is not valid JSON`);
   }
 }
+
+/**
+ * What a worker needs to read this stored checkpoint, when this code cannot (a record of a newer format,
+ * or with fields it does not know): the head, the step records the load returned and the pending decision
+ * are checked, nothing is decoded into a state. Undefined when this code reads all of them, and for a
+ * checkpoint no code can read (that is a failed run's reason, not a format to deploy).
+ */
+export function formatNeeds(stored: StoredCheckpoint): string | undefined {
+  const { runId, version } = stored;
+  try {
+    readRecord('head', parseJson(stored.head, runId, version, 'head'), 'head', runHeadSchema, runId, version);
+    const after = stored.stepsAfter ?? 0;
+    stored.steps.forEach((text, i) => {
+      const where = `step ${after + i + 1}`;
+      readRecord('step', parseJson(text, runId, version, where), where, stepRecordSchema, runId, version);
+    });
+    if (stored.pending) readRecord('decision', parseJson(stored.pending, runId, version, 'decision'), 'decision', decisionSchema, runId, version);
+    return undefined;
+  } catch (error) {
+    if (error instanceof NewerFormatError) return error.needs;
+    return undefined;
+  }
+}

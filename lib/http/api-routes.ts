@@ -13,6 +13,7 @@ import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
+import { listRuns } from '../engine/operate/list.ts';
 
 const budgetBody = budgetSchema.strict();
 
@@ -80,7 +81,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
 
   app.get('/runs', zValidator('query', listQuery, invalid), async (c) => {
     const query = c.req.valid('query');
-    return c.json({ runs: await deps.store.list({ ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100 }) });
+    return c.json({ runs: await listRuns(deps.store, { ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100 }) });
   });
 
   app.get('/runs/:runId', async (c) => {

@@ -3,7 +3,8 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
-import { StepwiseError, isPermanent } from '../core/errors.ts';
+import { NewerFormatError, StepwiseError, isPermanent } from '../core/errors.ts';
+import { isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
@@ -33,8 +34,9 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       const stored = await deps.store.load(summary.runId);
       try {
         return { summary, ...(stored ? { state: decodeState(stored) } : {}) };
-      } catch {
-        return { summary };
+      } catch (error) {
+        // A live run written by newer code shows what it needs: no worker of this version can move it.
+        return { summary, ...(error instanceof NewerFormatError && !isTerminal(summary.status) ? { needs: error.needs } : {}) };
       }
     }));
     return c.html(runsPage({ runs, now: deps.clock.now(), model: model() }));

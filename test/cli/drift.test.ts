@@ -106,6 +106,14 @@ describe('stepwise drift: which paused runs a new agent cannot resume', () => {
     expect(status.out).toContain('run newer-1: running, but this code cannot resume it: it needs step format 3');
     const json = JSON.parse((await stepwiseCli(['status', 'newer-1', '--json'], { STEPWISE_DB: db.path })).out) as Record<string, unknown>;
     expect(json).toMatchObject({ runId: 'newer-1', status: 'running', needs: 'step format 3' });
+
+    // The run table says it too, on that run's row only: it would otherwise list it as plainly running.
+    const table = await stepwiseCli(['status'], { STEPWISE_DB: db.path });
+    expect(table.out.split('\n')[0]).toMatch(/ NEEDS$/);
+    expect(table.out).toMatch(/^newer-1 +running .* step format 3$/m);
+    expect(table.out).toMatch(/^plain-1 +running .*Z$/m);
+    const rows = JSON.parse((await stepwiseCli(['status', '--json'], { STEPWISE_DB: db.path })).out) as { runId: string; needs?: string }[];
+    expect(rows.filter((row) => row.needs)).toEqual([expect.objectContaining({ runId: 'newer-1', needs: 'step format 3' })]);
   });
 
   it('refuses to run without an agent, with exit code 2', async () => {

@@ -98,5 +98,11 @@ describe('the JSON API', () => {
     const run = await json(await app.api('/runs/api-newer'));
     expect(run).toMatchObject({ status: 409, body: { needs: 'head format 9', error: expect.stringContaining('needs code that reads head format 9') } });
     expect((await app.runtime.store.load('api-newer'))).toMatchObject({ version: 1, status: 'running' });
+    // The run list says so on that run alone; the inspector's list too (escaped like everything there).
+    const list = await json(await app.api('/runs'));
+    const needs = (list.body.runs as { runId: string; needs?: string }[]).filter((r) => r.needs);
+    expect(needs).toEqual([expect.objectContaining({ runId: 'api-newer', status: 'running', needs: 'head format 9' })]);
+    const page = await (await app.api('/inspect')).text();
+    expect(page).toMatch(/api-newer<\/a><\/td><td class="status">running <span class="needs">\(needs head format 9\)<\/span>/);
   });
 });

@@ -24,7 +24,8 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
         const { RUN_STATUSES } = await import('../../core/state.ts');
         if (!RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
       }
-      const runs = await runtime.store.list({ ...(options.status ? { status: options.status as RunStatus } : {}), limit: 1000 });
+      const { listRuns } = await import('../../engine/operate/list.ts');
+      const runs = await listRuns(runtime.store, { ...(options.status ? { status: options.status as RunStatus } : {}), limit: 1000 });
       out(options.json ? JSON.stringify(runs, null, 2) : runs.length ? runsTable(runs) : 'no runs');
       return 0;
     }
