@@ -93,6 +93,7 @@ async function awsCase(workers: number): Promise<Measured> {
     let handled = 0;
     let failures = 0;
     let seconds = 0;
+    const cpu0 = process.cpuUsage();
     const t0 = process.hrtime.bigint();
     // Each container as Lambda's SQS poller drives it: receive one message, invoke, delete; all at once.
     await Promise.all(containers.map(async (container) => {
@@ -103,10 +104,13 @@ async function awsCase(workers: number): Promise<Measured> {
         if (handled >= messages && !seconds) seconds = Number(process.hrtime.bigint() - t0) / 1e9;
       }
     }));
+    const cpu = process.cpuUsage(cpu0);
+    // The containers share this process's one JavaScript thread: near 100% here, it is the ceiling.
+    const busy = `this process's CPU ${fmt((100 * (cpu.user + cpu.system)) / 1e6 / seconds, 0)}% of one core`;
     const problems = await missingSteps(runtime.store, ids, STEPS);
     const left = await queueDepth(resources.clients, resources.queueUrl);
     if (left) problems.push(`${left} messages left on the queue`);
-    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, note: failures ? `${failures} batch item failures (redelivered)` : '' };
+    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, note: [busy, ...(failures ? [`${failures} batch item failures (redelivered)`] : [])].join('; ') };
   } finally {
     for (const c of containers) c.close();
     resources.close();
@@ -142,7 +146,8 @@ for (const { name, workers, m } of rows) {
   console.log(`  ${name.padEnd(26)} ${String(workers).padStart(7)} ${fmt(m.stepsPerSecond).padStart(8)} ${(one ? fmt(m.stepsPerSecond / one, 2) : 'n/a').padStart(10)}  ${check}${m.note ? `; ${m.note}` : ''}`);
 }
 console.log(`\n  floor: one durable SQLite insert per transaction on this disk: ${fmt(floorBefore)} inserts/s before, ${fmt(floorAfter)} after`);
-console.log(`  (a step commits in one transaction; all SQLite workers share one file, so its writes are serialised:`);
-console.log(`   more processes than ${cores} cores contend for CPU, and none can commit faster than the floor)`);
+console.log(`  (a step through a worker is several write transactions on the one file, serialised: the queue's take and`);
+console.log(`   ack, the checkpoint's commit, a side effect's ledger claim and completion; with more processes than`);
+console.log(`   ${cores} cores they also contend for CPU. The AWS containers share one Node process: see its CPU above)`);
 console.log(`  load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
 if (rows.some((r) => r.m.problems.length)) process.exitCode = 1;
