@@ -6,30 +6,36 @@
  * itself (bench/run-all.ts skips it); bench/aws-step-costs.ts prints its figures.
  */
 
-export interface Price { usd: number; per: string; source: string }
+/** A list price: `usd` for `quantity` of `unit` (as the price pages state it: $0.625 per million write units). */
+export interface Price { usd: number; quantity: number; unit: string; source: string }
 
 const LIST = 'AWS price page, us-east-1, as known in 2025; not re-checked online';
 const RECALLED = 'recalled, not verified (launched late 2025); not re-checked online';
+const MILLION = 1e6;
 
 export const PRICES = {
-  dynamoWriteUnit: { usd: 0.625 / 1e6, per: 'write unit (on demand)', source: LIST },
-  dynamoReadUnit: { usd: 0.125 / 1e6, per: 'read unit (on demand)', source: LIST },
-  sqsFifoRequest: { usd: 0.5 / 1e6, per: 'SQS FIFO request (64 KB chunk)', source: LIST },
-  lambdaRequest: { usd: 0.2 / 1e6, per: 'Lambda request', source: LIST },
-  lambdaGbSecond: { usd: 0.0000133334, per: 'Lambda GB-second (arm64)', source: LIST },
-  logsGb: { usd: 0.5, per: 'GB of CloudWatch logs ingested', source: LIST },
-  s3Put: { usd: 0.005 / 1000, per: 'S3 PUT (standard)', source: LIST },
-  stepFunctionsTransition: { usd: 0.025 / 1000, per: 'Step Functions standard state transition', source: LIST },
-  durableOperation: { usd: 8 / 1e6, per: 'Lambda durable operation', source: RECALLED },
-  durableWrittenGb: { usd: 0.25, per: 'GB written by durable operations', source: RECALLED },
+  dynamoWriteUnit: { usd: 0.625, quantity: MILLION, unit: 'DynamoDB write units (on demand)', source: LIST },
+  dynamoReadUnit: { usd: 0.125, quantity: MILLION, unit: 'DynamoDB read units (on demand)', source: LIST },
+  sqsFifoRequest: { usd: 0.5, quantity: MILLION, unit: 'SQS FIFO requests (64 KB chunks)', source: LIST },
+  lambdaRequest: { usd: 0.2, quantity: MILLION, unit: 'Lambda requests', source: LIST },
+  lambdaGbSecond: { usd: 0.0000133334, quantity: 1, unit: 'Lambda GB-second (arm64)', source: LIST },
+  logsGb: { usd: 0.5, quantity: 1, unit: 'GB of CloudWatch logs ingested', source: LIST },
+  s3Put: { usd: 0.005, quantity: 1000, unit: 'S3 PUTs (standard)', source: LIST },
+  stepFunctionsTransition: { usd: 0.025, quantity: 1000, unit: 'Step Functions standard state transitions', source: LIST },
+  durableOperation: { usd: 8, quantity: MILLION, unit: 'Lambda durable operations', source: RECALLED },
+  durableWrittenGb: { usd: 0.25, quantity: 1, unit: 'GB written by durable operations', source: RECALLED },
 } satisfies Record<string, Price>;
+
+/** "$0.625 per million DynamoDB write units", for the bench's list of the prices it used. */
+export const describePrice = (p: Price): string =>
+  `$${p.usd} per ${p.quantity === MILLION ? 'million' : p.quantity === 1 ? '' : p.quantity.toLocaleString('en-US')} ${p.unit}`.replace('per  ', 'per ');
 
 const GB = 2 ** 30;
 
 /** One line of a bill: what, how many per step, dollars per 1,000 steps. */
 export interface CostLine { item: string; perStep: number; usdPer1000: number }
 
-const line = (item: string, perStep: number, price: Price, unit = 1): CostLine => ({ item, perStep, usdPer1000: (1000 * perStep * price.usd) / unit });
+const line = (item: string, perStep: number, price: Price, unit = 1): CostLine => ({ item, perStep, usdPer1000: (1000 * perStep * price.usd) / price.quantity / unit });
 
 export const total = (lines: readonly CostLine[]): number => lines.reduce((n, l) => n + l.usdPer1000, 0);
 
@@ -88,5 +94,5 @@ export function durableCost(checkpointBytesPerStep: number, model = DURABLE_MODE
 
 /** The worker's time, the same on all three while a Lambda awaits the model: per second a step takes. */
 export function computePer1000StepSeconds(memoryMb: number): number {
-  return 1000 * (memoryMb / 1024) * PRICES.lambdaGbSecond.usd;
+  return (1000 * (memoryMb / 1024) * PRICES.lambdaGbSecond.usd) / PRICES.lambdaGbSecond.quantity;
 }

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { computePer1000StepSeconds, durableCost, stepFunctionsCost, stepwiseCost, total } from '../../bench/aws-prices.ts';
+import { PRICES, computePer1000StepSeconds, describePrice, durableCost, stepFunctionsCost, stepwiseCost, total } from '../../bench/aws-prices.ts';
 
 describe('the cost per 1,000 steps (bench/aws-prices.ts)', () => {
-  it("prices a read-only step's counts as the README's hand computation does", () => {
+  it("prices a read-only step's counts item by item", () => {
     // 8 write units, 1 read unit, send + receive + delete, one invocation, 1.5 KB of logs (README, "What it costs").
     const lines = stepwiseCost({ writeUnits: 8, readUnits: 1, sqsRequests: 3, lambdaRequests: 1, logBytes: 1536, s3Puts: 0 });
     expect(Object.fromEntries(lines.map((l) => [l.item, Number(l.usdPer1000.toFixed(5))]))).toEqual({
@@ -32,5 +32,11 @@ describe('the cost per 1,000 steps (bench/aws-prices.ts)', () => {
   it("prices the worker's time at 256 MB as $0.0033 per 1,000 steps per second", () => {
     expect(computePer1000StepSeconds(256)).toBeCloseTo(0.00333, 5);
     expect(computePer1000StepSeconds(128)).toBeCloseTo(computePer1000StepSeconds(256) / 2, 9);
+  });
+
+  it('states each price as the price pages do', () => {
+    expect(describePrice(PRICES.dynamoWriteUnit)).toBe('$0.625 per million DynamoDB write units (on demand)');
+    expect(describePrice(PRICES.s3Put)).toBe('$0.005 per 1,000 S3 PUTs (standard)');
+    expect(describePrice(PRICES.logsGb)).toBe('$0.5 per GB of CloudWatch logs ingested');
   });
 });
