@@ -7,12 +7,16 @@
  *     invocation as the stack's batch size of 1) polling one FIFO queue concurrently, on DynamoDB Local +
  *     fauxqs. The containers share this Node process, the servers share the machine.
  * Baselines in the same run: each runtime's 1-worker figure (the scaling factor), and the durable-insert
- * floor of this disk (the most steps per second one SQLite writer could commit). Every run is checked to
- * have completed with every step once. Printed, never asserted.
+ * floor of this disk, measured just before each SQLite case (a shared disk's fsync time drifts tenfold
+ * within minutes). Rounds alternate the order of the cases (1, 4, 16, then 16, 4, 1) so that drift hits
+ * them alike; the median is printed, with the range. Where the CPU went is printed next to each figure
+ * (from /proc: the worker processes; this process, which holds the containers and fauxqs; DynamoDB
+ * Local's JVM). Every run is checked to have completed with every step once. Printed, never asserted.
  *
- *   node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers,...]
+ *   node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers,...] [sqlite-rounds] [aws-rounds]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -23,15 +27,37 @@ import { createTestResources, queueDepth, startTestRun } from '../test/aws/aws-f
 import { WorkerProcess, pollOnce } from '../test/aws/lambda-harness.ts';
 import { useAwsServers } from '../test/support/aws-servers.ts';
 import { benchAgent } from './aws-support.ts';
-import { benchDeps, durableInsertFloor, fmt, missingSteps, tempDir } from './support.ts';
+import { benchDeps, durableInsertFloor, fmt, median, missingSteps, tempDir } from './support.ts';
 
 const RUNS = Number(process.argv[2] ?? 32);
 const STEPS = Number(process.argv[3] ?? 20);
 const WORKERS = (process.argv[4] ?? '1,4,16').split(',').map(Number);
+const SQLITE_ROUNDS = Number(process.argv[5] ?? 3);
+const AWS_ROUNDS = Number(process.argv[6] ?? 2);
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const AGENT = join(ROOT, 'bench/throughput-support.ts');
 
-interface Measured { stepsPerSecond: number; problems: string[]; note: string }
+interface Measured { stepsPerSecond: number; problems: string[]; cpu: string; failures: number }
+
+/** CPU seconds used so far by a process and everything under it (Linux /proc; nothing elsewhere). */
+function cpuSeconds(pid: number, self = true): number {
+  let total = 0;
+  try {
+    if (self) {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      total += (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (100 Hz)
+    }
+    for (const task of readdirSync(`/proc/${pid}/task`)) {
+      for (const child of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ').filter(Boolean)) total += cpuSeconds(Number(child));
+    }
+  } catch {
+    // gone, or no /proc: counted as nothing
+  }
+  return total;
+}
+
+const share = (cpu: number, seconds: number) => `${fmt((100 * cpu) / seconds, 0)}%`;
 
 const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
 
@@ -62,17 +88,19 @@ async function sqliteCase(workers: number): Promise<Measured> {
     const deps = benchDeps(runtime, agent, model());
     const ids = Array.from({ length: RUNS }, (_, r) => `sqlite-${r}`);
     const open = runtime.db.prepare("SELECT count(*) AS n FROM runs WHERE status IN ('running', 'waiting')");
+    const cpu0 = cpuSeconds(process.pid, false);
     const t0 = process.hrtime.bigint();
     for (const runId of ids) await startRun(deps, { goal: 'bench', runId });
     // A count on the runs table every 20 ms: a reader in WAL mode, it takes no write lock from the workers.
     while ((open.get() as { n: number }).n > 0) await new Promise((res) => setTimeout(res, 20));
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    const cpu = `workers ${share(cpuSeconds(process.pid, false) - cpu0, seconds)}`;
     for (const c of children) c.kill('SIGTERM');
     await Promise.all(children.map(exited));
     const problems = await missingSteps(runtime.store, ids, STEPS);
     const left = runtime.queue.depth();
     if (left) problems.push(`${left} messages left on the queue`);
-    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, note: '' };
+    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, cpu, failures: 0 };
   } finally {
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     runtime.close();
@@ -93,7 +121,8 @@ async function awsCase(workers: number): Promise<Measured> {
     let handled = 0;
     let failures = 0;
     let seconds = 0;
-    const cpu0 = process.cpuUsage();
+    const self0 = process.cpuUsage();
+    const dynamo0 = cpuSeconds(process.pid, false);
     const t0 = process.hrtime.bigint();
     // Each container as Lambda's SQS poller drives it: receive one message, invoke, delete; all at once.
     await Promise.all(containers.map(async (container) => {
@@ -104,13 +133,13 @@ async function awsCase(workers: number): Promise<Measured> {
         if (handled >= messages && !seconds) seconds = Number(process.hrtime.bigint() - t0) / 1e9;
       }
     }));
-    const cpu = process.cpuUsage(cpu0);
-    // The containers share this process's one JavaScript thread: near 100% here, it is the ceiling.
-    const busy = `this process's CPU ${fmt((100 * (cpu.user + cpu.system)) / 1e6 / seconds, 0)}% of one core`;
+    const self = process.cpuUsage(self0);
+    // The containers and fauxqs share this process's one JavaScript thread: near 100%, that is the ceiling.
+    const cpu = `containers + fauxqs ${share((self.user + self.system) / 1e6, seconds)}, DynamoDB Local ${share(cpuSeconds(process.pid, false) - dynamo0, seconds)}`;
     const problems = await missingSteps(runtime.store, ids, STEPS);
     const left = await queueDepth(resources.clients, resources.queueUrl);
     if (left) problems.push(`${left} messages left on the queue`);
-    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, note: [busy, ...(failures ? [`${failures} batch item failures (redelivered)`] : [])].join('; ') };
+    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, cpu, failures };
   } finally {
     for (const c of containers) c.close();
     resources.close();
@@ -121,33 +150,55 @@ const cores = availableParallelism();
 console.log(`steps per second, ${RUNS} runs x ${STEPS} steps, instant model, half the steps side-effecting (decision + ledger)`);
 console.log(`machine: ${cores} cores, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the start`);
 
-const { dir, cleanup } = tempDir();
-const floor = durableInsertFloor(join(dir, 'floor.db'));
-floor.msPerInsert(100); // warm-up
-const floorBefore = 1000 / floor.msPerInsert(500);
+/** Rounds of every worker count, in alternating order; each measurement with the floor taken just before it. */
+async function rounds(count: number, measure: (workers: number) => Promise<Measured>, floor?: () => number) {
+  const results = new Map<number, { m: Measured; floor?: number }[]>(WORKERS.map((w) => [w, []]));
+  for (let round = 0; round < count; round++) {
+    for (const workers of round % 2 ? [...WORKERS].reverse() : WORKERS) {
+      const before = floor?.();
+      results.get(workers)!.push({ m: await measure(workers), ...(before !== undefined ? { floor: before } : {}) });
+    }
+  }
+  return results;
+}
 
-const rows: { name: string; workers: number; m: Measured }[] = [];
-for (const workers of WORKERS) rows.push({ name: 'SQLite, worker processes', workers, m: await sqliteCase(workers) });
-const floorAfter = 1000 / floor.msPerInsert(500);
-floor.close();
+const { dir, cleanup } = tempDir();
+const insertFloor = durableInsertFloor(join(dir, 'floor.db'));
+insertFloor.msPerInsert(100); // warm-up
+const sqlite = await rounds(SQLITE_ROUNDS, sqliteCase, () => 1000 / insertFloor.msPerInsert(300));
+insertFloor.close();
 cleanup();
 
 const stopServers = await useAwsServers();
+let aws: Awaited<ReturnType<typeof rounds>>;
 try {
-  for (const workers of WORKERS) rows.push({ name: 'AWS, handler containers', workers, m: await awsCase(workers) });
+  aws = await rounds(AWS_ROUNDS, awsCase);
 } finally {
   await stopServers();
 }
 
-console.log(`\n  ${'runtime'.padEnd(26)} ${'workers'.padStart(7)} ${'steps/s'.padStart(8)} ${'x 1 worker'.padStart(10)}  check`);
-for (const { name, workers, m } of rows) {
-  const one = rows.find((r) => r.name === name && r.workers === 1)?.m.stepsPerSecond;
-  const check = m.problems.length ? `FAILED: ${m.problems.slice(0, 3).join('; ')}${m.problems.length > 3 ? ` (+${m.problems.length - 3})` : ''}` : `${RUNS} runs completed, ${RUNS * STEPS} steps, none lost`;
-  console.log(`  ${name.padEnd(26)} ${String(workers).padStart(7)} ${fmt(m.stepsPerSecond).padStart(8)} ${(one ? fmt(m.stepsPerSecond / one, 2) : 'n/a').padStart(10)}  ${check}${m.note ? `; ${m.note}` : ''}`);
+const range = (xs: number[]) => `${fmt(Math.min(...xs))}..${fmt(Math.max(...xs))}`;
+let failed = false;
+for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLITE_ROUNDS], ['AWS, handler containers', aws, AWS_ROUNDS]] as const) {
+  const one = median(results.get(1)?.map((r) => r.m.stepsPerSecond) ?? [NaN]);
+  console.log(`\n${name}, median of ${count} round${count === 1 ? '' : 's'}:`);
+  console.log(`  ${'workers'.padStart(7)} ${'steps/s'.padStart(8)} ${'range'.padStart(14)} ${'x 1 worker'.padStart(10)} ${name.startsWith('SQLite') ? `${'floor/s'.padStart(8)} ` : ''} CPU during the case (% of one core; ${cores} cores), per round`);
+  for (const [workers, rs] of results) {
+    const rates = rs.map((r) => r.m.stepsPerSecond);
+    const floors = rs.flatMap((r) => (r.floor !== undefined ? [r.floor] : []));
+    console.log(`  ${String(workers).padStart(7)} ${fmt(median(rates)).padStart(8)} ${range(rates).padStart(14)} ${fmt(median(rates) / one, 2).padStart(10)} ${floors.length ? `${fmt(median(floors), 0).padStart(8)} ` : ''} ${rs.map((r) => r.m.cpu).join(' | ')}`);
+  }
+  const problems = [...results.values()].flat().flatMap((r) => r.m.problems);
+  const failures = [...results.values()].flat().reduce((n, r) => n + r.m.failures, 0);
+  failed ||= problems.length > 0;
+  console.log(problems.length
+    ? `  check FAILED: ${problems.slice(0, 5).join('; ')}${problems.length > 5 ? ` (+${problems.length - 5})` : ''}`
+    : `  check: every round, all ${RUNS} runs completed with their ${STEPS} steps, each once, no version missing, queue empty${failures ? `; ${failures} batch item failures, redelivered` : ''}`);
 }
-console.log(`\n  floor: one durable SQLite insert per transaction on this disk: ${fmt(floorBefore)} inserts/s before, ${fmt(floorAfter)} after`);
-console.log(`  (a step through a worker is several write transactions on the one file, serialised: the queue's take and`);
-console.log(`   ack, the checkpoint's commit, a side effect's ledger claim and completion; with more processes than`);
-console.log(`   ${cores} cores they also contend for CPU. The AWS containers share one Node process: see its CPU above)`);
-console.log(`  load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
-if (rows.some((r) => r.m.problems.length)) process.exitCode = 1;
+console.log(`\nfloor/s: one durable SQLite insert per transaction (WAL, synchronous=FULL) on this disk, just before the case.`);
+console.log(`A step through a SQLite worker is several write transactions on the one file, serialised: the queue's take`);
+console.log(`and ack, the checkpoint's commit, a side effect's ledger claim and completion. With more processes than`);
+console.log(`${cores} cores they also wait for CPU. The AWS containers share one Node process with fauxqs, and DynamoDB`);
+console.log(`Local runs on the same ${cores} cores: on AWS each container has its own CPU, and the services scale apart.`);
+console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
+if (failed) process.exitCode = 1;
