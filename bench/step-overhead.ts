@@ -5,12 +5,11 @@
  *
  *   node --import tsx bench/step-overhead.ts [steps-per-round] [rounds]
  */
-import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { handleDelivery } from '../lib/engine/handle-message.ts';
 import { startRun } from '../lib/engine/start.ts';
-import { benchDeps, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 5);
@@ -19,20 +18,8 @@ type Case = { name: string; run(round: number): Promise<number> };
 
 /** The floor: one row inserted and fsynced per transaction, 500 B payload like a small checkpoint. */
 function floorCase(dir: string): Case {
-  const db = new Database(join(dir, 'floor.db'));
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
-  db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
-  const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
-  const payload = 'x'.repeat(500);
-  return {
-    name: 'floor: one durable SQLite insert',
-    async run() {
-      const t0 = process.hrtime.bigint();
-      for (let i = 0; i < STEPS; i++) db.transaction(() => insert.run(payload))();
-      return Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
-    },
-  };
+  const floor = durableInsertFloor(join(dir, 'floor.db'));
+  return { name: 'floor: one durable SQLite insert', run: async () => floor.msPerInsert(STEPS) };
 }
 
 /** advance() in a loop: load, model, tool, checkpoint. */

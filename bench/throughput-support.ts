@@ -1,0 +1,10 @@
+/**
+ * The agent that bench/throughput.ts's worker processes load (`stepwise worker --agent <this file>`): the
+ * benchmark agent of aws-support.ts, with its instant model as the offline model, so the processes run
+ * the same steps as the AWS containers. THROUGHPUT_STEPS sets the steps per run.
+ */
+import { benchAgent } from './aws-support.ts';
+
+const { agent: definition, model } = benchAgent({ steps: Number(process.env.THROUGHPUT_STEPS ?? 20) });
+
+export const agent = { ...definition, offlineModel: model };

@@ -1,0 +1,204 @@
+/**
+ * Steps per second with many runs and 1, 4 and 16 workers, on both runtimes, same agent (aws-support.ts:
+ * half the steps side-effecting through ctx.once), instant model:
+ *   - SQLite: real worker processes (`stepwise worker`, each its own Node process) on one database file;
+ *     the runs are enqueued once every worker has said it is ready, and timed until the last one ends.
+ *   - AWS: 1, 4 or 16 WorkerProcess containers (their own SDK clients and handler, one message per
+ *     invocation as the stack's batch size of 1) polling one FIFO queue concurrently, on DynamoDB Local +
+ *     fauxqs. The containers share this Node process, the servers share the machine.
+ * Baselines in the same run: each runtime's 1-worker figure (the scaling factor), and the durable-insert
+ * floor of this disk, measured just before each SQLite case (a shared disk's fsync time drifts tenfold
+ * within minutes). Rounds alternate the order of the cases (1, 4, 16, then 16, 4, 1) so that drift hits
+ * them alike; the median is printed, with the range. Where the CPU went is printed next to each figure
+ * (from /proc: the worker processes; this process, which holds the containers and fauxqs; DynamoDB
+ * Local's JVM). Every run is checked to have completed with every step once. Printed, never asserted.
+ *
+ *   node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers,...] [sqlite-rounds] [aws-rounds]
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import { availableParallelism, loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { startRun } from '../lib/engine/start.ts';
+import { openLocalRuntime } from '../lib/local/runtime.ts';
+import { createTestResources, queueDepth, startTestRun } from '../test/aws/aws-fixtures.ts';
+import { WorkerProcess, pollOnce } from '../test/aws/lambda-harness.ts';
+import { useAwsServers } from '../test/support/aws-servers.ts';
+import { benchAgent } from './aws-support.ts';
+import { benchDeps, durableInsertFloor, fmt, median, missingSteps, tempDir } from './support.ts';
+
+const RUNS = Number(process.argv[2] ?? 32);
+const STEPS = Number(process.argv[3] ?? 20);
+const WORKERS = (process.argv[4] ?? '1,4,16').split(',').map(Number);
+const SQLITE_ROUNDS = Number(process.argv[5] ?? 3);
+const AWS_ROUNDS = Number(process.argv[6] ?? 2);
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const AGENT = join(ROOT, 'bench/throughput-support.ts');
+
+interface Measured { stepsPerSecond: number; problems: string[]; cpu: string; failures: number }
+
+/** CPU seconds used so far by a process and everything under it (Linux /proc; nothing elsewhere). */
+function cpuSeconds(pid: number, self = true): number {
+  let total = 0;
+  try {
+    if (self) {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      total += (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (100 Hz)
+    }
+    for (const task of readdirSync(`/proc/${pid}/task`)) {
+      for (const child of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ').filter(Boolean)) total += cpuSeconds(Number(child));
+    }
+  } catch {
+    // gone, or no /proc: counted as nothing
+  }
+  return total;
+}
+
+const share = (cpu: number, seconds: number) => `${fmt((100 * cpu) / seconds, 0)}%`;
+
+const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
+
+/** One `stepwise worker` process; resolves once it printed its ready line. */
+function spawnWorker(dbPath: string): { child: ChildProcess; ready: Promise<void> } {
+  const env: NodeJS.ProcessEnv = { ...process.env, THROUGHPUT_STEPS: String(STEPS), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json' };
+  delete env.ANTHROPIC_API_KEY; // the agent's offline (instant) model, whatever this shell holds
+  const child = spawn(process.execPath, [join(ROOT, 'bin/stepwise.js'), 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stderr!.resume();
+  const ready = new Promise<void>((res, rej) => {
+    const lines = createInterface({ input: child.stdout! });
+    lines.on('line', (line) => { if (/^worker \S+ ready/.test(line)) res(); });
+    child.once('exit', (code) => rej(new Error(`worker exited ${code} before it was ready`)));
+  });
+  return { child, ready };
+}
+
+async function sqliteCase(workers: number): Promise<Measured> {
+  const { dir, cleanup } = tempDir();
+  const dbPath = join(dir, 'throughput.db');
+  const runtime = openLocalRuntime({ dbPath });
+  const children: ChildProcess[] = [];
+  try {
+    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath));
+    children.push(...spawned.map((s) => s.child));
+    await Promise.all(spawned.map((s) => s.ready));
+    const { agent, model } = benchAgent({ steps: STEPS });
+    const deps = benchDeps(runtime, agent, model());
+    const ids = Array.from({ length: RUNS }, (_, r) => `sqlite-${r}`);
+    const open = runtime.db.prepare("SELECT count(*) AS n FROM runs WHERE status IN ('running', 'waiting')");
+    const cpu0 = cpuSeconds(process.pid, false);
+    const t0 = process.hrtime.bigint();
+    for (const runId of ids) await startRun(deps, { goal: 'bench', runId });
+    // A count on the runs table every 20 ms: a reader in WAL mode, it takes no write lock from the workers.
+    while ((open.get() as { n: number }).n > 0) await new Promise((res) => setTimeout(res, 20));
+    const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    const cpu = `workers ${share(cpuSeconds(process.pid, false) - cpu0, seconds)}`;
+    for (const c of children) c.kill('SIGTERM');
+    await Promise.all(children.map(exited));
+    const problems = await missingSteps(runtime.store, ids, STEPS);
+    const left = runtime.queue.depth();
+    if (left) problems.push(`${left} messages left on the queue`);
+    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, cpu, failures: 0 };
+  } finally {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    runtime.close();
+    cleanup();
+  }
+}
+
+async function awsCase(workers: number): Promise<Measured> {
+  const resources = await createTestResources('bench-throughput');
+  const containers: WorkerProcess[] = [];
+  try {
+    const { agent, model } = benchAgent({ steps: STEPS });
+    const runtime = resources.runtime();
+    const ids: string[] = [];
+    for (let r = 0; r < RUNS; r++) ids.push(await startTestRun(runtime, agent, `aws-${r}`));
+    for (let w = 0; w < workers; w++) containers.push(new WorkerProcess({ resources, agent, model: model() }));
+    const messages = RUNS * (STEPS + 1); // each step's message and the final DONE's
+    let handled = 0;
+    let failures = 0;
+    let seconds = 0;
+    const self0 = process.cpuUsage();
+    const dynamo0 = cpuSeconds(process.pid, false);
+    const t0 = process.hrtime.bigint();
+    // Each container as Lambda's SQS poller drives it: receive one message, invoke, delete; all at once.
+    await Promise.all(containers.map(async (container) => {
+      while (handled < messages) {
+        const poll = await pollOnce(resources.clients, resources.queueUrl, container, { max: 1, waitSeconds: 1 });
+        failures += poll.failures.length;
+        handled += poll.records.length - poll.failures.length;
+        if (handled >= messages && !seconds) seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+      }
+    }));
+    const self = process.cpuUsage(self0);
+    // The containers and fauxqs share this process's one JavaScript thread: near 100%, that is the ceiling.
+    const cpu = `containers + fauxqs ${share((self.user + self.system) / 1e6, seconds)}, DynamoDB Local ${share(cpuSeconds(process.pid, false) - dynamo0, seconds)}`;
+    const problems = await missingSteps(runtime.store, ids, STEPS);
+    const left = await queueDepth(resources.clients, resources.queueUrl);
+    if (left) problems.push(`${left} messages left on the queue`);
+    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, cpu, failures };
+  } finally {
+    for (const c of containers) c.close();
+    resources.close();
+  }
+}
+
+const cores = availableParallelism();
+console.log(`steps per second, ${RUNS} runs x ${STEPS} steps, instant model, half the steps side-effecting (decision + ledger)`);
+console.log(`machine: ${cores} cores, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the start`);
+
+/** Rounds of every worker count, in alternating order; each measurement with the floor taken just before it. */
+async function rounds(count: number, measure: (workers: number) => Promise<Measured>, floor?: () => number) {
+  const results = new Map<number, { m: Measured; floor?: number }[]>(WORKERS.map((w) => [w, []]));
+  for (let round = 0; round < count; round++) {
+    for (const workers of round % 2 ? [...WORKERS].reverse() : WORKERS) {
+      const before = floor?.();
+      results.get(workers)!.push({ m: await measure(workers), ...(before !== undefined ? { floor: before } : {}) });
+    }
+  }
+  return results;
+}
+
+const { dir, cleanup } = tempDir();
+const insertFloor = durableInsertFloor(join(dir, 'floor.db'));
+insertFloor.msPerInsert(100); // warm-up
+const sqlite = await rounds(SQLITE_ROUNDS, sqliteCase, () => 1000 / insertFloor.msPerInsert(300));
+insertFloor.close();
+cleanup();
+
+const stopServers = await useAwsServers();
+let aws: Awaited<ReturnType<typeof rounds>>;
+try {
+  aws = await rounds(AWS_ROUNDS, awsCase);
+} finally {
+  await stopServers();
+}
+
+const range = (xs: number[]) => `${fmt(Math.min(...xs))}..${fmt(Math.max(...xs))}`;
+let failed = false;
+for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLITE_ROUNDS], ['AWS, handler containers', aws, AWS_ROUNDS]] as const) {
+  const one = median(results.get(1)?.map((r) => r.m.stepsPerSecond) ?? [NaN]);
+  console.log(`\n${name}, median of ${count} round${count === 1 ? '' : 's'}:`);
+  console.log(`  ${'workers'.padStart(7)} ${'steps/s'.padStart(8)} ${'range'.padStart(14)} ${'x 1 worker'.padStart(10)} ${name.startsWith('SQLite') ? `${'floor/s'.padStart(8)} ` : ''} CPU during the case (% of one core; ${cores} cores), per round`);
+  for (const [workers, rs] of results) {
+    const rates = rs.map((r) => r.m.stepsPerSecond);
+    const floors = rs.flatMap((r) => (r.floor !== undefined ? [r.floor] : []));
+    console.log(`  ${String(workers).padStart(7)} ${fmt(median(rates)).padStart(8)} ${range(rates).padStart(14)} ${fmt(median(rates) / one, 2).padStart(10)} ${floors.length ? `${fmt(median(floors), 0).padStart(8)} ` : ''} ${rs.map((r) => r.m.cpu).join(' | ')}`);
+  }
+  const problems = [...results.values()].flat().flatMap((r) => r.m.problems);
+  const failures = [...results.values()].flat().reduce((n, r) => n + r.m.failures, 0);
+  failed ||= problems.length > 0;
+  console.log(problems.length
+    ? `  check FAILED: ${problems.slice(0, 5).join('; ')}${problems.length > 5 ? ` (+${problems.length - 5})` : ''}`
+    : `  check: every round, all ${RUNS} runs completed with their ${STEPS} steps, each once, no version missing, queue empty${failures ? `; ${failures} batch item failures, redelivered` : ''}`);
+}
+console.log(`\nfloor/s: one durable SQLite insert per transaction (WAL, synchronous=FULL) on this disk, just before the case.`);
+console.log(`A step through a SQLite worker is several write transactions on the one file, serialised: the queue's take`);
+console.log(`and ack, the checkpoint's commit, a side effect's ledger claim and completion. With more processes than`);
+console.log(`${cores} cores they also wait for CPU. The AWS containers share one Node process with fauxqs, and DynamoDB`);
+console.log(`Local runs on the same ${cores} cores: on AWS each container has its own CPU, and the services scale apart.`);
+console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
+if (failed) process.exitCode = 1;
