@@ -48,6 +48,7 @@ const REAL_VISIBILITY_SECONDS = 3_600;
 const SWEEP_EVERY_MS = 5 * 60_000;
 const STALL_MS = DEFAULT_SWEEPER_STALL_MS;
 const MAX_TURNS = 1_500;
+const CRASH_POINTS: readonly CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'];
 const TRANSIENT_FAULTS = ['429 rate_limit_error, retry-after 1', '529 overloaded_error', '500 api_error', 'connection dropped'];
 const WRITES = new Set(['PutItem', 'UpdateItem', 'DeleteItem', 'TransactWriteItems']);
 
@@ -84,7 +85,11 @@ interface Container {
   dead: boolean;
   died: Deferred<'died'>;
   invocations: number;
+  /** Where this container's invocation stops until the other handler of the same message is done. */
+  gate?: Gate;
 }
+
+interface Gate { point: CrashPoint; reached: Deferred<'paused'>; open: Deferred<void> }
 
 /** A message this driver received and has not finished with: in flight until the manual time reaches `dueAt`. */
 interface InFlight {
@@ -102,8 +107,9 @@ type Park = { mode: 'freeze' | 'long'; container: Container; go: Deferred<void> 
 
 export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotage } = {}): Promise<AwsScheduleReport> {
   const r = rng(seed);
-  // Starts at the real time: history rows written on this clock must not look expired to the store.
-  const root = new ManualClock(Date.now());
+  // Near the real time (history rows written on this clock must not look expired to the store), on a
+  // whole hour so the sweeper's stall windows fall at the same moments of every replay.
+  const root = new ManualClock(Math.floor(Date.now() / 3_600_000) * 3_600_000);
   const report: AwsScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0,
@@ -268,8 +274,14 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     c.handler = createSqsWorkerHandler({
       runtime: { ...c.runtime, ...(options.sabotage === 'ledger-bypassed' ? { ledger: bypassed } : {}) },
       agent: agentFor(c), model, log: handlerLog(c), codeVersion: 'chaos', clock: c.clock,
-      probe: (point: CrashPoint) => {
+      probe: async (point: CrashPoint) => {
         if (c.dead) throw new Injected(`call of dead container ${c.id}`);
+        const gate = c.gate;
+        if (gate?.point === point) {
+          c.gate = undefined;
+          gate.reached.resolve('paused');
+          await gate.open.promise;
+        }
         if (report.crashes < maxCrashes && r.chance(0.03)) {
           report.crashes++;
           report.crashesByPoint[point] = (report.crashesByPoint[point] ?? 0) + 1;
@@ -367,8 +379,10 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
       if (brownoutCalls === 0 && r.chance(0.02)) { report.brownouts++; brownoutCalls = r.int(1, 4); }
 
       const c = r.pick(containers.filter((x) => !x.dead && x !== parked?.container));
+      // One message per invocation: a batch's runs are handled in parallel, and their order of drawing
+      // from the seed would then depend on the servers' timing.
       const { Messages = [] } = await control.sqs.send(new ReceiveMessageCommand({
-        QueueUrl: urls.queueUrl, MaxNumberOfMessages: r.int(1, 3), WaitTimeSeconds: 0, VisibilityTimeout: REAL_VISIBILITY_SECONDS,
+        QueueUrl: urls.queueUrl, MaxNumberOfMessages: 1, WaitTimeSeconds: 0, VisibilityTimeout: REAL_VISIBILITY_SECONDS,
         MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'],
       }));
       const receivedAt = root.now();
@@ -408,17 +422,29 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
         }));
       }
 
+      // Two handlers on one message (SQS delivers at least once): the twin runs up to a crash point
+      // drawn from the seed, waits there while the first handles the message, then goes on; its answer
+      // is dropped. Interleaved at a chosen point, not raced, so the schedule stays a function of its seed.
+      const others = containers.filter((x) => !x.dead && x !== c && x !== parked?.container);
+      const twin = others.length && r.chance(0.08) ? r.pick(others) : undefined;
+      let twinDone: Promise<Outcome> | undefined;
+      const gate: Gate = { point: r.pick(CRASH_POINTS), reached: deferred(), open: deferred() };
+      if (twin) {
+        report.duplicates++;
+        twin.gate = gate;
+        twinDone = invoke(twin, messages);
+        await Promise.race([gate.reached.promise, twinDone, twin.died.promise]);
+      }
       parkSignal = deferred<'parked'>();
       parkable = c;
       const pending = invoke(c, messages);
-      // Two invocations on one message at once (SQS delivers at least once): the other's answer is dropped.
-      const twin = r.chance(0.08) ? r.pick(containers.filter((x) => !x.dead && x !== c && x !== parked?.container)) : undefined;
-      const twinDone = twin ? (report.duplicates++, invoke(twin, messages)) : undefined;
       const outcome = await Promise.race([
         pending, c.died.promise.then(() => ({ kind: 'died' as const })), parkSignal.promise.then(() => ({ kind: 'parked' as const })),
       ]);
       parkable = undefined;
       if (twin && twinDone) {
+        twin.gate = undefined;
+        gate.open.resolve();
         const o = await Promise.race([twinDone, twin.died.promise.then(() => ({ kind: 'died' as const }))]);
         if (o.kind === 'error') report.unexpected.push(`${twin.id} (twin): ${String(o.error)}`);
         if (twin.dead) retire(twin);
