@@ -70,9 +70,8 @@ function deferred<T = void>(): Deferred<T> {
 
 /** Every fault this schedule injects says so, so anything else the handler logs is unexpected. */
 class Injected extends Error {
-  constructor(message: string, override readonly name = 'InjectedFault', extra: Record<string, unknown> = {}) {
+  constructor(message: string, override readonly name = 'InjectedFault') {
     super(`injected ${message}`);
-    Object.assign(this, extra);
   }
 }
 
