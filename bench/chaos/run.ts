@@ -5,23 +5,24 @@
  *
  * Without --seed a seed is drawn and printed; schedule i of a run uses scheduleSeed(seed, i), printed for
  * any schedule that breaks an invariant, and `--seed s --schedules 1 --exact` replays that one schedule.
- * `--aws n` (default 20) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
+ * `--aws n` (default 50) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
  * (bench/chaos/aws-schedule.ts; the servers start unless the environment points at running ones), with
  * seeds scheduleSeed(seed, 2_000_000 + i); `--schedules 0 --aws 1 --seed s --exact` replays one.
  * `--processes n` adds n schedules of real worker processes SIGKILLed at random moments (bench/chaos/process-schedule.ts).
  * Exits 1 if any invariant broke.
  */
 import { parseArgs } from 'node:util';
-// The SDK's notice that its releases after early 2027 need Node 22 (we pin older ones) is noise here.
-process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 import { engineSchedule } from './engine-schedule.ts';
 import { scheduleSeed } from './random.ts';
 import { add, emptyTotals, formatTotals } from './totals.ts';
 
+// The SDK's notice that its releases after early 2027 need Node 22 (we pin older ones) is noise here.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
 const { values } = parseArgs({
   options: {
     seed: { type: 'string' }, schedules: { type: 'string', default: '1000' }, exact: { type: 'boolean', default: false },
-    aws: { type: 'string', default: '20' }, processes: { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
+    aws: { type: 'string', default: '50' }, processes: { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
   },
 });
 const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
@@ -58,7 +59,7 @@ if (awsSchedules > 0) {
       const report = await awsSchedule(s);
       add(atotals, report);
       if (report.violations.length || report.unexpected.length || values.verbose) {
-        console.log(`aws schedule ${i} (seed ${s}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
+        console.log(`aws schedule ${i} (seed ${s}; replay: --schedules 0 --aws 1 --exact --seed ${s}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
       }
     }
   } finally {
