@@ -17,7 +17,8 @@
  * Needs the servers' endpoints in the environment (useAwsServers()).
  */
 import { randomUUID } from 'node:crypto';
-import { ChangeMessageVisibilityCommand, DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import { DeleteTableCommand } from '@aws-sdk/client-dynamodb';
+import { ChangeMessageVisibilityCommand, DeleteMessageCommand, DeleteQueueCommand, ReceiveMessageCommand, SendMessageCommand, type Message } from '@aws-sdk/client-sqs';
 import { pino } from 'pino';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
@@ -97,7 +98,7 @@ interface InFlight {
   receivedAt: number;
   /** Set when the invocation ended (or died): the message becomes visible again then. */
   dueAt?: number;
-  /** What the handler asked for with ChangeMessageVisibility, in ms from then. */
+  /** The manual time until which the handler asked (ChangeMessageVisibility) to hide it. */
   hiddenUntil?: number;
 }
 
@@ -473,6 +474,11 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     // A parked invocation is let go so nothing is left waiting; its container's clients are gone.
     parked?.go.resolve();
     for (const c of containers) { c.dead = true; c.clients.destroy(); }
+    // The servers outlive the schedule (and serve other tests): drop its table and queues.
+    await Promise.all([
+      control.dynamo.send(new DeleteTableCommand({ TableName: where.tableName })),
+      ...[urls.queueUrl, urls.dlqUrl].map((QueueUrl) => control.sqs.send(new DeleteQueueCommand({ QueueUrl }))),
+    ]).catch(() => undefined);
     control.destroy();
   }
   return report;
