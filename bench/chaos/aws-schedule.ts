@@ -19,6 +19,7 @@
 import { randomUUID } from 'node:crypto';
 import { DeleteTableCommand } from '@aws-sdk/client-dynamodb';
 import { ChangeMessageVisibilityCommand, DeleteMessageCommand, DeleteQueueCommand, ReceiveMessageCommand, SendMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { pino } from 'pino';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
@@ -26,6 +27,7 @@ import { createAwsClients, type AwsClients } from '../../lib/aws/clients.ts';
 import { ensureBucket, ensureQueue, ensureTable } from '../../lib/aws/provision.ts';
 import { openAwsRuntime, type AwsRuntime } from '../../lib/aws/runtime.ts';
 import { createSqsWorkerHandler, type SqsWorkerHandler } from '../../lib/aws/sqs-worker-handler.ts';
+import { LEDGER_SK, PK, SK, ledgerPk } from '../../lib/aws/table-layout.ts';
 import { PermanentError, TransientError } from '../../lib/core/errors.ts';
 import { isTerminal } from '../../lib/core/state.ts';
 import type { CrashPoint } from '../../lib/engine/deps.ts';
@@ -465,6 +467,11 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     const verdict = await checkInvariants({
       store: reader.store, runs, applied,
       injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason),
+      // Both tools apply through ctx.once: the ledger in DynamoDB must have every completed step's result.
+      ledgerHasResult: async (key) => {
+        const { Item } = await control.doc.send(new GetCommand({ TableName: where.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }));
+        return Item?.result !== undefined || Item?.resultRef !== undefined;
+      },
     });
     Object.assign(report, {
       completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps,

@@ -1,4 +1,4 @@
-import { DeleteCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
@@ -6,7 +6,7 @@ import { awsSchedule } from '../../bench/chaos/aws-schedule.ts';
 import { checkInvariants, type RunExpectation } from '../../bench/chaos/invariants.ts';
 import { scheduleSeed } from '../../bench/chaos/random.ts';
 import { add, emptyTotals } from '../../bench/chaos/totals.ts';
-import { PK, SK, checkpointSk, runPk } from '../../lib/aws/table-layout.ts';
+import { LEDGER_SK, PK, SK, checkpointSk, ledgerPk, runPk } from '../../lib/aws/table-layout.ts';
 import type { Model } from '../../lib/ports.ts';
 import { createTestResources, startTestRun, type TestResources } from '../aws/aws-fixtures.ts';
 import { WorkerProcess, driveRun } from '../aws/lambda-harness.ts';
@@ -74,7 +74,7 @@ describe('the chaos invariants on the DynamoDB store', () => {
   afterEach(() => resources?.close());
   const injected = (reason: string) => reason.includes('injected');
 
-  it('a clean run through the Lambda handler passes; an effect applied twice, a lost step and a missing version are flagged', async () => {
+  it('a clean run through the Lambda handler passes; an effect applied twice, a lost step, a missing version and a missing ledger result are flagged', async () => {
     resources = await createTestResources('inv-aws');
     const res = resources;
     const applied = new Map<string, number>();
@@ -93,7 +93,11 @@ describe('the chaos invariants on the DynamoDB store', () => {
     await driveRun({ resources: res, runId, spawn: () => new WorkerProcess({ resources: res, agent, model }) });
     const runs: RunExpectation[] = [{ runId, steps: 3, toolOf: () => 'write_row' }];
 
-    const clean = await checkInvariants({ store: runtime.store, runs, applied, injected });
+    const ledgerHasResult = async (key: string) => {
+      const { Item } = await res.clients.doc.send(new GetCommand({ TableName: res.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }));
+      return Item?.result !== undefined;
+    };
+    const clean = await checkInvariants({ store: runtime.store, runs, applied, injected, ledgerHasResult });
     expect(clean.violations).toEqual([]);
     expect(clean).toMatchObject({ completed: 1, completedSteps: 3, appliedTwice: 0, stepsLost: 0, stuck: 0 });
 
@@ -101,10 +105,12 @@ describe('the chaos invariants on the DynamoDB store', () => {
     tampered.set(`${runId}/step-1`, 2);
     tampered.delete(`${runId}/step-2`);
     await res.clients.doc.send(new DeleteCommand({ TableName: res.tableName, Key: { [PK]: runPk(runId), [SK]: checkpointSk(3) } }));
-    const verdict = await checkInvariants({ store: runtime.store, runs, applied: tampered, injected });
+    // A completed step whose ledger record is gone: its effect could be applied again.
+    await res.clients.doc.send(new DeleteCommand({ TableName: res.tableName, Key: { [PK]: ledgerPk(`${runId}/step-3`), [SK]: LEDGER_SK } }));
+    const verdict = await checkInvariants({ store: runtime.store, runs, applied: tampered, injected, ledgerHasResult });
     expect(verdict.appliedTwice).toBe(1);
     expect(verdict.stepsLost).toBe(1);
     // Version 3 gone: a gap in the versions, and step 1 followed by step 3.
-    expect(verdict.violations.map((v) => v.kind).sort()).toEqual(['applied-twice', 'history', 'history', 'step-lost']);
+    expect(verdict.violations.map((v) => v.kind).sort()).toEqual(['applied-twice', 'history', 'history', 'ledger', 'step-lost']);
   });
 });
