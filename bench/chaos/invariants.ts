@@ -17,7 +17,7 @@ export interface RunExpectation {
 export type Applications = ReadonlyMap<string, number>;
 
 export type ViolationKind =
-  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete';
+  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger';
 
 export interface Violation { runId: string; kind: ViolationKind; detail: string }
 
@@ -38,6 +38,11 @@ export interface CheckInput {
   applied: Applications;
   /** Whether a failed or timed-out run's reason is one of the faults the schedule injected. */
   injected(reason: string): boolean;
+  /**
+   * Whether the idempotency ledger has a result on record for a key, when every tool applies through
+   * `ctx.once`: a completed step's key without one would let a later attempt apply the effect again.
+   */
+  ledgerHasResult?(key: string): Promise<boolean>;
 }
 
 export async function checkInvariants(input: CheckInput): Promise<Verdict> {
@@ -81,6 +86,9 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
       done.add(s.idempotencyKey);
       const times = input.applied.get(s.idempotencyKey) ?? 0;
       if (times === 0) { verdict.stepsLost++; flag(run.runId, 'step-lost', `step ${s.step} completed but ${s.idempotencyKey} was never applied`); }
+      if (input.ledgerHasResult && !(await input.ledgerHasResult(s.idempotencyKey))) {
+        flag(run.runId, 'ledger', `step ${s.step} completed but the ledger has no result for ${s.idempotencyKey}`);
+      }
     }
     verdict.completedSteps += state.steps.length;
     if (state.status === 'completed') {

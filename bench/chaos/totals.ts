@@ -1,7 +1,17 @@
 import type { ScheduleReport } from './engine-schedule.ts';
 
+/** Faults only the AWS schedule injects (bench/chaos/aws-schedule.ts); absent from the engine's reports. */
+export interface AwsFaults {
+  /** DynamoDB writes applied and then answered with an error (the SDK retried, or gave up). */
+  ambiguousWrites: number;
+  /** Messages taken off the queue without a successor (as the dead-letter redrive takes one). */
+  lostMessages: number;
+  /** Runs the sweeper re-drove. */
+  redriven: number;
+}
+
 /** The figures of a chaos run, summed over its schedules. */
-export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected'> {
+export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected'>, AwsFaults {
   schedules: number;
   violations: number;
   unexpected: number;
@@ -12,14 +22,14 @@ export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violati
 export function emptyTotals(): Totals {
   return {
     schedules: 0, runs: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
-    modelFaults: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0,
+    modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0,
     violations: 0, unexpected: 0, badSeeds: [],
   };
 }
 
-export function add(totals: Totals, r: Partial<ScheduleReport> & { seed: number }): void {
+export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { seed: number }): void {
   totals.schedules++;
-  for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'appliedTwice',
+  for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
     'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls'] as const) {
     totals[key] += r[key] ?? 0;
   }
@@ -43,6 +53,12 @@ export function formatTotals(t: Totals, label: string): string {
     `  slow workers (frozen, back)   ${t.slowWorkers}`,
     `  effects longer than a lease   ${t.longEffects}`,
     `  model faults                  ${t.modelFaults}`,
+    // Only the AWS schedules inject these: the engine's block does not claim zero of them.
+    ...(t.ambiguousWrites || t.lostMessages || t.redriven ? [
+      `  ambiguous writes              ${t.ambiguousWrites}`,
+      `  messages lost (dead-lettered) ${t.lostMessages}`,
+      `  runs re-driven by the sweeper ${t.redriven}`,
+    ] : []),
     `  effects applied twice         ${t.appliedTwice}   (must be 0)`,
     `  steps lost                    ${t.stepsLost}   (must be 0)`,
     `  runs stuck                    ${t.stuck}   (must be 0)`,

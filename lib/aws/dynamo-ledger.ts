@@ -33,7 +33,10 @@ const FORMAT: { formatVersion?: number } = RECORD_FORMATS.ledger > 1 ? { formatV
 type Key = Record<string, string>;
 
 const IN_PROGRESS = 'in_progress';
-/** A completion that keeps losing races gives up after this many tries: the effect's result is returned anyway. */
+/**
+ * A completion that keeps losing races gives up after this many tries: the effect's result is returned
+ * anyway. One refused by DynamoDB this many times in a row throws.
+ */
 const COMPLETE_TRIES = 5;
 
 /**
@@ -171,7 +174,13 @@ export class DynamoLedger implements IdempotencyLedger {
         }));
         return result;
       } catch (error) {
-        if (!isConditionalCheckFailed(error)) throw error;
+        // The effect happened and its holder lives: a completion refused for a while (throttled past the
+        // SDK's retries) is tried again, or the step's next attempt would run the effect a second time
+        // once the lease ran out. Every try is conditional on the claim, so a takeover meanwhile is seen.
+        if (!isConditionalCheckFailed(error)) {
+          if (tries === COMPLETE_TRIES - 1) throw error;
+          continue;
+        }
         const old = oldItem(error);
         if (!old.argsHash) {
           // Nobody holds the key (it was taken over, then released): the effect happened all the same.

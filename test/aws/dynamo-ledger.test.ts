@@ -112,6 +112,34 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
     expect(await done).toBe('held for 70 s');
   });
 
+  it('a completion refused outright (throttled past the SDK\'s retries) is tried again: the effect is on record and never runs again', async () => {
+    const clock = new ManualClock();
+    const clients = createAwsClients();
+    opened.push(clients);
+    let refused = 0;
+    // Outside the SDK's retry loop: what the caller sees when every attempt was throttled. Nothing is applied.
+    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
+      (next: (args: { input: object }) => Promise<unknown>, context: { commandName?: string }) => async (args: { input: object }) => {
+        if (refused < 2 && /Update/.test(context.commandName ?? '') && JSON.stringify(args.input).includes('"completed"')) {
+          refused++;
+          throw Object.assign(new Error('Rate of requests exceeds the allowed throughput.'), { name: 'ThrottlingException', $fault: 'client' });
+        }
+        return next(args);
+      },
+      { step: 'initialize', name: 'refuse-completion' },
+    );
+    const faulty = new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock });
+    let applied = 0;
+    expect(await faulty.once('refused/complete/step-1', {}, async () => `applied ${++applied}`)).toBe('applied 1');
+    expect(refused).toBe(2);
+    expect(await record('refused/complete/step-1')).toMatchObject({ status: 'completed', result: '"applied 1"' });
+    // Past the lease: a later attempt of the step gets the result, not a second application.
+    await clock.pass(120_000);
+    const other = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock: clock.process() });
+    expect(await other.once('refused/complete/step-1', {}, async () => `applied ${++applied}`)).toBe('applied 1');
+    expect(applied).toBe(1);
+  });
+
   it('a release whose answer was lost (a timeout) leaves the key free for the retry', async () => {
     const clock = new ManualClock();
     const { fault, ledger: faulty } = faultyLedger((name) => name === 'DeleteItemCommand', timeout, clock);

@@ -1,0 +1,116 @@
+import { DeleteCommand, GetCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { awsSchedule } from '../../bench/chaos/aws-schedule.ts';
+import { checkInvariants, type RunExpectation } from '../../bench/chaos/invariants.ts';
+import { scheduleSeed } from '../../bench/chaos/random.ts';
+import { add, emptyTotals } from '../../bench/chaos/totals.ts';
+import { LEDGER_SK, PK, SK, checkpointSk, ledgerPk, runPk } from '../../lib/aws/table-layout.ts';
+import type { Model } from '../../lib/ports.ts';
+import { createTestResources, startTestRun, type TestResources } from '../aws/aws-fixtures.ts';
+import { WorkerProcess, driveRun } from '../aws/lambda-harness.ts';
+import { useAwsServers } from '../support/aws-servers.ts';
+
+const SEED = 15;
+const SCHEDULES = 8;
+
+// The global setup starts the servers for a run that includes this file; on its own (`vitest run
+// test/chaos`) the file starts them itself.
+let stopServers: (() => Promise<void>) | undefined;
+beforeAll(async () => { stopServers = await useAwsServers(); });
+afterAll(async () => { await stopServers?.(); });
+
+describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, DynamoDB Local, fauxqs)', () => {
+  it(`${SCHEDULES} schedules (seed ${SEED}): no effect applied twice, no step lost, no run stuck, every ended run for an injected fault`, async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < SCHEDULES; i++) {
+      const report = await awsSchedule(scheduleSeed(SEED, i));
+      expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      add(totals, report);
+    }
+    // The schedules really injected what they claim to test.
+    expect(totals.crashes).toBeGreaterThan(5);
+    expect(Object.keys(totals.crashesByPoint).filter((p) => /^C\d$/.test(p)).length).toBeGreaterThanOrEqual(6);
+    expect(totals.duplicates).toBeGreaterThan(5);
+    expect(totals.ambiguousWrites).toBeGreaterThan(0);
+    expect(totals.slowWorkers).toBeGreaterThan(0);
+    expect(totals.brownouts).toBeGreaterThan(0);
+    expect(totals.modelFaults).toBeGreaterThan(0);
+    // A lost message's run moved again only because the sweeper re-drove it.
+    expect(totals.lostMessages).toBeGreaterThan(0);
+    expect(totals.redriven).toBeGreaterThan(0);
+    expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    expect(totals.completed + totals.failed).toBe(totals.runs);
+    expect(totals.completed).toBeGreaterThan(totals.failed);
+  });
+
+  it('a schedule is a function of its seed: the same seed replays the same faults and outcome', async () => {
+    const seed = scheduleSeed(SEED, 2);
+    const a = await awsSchedule(seed);
+    const b = await awsSchedule(seed);
+    expect(b).toEqual(a);
+  });
+
+  it('finds a planted defect: with the ledger claim bypassed, effects are applied twice', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 12 && totals.appliedTwice === 0; i++) add(totals, await awsSchedule(scheduleSeed(SEED, i), { sabotage: 'ledger-bypassed' }));
+    expect(totals.appliedTwice).toBeGreaterThan(0);
+    expect(totals.badSeeds.length).toBeGreaterThan(0);
+  });
+
+  it('finds a planted defect: without the sweeper, a run whose message was lost is left stuck', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 16 && totals.stuck === 0; i++) add(totals, await awsSchedule(scheduleSeed(SEED, i), { sabotage: 'no-sweeper' }));
+    expect(totals.lostMessages).toBeGreaterThan(0);
+    expect(totals.stuck).toBeGreaterThan(0);
+    expect(totals.redriven).toBe(0);
+  });
+});
+
+describe('the chaos invariants on the DynamoDB store', () => {
+  let resources: TestResources | undefined;
+  afterEach(() => resources?.close());
+  const injected = (reason: string) => reason.includes('injected');
+
+  it('a clean run through the Lambda handler passes; an effect applied twice, a lost step, a missing version and a missing ledger result are flagged', async () => {
+    resources = await createTestResources('inv-aws');
+    const res = resources;
+    const applied = new Map<string, number>();
+    const agent = defineAgent({
+      name: 'inv', tools: [tool({
+        name: 'write_row', description: 'w', input: z.object({ n: z.number().int() }), sideEffect: true,
+        run: (input, ctx) => ctx.once(async () => { applied.set(ctx.idempotencyKey, (applied.get(ctx.idempotencyKey) ?? 0) + 1); return input; }),
+      })],
+    });
+    const model: Model = {
+      name: 'inv',
+      decide: async (request) => (request.step <= 3 ? { kind: 'tool', tool: 'write_row', input: { n: request.step } } : { kind: 'done', summary: 'done' }),
+    };
+    const runtime = res.runtime();
+    const runId = await startTestRun(runtime, agent, 'inv-aws-run');
+    await driveRun({ resources: res, runId, spawn: () => new WorkerProcess({ resources: res, agent, model }) });
+    const runs: RunExpectation[] = [{ runId, steps: 3, toolOf: () => 'write_row' }];
+
+    const ledgerHasResult = async (key: string) => {
+      const { Item } = await res.clients.doc.send(new GetCommand({ TableName: res.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }));
+      return Item?.result !== undefined;
+    };
+    const clean = await checkInvariants({ store: runtime.store, runs, applied, injected, ledgerHasResult });
+    expect(clean.violations).toEqual([]);
+    expect(clean).toMatchObject({ completed: 1, completedSteps: 3, appliedTwice: 0, stepsLost: 0, stuck: 0 });
+
+    const tampered = new Map(applied);
+    tampered.set(`${runId}/step-1`, 2);
+    tampered.delete(`${runId}/step-2`);
+    await res.clients.doc.send(new DeleteCommand({ TableName: res.tableName, Key: { [PK]: runPk(runId), [SK]: checkpointSk(3) } }));
+    // A completed step whose ledger record is gone: its effect could be applied again.
+    await res.clients.doc.send(new DeleteCommand({ TableName: res.tableName, Key: { [PK]: ledgerPk(`${runId}/step-3`), [SK]: LEDGER_SK } }));
+    const verdict = await checkInvariants({ store: runtime.store, runs, applied: tampered, injected, ledgerHasResult });
+    expect(verdict.appliedTwice).toBe(1);
+    expect(verdict.stepsLost).toBe(1);
+    // Version 3 gone: a gap in the versions, and step 1 followed by step 3.
+    expect(verdict.violations.map((v) => v.kind).sort()).toEqual(['applied-twice', 'history', 'history', 'ledger', 'step-lost']);
+  });
+});
