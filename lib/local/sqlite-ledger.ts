@@ -12,6 +12,11 @@ export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
 interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null; format: number | null }
 
+/** Tries of a completion the lock refuses, each after the busy timeout and a growing pause (0.1 to 0.8 s). */
+const COMPLETE_TRIES = 5;
+
+const isBusy = (error: unknown) => /^SQLITE_BUSY/.test((error as { code?: string }).code ?? '');
+
 /** The format this code writes: NULL while it is 1, so rows are as they always were. */
 const FORMAT = RECORD_FORMATS.ledger > 1 ? RECORD_FORMATS.ledger : null;
 
@@ -61,7 +66,17 @@ export class SqliteLedger implements IdempotencyLedger {
       try { this.release(key, owner); } catch { /* the lease ends anyway */ }
       throw error;
     }
-    return this.complete(key, argsHash, owner, result);
+    // The effect happened and its holder lives: a completion refused because another process held the
+    // file locked past the busy timeout is tried again, or the step's next attempt would run the effect a
+    // second time once the lease ran out. Each try reads the key afresh, so a takeover meanwhile is seen.
+    for (let tries = 1; ; tries++) {
+      try {
+        return this.complete(key, argsHash, owner, result);
+      } catch (error) {
+        if (!isBusy(error) || tries >= COMPLETE_TRIES) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** tries));
+      }
+    }
   }
 
   private row(key: string): LedgerRow | undefined {

@@ -45,3 +45,34 @@ describe('SQLite ledger on a file written before claims had owners', () => {
     }
   });
 });
+
+describe('SQLite ledger when the file is locked past the busy timeout', () => {
+  it('tries a completion refused with SQLITE_BUSY again: the effect is on record and never runs again', async () => {
+    const path = join(dir, 'busy.db');
+    const mine = openDatabase(path);
+    const other = new Database(path);
+    try {
+      // Another process holds the write lock from inside the effect until a while after it returned.
+      mine.pragma('busy_timeout = 20');
+      const ledger = new SqliteLedger(mine, new ManualClock());
+      let runs = 0;
+      let released: Promise<void> | undefined;
+      const result = await ledger.once('busy-1', { n: 1 }, async () => {
+        runs++;
+        other.prepare('BEGIN IMMEDIATE').run();
+        released = new Promise((resolve) => setTimeout(() => { other.prepare('COMMIT').run(); resolve(); }, 150));
+        return 'done';
+      });
+      await released;
+      expect(result).toBe('done');
+      expect(mine.prepare("SELECT status, result FROM ledger WHERE key = 'busy-1'").get()).toEqual({ status: 'completed', result: '"done"' });
+      // The key is completed: a later attempt gets the result without running the effect.
+      expect(await new SqliteLedger(mine, new ManualClock()).once('busy-1', { n: 1 }, async () => { runs++; return 'again'; })).toBe('done');
+      expect(runs).toBe(1);
+    } finally {
+      if (other.inTransaction) other.prepare('ROLLBACK').run();
+      other.close();
+      mine.close();
+    }
+  });
+});
