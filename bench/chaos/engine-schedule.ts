@@ -406,7 +406,8 @@ export async function engineSchedule(seed: number, options: { intensity?: number
           if (!late || (!final && !r.chance(0.5))) continue;
           report.answeredLate!++;
           const outcome = await answer(runId, plan, waitId, false);
-          if (outcome === 'resumed') report.unexpected.push(`${runId}: an answer after the deadline resumed the run`);
+          // Refused cleanly: it moved the run on as the timer would have, or the timer had already.
+          if (!['expired', 'already-answered', 'none'].includes(outcome)) report.unexpected.push(`${runId}: an answer after the deadline was ${outcome}`);
           track.done = true;
           continue;
         }
@@ -421,7 +422,8 @@ export async function engineSchedule(seed: number, options: { intensity?: number
         if (turn < track.secondAt! && !final) continue;
         // The second answer must change nothing: the answer map catches one that resolves the wait again.
         report.answeredTwice!++;
-        await answer(runId, plan, waitId, true);
+        const outcome = await answer(runId, plan, waitId, true);
+        if (!['already-answered', 'none'].includes(outcome)) report.unexpected.push(`${runId}: its second answer was ${outcome}`);
         track.done = true;
       }
     };
@@ -483,6 +485,13 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     }
     if (turn >= MAX_TURNS) report.unexpected.push(`schedule did not settle within ${MAX_TURNS} turns`);
     await answerWaits(turn, true);
+    if (doomed) {
+      // The permanent fault ends its run failed, with the API's reason, once the run gets to that step.
+      const state = decodeState((await reader.store.load(doomed.runId))!);
+      if (state.status === 'failed' && state.steps.length === doomed.step - 1 && !state.reason?.includes(`400 invalid_request_error: ${PERMANENT_FAULT}`)) {
+        report.unexpected.push(`${doomed.runId}: failed at the permanent fault's step, but for ${state.reason}`);
+      }
+    }
     if (!(await allEnded()) && reader.queue.depth() === 0) { /* left for the invariants: stuck */ }
 
     const verdict = await checkInvariants({
