@@ -231,6 +231,9 @@ export async function engineSchedule(seed: number, options: { intensity?: number
 
   // The model: the Messages API server's replies, scripted from each request's prompt as a model would
   // decide, with faults drawn from the seed. A 429 burst goes on for the next requests of the same run.
+  // Drawn from a stream of their own: should a request the seed did not plan reach the server, only the
+  // model faults after it shift, not the crashes and deliveries.
+  const m = rng(seed ^ 0x2545f491);
   const bursts = new Map<string, number>();
   const fault = (kind: string) => { report.modelFaults++; report.modelFaultsByKind![kind] = (report.modelFaultsByKind![kind] ?? 0) + 1; };
   const schedule = await registerSchedule((request): Reply => {
@@ -254,11 +257,11 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       if (plan && next === plan.step) return toolUse(WAIT_TOOL[plan.kind], waitInput(plan, schedule.key, runId));
       return toolUse(toolOf(next), { n: next });
     };
-    if (r.chance(0.06 * k)) {
-      const kind = r.pick(MODEL_FAULTS);
+    if (m.chance(0.06 * k)) {
+      const kind = m.pick(MODEL_FAULTS);
       fault(kind);
       switch (kind) {
-        case '429 burst': bursts.set(runId, r.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+        case '429 burst': bursts.set(runId, m.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
         case '529': return apiError(529, 'injected: Overloaded', { 'retry-after-ms': '1' });
         case '500': return apiError(500, 'injected: Internal server error', { 'retry-after-ms': '1' });
         case 'dropped': return dropConnection();
@@ -266,9 +269,9 @@ export async function engineSchedule(seed: number, options: { intensity?: number
         case 'slow': return slow(SLOW_REPLY_MS, decision());
       }
     }
-    if (r.chance(0.02 * k)) {
+    if (m.chance(0.02 * k)) {
       fault('invalid reply');
-      return r.chance(0.5)
+      return m.chance(0.5)
         ? toolUses([{ name: 'write_row', input: { n: next } }, { name: 'notify', input: { n: next } }])
         : endTurn('injected: neither a tool call nor DONE');
     }

@@ -8,9 +8,13 @@ import { AnthropicModel } from '../../lib/llm/anthropic.ts';
 import { apiError, startMessagesServer, type MessagesServer, type RecordedRequest, type Reply } from '../../test/support/messages-server.ts';
 
 const API_KEY = 'chaos-key';
-/** One HTTP attempt: a reply slower than this is given up (a scripted slow reply takes SLOW_REPLY_MS). */
-export const ATTEMPT_TIMEOUT_MS = 250;
-export const SLOW_REPLY_MS = 1_000;
+/**
+ * One HTTP attempt: a reply slower than this is given up (a scripted slow reply takes SLOW_REPLY_MS). Long
+ * enough that a local reply on a loaded machine is not given up too: that would add a request the seed did
+ * not draw, and the schedule would no longer replay exactly.
+ */
+export const ATTEMPT_TIMEOUT_MS = 750;
+export const SLOW_REPLY_MS = 1_500;
 /** The SDK's retries per call, as in production: a burst longer than this reaches the engine. */
 export const MAX_RETRIES = 2;
 
