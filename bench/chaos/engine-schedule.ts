@@ -374,7 +374,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     for (const runId of plans.keys()) tracks.set(runId, { given: 0, done: false });
     let events = 0;
 
-    /** One answer to a run's wait; says whether it resolved the wait. */
+    /** One answer to a run's wait (an approval, or an event emitted); what became of it. */
     const answer = async (runId: string, plan: WaitPlan, waitId: string, again: boolean): Promise<AnswerOutcome['outcome'] | 'none'> => {
       let outcomes: AnswerOutcome[];
       if (plan.kind === 'approval') {
