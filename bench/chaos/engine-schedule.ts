@@ -5,36 +5,73 @@
  * (the process is dead from then on and a fresh one starts), a worker that freezes inside an effect past
  * its lease and visibility timeout and comes back after another took over, an effect that outlives the
  * visibility timeout while its holder lives, a store brownout, duplicate deliveries, lost acks, delayed
- * deliveries, transient and permanent model faults. Time is a ManualClock: leases and timeouts pass at once.
+ * deliveries, and model faults from the local Messages API server through the real Anthropic adapter (429
+ * bursts with retry-after, 529, 500, connections dropped before or in the middle of a reply, replies slower
+ * than the client's timeout, unusable replies, one permanent 400). The server's replies are the agents'
+ * decisions. Some runs wait once (an approval, an event or a sleep), answered once, twice, late or never.
+ * Time is a ManualClock: leases, timeouts and wait deadlines pass at once.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
-import { PermanentError, TransientError } from '../../lib/core/errors.ts';
-import { promptText } from '../../lib/core/prompt.ts';
+import { TransientError } from '../../lib/core/errors.ts';
+import { decodeState } from '../../lib/core/codec.ts';
 import { isTerminal } from '../../lib/core/state.ts';
 import type { CrashPoint, EngineDeps } from '../../lib/engine/deps.ts';
 import { handleDelivery, retryDelayMs, type Handled } from '../../lib/engine/handle-message.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
-import type { Delivery, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import type { Delivery } from '../../lib/ports.ts';
+import { answerWait, type AnswerDeps, type AnswerOutcome } from '../../lib/waits/answer.ts';
+import { emitEvent } from '../../lib/waits/events.ts';
+import { sendDueTimers } from '../../lib/waits/timers.ts';
+import { requestApproval, sleepUntil, waitForEvent } from '../../lib/waits/tools.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
+import {
+  apiError, done, dropConnection, dropMidReply, endTurn, slow, toolUse, toolUses, type Reply,
+} from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { Brownout, ProcessDied, faulty } from './faulty.ts';
-import { checkInvariants, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
+import { checkInvariants, waitTimedOut, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
+import { SLOW_REPLY_MS, goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng, type Rng } from './random.ts';
 
 const VISIBILITY_MS = 30_000;
 const MAX_TURNS = 3_000;
 const CRASH_POINTS: CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'];
-export const PERMANENT_FAULT = 'injected permanent fault: 400 invalid_request_error';
-const TRANSIENT_FAULTS = ['429 rate_limit_error, retry-after 1', '529 overloaded_error', '500 api_error', 'connection dropped', 'reply timed out'];
+export const PERMANENT_FAULT = 'injected permanent fault';
+const MODEL_FAULTS = ['429 burst', '529', '500', 'dropped', 'dropped mid-reply', 'slow'] as const;
+/** What the adapter says of a drop or a timeout that outlasted the SDK's retries: only injected ones reach a local server. */
+const ADAPTER_FAULT = /cannot reach the Anthropic API|did not answer in time|the model call failed|tool calls in one reply/;
+
+export const APPROVER = 'approver@example.com';
+/** An approval's and an event wait's timeout, and the longest sleep. */
+const WAIT_MS = 600_000;
+/** Timers further out than this are not put on the queue; the sweeper sends them when due (as on SQS). */
+const MAX_TIMER_MS = 300_000;
+const TIMER_LOOKAHEAD_MS = 60_000;
+const EVENT_TYPE = 'chaos.go';
+
+/** How a schedule answers a run's wait. A sleep is never answered: its deadline wakes it. */
+export type WaitPlan = { step: number; kind: 'approval' | 'event' | 'sleep'; answer: 'once' | 'twice' | 'late' | 'never'; sleepSeconds: number };
+
+/** The figures of waits and model faults; optional, so a schedule without them (real processes) reports none. */
+export interface WaitFigures {
+  /** Waits that began. */
+  waits: number;
+  answeredTwice: number;
+  answeredLate: number;
+  neverAnswered: number;
+  timedOut: number;
+  waitsTwice: number;
+  modelFaultsByKind: Record<string, number>;
+}
 
 /** A schedule's faults and what the invariant checker found after it. */
-export interface ScheduleReport extends Omit<Verdict, 'reasons'> {
+export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | 'waitsTwice'>, Partial<WaitFigures> {
   seed: number;
   runs: number;
   steps: number;
@@ -76,11 +113,22 @@ type Park = { mode: 'freeze' | 'long'; proc: Proc; go: Deferred<void> };
 /** The step's tool: odd steps an exact effect (key stored with it), even steps a ledger-only one. */
 export const toolOf = (step: number): string => (step % 2 === 1 ? 'write_row' : 'notify');
 
+const WAIT_TOOL = { approval: 'request_approval', event: 'wait_for_event', sleep: 'sleep_until' } as const;
+
+function waitInput(plan: WaitPlan, key: string, runId: string): unknown {
+  switch (plan.kind) {
+    case 'approval': return { request: `step ${plan.step} of ${runId}: go on?` };
+    case 'event': return { type: EVENT_TYPE, key: `${key}-${runId}`, timeoutSeconds: WAIT_MS / 1000 };
+    case 'sleep': return { seconds: plan.sleepSeconds };
+  }
+}
+
 /**
  * A defect planted on purpose, to show that the schedules and the checker find one: a ledger that
- * forgets (runs every effect each time it is asked), or a queue that loses one send in ten.
+ * forgets (runs every effect each time it is asked), a queue that loses one send in ten, or a sweeper
+ * that never sends the timers of long waits.
  */
-export type Sabotage = 'ledger-forgets' | 'sends-lost';
+export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'timers-lost';
 
 export async function engineSchedule(seed: number, options: { intensity?: number; sabotage?: Sabotage } = {}): Promise<ScheduleReport> {
   const r = rng(seed);
@@ -91,10 +139,22 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   const report: ScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
   };
 
-  // The runs and their faults.
-  const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps: r.int(3, 8), toolOf }));
+  // The runs, their waits and their faults.
+  const plans = new Map<string, WaitPlan>();
+  const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => {
+    const runId = `run-${i}`;
+    const steps = r.int(3, 8);
+    if (!r.chance(0.6)) return { runId, steps, toolOf };
+    const kind = r.pick(['approval', 'event', 'sleep'] as const);
+    const plan: WaitPlan = {
+      step: r.int(1, steps), kind, answer: kind === 'sleep' ? 'never' : r.pick(['once', 'twice', 'late', 'never'] as const), sleepSeconds: r.int(60, WAIT_MS / 1000),
+    };
+    plans.set(runId, plan);
+    return { runId, steps, toolOf: (n: number) => (n === plan.step ? WAIT_TOOL[kind] : toolOf(n)) };
+  });
   const stepsOf = new Map(runs.map((run) => [run.runId, run.steps]));
   const doomed = r.chance(0.2) ? { runId: r.pick(runs).runId, step: 0 } : undefined;
   if (doomed) doomed.step = r.int(1, stepsOf.get(doomed.runId)!);
@@ -163,22 +223,61 @@ export async function engineSchedule(seed: number, options: { intensity?: number
           return { sent: input.n };
         }),
       }),
+      requestApproval({ approvers: [APPROVER], timeoutMs: WAIT_MS }),
+      waitForEvent({ types: [EVENT_TYPE], maxTimeoutMs: WAIT_MS }),
+      sleepUntil({ maxMs: WAIT_MS }),
     ],
   });
 
-  const model: Model = {
-    name: 'chaos',
-    async decide(request: ModelRequest): Promise<ModelReply> {
-      report.modelCalls++;
-      const next = completedSteps(promptText(request.prompt)) + 1;
-      if (doomed && request.runId === doomed.runId && next === doomed.step) throw new PermanentError(PERMANENT_FAULT);
-      if (r.chance(0.06 * k)) { report.modelFaults++; throw new TransientError(`injected ${r.pick(TRANSIENT_FAULTS)}`); }
-      if (r.chance(0.02 * k)) { report.modelFaults++; return { kind: 'invalid', reason: 'injected: two tool calls in one reply' }; }
-      return next <= stepsOf.get(request.runId)!
-        ? { kind: 'tool', tool: toolOf(next), input: { n: next }, usage: { inputTokens: 100, outputTokens: 20, cacheWriteTokens: 0, cacheReadTokens: 0 } }
-        : { kind: 'done', summary: `did ${next - 1} steps` };
-    },
-  };
+  // The model: the Messages API server's replies, scripted from each request's prompt as a model would
+  // decide, with faults drawn from the seed. A 429 burst goes on for the next requests of the same run.
+  // Drawn from a stream of their own: should a request the seed did not plan reach the server, only the
+  // model faults after it shift, not the crashes and deliveries.
+  const m = rng(seed ^ 0x2545f491);
+  const bursts = new Map<string, number>();
+  const fault = (kind: string) => { report.modelFaults++; report.modelFaultsByKind![kind] = (report.modelFaultsByKind![kind] ?? 0) + 1; };
+  const schedule = await registerSchedule((request): Reply => {
+    report.modelCalls++;
+    const runId = runOf(request) ?? '';
+    const steps = stepsOf.get(runId);
+    if (steps === undefined) return apiError(400, `chaos: no run ${runId}`);
+    const prompt = request.userText;
+    const next = completedSteps(prompt) + 1;
+    const burst = bursts.get(runId) ?? 0;
+    if (burst > 0) {
+      bursts.set(runId, burst - 1);
+      fault('429 burst');
+      return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+    }
+    if (doomed && runId === doomed.runId && next === doomed.step) return apiError(400, PERMANENT_FAULT);
+    const plan = plans.get(runId);
+    const decision = (): Reply => {
+      if (plan && next === plan.step + 1 && prompt.includes('"timedOut":true')) return done(`its wait timed out after ${plan.step} steps: stopping`);
+      if (next > steps) return done(`did ${next - 1} steps`);
+      if (plan && next === plan.step) return toolUse(WAIT_TOOL[plan.kind], waitInput(plan, schedule.key, runId));
+      return toolUse(toolOf(next), { n: next });
+    };
+    if (m.chance(0.06 * k)) {
+      const kind = m.pick(MODEL_FAULTS);
+      fault(kind);
+      switch (kind) {
+        case '429 burst': bursts.set(runId, m.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+        case '529': return apiError(529, 'injected: Overloaded', { 'retry-after-ms': '1' });
+        case '500': return apiError(500, 'injected: Internal server error', { 'retry-after-ms': '1' });
+        case 'dropped': return dropConnection();
+        case 'dropped mid-reply': return dropMidReply(decision());
+        case 'slow': return slow(SLOW_REPLY_MS, decision());
+      }
+    }
+    if (m.chance(0.02 * k)) {
+      fault('invalid reply');
+      return m.chance(0.5)
+        ? toolUses([{ name: 'write_row', input: { n: next } }, { name: 'notify', input: { n: next } }])
+        : endTurn('injected: neither a tool call nor DONE');
+    }
+    return decision();
+  });
+  const model = schedule.model;
 
   let spawned = 0;
   const procs: Proc[] = [];
@@ -204,6 +303,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     proc.deps = {
       store: faulty(runtime.store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
       queue: faulty(queue, faults), model, agent: agentFor(proc), clock, workerId: id, codeVersion: 'chaos', log: silentLogger,
+      waits: { events: runtime.events, maxTimerMs: MAX_TIMER_MS },
       probe: (point: CrashPoint, at: { step: number }) => {
         if (proc.dead) throw new ProcessDied(id);
         if (report.crashes < maxCrashes && r.chance(0.03 * k)) {
@@ -258,16 +358,83 @@ export async function engineSchedule(seed: number, options: { intensity?: number
 
   try {
     for (let i = 0, n = r.int(2, 3); i < n; i++) spawn();
-    for (const run of runs) await startRun(procs[0]!.deps, { goal: `do ${run.steps} steps`, runId: run.runId });
+    for (const run of runs) await startRun(procs[0]!.deps, { goal: goalOf(schedule.key, run.runId, run.steps), runId: run.runId });
     const reader = openLocalRuntime({ dbPath, clock: root });
     const allEnded = async () => {
       for (const run of runs) if (!isTerminal((await reader.store.load(run.runId))!.status)) return false;
       return true;
     };
 
+    // People and other systems answer waits through the API, which has its own connection to the file.
+    const api: AnswerDeps = { store: reader.store, blobs: reader.blobs, queue: reader.queue, clock: root, workerId: 'api', codeVersion: 'chaos', log: silentLogger };
+    const emitDeps = { ...api, events: reader.events, waitingFor: (type: string, key: string) => reader.store.waitingFor(type, key) };
+    /** How many answers reported resolving each wait (resumed, or moved on as expired). */
+    const answers = new Map<string, number>();
+    const tracks = new Map<string, { waitId?: string; deadline?: number; given: number; secondAt?: number; done: boolean }>();
+    for (const runId of plans.keys()) tracks.set(runId, { given: 0, done: false });
+    let events = 0;
+
+    /** One answer to a run's wait (an approval, or an event emitted); what became of it. */
+    const answer = async (runId: string, plan: WaitPlan, waitId: string, again: boolean): Promise<AnswerOutcome['outcome'] | 'none'> => {
+      let outcomes: AnswerOutcome[];
+      if (plan.kind === 'approval') {
+        outcomes = [await answerWait(api, { runId, waitId, answer: { kind: again && r.chance(0.5) ? 'rejected' : 'approved', by: APPROVER } })];
+      } else {
+        // A second event is EventBridge delivering the same one again, or another event of the same kind.
+        const id = again && r.chance(0.5) ? `evt-${runId}-${events}` : `evt-${runId}-${++events}`;
+        outcomes = (await emitEvent(emitDeps, { type: EVENT_TYPE, key: `${schedule.key}-${runId}`, id })).resumed;
+      }
+      const mine = outcomes.filter((o) => o.runId === runId);
+      for (const o of mine) if (o.outcome === 'resumed' || o.outcome === 'expired') answers.set(`${runId}/${waitId}`, (answers.get(`${runId}/${waitId}`) ?? 0) + 1);
+      return mine[0]?.outcome ?? 'none';
+    };
+
+    /** Each turn: answer the waits that are due an answer by their plan. At the end, every answer still owed. */
+    const answerWaits = async (turn: number, final: boolean) => {
+      for (const [runId, plan] of plans) {
+        const track = tracks.get(runId)!;
+        if (track.done) continue;
+        if (!track.waitId) {
+          const stored = await reader.store.load(runId);
+          if (stored?.status !== 'waiting') continue;
+          const wait = decodeState(stored).wait!;
+          Object.assign(track, { waitId: wait.id, deadline: wait.deadline });
+          report.waits!++;
+          if (plan.answer === 'never') { if (plan.kind !== 'sleep') report.neverAnswered!++; track.done = true; continue; }
+        }
+        const waitId = track.waitId!;
+        const late = root.now() >= track.deadline!;
+        if (plan.answer === 'late') {
+          // After the deadline, before or after its timer is delivered.
+          if (!late || (!final && !r.chance(0.5))) continue;
+          report.answeredLate!++;
+          const outcome = await answer(runId, plan, waitId, false);
+          // Refused cleanly: it moved the run on as the timer would have, or the timer had already.
+          if (!['expired', 'already-answered', 'none'].includes(outcome)) report.unexpected.push(`${runId}: an answer after the deadline was ${outcome}`);
+          track.done = true;
+          continue;
+        }
+        if (track.given === 0) {
+          const outcome = await answer(runId, plan, waitId, false);
+          if (outcome !== 'resumed') report.unexpected.push(`${runId}: its first answer was ${outcome}, not resumed`);
+          track.given = 1;
+          if (plan.answer === 'once') track.done = true;
+          else track.secondAt = turn + r.int(0, 5);
+          continue;
+        }
+        if (turn < track.secondAt! && !final) continue;
+        // The second answer must change nothing: the answer map catches one that resolves the wait again.
+        report.answeredTwice!++;
+        const outcome = await answer(runId, plan, waitId, true);
+        if (!['already-answered', 'none'].includes(outcome)) report.unexpected.push(`${runId}: its second answer was ${outcome}`);
+        track.done = true;
+      }
+    };
+
     let parkedWork: { delivery: Delivery; pending: Promise<Outcome>; turnsLeft: number } | undefined;
     let turn = 0;
     for (; turn < MAX_TURNS; turn++) {
+      await answerWaits(turn, false);
       if (parked && parkedWork && --parkedWork.turnsLeft <= 0) {
         const { proc } = parked;
         if (parked.mode === 'freeze') await proc.clock.thaw();
@@ -280,7 +447,17 @@ export async function engineSchedule(seed: number, options: { intensity?: number
         await settle(proc, work.delivery, outcome);
         continue;
       }
-      if (!parked && reader.queue.depth() === 0) break;
+      if (!parked && reader.queue.depth() === 0) {
+        // Nothing on the queue: done, unless a run waits for a timer the queue does not hold yet. The
+        // scheduled sweeper sends it once its deadline is within the lookahead.
+        const open = await reader.store.dueWaits(Number.MAX_SAFE_INTEGER);
+        if (!open.length) break;
+        const gap = Math.min(...open.map((w) => w.deadline)) - TIMER_LOOKAHEAD_MS - root.now();
+        if (gap > 0) await root.pass(gap);
+        if (options.sabotage === 'timers-lost') { await root.pass(TIMER_LOOKAHEAD_MS + 1); break; }
+        await sendDueTimers(api, { lookaheadMs: TIMER_LOOKAHEAD_MS });
+        continue;
+      }
       if (brownoutCalls === 0 && r.chance(0.02 * k)) { report.brownouts++; brownoutCalls = r.int(1, 8); }
 
       const candidates = procs.filter((p) => !p.dead && p !== parked?.proc);
@@ -310,18 +487,30 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       await settle(proc, delivery, outcome);
     }
     if (turn >= MAX_TURNS) report.unexpected.push(`schedule did not settle within ${MAX_TURNS} turns`);
+    await answerWaits(turn, true);
+    if (doomed) {
+      // The permanent fault ends its run failed, with the API's reason, once the run gets to that step.
+      const state = decodeState((await reader.store.load(doomed.runId))!);
+      if (state.status === 'failed' && state.steps.length === doomed.step - 1 && !state.reason?.includes(`400 invalid_request_error: ${PERMANENT_FAULT}`)) {
+        report.unexpected.push(`${doomed.runId}: failed at the permanent fault's step, but for ${state.reason}`);
+      }
+    }
     if (!(await allEnded()) && reader.queue.depth() === 0) { /* left for the invariants: stuck */ }
 
     const verdict = await checkInvariants({
       store: reader.store, runs, applied,
-      injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason),
+      injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
+        || [...plans].some(([runId, plan]) => (plan.answer === 'late' || plan.answer === 'never') && plan.kind !== 'sleep' && reason === waitTimedOut(runId)),
+      answers, now: root.now(),
     });
     Object.assign(report, {
       completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps,
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,
+      timedOut: verdict.timedOut, waitsTwice: verdict.waitsTwice,
     });
     reader.close();
   } finally {
+    schedule.release();
     for (const proc of procs) { try { proc.runtime.close(); } catch { /* closed */ } }
     rmSync(dir, { recursive: true, force: true });
   }

@@ -9,15 +9,21 @@ import type { CheckpointStore } from '../../lib/ports.ts';
 export interface RunExpectation {
   runId: string;
   steps: number;
-  /** The tool step n must call (chaos agents alternate an exact effect and a ledger-only effect). */
+  /** The tool step n must call (chaos agents alternate an exact effect and a ledger-only effect, and may wait once). */
   toolOf(step: number): string;
 }
+
+/** A wait's step result when its deadline passed first: the model then takes the wait's timeout branch. */
+const TIMED_OUT = '"timedOut":true';
+
+/** The reason a run that took its wait's timeout branch ended for: `injected` must accept it. */
+export const waitTimedOut = (runId: string): string => `${runId}: its wait timed out`;
 
 /** How often each idempotency key's effect was really applied (not merely called). */
 export type Applications = ReadonlyMap<string, number>;
 
 export type ViolationKind =
-  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger';
+  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger' | 'wait-twice';
 
 export interface Violation { runId: string; kind: ViolationKind; detail: string }
 
@@ -29,6 +35,10 @@ export interface Verdict {
   appliedTwice: number;
   stepsLost: number;
   stuck: number;
+  /** Runs that ended through their wait's timeout branch (the model saw "timed out" and finished). */
+  timedOut: number;
+  /** Waits resolved more than once (must be 0). */
+  waitsTwice: number;
   reasons: string[];
 }
 
@@ -43,15 +53,22 @@ export interface CheckInput {
    * `ctx.once`: a completed step's key without one would let a later attempt apply the effect again.
    */
   ledgerHasResult?(key: string): Promise<boolean>;
+  /** How many answers reported resolving each wait (`runId/waitId`): resumed it, or moved it on as expired. */
+  answers?: ReadonlyMap<string, number>;
+  /** The time the check is made at: a run still waiting past its deadline is stuck for sure. */
+  now?: number;
 }
 
 export async function checkInvariants(input: CheckInput): Promise<Verdict> {
-  const verdict: Verdict = { violations: [], completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, reasons: [] };
+  const verdict: Verdict = { violations: [], completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, timedOut: 0, waitsTwice: 0, reasons: [] };
   const flag = (runId: string, kind: ViolationKind, detail: string) => verdict.violations.push({ runId, kind, detail });
 
   for (const key of [...input.applied.keys()].sort()) {
     const times = input.applied.get(key)!;
     if (times > 1) { verdict.appliedTwice += times - 1; flag(key.split('/')[0]!, 'applied-twice', `${key} applied ${times} times`); }
+  }
+  for (const [key, times] of [...(input.answers ?? new Map<string, number>())].sort(([a], [b]) => a.localeCompare(b))) {
+    if (times > 1) { verdict.waitsTwice++; flag(key.split('/')[0]!, 'wait-twice', `${key} resolved ${times} times`); }
   }
 
   for (const run of input.runs) {
@@ -74,10 +91,19 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
     state.steps.forEach((s, i) => {
       const n = i + 1;
       const input = s.input as { n?: unknown } | undefined;
-      if (s.step !== n || s.tool !== run.toolOf(n) || input?.n !== n) {
+      // A wait step's input is the wait's (who approves, which event): its tool says what it was for.
+      if (s.step !== n || s.tool !== run.toolOf(n) || (!s.waitId && input?.n !== n)) {
         flag(run.runId, 'steps', `record ${n} is step ${s.step} ${s.tool}(${JSON.stringify(s.input)})`);
       }
     });
+
+    // Each wait resolved once: a second resolution would complete a second step with the same wait.
+    const waitSteps = new Map<string, number[]>();
+    for (const s of state.steps) if (s.waitId) waitSteps.set(s.waitId, [...(waitSteps.get(s.waitId) ?? []), s.step]);
+    for (const [waitId, steps] of waitSteps) {
+      if (steps.length > 1) { verdict.waitsTwice++; flag(run.runId, 'wait-twice', `wait ${waitId} completed steps ${steps.join(', ')}`); }
+    }
+    const timedOutAt = state.steps.find((s) => s.waitId && s.result.text.includes(TIMED_OUT))?.step;
 
     // Each completed step's effect applied exactly once; no effect of a step that never completed, in a run that did.
     const done = new Set<string>();
@@ -98,7 +124,13 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
     }
 
     // Each run completed, or failed or timed out for an injected fault.
-    if (state.status === 'completed') {
+    if (state.status === 'completed' && timedOutAt !== undefined) {
+      // The timeout branch: the model finished right after its wait timed out.
+      verdict.timedOut++;
+      verdict.reasons.push(waitTimedOut(run.runId));
+      if (!input.injected(waitTimedOut(run.runId))) flag(run.runId, 'reason', `its wait timed out, but nobody let it time out`);
+      if (state.steps.length !== timedOutAt) flag(run.runId, 'incomplete', `completed after ${state.steps.length} steps; its wait timed out at step ${timedOutAt}`);
+    } else if (state.status === 'completed') {
       verdict.completed++;
       if (state.steps.length !== run.steps) {
         verdict.stepsLost += Math.max(0, run.steps - state.steps.length);
@@ -109,6 +141,9 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
       const reason = state.reason ?? state.lastError ?? '(no reason)';
       verdict.reasons.push(reason);
       if (!input.injected(reason)) flag(run.runId, 'reason', `${state.status} for a fault nobody injected: ${reason}`);
+    } else if (state.status === 'waiting' && state.wait && input.now !== undefined && state.wait.deadline <= input.now) {
+      verdict.stuck++;
+      flag(run.runId, 'stuck', `left waiting past its deadline (${new Date(state.wait.deadline).toISOString()}) at version ${stored.version}, nothing moved it`);
     } else if (state.status === 'running' || state.status === 'waiting') {
       verdict.stuck++;
       flag(run.runId, 'stuck', `left ${state.status} at version ${stored.version} (step ${state.step}) with nothing to move it`);

@@ -13,6 +13,7 @@
  */
 import { parseArgs } from 'node:util';
 import { engineSchedule } from './engine-schedule.ts';
+import { stopChaosModelServer } from './model-server.ts';
 import { scheduleSeed } from './random.ts';
 import { add, emptyTotals, formatTotals } from './totals.ts';
 
@@ -46,6 +47,7 @@ for (let i = 0; i < schedules; i++) {
   if ((i + 1) % 100 === 0) console.log(`  ${i + 1} schedules, ${totals.violations} violations, ${((Date.now() - t0) / 1000).toFixed(0)} s`);
 }
 if (schedules > 0) console.log(formatTotals(totals, `engine + SQLite runtime, in-process workers (${((Date.now() - t0) / 1000).toFixed(0)} s)`));
+await stopChaosModelServer();
 
 let awsBad = 0;
 if (awsSchedules > 0) {

@@ -1,4 +1,4 @@
-import type { ScheduleReport } from './engine-schedule.ts';
+import type { ScheduleReport, WaitFigures } from './engine-schedule.ts';
 
 /** Faults only the AWS schedule injects (bench/chaos/aws-schedule.ts); absent from the engine's reports. */
 export interface AwsFaults {
@@ -11,7 +11,7 @@ export interface AwsFaults {
 }
 
 /** The figures of a chaos run, summed over its schedules. */
-export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected'>, AwsFaults {
+export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | keyof WaitFigures>, WaitFigures, AwsFaults {
   schedules: number;
   violations: number;
   unexpected: number;
@@ -24,16 +24,19 @@ export function emptyTotals(): Totals {
     schedules: 0, runs: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0,
     violations: 0, unexpected: 0, badSeeds: [],
+    waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
   };
 }
 
 export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { seed: number }): void {
   totals.schedules++;
   for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
-    'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls'] as const) {
+    'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls',
+    'waits', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice'] as const) {
     totals[key] += r[key] ?? 0;
   }
   for (const [point, n] of Object.entries(r.crashesByPoint ?? {})) totals.crashesByPoint[point] = (totals.crashesByPoint[point] ?? 0) + n;
+  for (const [kind, n] of Object.entries(r.modelFaultsByKind ?? {})) totals.modelFaultsByKind[kind] = (totals.modelFaultsByKind[kind] ?? 0) + n;
   totals.violations += r.violations?.length ?? 0;
   totals.unexpected += r.unexpected?.length ?? 0;
   if (r.violations?.length || r.unexpected?.length) totals.badSeeds.push(r.seed);
@@ -42,6 +45,7 @@ export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { s
 export function formatTotals(t: Totals, label: string): string {
   const perStep = t.completedSteps ? t.modelCalls / t.completedSteps : 0;
   const points = Object.entries(t.crashesByPoint).sort(([a], [b]) => a.localeCompare(b)).map(([p, n]) => `${p} ${n}`).join(', ');
+  const faults = Object.entries(t.modelFaultsByKind).sort(([a], [b]) => a.localeCompare(b)).map(([p, n]) => `${p} ${n}`).join(', ');
   return [
     `${label}`,
     `  schedules                     ${t.schedules}`,
@@ -52,18 +56,27 @@ export function formatTotals(t: Totals, label: string): string {
     `  store brownouts               ${t.brownouts}`,
     `  slow workers (frozen, back)   ${t.slowWorkers}`,
     `  effects longer than a lease   ${t.longEffects}`,
-    `  model faults                  ${t.modelFaults}`,
+    `  model faults                  ${t.modelFaults}${faults ? ` (${faults})` : ''}`,
     // Only the AWS schedules inject these: the engine's block does not claim zero of them.
     ...(t.ambiguousWrites || t.lostMessages || t.redriven ? [
       `  ambiguous writes              ${t.ambiguousWrites}`,
       `  messages lost (dead-lettered) ${t.lostMessages}`,
       `  runs re-driven by the sweeper ${t.redriven}`,
     ] : []),
+    // Only the engine's schedules wait (the AWS agent has no waits): that block does not claim zero of them.
+    ...(t.waits ? [
+      `  waits                         ${t.waits}`,
+      `  waits answered twice          ${t.answeredTwice}`,
+      `  waits answered late           ${t.answeredLate}`,
+      `  waits never answered          ${t.neverAnswered}`,
+      `  waits resolved twice          ${t.waitsTwice}   (must be 0)`,
+    ] : []),
     `  effects applied twice         ${t.appliedTwice}   (must be 0)`,
     `  steps lost                    ${t.stepsLost}   (must be 0)`,
     `  runs stuck                    ${t.stuck}   (must be 0)`,
     `  runs completed                ${t.completed}`,
     `  runs failed (injected fault)  ${t.failed}`,
+    `  runs timed out (wait)         ${t.timedOut}`,
     `  model calls per completed step ${perStep.toFixed(3)}`,
     `  invariant violations          ${t.violations}${t.badSeeds.length ? `   seeds: ${t.badSeeds.slice(0, 20).join(' ')}` : ''}`,
     `  unexpected errors             ${t.unexpected}`,

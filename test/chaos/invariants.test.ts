@@ -1,10 +1,15 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
+import { decodeState } from '../../lib/core/codec.ts';
 import { PermanentError } from '../../lib/core/errors.ts';
 import { checkInvariants, type RunExpectation } from '../../bench/chaos/invariants.ts';
 import { ManualClock, drain, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel } from '../support/stub-model.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { APPROVER } from '../support/wait-agent.ts';
+import { answerWait } from '../../lib/waits/answer.ts';
+import { requestApproval } from '../../lib/waits/tools.ts';
 
 const toolOf = () => 'write_row';
 
@@ -89,5 +94,99 @@ describe('the chaos invariants', () => {
     expect(verdict.stuck).toBe(1);
     expect(verdict.violations.map((v) => [v.runId, v.kind])).toEqual([['lost', 'stuck'], ['broken', 'reason']]);
     w.runtime.close(); runtime.close();
+  });
+});
+
+/** A run on SQLite whose step 1 writes a row and step 2 waits for approval (1 hour), worked until it waits. */
+async function waitingRun(db: ReturnType<typeof tempDb>, then: (step: number, prompt: string) => ReturnType<StubModel['decide']> extends Promise<infer R> ? R : never) {
+  const applied = new Map<string, number>();
+  const agent = defineAgent({
+    name: 'inv', tools: [tool({
+      name: 'write_row', description: 'w', input: z.object({ n: z.number().int() }), sideEffect: true,
+      run: (input, ctx) => { applied.set(ctx.idempotencyKey, (applied.get(ctx.idempotencyKey) ?? 0) + 1); return input; },
+    }), requestApproval({ approvers: [APPROVER], timeoutMs: 3_600_000 })],
+  });
+  const model = new StubModel((n, prompt) => (n === 1 ? { kind: 'tool', tool: 'write_row', input: { n } }
+    : n === 2 ? { kind: 'tool', tool: 'request_approval', input: { request: 'go on?' } } : then(n, prompt)));
+  const clock = new ManualClock();
+  const w = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+  await start(w.deps, 'go', 'run');
+  await workVisible(w.deps, w.runtime);
+  const waitToolOf = (n: number) => (n === 2 ? 'request_approval' : 'write_row');
+  return { applied, clock, w, waitToolOf };
+}
+
+describe('the chaos invariants, for waits', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+  const injected = (reason: string) => reason.includes('injected');
+
+  it('an approved wait passes; its step is the wait tool\'s', async () => {
+    db = tempDb();
+    const { applied, clock, w, waitToolOf } = await waitingRun(db, (n) => (n <= 3 ? { kind: 'tool', tool: 'write_row', input: { n } } : { kind: 'done', summary: 'ok' }));
+    const waitId = decodeState((await w.runtime.store.load('run'))!).wait!.id;
+    expect(await answerWait(w.deps, { runId: 'run', waitId, answer: { kind: 'approved', by: APPROVER } })).toMatchObject({ outcome: 'resumed' });
+    await drain(w.deps, w.runtime, clock);
+    const verdict = await checkInvariants({
+      store: w.runtime.store, runs: [{ runId: 'run', steps: 3, toolOf: waitToolOf }], applied, injected,
+      answers: new Map([[`run/${waitId}`, 1]]), now: clock.now(),
+    });
+    expect(verdict.violations).toEqual([]);
+    expect(verdict).toMatchObject({ completed: 1, timedOut: 0, waitsTwice: 0 });
+    w.runtime.close();
+  });
+
+  it('flags a wait resolved twice: two step records of one wait (a fabricated history), or two answers that each resumed it', async () => {
+    db = tempDb();
+    const { applied, clock, w } = await waitingRun(db, (n) => (n === 3 ? { kind: 'tool', tool: 'request_approval', input: { request: 'again?' } } : { kind: 'done', summary: 'ok' }));
+    const first = decodeState((await w.runtime.store.load('run'))!).wait!.id;
+    await answerWait(w.deps, { runId: 'run', waitId: first, answer: { kind: 'approved', by: APPROVER } });
+    await workVisible(w.deps, w.runtime);
+    const second = decodeState((await w.runtime.store.load('run'))!).wait!.id;
+    await answerWait(w.deps, { runId: 'run', waitId: second, answer: { kind: 'approved', by: APPROVER } });
+    await drain(w.deps, w.runtime, clock);
+    // What a second resume of the first wait, had it got past the version fence, would have stored: step 3
+    // completing wait `first` again.
+    const store = {
+      load: async (runId: string) => {
+        const stored = (await w.runtime.store.load(runId))!;
+        const steps = stored.steps.map((text, i) => (i === 2 ? text.replace(second, first) : text));
+        return { ...stored, steps };
+      },
+      history: (runId: string) => w.runtime.store.history(runId),
+    };
+    const runs = [{ runId: 'run', steps: 3, toolOf: (n: number) => (n === 1 ? 'write_row' : 'request_approval') }];
+    const stored = await checkInvariants({ store, runs, applied, injected, now: clock.now() });
+    expect(stored.violations.map((v) => v.kind)).toEqual(['wait-twice']);
+    expect(stored.waitsTwice).toBe(1);
+    // The same run as stored, but the schedule saw two answers both report that they resumed wait `first`.
+    const reported = await checkInvariants({ store: w.runtime.store, runs, applied, injected, answers: new Map([[`run/${first}`, 2], [`run/${second}`, 1]]), now: clock.now() });
+    expect(reported.violations.map((v) => [v.kind, v.detail])).toEqual([['wait-twice', `run/${first} resolved 2 times`]]);
+    w.runtime.close();
+  });
+
+  it('flags a run left waiting past its deadline with nothing to move it', async () => {
+    db = tempDb();
+    const { applied, clock, w, waitToolOf } = await waitingRun(db, () => ({ kind: 'done', summary: 'ok' }));
+    const runs = [{ runId: 'run', steps: 3, toolOf: waitToolOf }];
+    const verdict = await checkInvariants({ store: w.runtime.store, runs, applied, injected, now: clock.now() + 3_600_000 });
+    expect(verdict.stuck).toBe(1);
+    expect(verdict.violations).toMatchObject([{ runId: 'run', kind: 'stuck', detail: expect.stringMatching(/past its deadline/) }]);
+    w.runtime.close();
+  });
+
+  it('a run that took its wait\'s timeout branch counts as timed out, and is flagged unless the timeout was injected', async () => {
+    db = tempDb();
+    const { applied, clock, w, waitToolOf } = await waitingRun(db, (n, prompt) => (prompt.includes('"timedOut":true') ? { kind: 'done', summary: 'nobody answered' } : { kind: 'tool', tool: 'write_row', input: { n } }));
+    clock.advance(3_600_000);
+    await drain(w.deps, w.runtime, clock);
+    expect(decodeState((await w.runtime.store.load('run'))!)).toMatchObject({ status: 'completed', step: 2 });
+    const runs = [{ runId: 'run', steps: 3, toolOf: waitToolOf }];
+    const ok = await checkInvariants({ store: w.runtime.store, runs, applied, injected: (reason) => reason === 'run: its wait timed out', now: clock.now() });
+    expect(ok.violations).toEqual([]);
+    expect(ok).toMatchObject({ completed: 0, timedOut: 1, stepsLost: 0 });
+    const bad = await checkInvariants({ store: w.runtime.store, runs, applied, injected, now: clock.now() });
+    expect(bad.violations.map((v) => v.kind)).toEqual(['reason']);
+    w.runtime.close();
   });
 });

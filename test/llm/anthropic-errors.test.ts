@@ -6,7 +6,7 @@ import { AnthropicModel, type AnthropicModelOptions } from '../../lib/llm/anthro
 import type { ModelRequest } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import {
-  apiError, done, dropConnection, slow, startMessagesServer, toolUse, type MessagesServer,
+  apiError, done, dropConnection, dropMidReply, slow, startMessagesServer, toolUse, type MessagesServer,
 } from '../support/messages-server.ts';
 import { stateAfter } from '../support/states.ts';
 
@@ -90,6 +90,20 @@ describe('Anthropic adapter errors', () => {
     expect(error).toBeInstanceOf(TransientError);
     expect((error as Error).message).toMatch(/cannot reach the Anthropic API/);
     expect(server.requests).toHaveLength(2);
+  });
+
+  it('a connection dropped mid-reply (the headers and half the body sent): TransientError, and the next call gets its reply', async () => {
+    server.script(dropMidReply(toolUse('count_rows', {})), toolUse('write_row', { row: 3 }));
+    const error = await modelWith().decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransientError);
+    expect(server.requests.map((r) => r.outcome)).toEqual(['dropped']);
+    expect(await modelWith().decide(request())).toMatchObject({ kind: 'tool', tool: 'write_row' });
+  });
+
+  it('an attempt slower than its timeout is given up and retried by the SDK: the retry\'s reply is the step\'s', async () => {
+    server.script(slow(5_000, done('too late')), toolUse('write_row', { row: 3 }));
+    expect(await modelWith({ attemptTimeoutMs: 200 }).decide(request())).toMatchObject({ kind: 'tool', tool: 'write_row' });
+    expect(server.requests.map((r) => [r.retryCount, r.outcome])).toEqual([[0, undefined], [1, 200]]);
   });
 
   it('a reply slower than the deadline: TransientError, without waiting for it', async () => {

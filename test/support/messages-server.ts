@@ -24,8 +24,11 @@ export type ReplyBlock =
 export type Reply =
   | { type: 'message'; content: ReplyBlock[]; stopReason: StopReason }
   | { type: 'error'; status: number; message: string; errorType?: string; headers?: Record<string, string> }
-  /** Closes the socket without answering: the client sees a connection reset. */
-  | { type: 'drop' }
+  /**
+   * Closes the socket without answering: the client sees a connection reset. With `midReply`, first sends
+   * that reply's status, headers (its full content-length) and half its body: the reply is cut short.
+   */
+  | { type: 'drop'; midReply?: Extract<Reply, { type: 'message' }> }
   /** Waits, then answers; a client that gives up first just closes the connection. */
   | { type: 'delay'; ms: number; then: Reply }
   /** Any status and body, e.g. a 200 that is not JSON. */
@@ -130,10 +133,15 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
 
   function answer(reply: Reply, recorded: RecordedRequest, req: IncomingMessage, res: ServerResponse): void {
     switch (reply.type) {
-      case 'drop':
+      case 'drop': {
         recorded.outcome = 'dropped';
-        req.socket.destroy();
+        if (!reply.midReply) { req.socket.destroy(); return; }
+        const text = JSON.stringify(messageBody(reply.midReply, recorded, cache.usageFor(recorded.body!, reply.midReply.content)));
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+        // Flushed before the socket goes: the client has its headers and is reading the body when it ends.
+        res.write(text.slice(0, Math.floor(text.length / 2)), () => req.socket.destroy());
         return;
+      }
       case 'delay': {
         const timer = setTimeout(() => {
           timers.delete(timer);
@@ -156,16 +164,7 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
         const usage = cache.usageFor(recorded.body!, reply.content);
         recorded.outcome = 200;
         recorded.usage = usage;
-        sendJson(res, 200, {
-          id: `msg_${randomBytes(12).toString('hex')}`,
-          type: 'message',
-          role: 'assistant',
-          model: recorded.body?.model,
-          content: reply.content.map(toWireBlock),
-          stop_reason: reply.stopReason,
-          stop_sequence: null,
-          usage,
-        });
+        sendJson(res, 200, messageBody(reply, recorded, usage));
         return;
       }
     }
@@ -194,6 +193,19 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
         server.closeAllConnections();
       });
     },
+  };
+}
+
+function messageBody(reply: Extract<Reply, { type: 'message' }>, recorded: RecordedRequest, usage: ReportedUsage): unknown {
+  return {
+    id: `msg_${randomBytes(12).toString('hex')}`,
+    type: 'message',
+    role: 'assistant',
+    model: recorded.body?.model,
+    content: reply.content.map(toWireBlock),
+    stop_reason: reply.stopReason,
+    stop_sequence: null,
+    usage,
   };
 }
 
@@ -231,6 +243,12 @@ export function apiError(status: number, message: string, headers?: Record<strin
 
 export function dropConnection(): Reply {
   return { type: 'drop' };
+}
+
+/** Sends the headers and half the body of `reply`, then closes the socket. */
+export function dropMidReply(reply: Reply): Reply {
+  if (reply.type !== 'message') throw new Error('dropMidReply cuts a message reply short');
+  return { type: 'drop', midReply: reply };
 }
 
 export function slow(ms: number, then: Reply): Reply {
