@@ -20,6 +20,7 @@ import { handleDelivery, retryDelayMs, type Handled } from '../../lib/engine/han
 import { startRun } from '../../lib/engine/start.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
+import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
 import type { Delivery, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
@@ -201,8 +202,11 @@ export async function engineSchedule(seed: number, options: { intensity?: number
         send: (message: Parameters<typeof runtime.queue.send>[0], o?: Parameters<typeof runtime.queue.send>[1]) => (r.chance(0.1) ? Promise.resolve() : runtime.queue.send(message, o)),
       })
       : runtime.queue;
+    // A queue that loses sends cannot share the checkpoint's transaction: that sabotage runs on a store
+    // that leaves the send and the ack to the queue, as on AWS.
+    const store = options.sabotage === 'sends-lost' ? new SqliteCheckpointStore(runtime.db, { clock }) : runtime.store;
     proc.deps = {
-      store: faulty(runtime.store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
+      store: faulty(store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
       queue: faulty(queue, faults), model, agent: agentFor(proc), clock, workerId: id, codeVersion: 'chaos', log: silentLogger,
       probe: (point: CrashPoint, at: { step: number }) => {
         if (proc.dead) throw new ProcessDied(id);
@@ -224,7 +228,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   };
 
   type Outcome = { kind: 'handled'; handled: Handled } | { kind: 'error'; error: unknown } | { kind: 'died' } | { kind: 'parked' };
-  const handle = async (proc: Proc, delivery: Pick<Delivery, 'body' | 'receiveCount'>): Promise<{ outcome: Outcome; pending: Promise<Outcome> }> => {
+  const handle = async (proc: Proc, delivery: Pick<Delivery, 'body' | 'receiveCount'> & { receipt?: string }): Promise<{ outcome: Outcome; pending: Promise<Outcome> }> => {
     parkSignal = deferred<'parked'>();
     const pending: Promise<Outcome> = handleDelivery(proc.deps, delivery).then(
       (handled) => ({ kind: 'handled' as const, handled }),
@@ -252,6 +256,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       await proc.runtime.queue.release(delivery, handled.delayMs + extra);
       return;
     }
+    if (handled.acked) return; // the step's own transaction acked it: there is no separate ack to lose
     if (r.chance(0.08)) { report.duplicates++; await proc.runtime.queue.release(delivery, 0); return; } // the ack was lost
     await proc.runtime.queue.ack(delivery);
   };

@@ -34,7 +34,8 @@ export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; rete
   const clock = options.clock ?? systemClock;
   return {
     db,
-    store: new SqliteCheckpointStore(db, { clock, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
+    // Its commits do each step's send and ack too: one durable transaction per step (the queue is in this file).
+    store: new SqliteCheckpointStore(db, { clock, carriesQueueWork: true, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs: new SqliteBlobStore(db, clock),
     ledger: new SqliteLedger(db, clock),
     queue: new SqliteQueue(queueDb, { clock }),
