@@ -56,11 +56,13 @@ CREATE TABLE IF NOT EXISTS steps (
   PRIMARY KEY (run_id, step)
 ) WITHOUT ROWID;
 
+-- bytes: the blob's own length; data as stored, compressed when encoding says so (NULL: as given).
 CREATE TABLE IF NOT EXISTS blobs (
   ref        TEXT PRIMARY KEY,
   bytes      INTEGER NOT NULL,
   data       BLOB NOT NULL,
-  created_at INTEGER NOT NULL
+  created_at INTEGER NOT NULL,
+  encoding   TEXT
 );
 
 -- Events kept for a window, so one that arrives before its wait begins is matched when it does.
@@ -140,6 +142,8 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   { table: 'runs', column: 'wait_deadline', type: 'INTEGER' },
   // Cancelling a running run at its next step boundary (CheckpointStore.requestCancel).
   { table: 'runs', column: 'cancel_requested', type: 'TEXT' },
+  // Blobs are compressed when that saves space (lib/blob-compression.ts); older rows are as given.
+  { table: 'blobs', column: 'encoding', type: 'TEXT' },
   // The queue learned agents: tag the waiting messages with their run's agent.
   {
     table: 'queue', column: 'agent', type: 'TEXT',
