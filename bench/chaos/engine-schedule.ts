@@ -21,7 +21,7 @@ import { startRun } from '../../lib/engine/start.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
 import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
-import type { Delivery, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import type { CheckpointWrite, Delivery, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { Brownout, ProcessDied, faulty } from './faulty.ts';
@@ -79,9 +79,10 @@ export const toolOf = (step: number): string => (step % 2 === 1 ? 'write_row' : 
 
 /**
  * A defect planted on purpose, to show that the schedules and the checker find one: a ledger that
- * forgets (runs every effect each time it is asked), or a queue that loses one send in ten.
+ * forgets (runs every effect each time it is asked), a queue that loses one send in ten, or a checkpoint
+ * commit that drops the send it carries one time in ten (the one-transaction path).
  */
-export type Sabotage = 'ledger-forgets' | 'sends-lost';
+export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends';
 
 export async function engineSchedule(seed: number, options: { intensity?: number; sabotage?: Sabotage } = {}): Promise<ScheduleReport> {
   const r = rng(seed);
@@ -204,7 +205,15 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       : runtime.queue;
     // A queue that loses sends cannot share the checkpoint's transaction: that sabotage runs on a store
     // that leaves the send and the ack to the queue, as on AWS.
-    const store = options.sabotage === 'sends-lost' ? new SqliteCheckpointStore(runtime.db, { clock }) : runtime.store;
+    const store = options.sabotage === 'sends-lost' ? new SqliteCheckpointStore(runtime.db, { clock })
+      : options.sabotage === 'commit-drops-sends' ? Object.assign(Object.create(runtime.store) as typeof runtime.store, {
+        commit: (write: CheckpointWrite) => {
+          if (!write.queue?.send || !r.chance(0.1)) return runtime.store.commit(write);
+          const { send: _dropped, ...rest } = write.queue;
+          return runtime.store.commit({ ...write, queue: rest });
+        },
+      })
+      : runtime.store;
     proc.deps = {
       store: faulty(store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
       queue: faulty(queue, faults), model, agent: agentFor(proc), clock, workerId: id, codeVersion: 'chaos', log: silentLogger,
