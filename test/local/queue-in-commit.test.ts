@@ -80,6 +80,17 @@ describe('local worker path: one transaction per step', () => {
     w.runtime.close();
   });
 
+  it('a large output\'s blob pays no sync of its own: the step\'s checkpoint commit, later in the same WAL, makes it durable', async () => {
+    db = tempDb();
+    const w = worker();
+    // The WAL replays as a prefix, so a checkpoint that survives a power cut brings the blob written before
+    // it: the blob's own commit needs no fsync (synchronous=NORMAL, 1), the checkpoint's does (FULL, 2).
+    const connection = (store: object) => (store as { db: import('../../lib/local/database.ts').Db }).db;
+    expect(connection(w.runtime.blobs).pragma('synchronous', { simple: true })).toBe(1);
+    expect(connection(w.runtime.store).pragma('synchronous', { simple: true })).toBe(2);
+    w.runtime.close();
+  });
+
   it('a store opened without the queue refuses queue work rather than dropping it', async () => {
     db = tempDb();
     const w = worker();
