@@ -110,7 +110,8 @@ CREATE INDEX IF NOT EXISTS queue_ready ON queue (acked_at, visible_at);
  * power cut. `'process'` (the queue) skips the fsync: its commits survive any process crash, and a power
  * cut can only drop the newest ones, in order (the WAL is replayed as a prefix). A dropped send is then
  * dropped with its later ack, so the message before it is delivered again and re-drives the run; a
- * dropped ack or receive is a duplicate delivery, which the version check makes a no-op.
+ * dropped ack or receive is a duplicate delivery, which the version check makes a no-op. Blobs use it too:
+ * a dropped blob is dropped with the checkpoint written after it that refers to it.
  */
 export function openDatabase(path: string, durability: 'full' | 'process' = 'full'): Db {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
