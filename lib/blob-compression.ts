@@ -18,7 +18,7 @@ export function compressBlob(data: Buffer): { body: Buffer; encoding?: BlobEncod
 
 /** The blob's own bytes from what was stored and its mark; a mark this code does not know is an error. */
 export function decompressBlob(body: Buffer, encoding: string | null | undefined, ref: string): Buffer {
-  if (encoding === undefined || encoding === null || encoding === '') return body;
+  if (!encoding) return body;
   if (encoding === 'gzip') return gunzipSync(body);
-  throw new Error(`blob ${ref} is stored with encoding "${encoding}", which this version of stepwise cannot read: it was written by newer code`);
+  throw new Error(`blob ${ref}: unknown encoding ${encoding} (written by newer code)`);
 }

@@ -39,7 +39,7 @@ export class S3BlobStore implements BlobStore {
       ContentType: 'application/octet-stream',
       // User metadata, not Content-Encoding: no HTTP client in between may undo it on the way back.
       ...(encoding ? { Metadata: { [ENCODING_META]: encoding } } : {}),
-      ChecksumSHA256: encoding ? createHash('sha256').update(body).digest('base64') : digest.toString('base64'),
+      ChecksumSHA256: createHash('sha256').update(body).digest('base64'),
       ...(this.options.kmsKeyId
         ? { ServerSideEncryption: 'aws:kms', SSEKMSKeyId: this.options.kmsKeyId, BucketKeyEnabled: true }
         : { ServerSideEncryption: 'AES256' }),

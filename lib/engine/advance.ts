@@ -56,7 +56,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   let stored = await deps.store.load(runId, known.length ? { afterStep: known.length } : undefined);
   if (!stored) throw new UnknownRunError(runId);
   const version = stored.version;
-  const base: Base = { version, ...(options.queueWork ? { queueWork: options.queueWork } : {}) };
+  const base: Base = { version, queueWork: options.queueWork };
   if (options.expectVersion !== undefined && options.expectVersion !== version) {
     return { kind: 'stale-message', version, status: stored.status };
   }
@@ -263,7 +263,7 @@ async function commitStep(deps: EngineDeps, state: RunState, base: Base, record:
 /** What a checkpoint is written over: the version it is fenced on, and who gives the queue work it carries. */
 interface Base {
   version: number;
-  queueWork?: AdvanceOptions['queueWork'];
+  queueWork: AdvanceOptions['queueWork'] | undefined;
 }
 
 async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord): Promise<Advance> {
@@ -271,7 +271,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1) : undefined;
   const written = await deps.store.commit({
     runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
-    ...(appended ? { appended } : {}), ...(queue ? { queue } : {}),
+    ...(appended ? { appended } : {}), queue,
   });
   if (next.status === 'running') stepCacheOf(deps.store).set(next.runId, next.steps);
   else stepCacheOf(deps.store).delete(next.runId);
@@ -281,7 +281,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
     ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
   }, 'checkpoint written');
   await deps.probe?.('C6', { runId: next.runId, step: next.step });
-  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), ...(queue ? { queued: queue } : {}) };
+  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), queued: queue };
 }
 
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {

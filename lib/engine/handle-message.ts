@@ -131,10 +131,9 @@ export async function handleDelivery(
  * waits, whose wait is driven (emails, timer) before the ack, as on the unfolded path.
  */
 function queueWorkOf(receipt: string): (next: RunState, version: number) => QueueWork {
-  return (next, version) => ({
-    ...(next.status === 'running' ? { send: { message: { runId: next.runId, version }, delayMs: retryDelayMs(next.failures) } } : {}),
-    ...(next.status === 'waiting' ? {} : { ack: receipt }),
-  });
+  return (next, version) => next.status === 'running'
+    ? { send: { message: { runId: next.runId, version }, delayMs: retryDelayMs(next.failures) }, ack: receipt }
+    : next.status === 'waiting' ? {} : { ack: receipt };
 }
 
 /**
