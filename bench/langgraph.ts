@@ -7,7 +7,9 @@
  * SqliteSaver on a file with synchronous=FULL, invoked with durability "sync" (each checkpoint written
  * before the next step starts). stepwise: the same loop (instant model, no-op read-only tool) through
  * advance() and through the whole worker path (receive, step, send, ack), plus the floor: one durable
- * SQLite insert. Bytes stored: every TEXT and BLOB value in the database after one run.
+ * SQLite insert. Both tools return the same output: JSON rows of a query result with varied values
+ * (bench/query-output.ts). Bytes stored: every TEXT and BLOB value in the database after one run; stepwise
+ * compresses its blobs, so the figure is also given with them counted at their own length.
  *
  *   node --import tsx bench/langgraph.ts [rounds]
  */
@@ -19,6 +21,7 @@ import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { handleDelivery } from '../lib/engine/handle-message.ts';
 import { startRun } from '../lib/engine/start.ts';
+import { queryOutput } from './query-output.ts';
 import { benchDeps, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = 60;
@@ -39,7 +42,13 @@ export function storedBytes(db: Database.Database): number {
   return total;
 }
 
-const output = (step: number, bytes: number) => `step ${step} `.padEnd(bytes, 'o');
+/** Both sides' tool output: JSON rows of a query result, varied, the same bytes for the same step. */
+const output = queryOutput;
+
+/** stepwise's blobs counted at their own length, as if stored uncompressed: how much compression gives. */
+function uncompressedBlobExtra(db: Database.Database): number {
+  return (db.prepare('SELECT coalesce(sum(bytes - length(data)), 0) AS n FROM blobs').get() as { n: number }).n;
+}
 
 function langGraphCase(dir: string, bytes: number) {
   const path = join(dir, `langgraph-${bytes}.db`);
@@ -69,21 +78,24 @@ function langGraphCase(dir: string, bytes: number) {
 
 function stepwiseCase(dir: string, bytes: number, path: 'engine' | 'worker') {
   const runtime = openBenchRuntime(dir, `stepwise-${path}-${bytes}`);
-  const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1 }), instantModel('noop'));
+  const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1, output }), instantModel('noop'));
   return {
     name: path === 'engine' ? 'stepwise, engine step (read-only tool)' : 'stepwise, worker path (receive+step+send+ack)',
-    async run(round: number): Promise<{ ms: number; bytes?: number }> {
+    async run(round: number): Promise<{ ms: number; bytes?: number; uncompressed?: number }> {
       const runId = `r${round}`;
       await startRun(deps, { goal: 'do 60 steps', runId });
       const t0 = process.hrtime.bigint();
       for (let i = 0; i < STEPS; i++) {
         if (path === 'engine') { await advance(deps, runId); continue; }
         const [d] = await runtime.queue.receive();
-        await handleDelivery(deps, d!);
-        await runtime.queue.ack(d!);
+        // As the worker loop does: the step's transaction acked the delivery unless it says otherwise.
+        const handled = await handleDelivery(deps, d!);
+        if (handled.action === 'ack' && !handled.acked) await runtime.queue.ack(d!);
       }
       const ms = Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
-      return { ms, ...(round === 0 ? { bytes: storedBytes(runtime.db) } : {}) };
+      if (round !== 0) return { ms };
+      const stored = storedBytes(runtime.db);
+      return { ms, bytes: stored, uncompressed: stored + uncompressedBlobExtra(runtime.db) };
     },
   };
 }
@@ -104,7 +116,8 @@ function floorCase(dir: string, bytes: number) {
   };
 }
 
-export interface PeerFigures { bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; stepwiseBytes: number; langgraphBytes: number }
+/** `stepwiseUncompressed`: stepwise's bytes with its blobs counted at their own length. */
+export interface PeerFigures { bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number }
 
 export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
   const { dir, cleanup } = tempDir();
@@ -114,15 +127,18 @@ export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
       const cases = [floorCase(dir, bytes), stepwiseCase(dir, bytes, 'engine'), stepwiseCase(dir, bytes, 'worker'), langGraphCase(dir, bytes)];
       const ms = cases.map(() => [] as number[]);
       const stored = cases.map(() => 0);
+      let uncompressed = 0;
       for (let round = 0; round <= rounds; round++) {
         for (const [i, c] of cases.entries()) {
-          const r = await c.run(round);
-          if (round === 0) stored[i] = r.bytes ?? 0; // round 0 warms up and measures one run's bytes
-          else ms[i]!.push(r.ms);
+          const r: { ms: number; bytes?: number; uncompressed?: number } = await c.run(round);
+          if (round === 0) { // round 0 warms up and measures one run's bytes
+            stored[i] = r.bytes ?? 0;
+            if (i === 1) uncompressed = r.uncompressed ?? 0;
+          } else ms[i]!.push(r.ms);
         }
       }
       const [floorMs, engineMs, workerMs, langgraphMs] = ms.map(median) as [number, number, number, number];
-      figures.push({ bytes, floorMs, engineMs, workerMs, langgraphMs, stepwiseBytes: stored[1]!, langgraphBytes: stored[3]! });
+      figures.push({ bytes, floorMs, engineMs, workerMs, langgraphMs, stepwiseBytes: stored[1]!, stepwiseUncompressed: uncompressed, langgraphBytes: stored[3]! });
     }
   } finally {
     cleanup();
@@ -139,6 +155,7 @@ export function formatPeers(figures: PeerFigures[]): string {
     lines.push(`  stepwise worker path                  ${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
     lines.push(`  LangGraph JS (SqliteSaver, sync)      ${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
     lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x)`);
+    lines.push(`    stepwise with blobs uncompressed    ${f.stepwiseUncompressed.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseUncompressed, 1)}x): compression gives ${fmt(f.stepwiseUncompressed / f.stepwiseBytes, 2)}x`);
   }
   return lines.join('\n');
 }

@@ -21,11 +21,15 @@ export function instantModel(tool: string, input: unknown = {}): Model {
   return { name: 'instant', decide: async (): Promise<ModelReply> => ({ kind: 'tool', tool, input }) };
 }
 
-/** One no-op tool; `outputBytes` makes each step return that many bytes, different per step. */
-export function noopAgent(options: { sideEffect: boolean; outputBytes?: number; stepCap?: number }): AgentDefinition {
+/**
+ * One no-op tool; `outputBytes` makes each step return that many bytes, different per step: `output`
+ * makes them (default: the step number padded with one repeated letter).
+ */
+export function noopAgent(options: { sideEffect: boolean; outputBytes?: number; stepCap?: number; output?: (step: number, bytes: number) => string }): AgentDefinition {
+  const output = options.output ?? ((step: number, bytes: number) => `step ${step} `.padEnd(bytes, 'o'));
   return defineAgent({
     name: 'bench', settings: { stepCap: options.stepCap ?? 1_000_000 },
-    tools: [tool({ name: 'noop', description: 'does nothing', input: z.object({}), sideEffect: options.sideEffect, run: (_input, ctx) => (options.outputBytes ? `step ${ctx.step} `.padEnd(options.outputBytes, 'o') : 'ok') })],
+    tools: [tool({ name: 'noop', description: 'does nothing', input: z.object({}), sideEffect: options.sideEffect, run: (_input, ctx) => (options.outputBytes ? output(ctx.step, options.outputBytes) : 'ok') })],
   });
 }
 

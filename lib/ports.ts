@@ -18,6 +18,19 @@ export interface CheckpointWrite extends WriteMeta {
   state: RunState;
   /** The step this checkpoint completes, written once and kept for the run's life. */
   appended?: StepRecord;
+  /**
+   * Queue work done by this write's own transaction, so the step, its next message and the ack of its
+   * delivery are one durable write: given only to a store with `carriesQueueWork`.
+   */
+  queue?: QueueWork;
+}
+
+/** The queue operations of one step, for a store whose database also holds the run queue. */
+export interface QueueWork {
+  /** The next step's message, deduplicated on (runId, version) as RunQueue.send is. */
+  send?: { message: RunMessage; delayMs?: number };
+  /** The receipt of the delivery being handled: acked unless it expired (another worker received it since). */
+  ack?: string;
 }
 
 export interface CommitResult {
@@ -72,6 +85,11 @@ export interface ListRunsQuery {
  * implementation.
  */
 export interface CheckpointStore {
+  /**
+   * The run queue lives in this store's database (the local runtime): commit() does `write.queue` in the
+   * checkpoint's transaction. A store without it (DynamoDB, with SQS beside it) is never given queue work.
+   */
+  readonly carriesQueueWork?: boolean;
   /**
    * Writes version 1 unless the run exists; says which. A state that already has step records (a fork
    * starts with its parent's first steps) gets them written as this run's own, before its head is visible.

@@ -24,7 +24,8 @@ import { handleDelivery, retryDelayMs, type Handled } from '../../lib/engine/han
 import { startRun } from '../../lib/engine/start.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
-import type { Delivery } from '../../lib/ports.ts';
+import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
+import type { CheckpointWrite, Delivery } from '../../lib/ports.ts';
 import { answerWait, type AnswerDeps, type AnswerOutcome } from '../../lib/waits/answer.ts';
 import { emitEvent } from '../../lib/waits/events.ts';
 import { sendDueTimers } from '../../lib/waits/timers.ts';
@@ -125,10 +126,11 @@ function waitInput(plan: WaitPlan, key: string, runId: string): unknown {
 
 /**
  * A defect planted on purpose, to show that the schedules and the checker find one: a ledger that
- * forgets (runs every effect each time it is asked), a queue that loses one send in ten, or a sweeper
- * that never sends the timers of long waits.
+ * forgets (runs every effect each time it is asked), a queue that loses one send in ten, a checkpoint
+ * commit that drops the send it carries one time in ten (the one-transaction path), or a sweeper that
+ * never sends the timers of long waits.
  */
-export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'timers-lost';
+export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends' | 'timers-lost';
 
 export async function engineSchedule(seed: number, options: { intensity?: number; sabotage?: Sabotage } = {}): Promise<ScheduleReport> {
   const r = rng(seed);
@@ -300,8 +302,19 @@ export async function engineSchedule(seed: number, options: { intensity?: number
         send: (message: Parameters<typeof runtime.queue.send>[0], o?: Parameters<typeof runtime.queue.send>[1]) => (r.chance(0.1) ? Promise.resolve() : runtime.queue.send(message, o)),
       })
       : runtime.queue;
+    // A queue that loses sends cannot share the checkpoint's transaction: that sabotage runs on a store
+    // that leaves the send and the ack to the queue, as on AWS.
+    const store = options.sabotage === 'sends-lost' ? new SqliteCheckpointStore(runtime.db, { clock })
+      : options.sabotage === 'commit-drops-sends' ? Object.assign(Object.create(runtime.store) as typeof runtime.store, {
+        commit: (write: CheckpointWrite) => {
+          if (!write.queue?.send || !r.chance(0.1)) return runtime.store.commit(write);
+          const { send: _dropped, ...rest } = write.queue;
+          return runtime.store.commit({ ...write, queue: rest });
+        },
+      })
+      : runtime.store;
     proc.deps = {
-      store: faulty(runtime.store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
+      store: faulty(store, faults), blobs: faulty(runtime.blobs, faults), ledger: faulty(ledger, faults),
       queue: faulty(queue, faults), model, agent: agentFor(proc), clock, workerId: id, codeVersion: 'chaos', log: silentLogger,
       waits: { events: runtime.events, maxTimerMs: MAX_TIMER_MS },
       probe: (point: CrashPoint, at: { step: number }) => {
@@ -324,7 +337,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   };
 
   type Outcome = { kind: 'handled'; handled: Handled } | { kind: 'error'; error: unknown } | { kind: 'died' } | { kind: 'parked' };
-  const handle = async (proc: Proc, delivery: Pick<Delivery, 'body' | 'receiveCount'>): Promise<{ outcome: Outcome; pending: Promise<Outcome> }> => {
+  const handle = async (proc: Proc, delivery: Pick<Delivery, 'body' | 'receiveCount'> & { receipt?: string }): Promise<{ outcome: Outcome; pending: Promise<Outcome> }> => {
     parkSignal = deferred<'parked'>();
     const pending: Promise<Outcome> = handleDelivery(proc.deps, delivery).then(
       (handled) => ({ kind: 'handled' as const, handled }),
@@ -352,6 +365,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       await proc.runtime.queue.release(delivery, handled.delayMs + extra);
       return;
     }
+    if (handled.acked) return; // the step's own transaction acked it: there is no separate ack to lose
     if (r.chance(0.08)) { report.duplicates++; await proc.runtime.queue.release(delivery, 0); return; } // the ack was lost
     await proc.runtime.queue.ack(delivery);
   };

@@ -1,9 +1,12 @@
 import { createHash } from 'node:crypto';
 import { GetObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import type { BlobStore } from '../ports.ts';
+import { compressBlob, decompressBlob } from '../blob-compression.ts';
 import { errorName } from './dynamo-errors.ts';
 
 const REF = /^sha256:([0-9a-f]{64})$/;
+/** The object's metadata key that marks its body compressed (objects without it are as given). */
+const ENCODING_META = 'stepwise-encoding';
 
 export interface S3BlobStoreOptions {
   s3: S3Client;
@@ -15,10 +18,10 @@ export interface S3BlobStoreOptions {
 }
 
 /**
- * Large tool outputs and spilled attribute values in S3. Keys are content hashes, so a repeated put (a
- * retried step, crash point C5) writes the same object again and nothing can be overwritten with other
- * bytes. Every put carries the SHA-256 as its checksum, which S3 verifies on arrival; every get re-hashes
- * what came back.
+ * Large tool outputs and spilled attribute values in S3, gzipped when that saves space. Keys are content
+ * hashes of the data itself, so a repeated put (a retried step, crash point C5) writes the same object
+ * again and nothing can be overwritten with other bytes. Every put carries the SHA-256 of the body it
+ * sends as its checksum, which S3 verifies on arrival; every get re-hashes the data it gives back.
  */
 export class S3BlobStore implements BlobStore {
   constructor(private readonly options: S3BlobStoreOptions) {}
@@ -30,10 +33,13 @@ export class S3BlobStore implements BlobStore {
   async put(ref: string, data: Buffer): Promise<void> {
     const digest = createHash('sha256').update(data).digest();
     if (digest.toString('hex') !== hexOf(ref)) throw new Error(`blob ref ${ref} is not the SHA-256 of its ${data.length} bytes`);
+    const { body, encoding } = compressBlob(data);
     await this.options.s3.send(new PutObjectCommand({
-      Bucket: this.options.bucket, Key: this.key(ref), Body: data, ContentLength: data.length,
+      Bucket: this.options.bucket, Key: this.key(ref), Body: body, ContentLength: body.length,
       ContentType: 'application/octet-stream',
-      ChecksumSHA256: digest.toString('base64'),
+      // User metadata, not Content-Encoding: no HTTP client in between may undo it on the way back.
+      ...(encoding ? { Metadata: { [ENCODING_META]: encoding } } : {}),
+      ChecksumSHA256: createHash('sha256').update(body).digest('base64'),
       ...(this.options.kmsKeyId
         ? { ServerSideEncryption: 'aws:kms', SSEKMSKeyId: this.options.kmsKeyId, BucketKeyEnabled: true }
         : { ServerSideEncryption: 'AES256' }),
@@ -42,14 +48,16 @@ export class S3BlobStore implements BlobStore {
 
   async get(ref: string): Promise<Buffer | undefined> {
     let body: Uint8Array;
+    let encoding: string | undefined;
     try {
       const object = await this.options.s3.send(new GetObjectCommand({ Bucket: this.options.bucket, Key: this.key(ref) }));
       body = await object.Body!.transformToByteArray();
+      encoding = object.Metadata?.[ENCODING_META];
     } catch (error) {
       if (errorName(error) === 'NoSuchKey') return undefined;
       throw error;
     }
-    const data = Buffer.from(body);
+    const data = decompressBlob(Buffer.from(body), encoding, ref);
     if (createHash('sha256').update(data).digest('hex') !== hexOf(ref)) throw new Error(`blob ${ref} came back with other content`);
     return data;
   }

@@ -15,13 +15,14 @@ import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../co
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
-import type { ModelReply } from '../ports.ts';
+import type { ModelReply, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { stepCacheOf } from './step-cache.ts';
 
 export type Advance =
   /** A checkpoint was written: a step (`appended`: its record), a failed attempt, a wait, or the run's end. */
-  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord }
+  /** `queued`: the queue work the checkpoint's own transaction did (AdvanceOptions.queueWork). */
+  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork }
   /** The run is not running (done, failed, waiting): nothing to do. */
   | { kind: 'idle'; version: number; status: RunStatus }
   /** The message was for an older version: another delivery already advanced the run. */
@@ -37,6 +38,11 @@ export interface AdvanceOptions {
   receiveCount?: number;
   /** Tries of one step beyond this fail the run instead of stepping it: the step keeps killing its worker. */
   maxTries?: number;
+  /**
+   * The queue work to fold into the checkpoint this step writes, given the state and the version it
+   * writes; used only on a store that carries queue work (CheckpointStore.carriesQueueWork).
+   */
+  queueWork?: (next: RunState, version: number) => QueueWork | undefined;
 }
 
 /**
@@ -50,6 +56,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   let stored = await deps.store.load(runId, known.length ? { afterStep: known.length } : undefined);
   if (!stored) throw new UnknownRunError(runId);
   const version = stored.version;
+  const base: Base = { version, queueWork: options.queueWork };
   if (options.expectVersion !== undefined && options.expectVersion !== version) {
     return { kind: 'stale-message', version, status: stored.status };
   }
@@ -81,7 +88,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   // A step boundary: a cancel asked for since the last checkpoint stops the run before anything else
   // happens. The step that was running when it came has committed (its commit kept the request).
   if (stored.cancelRequested !== undefined) {
-    return commit(deps, version, cancelState(state, stored.cancelRequested, deps.clock.now(), uncountedUsage(state.pending, version)));
+    return commit(deps, base, cancelState(state, stored.cancelRequested, deps.clock.now(), uncountedUsage(state.pending, version)));
   }
 
   // Only a delivery that got this far starts the step: one that failed to load the run (a throttled or
@@ -95,7 +102,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   const pendingUsage = uncountedUsage(state.pending, version);
   if (options.maxTries !== undefined && tries > options.maxTries) {
     const error = new PermanentError(`it was started ${tries} times without finishing (its worker keeps crashing)`);
-    return commit(deps, version, recordFailure(state, error, now(), usageOnly(pendingUsage)));
+    return commit(deps, base, recordFailure(state, error, now(), usageOnly(pendingUsage)));
   }
 
   let decision = state.pending;
@@ -106,14 +113,14 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // Code drift: the tool renamed or removed, or its input changed, since the decision was recorded. The
     // failure keeps the decision, so a retry after redeploying runs this very call.
     const resumable = checkDecision(decision, deps.agent, runId);
-    if (!resumable.ok) return commit(deps, version, recordFailure(state, new PermanentError(resumable.problem), now(), usageOnly(uncounted)));
+    if (!resumable.ok) return commit(deps, base, recordFailure(state, new PermanentError(resumable.problem), now(), usageOnly(uncounted)));
     tool = resumable.tool;
     input = resumable.input;
   } else {
     // A budget is checked before the call that would spend more: the run goes past it by at most one step.
     if (state.budget) {
       const over = overBudget(state, deps.agent.settings?.model ?? modelIdOf(deps.model.name));
-      if (over) return commit(deps, version, overBudgetState(state, over, now()));
+      if (over) return commit(deps, base, overBudgetState(state, over, now()));
     }
     // At the cap the model is still asked, so a goal done in exactly stepCap steps completes; only DONE
     // is accepted then.
@@ -131,25 +138,25 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
         await deps.store.addRestarts(runId, version, -1);
         throw error;
       }
-      return commit(deps, version, recordFailure(state, asStepError(error), now()));
+      return commit(deps, base, recordFailure(state, asStepError(error), now()));
     }
     await deps.probe?.('C2', { runId, step: n });
 
-    if (reply.kind === 'done') return commit(deps, version, complete(state, reply.summary, reply.usage, now()));
-    if (atCap) return commit(deps, version, cap(state, now(), reply.usage));
+    if (reply.kind === 'done') return commit(deps, base, complete(state, reply.summary, reply.usage, now()));
+    if (atCap) return commit(deps, base, cap(state, now(), reply.usage));
     if (reply.kind === 'invalid') {
       const note = `Your previous reply could not be used (${reply.reason}). Call exactly one tool, or reply with DONE and a one-paragraph summary.`;
-      return commit(deps, version, recordFailure(state, new TransientError(`model reply unusable: ${reply.reason}`), now(), { retryNote: note, ...(reply.usage ? { usage: reply.usage } : {}) }));
+      return commit(deps, base, recordFailure(state, new TransientError(`model reply unusable: ${reply.reason}`), now(), { retryNote: note, ...(reply.usage ? { usage: reply.usage } : {}) }));
     }
     tool = deps.agent.tools.find((t) => t.name === reply.tool);
     if (!tool) {
       const names = deps.agent.tools.map((t) => t.name).join(', ');
-      return commitStep(deps, state, version, errorStep(deps, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`));
+      return commitStep(deps, state, base, errorStep(deps, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`));
     }
     const parsed = tool.input.safeParse(reply.input);
     if (!parsed.success) {
       const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
-      return commitStep(deps, state, version, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
+      return commitStep(deps, state, base, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
     }
     input = parsed.data;
     decision = {
@@ -184,12 +191,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     }
     // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt. The
     // model call that chose the tool was paid for, so its usage is counted now, and only now.
-    if (!(error instanceof ToolError)) return commit(deps, version, recordFailure(state, error, now(), usageOnly(uncounted)));
+    if (!(error instanceof ToolError)) return commit(deps, base, recordFailure(state, error, now(), usageOnly(uncounted)));
     output = error.message;
     ok = false;
   }
   await deps.probe?.('C4', { runId, step: n });
-  if (isWaitRequest(output)) return beginWaitStep(deps, state, version, decision, output);
+  if (isWaitRequest(output)) return beginWaitStep(deps, state, base, decision, output);
 
   const shaped = shapeResult(outputText(output), ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
   if (shaped.blob) {
@@ -198,7 +205,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   }
   const { atVersion: _v, ...chosen } = decision;
   const record: StepRecord = { ...chosen, result: shaped.result, workerId: deps.workerId };
-  return commit(deps, version, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record);
+  return commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record);
 }
 
 /** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
@@ -215,15 +222,15 @@ function usageOnly(usage: Usage | undefined): { usage?: Usage } {
  * A wait tool asked to wait: save the run as waiting with its wait record (lib/core/waits.ts). A wait no
  * run should enter (no approver, an unbounded sleep) is an answer for the model, like invalid arguments.
  */
-async function beginWaitStep(deps: EngineDeps, state: RunState, version: number, decision: Decision, request: WaitRequest): Promise<Advance> {
+async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, decision: Decision, request: WaitRequest): Promise<Advance> {
   let wait: WaitRecord;
   try {
     wait = waitRecordFor(request.spec, decision, randomUUID(), deps.clock.now());
   } catch (error) {
     if (!(error instanceof InvalidInputError)) throw error;
-    return commitStep(deps, state, version, errorStep(deps, decision.step, decision, `cannot wait: ${error.message}`));
+    return commitStep(deps, state, base, errorStep(deps, decision.step, decision, `cannot wait: ${error.message}`));
   }
-  return commit(deps, version, beginWait(state, wait, deps.clock.now()));
+  return commit(deps, base, beginWait(state, wait, deps.clock.now()));
 }
 
 function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision): ToolContext {
@@ -249,14 +256,22 @@ function asStepError(error: unknown): unknown {
   return new TransientError(errorMessage(error), { cause: error });
 }
 
-async function commitStep(deps: EngineDeps, state: RunState, version: number, record: StepRecord): Promise<Advance> {
-  return commit(deps, version, completeStep(state, record, deps.clock.now()), record);
+async function commitStep(deps: EngineDeps, state: RunState, base: Base, record: StepRecord): Promise<Advance> {
+  return commit(deps, base, completeStep(state, record, deps.clock.now()), record);
 }
 
-async function commit(deps: EngineDeps, version: number, next: RunState, appended?: StepRecord): Promise<Advance> {
+/** What a checkpoint is written over: the version it is fenced on, and who gives the queue work it carries. */
+interface Base {
+  version: number;
+  queueWork: AdvanceOptions['queueWork'] | undefined;
+}
+
+async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord): Promise<Advance> {
+  const { version } = base;
+  const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1) : undefined;
   const written = await deps.store.commit({
     runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
-    ...(appended ? { appended } : {}),
+    ...(appended ? { appended } : {}), queue,
   });
   if (next.status === 'running') stepCacheOf(deps.store).set(next.runId, next.steps);
   else stepCacheOf(deps.store).delete(next.runId);
@@ -266,7 +281,7 @@ async function commit(deps: EngineDeps, version: number, next: RunState, appende
     ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
   }, 'checkpoint written');
   await deps.probe?.('C6', { runId: next.runId, step: next.step });
-  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}) };
+  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), queued: queue };
 }
 
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {

@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
-import type { Delivery } from '../ports.ts';
+import type { RunState } from '../core/state.ts';
+import type { Delivery, QueueWork } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
@@ -24,8 +25,11 @@ export function keyRetryDelayMs(receiveCount: number): number {
 }
 
 export type Handled =
-  /** `approvalLinks`: the links of the approval emails a waiting run has out, for the terminal. */
-  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[] }
+  /**
+   * `approvalLinks`: the links of the approval emails a waiting run has out, for the terminal. `acked`: the
+   * step's checkpoint acked the delivery in its own transaction, so the caller has nothing left to ack.
+   */
+  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[]; acked?: true }
   | { action: 'release'; delayMs: number; runId?: string };
 
 /** Backoff before retrying a failed attempt: 1 s, 2 s, 4 s ... capped at a minute. */
@@ -38,10 +42,14 @@ export function retryDelayMs(failures: number): number {
  * Duplicate and stale messages are harmless: they re-drive the message for the run's latest version, which
  * the queue deduplicates (on SQS within 5 minutes; a later copy is itself a stale no-op), so a lost
  * enqueue (crash C7) is recovered and nothing runs twice.
+ *
+ * Where the queue lives in the store's database (CheckpointStore.carriesQueueWork) and the delivery has
+ * its receipt, the step's checkpoint also sends the next message and acks this one, in one transaction:
+ * C6, C7 and C8 then all come after it, and a crash there loses and repeats nothing.
  */
 export async function handleDelivery(
   deps: EngineDeps,
-  delivery: Pick<Delivery, 'body' | 'receiveCount'>,
+  delivery: Pick<Delivery, 'body' | 'receiveCount'> & { receipt?: string },
   options: { maxReceives?: number } = {},
 ): Promise<Handled> {
   const message = parseMessage(delivery.body);
@@ -53,7 +61,10 @@ export async function handleDelivery(
   const maxReceives = options.maxReceives ?? DEFAULT_MAX_RECEIVES;
   let outcome: Advance;
   try {
-    outcome = await advance(deps, runId, { expectVersion: version, receiveCount: delivery.receiveCount, maxTries: maxReceives });
+    outcome = await advance(deps, runId, {
+      expectVersion: version, receiveCount: delivery.receiveCount, maxTries: maxReceives,
+      ...(delivery.receipt && deps.store.carriesQueueWork ? { queueWork: queueWorkOf(delivery.receipt) } : {}),
+    });
   } catch (error) {
     if (error instanceof UnknownRunError) {
       deps.log.error({ event: 'unknown-run', runId, version }, error.message);
@@ -89,7 +100,9 @@ export async function handleDelivery(
   const status = outcome.kind === 'advanced' ? outcome.state.status : outcome.status;
   if (status === 'running' && outcome.kind !== 'idle') {
     await deps.probe?.('C7', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
-    if (outcome.kind === 'advanced') await deps.queue.send({ runId, version: outcome.version }, { delayMs: retryDelayMs(outcome.state.failures) });
+    if (outcome.kind === 'advanced') {
+      if (!outcome.queued?.send) await deps.queue.send({ runId, version: outcome.version }, { delayMs: retryDelayMs(outcome.state.failures) });
+    }
     // The latest version's message may have been consumed without a successor: a plain send would be
     // swallowed by its deduplication record.
     else await deps.queue.redrive({ runId, version: outcome.version });
@@ -106,7 +119,21 @@ export async function handleDelivery(
     }
   }
   await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
-  return { action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}) };
+  return {
+    action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}),
+    ...(outcome.kind === 'advanced' && outcome.queued?.ack ? { acked: true as const } : {}),
+  };
+}
+
+/**
+ * The queue work a step's checkpoint carries: what this handler would do after it, but in its transaction.
+ * A running run gets its next message (with the retry backoff); the delivery is acked unless the run now
+ * waits, whose wait is driven (emails, timer) before the ack, as on the unfolded path.
+ */
+function queueWorkOf(receipt: string): (next: RunState, version: number) => QueueWork {
+  return (next, version) => next.status === 'running'
+    ? { send: { message: { runId: next.runId, version }, delayMs: retryDelayMs(next.failures) }, ack: receipt }
+    : next.status === 'waiting' ? {} : { ack: receipt };
 }
 
 /**

@@ -59,7 +59,8 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
       } finally {
         clearInterval(heartbeat);
       }
-      if (handled.action === 'ack') await consumer.ack(delivery);
+      // A step whose checkpoint acked its delivery (the queue in the store's database) needs no second write.
+      if (handled.action === 'ack') { if (!handled.acked) await consumer.ack(delivery); }
       else await consumer.release(delivery, handled.delayMs);
       if (options.onHandled?.(handled)) return;
     }

@@ -56,11 +56,13 @@ CREATE TABLE IF NOT EXISTS steps (
   PRIMARY KEY (run_id, step)
 ) WITHOUT ROWID;
 
+-- bytes: the blob's own length; data as stored, compressed when encoding says so (NULL: as given).
 CREATE TABLE IF NOT EXISTS blobs (
   ref        TEXT PRIMARY KEY,
   bytes      INTEGER NOT NULL,
   data       BLOB NOT NULL,
-  created_at INTEGER NOT NULL
+  created_at INTEGER NOT NULL,
+  encoding   TEXT
 );
 
 -- Events kept for a window, so one that arrives before its wait begins is matched when it does.
@@ -108,7 +110,8 @@ CREATE INDEX IF NOT EXISTS queue_ready ON queue (acked_at, visible_at);
  * power cut. `'process'` (the queue) skips the fsync: its commits survive any process crash, and a power
  * cut can only drop the newest ones, in order (the WAL is replayed as a prefix). A dropped send is then
  * dropped with its later ack, so the message before it is delivered again and re-drives the run; a
- * dropped ack or receive is a duplicate delivery, which the version check makes a no-op.
+ * dropped ack or receive is a duplicate delivery, which the version check makes a no-op. Blobs use it too:
+ * a dropped blob is dropped with the checkpoint written after it that refers to it.
  */
 export function openDatabase(path: string, durability: 'full' | 'process' = 'full'): Db {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
@@ -140,6 +143,8 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   { table: 'runs', column: 'wait_deadline', type: 'INTEGER' },
   // Cancelling a running run at its next step boundary (CheckpointStore.requestCancel).
   { table: 'runs', column: 'cancel_requested', type: 'TEXT' },
+  // Blobs are compressed when that saves space (lib/blob-compression.ts); older rows are as given.
+  { table: 'blobs', column: 'encoding', type: 'TEXT' },
   // The queue learned agents: tag the waiting messages with their run's agent.
   {
     table: 'queue', column: 'agent', type: 'TEXT',

@@ -1,18 +1,21 @@
+import { compressBlob, decompressBlob } from '../blob-compression.ts';
 import { BLOB_GRACE_MS } from '../core/retention.ts';
 import type { BlobStore, Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type { Db } from './database.ts';
 
 /**
- * Large tool outputs in the same SQLite file. Refs are content hashes, so a repeated put writes nothing
- * new; it does renew the blob's time, which is what the sweep's grace period counts from.
+ * Large tool outputs in the same SQLite file, compressed when that saves space. Refs are content hashes
+ * of the output itself, so a repeated put writes nothing new; it does renew the blob's time, which is
+ * what the sweep's grace period counts from.
  */
 export class SqliteBlobStore implements BlobStore {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
 
   async put(ref: string, data: Buffer): Promise<void> {
-    this.db.prepare('INSERT INTO blobs (ref, bytes, data, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at')
-      .run(ref, data.length, data, this.clock.now());
+    const { body, encoding } = compressBlob(data);
+    this.db.prepare('INSERT INTO blobs (ref, bytes, data, encoding, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at')
+      .run(ref, data.length, body, encoding ?? null, this.clock.now());
   }
 
   /**
@@ -28,7 +31,7 @@ export class SqliteBlobStore implements BlobStore {
   }
 
   async get(ref: string): Promise<Buffer | undefined> {
-    const row = this.db.prepare('SELECT data FROM blobs WHERE ref = ?').get(ref) as { data: Buffer } | undefined;
-    return row?.data;
+    const row = this.db.prepare('SELECT data, encoding FROM blobs WHERE ref = ?').get(ref) as { data: Buffer; encoding: string | null } | undefined;
+    return row && decompressBlob(row.data, row.encoding, ref);
   }
 }

@@ -10,6 +10,7 @@ import type {
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, type Db } from './database.ts';
+import { ackReceipt, enqueue } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 
@@ -29,8 +30,16 @@ interface RunRow { run_id: string; version: number; status: RunStatus; step: num
 export class SqliteCheckpointStore implements CheckpointStore {
   constructor(
     private readonly db: Db,
-    private readonly options: { retentionMs?: number; clock?: Clock } = {},
-  ) {}
+    /**
+     * `carriesQueueWork`: the runtime's queue consumers read this file's queue table, so a commit may do
+     * the step's send and ack in its own transaction (the local runtime sets it).
+     */
+    private readonly options: { retentionMs?: number; clock?: Clock; carriesQueueWork?: boolean } = {},
+  ) {
+    this.carriesQueueWork = options.carriesQueueWork ?? false;
+  }
+
+  readonly carriesQueueWork: boolean;
 
   private readonly statements = new Map<string, Database.Statement>();
 
@@ -144,6 +153,13 @@ export class SqliteCheckpointStore implements CheckpointStore {
         if (stored.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion, `step ${write.appended.step} is already recorded`);
       }
       this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
+      // The step's queue work, in the same transaction: a crash leaves all of it or none of it.
+      if (write.queue) {
+        if (!this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
+        const prepare = (text: string) => this.sql(text);
+        if (write.queue.send) enqueue(prepare, write.queue.send.message, write.queue.send.delayMs ?? 0, now);
+        if (write.queue.ack) ackReceipt(prepare, write.queue.ack, now);
+      }
       return { version, bytes };
     });
   }

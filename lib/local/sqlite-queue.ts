@@ -56,9 +56,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   /** Timers need nothing special here: the local queue has no groups to hold back. */
   async send(message: RunMessage, options: SendOptions = {}): Promise<void> {
-    const now = this.now;
-    this.sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
-      .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + (options.delayMs ?? 0), now);
+    enqueue((text) => this.sql(text), message, options.delayMs ?? 0, this.now);
   }
 
   /**
@@ -130,8 +128,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   }
 
   async ack(delivery: Delivery): Promise<boolean> {
-    const [id, receipt] = splitReceipt(delivery.receipt);
-    return this.sql('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now, id, receipt).changes > 0;
+    return ackReceipt((text) => this.sql(text), delivery.receipt, this.now);
   }
 
   async release(delivery: Delivery, delayMs: number): Promise<void> {
@@ -165,6 +162,24 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
        RETURNING id, body, receive_count, receipt`,
     ).all(...args) as QueueRow[];
   }
+}
+
+/** A prepared statement of the connection the caller writes on (cached by the caller). */
+type Prepare = (text: string) => Database.Statement;
+
+/**
+ * The queue's send and ack, on whichever connection to the file runs them: the queue's own, or a
+ * checkpoint commit's, which folds them into its transaction (CheckpointWrite.queue).
+ */
+export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now: number): void {
+  sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
+    .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + delayMs, now);
+}
+
+/** False if the receipt expired: another worker received the message since. */
+export function ackReceipt(sql: Prepare, receipt: string, now: number): boolean {
+  const [id, token] = splitReceipt(receipt);
+  return sql('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(now, id, token).changes > 0;
 }
 
 function splitReceipt(receipt: string): [number, string] {

@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
 import { ensureBucket } from '../../lib/aws/provision.ts';
 import { blobRef } from '../../lib/core/result.ts';
 import { createTestResources, type TestResources } from './aws-fixtures.ts';
+import { blobStoreContract } from '../contract/blob-store-contract.ts';
 
 let resources: TestResources;
 
@@ -21,8 +22,20 @@ function capture(stack: { add(middleware: unknown, options: unknown): void }, na
 beforeAll(async () => { resources = await createTestResources('blobs'); });
 afterAll(() => resources?.close());
 
+blobStoreContract('S3 (fauxqs)', () => {
+  const blobs = resources.runtime().blobs;
+  return {
+    blobs,
+    storedBytes: async (ref) => (await resources.clients.s3.send(new HeadObjectCommand({ Bucket: resources.bucketName, Key: blobs.key(ref) }))).ContentLength!,
+    // The object as code before compression wrote it: the bytes as they are, no encoding in its metadata.
+    putAsOlderCode: async (ref, data) => {
+      await resources.clients.s3.send(new PutObjectCommand({ Bucket: resources.bucketName, Key: blobs.key(ref), Body: data, ContentLength: data.length }));
+    },
+  };
+});
+
 describe('S3 blob store', () => {
-  it('stores content under its SHA-256, encrypted, with the hash as the checksum S3 verifies', async () => {
+  it('stores content under its SHA-256, encrypted, gzipped, with the hash of the body sent as the checksum S3 verifies', async () => {
     const sent: Record<string, unknown>[] = [];
     capture(resources.clients.s3.middlewareStack, 'capture-put', (input) => sent.push(input));
     const blobs = resources.runtime().blobs;
@@ -32,9 +45,11 @@ describe('S3 blob store', () => {
     await blobs.put(ref, data); // a retried step uploads the same bytes to the same key: harmless
     const hex = createHash('sha256').update(data).digest('hex');
     const put = sent.find((input) => input.Body)!;
+    const body = put.Body as Buffer;
+    expect(body.length).toBeLessThan(data.length / 10);
     expect(put).toMatchObject({
-      Key: `blobs/sha256-${hex}`, ServerSideEncryption: 'AES256',
-      ChecksumSHA256: createHash('sha256').update(data).digest('base64'),
+      Key: `blobs/sha256-${hex}`, ServerSideEncryption: 'AES256', Metadata: { 'stepwise-encoding': 'gzip' },
+      ChecksumSHA256: createHash('sha256').update(body).digest('base64'),
     });
     expect(await blobs.get(ref)).toEqual(data);
     resources.clients.s3.middlewareStack.remove('capture-put');

@@ -81,4 +81,10 @@ describe('chaos: seeded fault schedules over the engine and the SQLite runtime',
     for (let i = 0; i < 12 && totals.stuck === 0; i++) add(totals, await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'sends-lost' }));
     expect(totals.stuck).toBeGreaterThan(0);
   });
+
+  it('finds a planted defect on the one-transaction path: a commit that drops the send it carries leaves runs stuck', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 12 && totals.stuck === 0; i++) add(totals, await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'commit-drops-sends' }));
+    expect(totals.stuck).toBeGreaterThan(0);
+  });
 });

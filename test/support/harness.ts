@@ -9,6 +9,7 @@ import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
+import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
 import type { Model } from '../../lib/ports.ts';
 import type { ManualClock } from './manual-clock.ts';
 
@@ -35,10 +36,15 @@ export function tempDb(): { path: string; cleanup(): void } {
 export function workerProcess(input: {
   dbPath: string; agent: AgentDefinition; model: Model; clock: ManualClock; workerId: string;
   crashAt?: { point: CrashPoint; step: number };
+  /**
+   * false: the engine's store does not carry queue work, so a step's send and ack are their own
+   * transactions after the checkpoint, as on AWS (default: the local runtime's one transaction).
+   */
+  queueInCommit?: boolean;
 }): { deps: EngineDeps; runtime: LocalRuntime } {
   const runtime = openLocalRuntime({ dbPath: input.dbPath, clock: input.clock });
   const deps: EngineDeps = {
-    store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
+    store: input.queueInCommit === false ? new SqliteCheckpointStore(runtime.db, { clock: input.clock }) : runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model: input.model, agent: input.agent, clock: input.clock, workerId: input.workerId, codeVersion: 'test',
     log: silentLogger,
     ...(input.crashAt ? {
@@ -65,7 +71,7 @@ export async function drain(deps: EngineDeps, runtime: LocalRuntime, clock: Manu
       continue;
     }
     const result = await handleDelivery(deps, delivery);
-    if (result.action === 'ack') await runtime.queue.ack(delivery);
+    if (result.action === 'ack') { if (!result.acked) await runtime.queue.ack(delivery); }
     else await runtime.queue.release(delivery, result.delayMs);
     handled++;
   }

@@ -14,7 +14,7 @@ export async function workVisible(deps: EngineDeps, runtime: LocalRuntime, max =
     if (!delivery) return handled;
     try {
       const result = await handleDelivery(deps, delivery);
-      if (result.action === 'ack') await runtime.queue.ack(delivery);
+      if (result.action === 'ack') { if (!result.acked) await runtime.queue.ack(delivery); }
       else await runtime.queue.release(delivery, result.delayMs);
     } catch (error) {
       // As the worker loop does: the message comes back after a short delay.

@@ -1,0 +1,108 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { StaleVersionError } from '../../lib/core/errors.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+import { META, recordFor, stateAfter } from '../support/states.ts';
+
+/** Every queue row, as the file holds it: what a crash at any moment would leave. */
+function queueRows(db: import('../../lib/local/database.ts').Db): { key: string; acked: boolean }[] {
+  return (db.prepare('SELECT dedup_key, acked_at FROM queue ORDER BY id').all() as { dedup_key: string; acked_at: number | null }[])
+    .map((r) => ({ key: r.dedup_key, acked: r.acked_at !== null }));
+}
+
+/**
+ * The local runtime keeps the queue in the checkpoints' file, so a step's checkpoint, the send of its next
+ * message and the ack of its delivery are one transaction (one fsync), all or nothing.
+ */
+describe('local worker path: one transaction per step', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  const worker = (workerId = 'A') => {
+    const clock = new ManualClock();
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(3)), clock, workerId });
+    return { ...w, clock };
+  };
+
+  it('a step commits, sends the next message and acks its delivery in the checkpoint\'s transaction', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps);
+    const send = vi.spyOn(w.runtime.queue, 'send');
+    const ack = vi.spyOn(w.runtime.queue, 'ack');
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const handled = await handleDelivery(w.deps, delivery!);
+
+    expect(handled).toMatchObject({ action: 'ack', acked: true });
+    // Neither went through the queue's own connection: the checkpoint's commit did both.
+    expect(send).not.toHaveBeenCalled();
+    expect(ack).not.toHaveBeenCalled();
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: true }, { key: 'run/v2', acked: false }]);
+    expect((await loadState(w.runtime)).step).toBe(1);
+    w.runtime.close();
+  });
+
+  it('all or nothing: a queue write that fails inside the transaction leaves no checkpoint, no message, the delivery unacked', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps);
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    // A fault in the middle of the transaction, after the checkpoint's rows and before its queue rows.
+    w.runtime.db.exec("CREATE TRIGGER refuse_send BEFORE INSERT ON queue BEGIN SELECT RAISE(ABORT, 'injected: queue write failed'); END");
+    await expect(handleDelivery(w.deps, delivery!)).rejects.toThrow(/injected: queue write failed/);
+    w.runtime.db.exec('DROP TRIGGER refuse_send');
+
+    expect((await w.runtime.store.load('run'))!.version).toBe(1);
+    expect(await w.runtime.store.history('run')).toHaveLength(1);
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: false }]);
+    // The delivery comes back and the step is done then, once.
+    w.clock.advance(VISIBILITY_MS + 1);
+    const [again] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(again!.receiveCount).toBe(2);
+    expect(await handleDelivery(w.deps, again!)).toMatchObject({ action: 'ack', acked: true });
+    expect((await w.runtime.store.history('run')).map((h) => h.version)).toEqual([1, 2]);
+    w.runtime.close();
+  });
+
+  it('a stale commit does none of its queue work: the loser neither sends nor acks', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps);
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    await w.runtime.store.commit({ runId: 'run', expectedVersion: 1, state: stateAfter('run', 1), appended: recordFor('run', 1), ...META });
+    await expect(w.runtime.store.commit({
+      runId: 'run', expectedVersion: 1, state: stateAfter('run', 1), appended: recordFor('run', 1), ...META,
+      queue: { send: { message: { runId: 'run', version: 2 } }, ack: delivery!.receipt },
+    })).rejects.toBeInstanceOf(StaleVersionError);
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: false }]);
+    w.runtime.close();
+  });
+
+  it('a large output\'s blob pays no sync of its own: the step\'s checkpoint commit, later in the same WAL, makes it durable', async () => {
+    db = tempDb();
+    const w = worker();
+    // The WAL replays as a prefix, so a checkpoint that survives a power cut brings the blob written before
+    // it: the blob's own commit needs no fsync (synchronous=NORMAL, 1), the checkpoint's does (FULL, 2).
+    const connection = (store: object) => (store as { db: import('../../lib/local/database.ts').Db }).db;
+    expect(connection(w.runtime.blobs).pragma('synchronous', { simple: true })).toBe(1);
+    expect(connection(w.runtime.store).pragma('synchronous', { simple: true })).toBe(2);
+    w.runtime.close();
+  });
+
+  it('a store opened without the queue refuses queue work rather than dropping it', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps);
+    const { SqliteCheckpointStore } = await import('../../lib/local/sqlite-checkpoint-store.ts');
+    const alone = new SqliteCheckpointStore(w.runtime.db);
+    expect(alone.carriesQueueWork).toBe(false);
+    await expect(alone.commit({
+      runId: 'run', expectedVersion: 1, state: stateAfter('run', 1), appended: recordFor('run', 1), ...META,
+      queue: { send: { message: { runId: 'run', version: 2 } } },
+    })).rejects.toThrow(/cannot carry queue work/);
+    expect((await w.runtime.store.load('run'))!.version).toBe(1);
+    w.runtime.close();
+  });
+});
