@@ -4,7 +4,7 @@ import {
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import type { StoredCheckpoint } from '../core/codec.ts';
-import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
+import { encodeDecision, encodeHead, encodeStep, encodeSummary } from '../core/codec.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
@@ -18,9 +18,9 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  CANCEL_ATTRIBUTE, HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
-  WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
-  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, waitEventPk, waitShard, waitShards,
+  CANCEL_ATTRIBUTE, HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
+  TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
+  checkpointSk, isCheckpointSk, isStepSk, isSummarySk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
@@ -53,7 +53,8 @@ type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[numb
  * TransactWriteItems: the head update fenced on the version, the new step record and the new history row
  * succeed or fail together, so a crash or a lost race can never leave a step without its checkpoint or a
  * gap in the history. Loading a run is one strongly consistent Query over its partition; a worker that
- * holds the run's earlier steps reads only the head and the steps it lacks (load with afterStep).
+ * holds the run's earlier steps reads only the head and the steps it lacks (load with afterStep); a resume
+ * that holds none reads the block summaries and the records after them (load with recent).
  */
 export class DynamoCheckpointStore implements CheckpointStore {
   private readonly spill: AttributeSpill;
@@ -172,15 +173,21 @@ export class DynamoCheckpointStore implements CheckpointStore {
     }))).Item;
   }
 
-  async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
-    const after = options.afterStep ?? 0;
-    // Cold, the head and every step record in one strongly consistent Query (one call per 1 MB page).
-    // Warm, only what the caller lacks: see loadAfter.
-    const items = after ? await this.loadAfter(runId, after) : await this.queryAll({
-      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :stepsEnd',
-      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
-      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END },
-    });
+  async load(runId: string, options: { afterStep?: number; recent?: boolean } = {}): Promise<StoredCheckpoint | undefined> {
+    let after = options.afterStep ?? 0;
+    let summaries: string[] | undefined;
+    let items: Item[];
+    if (options.recent) {
+      ({ items, summaries, after } = await this.loadRecent(runId, after));
+    } else {
+      // Cold, the head and every step record in one strongly consistent Query (one call per 1 MB page).
+      // Warm, only what the caller lacks: see loadAfter.
+      items = after ? await this.loadAfter(runId, after) : await this.queryAll({
+        KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :stepsEnd',
+        ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+        ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END },
+      });
+    }
     const head = items.find((item) => item[SK] === HEAD_SK);
     if (!head) return undefined;
     // A Query is not a snapshot: a commit landing while it pages may add a record after the head it
@@ -194,11 +201,43 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return {
       runId, version: Number(head.version), status: head.status as RunStatus, head: headText ?? '', steps: steps.map((s) => s ?? ''),
       ...(after ? { stepsAfter: after } : {}),
+      ...(summaries ? { summaries } : {}),
       ...(pending !== undefined ? { pending } : {}),
       workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
       ...(Number(head[RESTARTS_ATTRIBUTE] ?? 0) ? { restarts: Number(head[RESTARTS_ATTRIBUTE]) } : {}),
       ...(typeof head[CANCEL_ATTRIBUTE] === 'string' ? { cancelRequested: head[CANCEL_ATTRIBUTE] } : {}),
     };
+  }
+
+  /**
+   * The bounded read: one Query for the head and the summaries (adjacent in sort order, h < p#), then
+   * one for the step records after the last summary, up to the head's step. The summaries a commit wrote
+   * after this read saw the head (their `at` past its step) are left out, and only a run of them from
+   * step 1 on without a gap counts, so the records read always continue them.
+   */
+  private async loadRecent(runId: string, afterStep: number): Promise<{ items: Item[]; summaries: string[]; after: number }> {
+    const first = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :summariesEnd',
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':summariesEnd': SUMMARIES_END },
+    });
+    const head = first.find((item) => item[SK] === HEAD_SK);
+    if (!head) return { items: [], summaries: [], after: afterStep };
+    const last = Number(head.step);
+    const summaries: string[] = [];
+    let through = 0;
+    for (const item of first.filter((i) => isSummarySk(String(i[SK])) && Number(i.at) <= last)) {
+      if (Number(item.first) !== through + 1) break;
+      summaries.push(String(item.summary));
+      through = Number(item.last);
+    }
+    const after = Math.max(afterStep, through);
+    const steps = last > after ? await this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :first AND :last',
+      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':first': stepSk(after + 1), ':last': stepSk(last) },
+    }) : [];
+    return { items: [head, ...steps], summaries, after };
   }
 
   /**
@@ -289,7 +328,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const { runId, expectedVersion, state, appended } = write;
     const head = encodeHead(state);
     const step = appended ? encodeStep(appended) : undefined;
-    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);
+    const summaries = (write.summaries ?? []).map((block) => ({ block, text: encodeSummary(block) }));
+    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0) + summaries.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
     const version = expectedVersion + 1;
     const now = this.now;
     const headAttributes = await this.spill.keep('head', head);
@@ -343,6 +383,17 @@ export class DynamoCheckpointStore implements CheckpointStore {
         ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
       },
     });
+    for (const { block, text } of summaries) {
+      // Last, so the conditions keep their places in a cancellation's reasons. Unconditional: a summary is
+      // the same whoever computes it from the block's records, and a condition failing on one written
+      // already would cancel the whole checkpoint.
+      items.push({
+        Put: {
+          TableName: this.table,
+          Item: fits({ [PK]: runPk(runId), [SK]: summarySk(block.last), first: block.first, last: block.last, at: state.step, summary: text }),
+        },
+      });
+    }
     try {
       await retryConflicts(() => this.transact(items));
     } catch (error) {
