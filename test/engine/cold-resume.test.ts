@@ -9,6 +9,7 @@ import { advance } from '../../lib/engine/advance.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { stepCacheOf } from '../../lib/engine/step-cache.ts';
 import type { CheckpointStore, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import { startRun } from '../../lib/engine/start.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 
 /** A model that always calls `copy` and keeps every prompt it was sent, by step. */
@@ -17,7 +18,7 @@ class CopyModel implements Model {
   readonly prompts = new Map<number, string>();
   async decide(request: ModelRequest): Promise<ModelReply> {
     this.prompts.set(request.step, promptText(request.prompt));
-    return { kind: 'tool', tool: 'copy', input: { batch: request.step }, usage: { inputTokens: 10, outputTokens: 2, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: 'claude-sonnet-4-5' };
+    return { kind: 'tool', tool: 'copy', input: { batch: request.step }, usage: { inputTokens: 10, outputTokens: 2, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: 'claude-opus-5-5' };
   }
 }
 
@@ -107,6 +108,30 @@ describe('a cold resume of a long run', () => {
     const [w, c] = [await runOf('warm'), await runOf('cold')];
     expect(c.usage).toEqual(w.usage);
     expect(c.steps.map((s) => s.result)).toEqual(w.steps.map((s) => s.result));
+    warm.runtime.close(); cold.runtime.close();
+  });
+
+  it('a run with a dollar budget, which prices every step, reads every record on a cold resume and stops where a warm one does', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const warm = workerProcess({ dbPath: db.path, agent, model: new CopyModel(), clock, workerId: 'W' });
+    const cold = workerProcess({ dbPath: db.path, agent, model: new CopyModel(), clock, workerId: 'C' });
+    const { store, loads } = counting(cold.runtime.store);
+    // 8e-5 dollars a step (10 input and 2 output tokens of claude-opus-5-5): over the budget after 250 steps.
+    const budget = { usd: 0.02 };
+    await startRun(warm.deps, { goal: 'copy the batches', runId: 'warm', budget });
+    await startRun(cold.deps, { goal: 'copy the batches', runId: 'cold', budget });
+    for (let n = 1; n <= 260; n++) {
+      await advance(warm.deps, 'warm');
+      if (n > 230) stepCacheOf(store).delete('cold');
+      await advance({ ...cold.deps, store }, 'cold');
+    }
+    const runOf = async (runId: string) => decodeState((await warm.runtime.store.load(runId))!);
+    const [w, c] = [await runOf('warm'), await runOf('cold')];
+    expect(w).toMatchObject({ status: 'over-budget', step: 250 });
+    expect(c).toMatchObject({ status: 'over-budget', step: 250, reason: w.reason });
+    // The cold resumes past step 230 read every record, as the estimate needs them.
+    expect(loads.some((l) => l.options === undefined && l.records > CONDENSE_AFTER)).toBe(true);
     warm.runtime.close(); cold.runtime.close();
   });
 
