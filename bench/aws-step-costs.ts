@@ -3,8 +3,9 @@
  * DynamoDB Local and fauxqs (started here unless AWS_ENDPOINT_URL_* already point at servers). Every
  * SDK call is counted by a middleware on the clients: the worker's (handler) and the event source's
  * (receives and deletes, which Lambda's SQS trigger makes in production). Then the resume read's capacity
- * at steps 1, 60 and 600 of a second, 600-step run: warm (the handler of a container that ran the earlier
- * steps and holds them in its step cache), one step behind, and cold (a fresh container, empty cache).
+ * at steps 1, 60, 200, 300 and 600 of a second, 600-step run: warm (the handler of a container that ran the
+ * earlier steps and holds them in its step cache), one step behind, and cold (a fresh container, empty
+ * cache: the block summaries and the records after them), next to the old cold read (head + every record).
  * Figures, not assertions.
  *
  *   node --import tsx bench/aws-step-costs.ts [steps] [resume-read steps]
@@ -20,7 +21,7 @@ import { benchAgent, perStep, rawItemSize } from './aws-support.ts';
 
 const STEPS = Number(process.argv[2] ?? 60);
 const READ_STEPS = Number(process.argv[3] ?? 600);
-const READ_AT = [1, 60, 600].filter((n) => n <= READ_STEPS);
+const READ_AT = [1, 60, 200, 300, 600].filter((n) => n <= READ_STEPS);
 const LARGE_EVERY = 10;
 
 type Stack = { add(middleware: unknown, options: unknown): void };
@@ -146,7 +147,8 @@ async function resumeReads(resources: TestResources): Promise<void> {
     // One message per invocation: the n-th invocation runs step n (the last one, the model's DONE).
     for (let n = 1; n <= READ_STEPS + 1; n++) {
       const measured = READ_AT.includes(n);
-      const cold = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId)) : undefined;
+      const cold = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId, { recent: true })) : undefined;
+      const all = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId)) : undefined;
       const behind = measured && n > 2 ? await measure(freshUnits, freshCalls, () => freshStore.load(runId, { afterStep: n - 2 })) : undefined;
       const invocation = await measure(warmUnits, warmCalls, async () => {
         const poll = await pollOnce(resources.clients, resources.queueUrl, warm, { max: 1 });
@@ -155,7 +157,7 @@ async function resumeReads(resources: TestResources): Promise<void> {
       total += invocation.units;
       if (cold) {
         const cell = (m: { units: number; calls: string } | undefined) => (m ? `${m.units} RCU (${m.calls})` : 'n/a').padEnd(26);
-        rows.push(`  step ${String(n).padStart(3)}   ${cell(invocation)} ${cell(behind)} ${cell(cold)}`);
+        rows.push(`  step ${String(n).padStart(3)}   ${cell(invocation)} ${cell(behind)} ${cell(cold)} ${cell(all)}`);
       }
     }
     if ((await queueDepth(resources.clients, resources.queueUrl)) !== 0) throw new Error('the run left messages behind');
@@ -164,7 +166,7 @@ async function resumeReads(resources: TestResources): Promise<void> {
     fresh.destroy();
   }
   console.log(`\nresume read per step, ${READ_STEPS}-step run (same agent; DynamoDB Local's capacity accounting, strongly consistent):`);
-  console.log(`             ${'warm (handler)'.padEnd(26)} ${'one step behind'.padEnd(26)} ${'cold (empty cache)'.padEnd(26)}`);
+  console.log(`             ${'warm (handler)'.padEnd(26)} ${'one step behind'.padEnd(26)} ${'cold (empty cache)'.padEnd(26)} ${'old cold (every record)'.padEnd(26)}`);
   for (const row of rows) console.log(row);
   console.log(`  whole run, warm container: ${total} RCU for ${READ_STEPS + 1} invocations (${perStep(total, READ_STEPS + 1)} per step)`);
 }
