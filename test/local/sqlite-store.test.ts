@@ -7,6 +7,8 @@ import { checkpointStoreContract } from '../contract/checkpoint-store-contract.t
 import { eventBufferContract } from '../contract/event-buffer-contract.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
+import { decodeState, encodeSummary } from '../../lib/core/codec.ts';
+import { condensedBlock } from '../../lib/core/condensed.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-store-'));
 let now = 1_000_000;
@@ -23,6 +25,24 @@ checkpointStoreContract('SQLite', () => ({
 
 const events = new SqliteEventBuffer(runtime.db, { clock });
 eventBufferContract('SQLite', () => ({ events, setNow: (ms) => { now = ms; } }));
+
+describe('SQLite bounded load', () => {
+  it('leaves out a summary a later checkpoint wrote and any after a gap', async () => {
+    const runId = 'bounded-race';
+    await runtime.store.create(newState(runId), META);
+    for (let n = 1; n <= 320; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+    const state = stateAfter(runId, 320);
+    const put = (first: number, last: number, at: number) => runtime.db.prepare('INSERT INTO summaries (run_id, first_step, last_step, at_step, summary) VALUES (?, ?, ?, ?, ?)')
+      .run(runId, first, last, at, encodeSummary(condensedBlock(state.steps.slice(first - 1, last))));
+    put(1, 100, 201);
+    put(101, 200, 321);
+    put(201, 300, 301);
+    const loaded = (await runtime.store.load(runId, { recent: true }))!;
+    expect(loaded.summaries).toHaveLength(1);
+    expect(loaded.stepsAfter).toBe(100);
+    expect(decodeState(loaded).steps).toEqual(state.steps.slice(100));
+  });
+});
 
 describe('SQLite retention', () => {
   it('prunes checkpoints older than the window but never the latest', async () => {
