@@ -10,6 +10,8 @@ import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { stepCacheOf } from '../../lib/engine/step-cache.ts';
 import type { CheckpointStore, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { startRun } from '../../lib/engine/start.ts';
+import { completeStep, initialState } from '../../lib/core/transitions.ts';
+import { META, recordFor } from '../support/states.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 
 /** A model that always calls `copy` and keeps every prompt it was sent, by step. */
@@ -109,6 +111,29 @@ describe('a cold resume of a long run', () => {
     expect(c.usage).toEqual(w.usage);
     expect(c.steps.map((s) => s.result)).toEqual(w.steps.map((s) => s.result));
     warm.runtime.close(); cold.runtime.close();
+  });
+
+  it('a long run written before summaries were stored reads every record once, then resumes bounded', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const a = workerProcess({ dbPath: db.path, agent, model: new CopyModel(), clock, workerId: 'A' });
+    // 450 steps committed as older code did: records and heads, no summaries.
+    let state = initialState({ runId: 'old', agent: agent.name, goal: 'copy the batches', stepCap: 1000, now: 1_000 });
+    await a.runtime.store.create(state, META);
+    for (let n = 1; n <= 450; n++) {
+      const record = recordFor('old', n);
+      state = completeStep(state, record, 2_000 + n);
+      await a.runtime.store.commit({ runId: 'old', expectedVersion: n, state, appended: record, ...META });
+    }
+    const { store, loads } = counting(a.runtime.store);
+    await advance({ ...a.deps, store }, 'old');
+    expect(loads[0]!.records).toBe(450);
+    // That step's checkpoint wrote the summaries of the condensed blocks; the next cold resume is bounded.
+    const next = counting(a.runtime.store);
+    await advance({ ...a.deps, store: next.store }, 'old');
+    expect(next.loads[0]).toMatchObject({ options: { recent: true }, records: 151 });
+    expect(decodeState((await a.runtime.store.load('old', { recent: true }))!)).toMatchObject({ step: 452, stepsFrom: 300 });
+    a.runtime.close();
   });
 
   it('a run with a dollar budget, which prices every step, reads every record on a cold resume and stops where a warm one does', async () => {
