@@ -86,9 +86,9 @@ export interface CheckpointStore {
    * The latest checkpoint with the pending decision and the step records after `afterStep` (all of them
    * by default), or undefined. Step records never change once written, so a caller that holds the first
    * `afterStep` of them need not read them again. `recent`: the bounded read of a resume, the stored
-   * summaries of the run's first condensed blocks (as `summaries`, those written by checkpoints up to the
-   * latest) and only the records after the last of them (or after `afterStep`, if later): at most
-   * CONDENSE_AFTER records once a run's blocks are summarised, however long it is.
+   * summaries of the blocks condensed at the latest checkpoint's step (as `summaries`) and only the
+   * records after the last of them (or after `afterStep`, if later): at most CONDENSE_AFTER records once
+   * a run's blocks are summarised, however long it is.
    */
   load(runId: string, options?: { afterStep?: number; recent?: boolean }): Promise<StoredCheckpoint | undefined>;
   /**

@@ -12,8 +12,8 @@ import type { RunStatus } from '../core/state.ts';
  *                                          the next step's restart count (set only by a redelivery).
  *                                          Never expires: history() shows it as the latest checkpoint, so the
  *                                          latest stays visible even after its own c# row has expired.
- *                      sk = p#0000000100   the summary of the condensed block that ends at step 100 (first, last,
- *                                          the step `at` of the checkpoint that wrote it), written by that checkpoint
+ *                      sk = p#0000000100   the summary of the condensed block that ends at step 100, written by
+ *                                          the checkpoint that condensed it
  *                      sk = s#0000000003   step record 3, written once by the commit that completes step 3
  *   pk = idem#<key>    sk = i              idempotency ledger record of one side-effecting call
  *   pk = waitevt#<type>\n<key>  sk = <runId>   a run waiting for that event: written by the commit that
@@ -23,7 +23,7 @@ import type { RunStatus } from '../core/state.ts';
  *   pk = evt#<type>\n<key>  sk = <receivedAt>#<id>   a kept event (early events), TTL after the window
  *
  * Sort order c# < h < p# < s#, so `sk BETWEEN 'h' AND 's#~'` is the full read (head + steps),
- * `sk BETWEEN 'h' AND 'p#~'` then `s#<after last summary>` on is the bounded resume read, and
+ * `sk BETWEEN 'h' AND 'p#~'` then `s#<after the last summary>` on is the bounded resume read, and
  * `sk BETWEEN 'c#' AND 'h'` is the timeline read (history + head). Per step a commit writes the head,
  * one step record and one history row: none of them grows with the run's length.
  */
@@ -92,10 +92,6 @@ export function statusKeys(status: RunStatus): string[] {
 
 export function isStepSk(sk: string): boolean {
   return sk.startsWith('s#');
-}
-
-export function isSummarySk(sk: string): boolean {
-  return sk.startsWith('p#');
 }
 
 export function isCheckpointSk(sk: string): boolean {

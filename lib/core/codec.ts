@@ -95,13 +95,10 @@ export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord
  * condensed, and they cover every step the state does not hold (the block size is part of the stored format).
  */
 function checkCondensed(condensed: readonly CondensedBlock[], from: number, step: number, runId: string, version: number): void {
-  const misfit = condensed.findIndex((b, i) => b.first !== i * CONDENSE_BLOCK + 1 || b.last !== (i + 1) * CONDENSE_BLOCK);
-  if (misfit >= 0) {
-    const b = condensed[misfit]!;
-    throw new UnreadableCheckpointError(runId, version, `summary ${misfit + 1} covers steps ${b.first}-${b.last}, not a block of ${CONDENSE_BLOCK} in order`);
+  if (condensed.some((b, i) => b.last !== (i + 1) * CONDENSE_BLOCK)
+    || condensed.length > condensedBlocks(step) || from > condensed.length * CONDENSE_BLOCK) {
+    throw new UnreadableCheckpointError(runId, version, `${condensed.length} summaries do not fit ${step} steps from step ${from + 1}`);
   }
-  if (condensed.length > condensedBlocks(step)) throw new UnreadableCheckpointError(runId, version, `${condensed.length} summaries for ${step} steps`);
-  if (from > condensed.length * CONDENSE_BLOCK) throw new UnreadableCheckpointError(runId, version, `steps 1-${from} are neither loaded nor summarised`);
 }
 
 /** One stored record: its format checked, migrated to the current one, parsed strictly. */

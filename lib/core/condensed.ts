@@ -18,7 +18,7 @@ export const MAX_SUMMARIES_PER_WRITE = 50;
 /** A block's stored summary, from its records. */
 export function condensedBlock(records: readonly StepRecord[]): CondensedBlock {
   return {
-    first: records[0]!.step, last: records[records.length - 1]!.step, line: summaryLine(records),
+    last: records[records.length - 1]!.step, line: summaryLine(records),
     usage: records.reduce<Usage>((sum, r) => addUsage(sum, r.usage), { ...ZERO_USAGE }),
   };
 }
@@ -43,7 +43,7 @@ export function heldAfter(state: RunState, written: readonly CondensedBlock[], k
   const condensed = [...(state.condensed ?? []), ...written];
   const from = state.stepsFrom ?? 0;
   const to = keepRecords ? from : Math.max(from, condensed.length * CONDENSE_BLOCK);
-  return { from: to, steps: to === from ? state.steps : state.steps.slice(to - from), condensed };
+  return { from: to, steps: state.steps.slice(to - from), condensed };
 }
 
 /** The usage the step records carry, held or condensed. */

@@ -138,7 +138,7 @@ export type RunHead = z.infer<typeof runHeadSchema>;
  * condenses it, so a resume reads this in place of the block's records. The records stay in the store.
  */
 export const condensedBlockSchema = z.strictObject({
-  first: z.number().int().positive(),
+  /** The block's last step: it covers the CONDENSE_BLOCK steps up to this one. */
   last: z.number().int().positive(),
   /** The block's line in the prompt's completed-steps list, as the prompt shows it. */
   line: z.string(),

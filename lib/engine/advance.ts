@@ -66,7 +66,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (state.stepsFrom && state.budget?.usd !== undefined) {
       const { condensed } = state;
       stored = (await deps.store.load(runId))!;
-      state = { ...decodeState(stored), ...(condensed ? { condensed } : {}) };
+      state = { ...decodeState(stored), condensed: condensed! };
     }
   } catch (error) {
     if (!(error instanceof UnreadableCheckpointError)) throw error;

@@ -56,14 +56,12 @@ CREATE TABLE IF NOT EXISTS steps (
   PRIMARY KEY (run_id, step)
 ) WITHOUT ROWID;
 
--- The summary of each condensed block of a run (lib/core/condensed.ts), written once by the checkpoint
--- that condensed it (at_step: that checkpoint's step). A resume reads these and the records after them.
+-- The summary of each condensed block of a run (lib/core/condensed.ts), by its last step, written once
+-- by the checkpoint that condensed it. A resume reads these and the records after them.
 CREATE TABLE IF NOT EXISTS summaries (
-  run_id     TEXT NOT NULL,
-  first_step INTEGER NOT NULL,
-  last_step  INTEGER NOT NULL,
-  at_step    INTEGER NOT NULL,
-  summary    TEXT NOT NULL,
+  run_id    TEXT NOT NULL,
+  last_step INTEGER NOT NULL,
+  summary   TEXT NOT NULL,
   PRIMARY KEY (run_id, last_step)
 ) WITHOUT ROWID;
 

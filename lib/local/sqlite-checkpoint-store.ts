@@ -1,5 +1,6 @@
 import type * as Codec from '../core/codec.ts';
 import type { StoredCheckpoint } from '../core/codec.ts';
+import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
@@ -92,18 +93,14 @@ export class SqliteCheckpointStore implements CheckpointStore {
     })();
   }
 
-  /** The run's summaries from step 1 on, without a gap, written by checkpoints up to `step`; and the last step they cover. */
+  /**
+   * The summaries of the blocks condensed at `step` (lib/core/condense.ts), and the last step they cover.
+   * A gap (which no checkpoint leaves) is the decoder's to refuse.
+   */
   private summariesOf(runId: string, step: number): { texts: string[]; through: number } {
-    const rows = this.sql('SELECT first_step, last_step, summary FROM summaries WHERE run_id = ? AND at_step <= ? ORDER BY last_step')
-      .all(runId, step) as { first_step: number; last_step: number; summary: string }[];
-    const texts: string[] = [];
-    let through = 0;
-    for (const r of rows) {
-      if (r.first_step !== through + 1) break;
-      texts.push(r.summary);
-      through = r.last_step;
-    }
-    return { texts, through };
+    const rows = this.sql('SELECT last_step, summary FROM summaries WHERE run_id = ? AND last_step <= ? ORDER BY last_step')
+      .all(runId, condensedBlocks(step) * CONDENSE_BLOCK) as { last_step: number; summary: string }[];
+    return { texts: rows.map((r) => r.summary), through: rows.at(-1)?.last_step ?? 0 };
   }
 
   async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
@@ -162,8 +159,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       }
       // Written once: a summary stored already (the same block's) stays as it is.
       for (const { block, text } of summaries) {
-        this.sql('INSERT INTO summaries (run_id, first_step, last_step, at_step, summary) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING')
-          .run(write.runId, block.first, block.last, write.state.step, text);
+        this.sql('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(write.runId, block.last, text);
       }
       this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
       return { version, bytes };

@@ -267,7 +267,7 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       const runId = uniqueRunId('recent');
       await s().create(newState(runId), META);
       const summary = (block: number) => ({
-        first: block * CONDENSE_BLOCK + 1, last: (block + 1) * CONDENSE_BLOCK, line: `block ${block} of ${runId}`,
+        last: (block + 1) * CONDENSE_BLOCK, line: `block ${block} of ${runId}`,
         usage: { ...ZERO_USAGE, inputTokens: block + 1 },
       });
       let state = newState(runId);

@@ -60,8 +60,8 @@ describe('record formats', () => {
     expect(decodeState(bounded([encodeSummary(block)]))).toMatchObject({ stepsFrom: 100, condensed: [block] });
     expect(() => decodeState(bounded([JSON.stringify({ ...block, formatVersion: 2 })]))).toThrow(NewerFormatError);
     expect(() => decodeState(bounded([JSON.stringify({ ...block, tokens: 3 })]))).toThrow(/summary 1.*tokens/);
-    expect(() => decodeState(bounded([]))).toThrow(/steps 1-100 are neither loaded nor summarised/);
-    expect(() => decodeState(bounded([encodeSummary({ ...block, first: 2 })]))).toThrow(UnreadableCheckpointError);
+    expect(() => decodeState(bounded([]))).toThrow(/0 summaries do not fit 230 steps from step 101/);
+    expect(() => decodeState(bounded([encodeSummary({ ...block, last: 99 })]))).toThrow(UnreadableCheckpointError);
   });
 
   it('refuses, never strips, a field it does not know, naming it', () => {

@@ -9,6 +9,7 @@ import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 import { decodeState, encodeSummary } from '../../lib/core/codec.ts';
 import { condensedBlock } from '../../lib/core/condensed.ts';
+import { UnreadableCheckpointError } from '../../lib/core/errors.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-store-'));
 let now = 1_000_000;
@@ -27,20 +28,24 @@ const events = new SqliteEventBuffer(runtime.db, { clock });
 eventBufferContract('SQLite', () => ({ events, setNow: (ms) => { now = ms; } }));
 
 describe('SQLite bounded load', () => {
-  it('leaves out a summary a later checkpoint wrote and any after a gap', async () => {
+  it('leaves out the summary of a block not condensed at the head\'s step; a gap is refused as unreadable', async () => {
     const runId = 'bounded-race';
     await runtime.store.create(newState(runId), META);
     for (let n = 1; n <= 320; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
     const state = stateAfter(runId, 320);
-    const put = (first: number, last: number, at: number) => runtime.db.prepare('INSERT INTO summaries (run_id, first_step, last_step, at_step, summary) VALUES (?, ?, ?, ?, ?)')
-      .run(runId, first, last, at, encodeSummary(condensedBlock(state.steps.slice(first - 1, last))));
-    put(1, 100, 201);
-    put(101, 200, 321);
-    put(201, 300, 301);
+    const put = (last: number) => runtime.db.prepare('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?)')
+      .run(runId, last, encodeSummary(condensedBlock(state.steps.slice(last - 100, last))));
+    put(100);
+    put(300);
+    // Block 201-300 is condensed only from step 401 on: left out. Block 101-200 is missing: a gap.
     const loaded = (await runtime.store.load(runId, { recent: true }))!;
-    expect(loaded.summaries).toHaveLength(1);
-    expect(loaded.stepsAfter).toBe(100);
+    expect(loaded).toMatchObject({ stepsAfter: 100, summaries: [expect.stringContaining('"last":100')] });
     expect(decodeState(loaded).steps).toEqual(state.steps.slice(100));
+    put(200);
+    expect(decodeState((await runtime.store.load(runId, { recent: true }))!)).toMatchObject({ stepsFrom: 200, steps: state.steps.slice(200) });
+    runtime.db.prepare('DELETE FROM summaries WHERE run_id = ? AND last_step = 100').run(runId);
+    const gap = (await runtime.store.load(runId, { recent: true }))!;
+    expect(() => decodeState(gap)).toThrow(UnreadableCheckpointError);
   });
 });
 
