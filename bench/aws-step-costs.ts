@@ -6,9 +6,10 @@
  * the handler's log lines and its EMF metrics line. From those counts, the cost per 1,000 steps of each
  * kind of step (read-only, side-effecting, large output) and of the run, at the list prices of
  * bench/aws-prices.ts, next to Step Functions standard and Lambda durable functions for the same steps.
- * Then the resume read's capacity at steps 1, 60 and 600 of a second, 600-step run: warm (the handler of
- * a container that ran the earlier steps and holds them in its step cache), one step behind, and cold (a
- * fresh container, empty cache). Figures, not assertions.
+ * Then the resume read's capacity at steps 1, 60, 200, 300 and 600 of a second, 600-step run: warm (the
+ * handler of a container that ran the earlier steps and holds them in its step cache), one step behind,
+ * and cold (a fresh container, empty cache: the block summaries and the records after them), next to the
+ * old cold read (head + every record). Figures, not assertions.
  *
  *   node --import tsx bench/aws-step-costs.ts [steps] [resume-read steps]
  */
@@ -28,7 +29,7 @@ import { benchAgent, perStep, rawItemSize } from './aws-support.ts';
 
 const STEPS = Number(process.argv[2] ?? 60);
 const READ_STEPS = Number(process.argv[3] ?? 600);
-const READ_AT = [1, 60, 600].filter((n) => n <= READ_STEPS);
+const READ_AT = [1, 60, 200, 300, 600].filter((n) => n <= READ_STEPS);
 const LARGE_EVERY = 10;
 /**
  * Lambda's own START, END and REPORT lines per invocation: about 70 + 50 + 140 bytes with a request id
@@ -258,7 +259,8 @@ async function resumeReads(resources: TestResources): Promise<void> {
     // One message per invocation: the n-th invocation runs step n (the last one, the model's DONE).
     for (let n = 1; n <= READ_STEPS + 1; n++) {
       const measured = READ_AT.includes(n);
-      const cold = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId)) : undefined;
+      const cold = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId, { recent: true })) : undefined;
+      const all = measured ? await measure(freshUnits, freshCalls, () => freshStore.load(runId)) : undefined;
       const behind = measured && n > 2 ? await measure(freshUnits, freshCalls, () => freshStore.load(runId, { afterStep: n - 2 })) : undefined;
       const invocation = await measure(warmUnits, warmCalls, async () => {
         const poll = await pollOnce(resources.clients, resources.queueUrl, warm, { max: 1 });
@@ -267,7 +269,7 @@ async function resumeReads(resources: TestResources): Promise<void> {
       total += invocation.units;
       if (cold) {
         const cell = (m: { units: number; calls: string } | undefined) => (m ? `${m.units} RCU (${m.calls})` : 'n/a').padEnd(26);
-        rows.push(`  step ${String(n).padStart(3)}   ${cell(invocation)} ${cell(behind)} ${cell(cold)}`);
+        rows.push(`  step ${String(n).padStart(3)}   ${cell(invocation)} ${cell(behind)} ${cell(cold)} ${cell(all)}`);
       }
     }
     if ((await queueDepth(resources.clients, resources.queueUrl)) !== 0) throw new Error('the run left messages behind');
@@ -276,7 +278,7 @@ async function resumeReads(resources: TestResources): Promise<void> {
     fresh.destroy();
   }
   console.log(`\nresume read per step, ${READ_STEPS}-step run (same agent; DynamoDB Local's capacity accounting, strongly consistent):`);
-  console.log(`             ${'warm (handler)'.padEnd(26)} ${'one step behind'.padEnd(26)} ${'cold (empty cache)'.padEnd(26)}`);
+  console.log(`             ${'warm (handler)'.padEnd(26)} ${'one step behind'.padEnd(26)} ${'cold (empty cache)'.padEnd(26)} ${'old cold (every record)'.padEnd(26)}`);
   for (const row of rows) console.log(row);
   console.log(`  whole run, warm container: ${total} RCU for ${READ_STEPS + 1} invocations (${perStep(total, READ_STEPS + 1)} per step)`);
 }

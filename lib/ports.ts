@@ -4,7 +4,7 @@
  */
 import type { StoredCheckpoint } from './core/codec.ts';
 import type { PromptBlock } from './core/prompt.ts';
-import type { Decision, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
+import type { CondensedBlock, Decision, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 
 export interface WriteMeta {
   workerId: string;
@@ -18,6 +18,11 @@ export interface CheckpointWrite extends WriteMeta {
   state: RunState;
   /** The step this checkpoint completes, written once and kept for the run's life. */
   appended?: StepRecord;
+  /**
+   * Summaries of condensed blocks this checkpoint writes (lib/core/condensed.ts), with it or not at all.
+   * A block's summary is the same whoever computes it, so writing one that is stored already is harmless.
+   */
+  summaries?: CondensedBlock[];
   /**
    * Queue work done by this write's own transaction, so the step, its next message and the ack of its
    * delivery are one durable write: given only to a store with `carriesQueueWork`.
@@ -35,7 +40,7 @@ export interface QueueWork {
 
 export interface CommitResult {
   version: number;
-  /** Bytes written by this checkpoint (head plus the appended step). */
+  /** Bytes written by this checkpoint (head, the appended step and any summaries). */
   bytes: number;
 }
 
@@ -98,9 +103,12 @@ export interface CheckpointStore {
   /**
    * The latest checkpoint with the pending decision and the step records after `afterStep` (all of them
    * by default), or undefined. Step records never change once written, so a caller that holds the first
-   * `afterStep` of them need not read them again.
+   * `afterStep` of them need not read them again. `recent`: the bounded read of a resume, the stored
+   * summaries of the blocks condensed at the latest checkpoint's step (as `summaries`) and only the
+   * records after the last of them (or after `afterStep`, if later): at most CONDENSE_AFTER records once
+   * a run's blocks are summarised, however long it is.
    */
-  load(runId: string, options?: { afterStep?: number }): Promise<StoredCheckpoint | undefined>;
+  load(runId: string, options?: { afterStep?: number; recent?: boolean }): Promise<StoredCheckpoint | undefined>;
   /**
    * Records the model's decision for a step before its side-effecting tool runs. Write-once per step:
    * fails with StaleVersionError if the run moved past expectedVersion or the step already has one.

@@ -4,7 +4,8 @@ import {
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import type { StoredCheckpoint } from '../core/codec.ts';
-import { encodeDecision, encodeHead, encodeStep } from '../core/codec.ts';
+import { encodeDecision, encodeHead, encodeStep, encodeSummary } from '../core/codec.ts';
+import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
@@ -18,9 +19,9 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  CANCEL_ATTRIBUTE, HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, TTL_ATTRIBUTE,
-  WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
-  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, waitEventPk, waitShard, waitShards,
+  CANCEL_ATTRIBUTE, HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
+  TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
+  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
@@ -30,6 +31,8 @@ export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
  */
 const CREATE_INLINE_STEPS = 50;
 const CREATE_PUT_CONCURRENCY = 10;
+/** The condition of a write that creates an item: heads of new runs, step records, history rows. */
+const ABSENT = { ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK } } as const;
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
 const REASON_ATTRIBUTE_LIMIT = 1000;
 
@@ -53,7 +56,8 @@ type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[numb
  * TransactWriteItems: the head update fenced on the version, the new step record and the new history row
  * succeed or fail together, so a crash or a lost race can never leave a step without its checkpoint or a
  * gap in the history. Loading a run is one strongly consistent Query over its partition; a worker that
- * holds the run's earlier steps reads only the head and the steps it lacks (load with afterStep).
+ * holds the run's earlier steps reads only the head and the steps it lacks (load with afterStep); a resume
+ * that holds none reads the block summaries and the records after them (load with recent).
  */
 export class DynamoCheckpointStore implements CheckpointStore {
   private readonly spill: AttributeSpill;
@@ -103,7 +107,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
           Put: {
             TableName: this.table, Item: fits(headItem),
             // Version 1 is written once: a second start of the same run id must not reset a run in progress.
-            ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+            ...ABSENT,
             ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
           },
         },
@@ -111,7 +115,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
         ...(inline ? records.map((r): TransactItem => ({
           Put: {
             TableName: this.table, Item: recordItem(r),
-            ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+            ...ABSENT,
           },
         })) : []),
       ]));
@@ -172,20 +176,43 @@ export class DynamoCheckpointStore implements CheckpointStore {
     }))).Item;
   }
 
-  async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
-    const after = options.afterStep ?? 0;
-    // Cold, the head and every step record in one strongly consistent Query (one call per 1 MB page).
-    // Warm, only what the caller lacks: see loadAfter.
-    const items = after ? await this.loadAfter(runId, after) : await this.queryAll({
-      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :head AND :stepsEnd',
-      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
-      ExpressionAttributeValues: { ':pk': runPk(runId), ':head': HEAD_SK, ':stepsEnd': STEPS_END },
-    });
+  /**
+   * Cold, the head and every step record in one strongly consistent Query (one call per 1 MB page). Warm
+   * (afterStep), the head, then, only if the run has steps the caller does not hold, a Query for exactly
+   * those. Capacity is charged for every item a Query reads, filtered or not, so the held records must stay
+   * outside the key range; the head and the newer steps are not adjacent in sort order (h < s#<held> <
+   * s#<newer>), so this takes two calls when the caller is behind. The common warm case (the caller ran the
+   * previous step) is one GetItem of the head. Bounded (recent), one Query for the head and the summaries
+   * (adjacent: h < p#), then one for the records after the last block condensed at the head's step. Every read is strongly consistent;
+   * the records Query ends at the head's step, so a commit landing between the two reads adds nothing the
+   * head does not account for.
+   */
+  async load(runId: string, options: { afterStep?: number; recent?: boolean } = {}): Promise<StoredCheckpoint | undefined> {
+    let after = options.afterStep ?? 0;
+    let summaries: string[] | undefined;
+    const items = options.recent ? await this.between(runId, HEAD_SK, SUMMARIES_END)
+      : after ? [await this.headItem(runId)].filter((item) => item !== undefined)
+      : await this.between(runId, HEAD_SK, STEPS_END);
     const head = items.find((item) => item[SK] === HEAD_SK);
     if (!head) return undefined;
+    const last = Number(head.step);
+    if (options.recent) {
+      // Only the blocks condensed at the head's step: a commit landing after this read saw the head may
+      // have written the next block's summary, whose records the run at this step still lists.
+      summaries = [];
+      let through = 0;
+      // Between the head and SUMMARIES_END there are only summaries.
+      for (const item of items) {
+        if (item === head || Number(item.last) > condensedBlocks(last) * CONDENSE_BLOCK) continue;
+        summaries.push(String(item.summary));
+        through = Number(item.last);
+      }
+      after = Math.max(after, through);
+    }
+    if ((options.recent || after) && last > after) items.push(...await this.between(runId, stepSk(after + 1), stepSk(last)));
     // A Query is not a snapshot: a commit landing while it pages may add a record after the head it
     // already read. The head is the truth; records past its step belong to a version this read did not see.
-    const stepItems = items.filter((item) => isStepSk(String(item[SK])) && Number(item.step) <= Number(head.step));
+    const stepItems = items.filter((item) => isStepSk(String(item[SK])) && Number(item.step) <= last);
     const [headText, pending, ...steps] = await Promise.all([
       this.restore(head, 'head'),
       head.pending !== undefined || head.pendingRef !== undefined ? this.restore(head, 'pending') : Promise.resolve(undefined),
@@ -194,6 +221,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return {
       runId, version: Number(head.version), status: head.status as RunStatus, head: headText ?? '', steps: steps.map((s) => s ?? ''),
       ...(after ? { stepsAfter: after } : {}),
+      ...(summaries ? { summaries } : {}),
       ...(pending !== undefined ? { pending } : {}),
       workerId: String(head.workerId), updatedAt: Number(head.updatedAt),
       ...(Number(head[RESTARTS_ATTRIBUTE] ?? 0) ? { restarts: Number(head[RESTARTS_ATTRIBUTE]) } : {}),
@@ -201,55 +229,35 @@ export class DynamoCheckpointStore implements CheckpointStore {
     };
   }
 
-  /**
-   * The head, then, only if the run has steps the caller does not hold, a Query for exactly those. Capacity
-   * is charged for every item a Query reads, filtered or not, so the held records must stay outside the key
-   * range; the head and the newer steps are not adjacent in sort order (h < s#<held> < s#<newer>), so this
-   * takes two calls when the caller is behind. The common warm case (the caller ran the previous step)
-   * is one GetItem of the head. Both reads are strongly consistent; the Query ends at the head's step, so a
-   * commit landing between the two reads adds nothing the head does not account for.
-   */
-  private async loadAfter(runId: string, after: number): Promise<Item[]> {
-    const { Item: head } = await this.options.doc.send(new GetCommand({
-      TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, ConsistentRead: true,
-    }));
-    if (!head) return [];
-    const last = Number(head.step);
-    if (!(last > after)) return [head];
-    const steps = await this.queryAll({
-      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :first AND :last',
+  /** The run's items with sort keys from `from` to `to`, in one strongly consistent Query (paged). */
+  private between(runId: string, from: string, to: string): Promise<Item[]> {
+    return this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :from AND :to',
       ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
-      ExpressionAttributeValues: { ':pk': runPk(runId), ':first': stepSk(after + 1), ':last': stepSk(last) },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':from': from, ':to': to },
     });
-    return [head, ...steps];
   }
 
   async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
     const e = new Expression();
     // ADD on the head, fenced on the version, which it leaves as it is: no checkpoint, no history row.
-    const update = `ADD ${e.name(RESTARTS_ATTRIBUTE)} ${e.value(delta)}`;
-    try {
-      const result = await retryConflicts(() => this.options.doc.send(new UpdateCommand({
-        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
-        UpdateExpression: update, ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
-        ReturnValues: 'UPDATED_NEW',
-      })));
-      return Number(result.Attributes?.[RESTARTS_ATTRIBUTE] ?? 0);
-    } catch (error) {
-      if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion);
-      throw error;
-    }
+    const result = await this.updateFenced(runId, expectedVersion, e, `ADD ${e.name(RESTARTS_ATTRIBUTE)} ${e.value(delta)}`, { ReturnValues: 'UPDATED_NEW' });
+    return Number(result.Attributes?.[RESTARTS_ATTRIBUTE] ?? 0);
   }
 
   async requestCancel(runId: string, expectedVersion: number, request: string): Promise<void> {
     const e = new Expression();
     // On the head, fenced on the version, which it leaves as it is: no checkpoint, no history row, so a
     // step running now still commits (and its commit, which sets only what it names, keeps this).
+    await this.updateFenced(runId, expectedVersion, e, e.update({ [CANCEL_ATTRIBUTE]: request }));
+  }
+
+  /** An update of the head, only at `expectedVersion` (else StaleVersionError). */
+  private async updateFenced(runId: string, expectedVersion: number, e: Expression, update: string, extra: { ReturnValues?: 'UPDATED_NEW' } = {}) {
     try {
-      await retryConflicts(() => this.options.doc.send(new UpdateCommand({
+      return await retryConflicts(() => this.options.doc.send(new UpdateCommand({
         TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
-        UpdateExpression: e.update({ [CANCEL_ATTRIBUTE]: request }),
-        ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
+        UpdateExpression: update, ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(), ...extra,
       })));
     } catch (error) {
       if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion);
@@ -289,7 +297,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const { runId, expectedVersion, state, appended } = write;
     const head = encodeHead(state);
     const step = appended ? encodeStep(appended) : undefined;
-    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);
+    const summaries = (write.summaries ?? []).map((block) => ({ block, text: encodeSummary(block) }));
+    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0) + summaries.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
     const version = expectedVersion + 1;
     const now = this.now;
     const headAttributes = await this.spill.keep('head', head);
@@ -319,7 +328,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
           TableName: this.table, Item: fits({ [PK]: runPk(runId), [SK]: stepSk(appended.step), step: appended.step, ...record }),
           // A step record is written once. It cannot exist while the fence holds; if it ever did, the commit
           // fails instead of rewriting a completed step.
-          ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+          ...ABSENT,
         },
       });
     }
@@ -340,9 +349,20 @@ export class DynamoCheckpointStore implements CheckpointStore {
       Put: {
         TableName: this.table, Item: fits(this.historyRow(runId, version, state, headAttributes, bytes, write, appended, now)),
         // Likewise: history rows are never rewritten.
-        ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK },
+        ...ABSENT,
       },
     });
+    for (const { block, text } of summaries) {
+      // Last, so the conditions keep their places in a cancellation's reasons. Unconditional: a summary is
+      // the same whoever computes it from the block's records, and a condition failing on one written
+      // already would cancel the whole checkpoint.
+      items.push({
+        Put: {
+          TableName: this.table,
+          Item: fits({ [PK]: runPk(runId), [SK]: summarySk(block.last), last: block.last, summary: text }),
+        },
+      });
+    }
     try {
       await retryConflicts(() => this.transact(items));
     } catch (error) {
@@ -354,9 +374,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
   async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
     // The unreadable head is kept as it was (nothing is lost; an operator can inspect or repair it), and the
     // new history row points at the same bytes. Rare, so the extra read is fine.
-    const current = (await this.options.doc.send(new GetCommand({
-      TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK }, ConsistentRead: true,
-    }))).Item;
+    const current = await this.headItem(runId);
     if (!current || Number(current.version) !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
     const now = this.now;
     const version = expectedVersion + 1;
@@ -379,7 +397,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
             ConditionExpression: `${e.name('version')} = ${e.value(expectedVersion)}`, ...e.params(),
           },
         },
-        { Put: { TableName: this.table, Item: fits(row), ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK } } },
+        { Put: { TableName: this.table, Item: fits(row), ...ABSENT } },
       ]));
     } catch (error) {
       throw staleOr(error, runId, expectedVersion, ['', `checkpoint ${version} already exists`]);
@@ -388,11 +406,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
   }
 
   async history(runId: string): Promise<CheckpointInfo[]> {
-    const items = await this.queryAll({
-      KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :start AND :head',
-      ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
-      ExpressionAttributeValues: { ':pk': runPk(runId), ':start': HISTORY_START, ':head': HEAD_SK },
-    });
+    const items = await this.between(runId, HISTORY_START, HEAD_SK);
     const head = items.find((item) => item[SK] === HEAD_SK);
     if (!head) return [];
     const latest = Number(head.version);

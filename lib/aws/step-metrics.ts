@@ -1,5 +1,6 @@
 import type { Usage } from '../core/state.ts';
 import { isTerminal } from '../core/state.ts';
+import { carriedUsage } from '../core/condensed.ts';
 import type { Handled } from '../engine/handle-message.ts';
 import { estimateCost, runCost } from '../llm/cost.ts';
 import { METRIC_NAMES } from '../settings.ts';
@@ -29,11 +30,10 @@ export function stepMetrics(handled: Handled, fallbackModel: string): MetricPoin
   if (state.status === 'failed') points.push({ name: METRIC_NAMES.runsFailed, unit: 'Count', value: 1 });
   if (state.status === 'completed') points.push({ name: METRIC_NAMES.runsCompleted, unit: 'Count', value: 1 });
   if (isTerminal(state.status)) {
-    const rest = unrecordedUsage(state.usage, state.steps.map((s) => s.usage));
-    if (rest) {
-      const carried = state.steps.reduce((usd, s) => usd + (s.usage ? estimateCost(s.usage, s.model ?? fallbackModel)?.usd ?? 0 : 0), 0);
-      points.push(...usagePoints(rest, runCost(state, fallbackModel).usd - carried));
-    }
+    // The records of condensed blocks may not be held (a bounded load): their summaries carry their usage.
+    const rest = unrecordedUsage(state.usage, [carriedUsage(state)]);
+    // Priced like runCost prices the usage no record carries: by the fallback model, 0 if it has no price.
+    if (rest) points.push(...usagePoints(rest, runCost({ usage: rest, steps: [] }, fallbackModel).usd));
   }
   return points;
 }

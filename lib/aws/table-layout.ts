@@ -12,6 +12,8 @@ import type { RunStatus } from '../core/state.ts';
  *                                          the next step's restart count (set only by a redelivery).
  *                                          Never expires: history() shows it as the latest checkpoint, so the
  *                                          latest stays visible even after its own c# row has expired.
+ *                      sk = p#0000000100   the summary of the condensed block that ends at step 100, written by
+ *                                          the checkpoint that condensed it
  *                      sk = s#0000000003   step record 3, written once by the commit that completes step 3
  *   pk = idem#<key>    sk = i              idempotency ledger record of one side-effecting call
  *   pk = waitevt#<type>\n<key>  sk = <runId>   a run waiting for that event: written by the commit that
@@ -20,7 +22,8 @@ import type { RunStatus } from '../core/state.ts';
  *                                          removed by TTL a day after the wait's deadline
  *   pk = evt#<type>\n<key>  sk = <receivedAt>#<id>   a kept event (early events), TTL after the window
  *
- * Sort order c# < h < s#, so `sk BETWEEN 'h' AND 's#~'` is the resume read (head + steps) and
+ * Sort order c# < h < p# < s#, so `sk BETWEEN 'h' AND 's#~'` is the full read (head + steps),
+ * `sk BETWEEN 'h' AND 'p#~'` then `s#<after the last summary>` on is the bounded resume read, and
  * `sk BETWEEN 'c#' AND 'h'` is the timeline read (history + head). Per step a commit writes the head,
  * one step record and one history row: none of them grows with the run's length.
  */
@@ -67,10 +70,12 @@ export const waitShard = (runId: string): string => `w#${statusShard(runId)}`;
 export const waitShards = (): string[] => Array.from({ length: STATUS_SHARDS }, (_, shard) => `w#${shard}`);
 export const ledgerPk = (key: string): string => `idem#${key}`;
 export const stepSk = (step: number): string => `s#${String(step).padStart(SEQ_DIGITS, '0')}`;
+export const summarySk = (lastStep: number): string => `p#${String(lastStep).padStart(SEQ_DIGITS, '0')}`;
 export const checkpointSk = (version: number): string => `c#${String(version).padStart(SEQ_DIGITS, '0')}`;
 
 /** The bounds of the resume read and the timeline read (see the layout above). */
 export const STEPS_END = 's#~';
+export const SUMMARIES_END = 'p#~';
 export const HISTORY_START = 'c#';
 
 export function statusShard(runId: string): number {

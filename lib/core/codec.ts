@@ -2,9 +2,10 @@ import type { z } from 'zod';
 import { canonicalJson } from './canonical-json.ts';
 import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from './errors.ts';
 import { formatOf, migrateRecord } from './migrations.ts';
+import { CONDENSE_BLOCK, condensedBlocks } from './condense.ts';
 import {
-  RECORD_FORMATS, decisionSchema, headOf, runHeadSchema, stepRecordSchema,
-  type Decision, type RecordKind, type RunState, type RunStatus, type StepRecord,
+  RECORD_FORMATS, condensedBlockSchema, decisionSchema, headOf, runHeadSchema, stepRecordSchema,
+  type CondensedBlock, type Decision, type RecordKind, type RunState, type RunStatus, type StepRecord,
 } from './state.ts';
 
 /**
@@ -20,6 +21,11 @@ export interface StoredCheckpoint {
   /** Step records in step order, starting after `stepsAfter` (0 unless the load asked to skip some). */
   steps: string[];
   stepsAfter?: number;
+  /**
+   * From a bounded load (`recent`): the stored summaries of the run's first condensed blocks, in order;
+   * `steps` then starts after the last of them (or after `afterStep`, if later).
+   */
+  summaries?: string[];
   /** The recorded decision for the next step, if any. */
   pending?: string;
   workerId: string;
@@ -38,6 +44,14 @@ export const encodeHead = (state: RunState): string => {
 };
 export const encodeStep = (record: StepRecord): string => canonicalJson(withFormat('step', record));
 export const encodeDecision = (decision: Decision): string => canonicalJson(withFormat('decision', decision));
+export const encodeSummary = (block: CondensedBlock): string => canonicalJson(withFormat('summary', block));
+
+/** The steps a decoding caller already holds (a worker's step cache): records from step `from` + 1, and the summaries before. */
+export interface HeldSteps {
+  from: number;
+  steps: readonly StepRecord[];
+  condensed: readonly CondensedBlock[];
+}
 
 /** A record as stored: with its kind's format, which format 1 leaves out (so its bytes are as they always were). */
 function withFormat<T extends object>(kind: Exclude<RecordKind, 'head'>, record: T): T {
@@ -50,23 +64,41 @@ function withFormat<T extends object>(kind: Exclude<RecordKind, 'head'>, record:
  * (a newer one is NewerFormatError), migrated, and parsed strictly (an unknown field is UnknownFieldError);
  * anything else that does not parse is UnreadableCheckpointError.
  */
-export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord[] = []): RunState {
+export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord[] | HeldSteps = []): RunState {
   const { runId, version } = stored;
   const read = <T>(kind: RecordKind, text: string, where: string, schema: z.ZodType<T>): T =>
     readRecord(kind, parseJson(text, runId, version, where), where, schema, runId, version);
+  const held: HeldSteps = Array.isArray(known) ? { from: 0, steps: known, condensed: [] } : known as HeldSteps;
   const head = read('head', stored.head, 'head', runHeadSchema);
   const after = stored.stepsAfter ?? 0;
-  if (after !== known.length) throw new Error(`decodeState: ${known.length} known steps, but the load skipped ${after}`);
-  const steps = [...known, ...stored.steps.map((text, i) => read('step', text, `step ${after + i + 1}`, stepRecordSchema))];
-  if (steps.length !== head.step || steps.some((s, i) => s.step !== i + 1)) {
-    throw new UnreadableCheckpointError(runId, version, `head says ${head.step} steps, found ${steps.length}`);
+  // Holding nothing, the state starts where the load did; holding records, the load must continue them.
+  const from = held.steps.length || held.from ? held.from : after;
+  if (after !== from + held.steps.length) throw new Error(`decodeState: ${from + held.steps.length} known steps, but the load skipped ${after}`);
+  const steps = [...held.steps, ...stored.steps.map((text, i) => read('step', text, `step ${after + i + 1}`, stepRecordSchema))];
+  if (from + steps.length !== head.step || steps.some((s, i) => s.step !== from + i + 1)) {
+    throw new UnreadableCheckpointError(runId, version, `head says ${head.step} steps, found ${from + steps.length}`);
   }
-  const state: RunState = { ...head, steps };
+  const condensed = stored.summaries
+    ? stored.summaries.map((text, i) => read('summary', text, `summary ${i + 1}`, condensedBlockSchema))
+    : [...held.condensed];
+  checkCondensed(condensed, from, head.step, runId, version);
+  const state: RunState = { ...head, steps, ...(from ? { stepsFrom: from } : {}), ...(condensed.length ? { condensed } : {}) };
   if (stored.pending) {
     const pending = read('decision', stored.pending, 'decision', decisionSchema);
     if (pending.step === state.step + 1) state.pending = pending;
   }
   return state;
+}
+
+/**
+ * Stored summaries are the run's first blocks of CONDENSE_BLOCK steps, one each, no more than the run has
+ * condensed, and they cover every step the state does not hold (the block size is part of the stored format).
+ */
+function checkCondensed(condensed: readonly CondensedBlock[], from: number, step: number, runId: string, version: number): void {
+  if (condensed.some((b, i) => b.last !== (i + 1) * CONDENSE_BLOCK)
+    || condensed.length > condensedBlocks(step) || from > condensed.length * CONDENSE_BLOCK) {
+    throw new UnreadableCheckpointError(runId, version, `${condensed.length} summaries do not fit ${step} steps from step ${from + 1}`);
+  }
 }
 
 /** One stored record: its format checked, migrated to the current one, parsed strictly. */

@@ -8,7 +8,9 @@ import type { StepRecord } from './state.ts';
  * next; a condensation changes the list after the summaries already there, which misses the cache once.
  * Between CONDENSE_AFTER - CONDENSE_BLOCK + 1 and CONDENSE_AFTER steps are listed in full, plus one
  * short line per condensed block. Only the prompt is condensed: every step record stays in the store,
- * in `stepwise status` and `stepwise history`.
+ * in `stepwise status` and `stepwise history`. Each block's summary is also stored, once, by the
+ * checkpoint that condenses it (condensed.ts), so a resume reads it instead of the block's records: the
+ * block size is part of the stored format (a stored summary covers exactly one block).
  */
 export const CONDENSE_AFTER = 200;
 export const CONDENSE_BLOCK = 100;

@@ -21,6 +21,7 @@ export const MIGRATIONS: Record<RecordKind, Record<number, Migration>> = {
   decision: {},
   wait: {},
   ledger: {},
+  summary: {},
 };
 
 /** The format a stored record says it has: `formatVersion`, or 1 for a record written before versions. */

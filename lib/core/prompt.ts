@@ -37,9 +37,9 @@ const [BEFORE_GOAL, AFTER_GOAL_TEMPLATE] = splitOnce(STEP_PROMPT, '{{goal}}');
 const [GOAL_TO_STEPS, AFTER_STEPS_TEMPLATE] = splitOnce(AFTER_GOAL_TEMPLATE, '{{completed_steps}}');
 const [STEPS_TO_RESULT, AFTER_RESULT] = splitOnce(AFTER_STEPS_TEMPLATE, '{{last_tool_result}}');
 
-export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retryNote'>): PromptBlock[] {
+export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retryNote' | 'stepsFrom' | 'condensed'>): PromptBlock[] {
   const head = BEFORE_GOAL + neutraliseTags(state.goal) + GOAL_TO_STEPS;
-  const lines = state.steps.length ? completedStepLines(state.steps) : [NO_STEPS_YET];
+  const lines = state.steps.length ? completedStepLines(state) : [NO_STEPS_YET];
   const blocks: PromptBlock[] = [{ text: head }];
   // The newline goes before a line, not after it: step n's last block must stay byte-identical in
   // step n + 1, where the cache looks its prefix up at the same block boundary.
@@ -53,12 +53,20 @@ export function promptText(blocks: PromptBlock[]): string {
   return blocks.map((b) => b.text).join('');
 }
 
-/** The completed-steps list: a summary per condensed block (lib/core/condense.ts), then a line per step. */
-function completedStepLines(steps: readonly StepRecord[]): string[] {
-  const blocks = condensedBlocks(steps.length);
+/**
+ * The completed-steps list: a summary per condensed block (lib/core/condense.ts), then a line per step. A
+ * block whose records the state holds is summarised from them; one it does not hold (a bounded load) shows
+ * its stored summary, which the same code computed from the same records: the same line either way.
+ */
+function completedStepLines(state: Pick<RunState, 'steps' | 'stepsFrom' | 'condensed'>): string[] {
+  const { steps } = state;
+  const from = state.stepsFrom ?? 0;
+  const blocks = condensedBlocks(from + steps.length);
   if (!blocks) return steps.map(stepLine);
-  const summaries = Array.from({ length: blocks }, (_, b) => summaryLine(steps.slice(b * CONDENSE_BLOCK, (b + 1) * CONDENSE_BLOCK)));
-  return [...summaries, ...steps.slice(blocks * CONDENSE_BLOCK).map(stepLine)];
+  const summaries = Array.from({ length: blocks }, (_, b) => b * CONDENSE_BLOCK < from
+    ? state.condensed![b]!.line
+    : summaryLine(steps.slice(b * CONDENSE_BLOCK - from, (b + 1) * CONDENSE_BLOCK - from)));
+  return [...summaries, ...steps.slice(blocks * CONDENSE_BLOCK - from).map(stepLine)];
 }
 
 /** Characters of the first and the last step's line a summary shows. */

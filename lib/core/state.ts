@@ -133,15 +133,37 @@ export const runHeadSchema = z.strictObject({
 });
 export type RunHead = z.infer<typeof runHeadSchema>;
 
+/**
+ * A condensed block of steps as stored (lib/core/condense.ts): written once by the checkpoint that
+ * condenses it, so a resume reads this in place of the block's records. The records stay in the store.
+ */
+export const condensedBlockSchema = z.strictObject({
+  /** The block's last step: it covers the CONDENSE_BLOCK steps up to this one. */
+  last: z.number().int().positive(),
+  /** The block's line in the prompt's completed-steps list, as the prompt shows it. */
+  line: z.string(),
+  /** The usage the block's step records carry, summed: the run's totals without reading the records. */
+  usage: usageSchema,
+});
+export type CondensedBlock = z.infer<typeof condensedBlockSchema>;
+
 /** The whole run, as the engine sees it. Stores persist the head per version and each step once. */
 export interface RunState extends RunHead {
+  /**
+   * The completed steps' records in step order, from step stepsFrom + 1: every one, unless the state
+   * came from a bounded load (CheckpointStore.load with `recent`), which leaves out condensed blocks.
+   */
   steps: StepRecord[];
+  /** Completed steps before steps[0] that this state does not hold; each is in a block of `condensed`. */
+  stepsFrom?: number;
+  /** The stored summaries of the run's first condensed blocks, in order (from a bounded load). */
+  condensed?: CondensedBlock[];
   /** The recorded decision for step + 1, if the model already chose it. */
   pending?: Decision;
 }
 
 export function headOf(state: RunState): RunHead {
-  const { steps: _steps, pending: _pending, ...head } = state;
+  const { steps: _steps, pending: _pending, stepsFrom: _from, condensed: _condensed, ...head } = state;
   return head;
 }
 

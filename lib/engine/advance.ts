@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
+import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import {
   IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
@@ -17,7 +18,7 @@ import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
 import type { ModelReply, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
-import { stepCacheOf } from './step-cache.ts';
+import { resumeLoad, stepCacheOf } from './step-cache.ts';
 
 export type Advance =
   /** A checkpoint was written: a step (`appended`: its record), a failed attempt, a wait, or the run's end. */
@@ -52,8 +53,8 @@ export interface AdvanceOptions {
  */
 export async function advance(deps: EngineDeps, runId: string, options: AdvanceOptions = {}): Promise<Advance> {
   const cache = stepCacheOf(deps.store);
-  const known = cache.get(runId) ?? [];
-  let stored = await deps.store.load(runId, known.length ? { afterStep: known.length } : undefined);
+  const known = cache.get(runId);
+  let stored = await deps.store.load(runId, resumeLoad(known));
   if (!stored) throw new UnknownRunError(runId);
   const version = stored.version;
   const base: Base = { version, queueWork: options.queueWork };
@@ -68,12 +69,18 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   let state: RunState;
   try {
     state = decodeState(stored, known);
+    // A dollar budget prices each step by the model that chose it: such a run holds every record.
+    if (state.stepsFrom && state.budget?.usd !== undefined) {
+      const { condensed } = state;
+      stored = (await deps.store.load(runId))!;
+      state = { ...decodeState(stored), condensed: condensed! };
+    }
   } catch (error) {
     if (!(error instanceof UnreadableCheckpointError)) throw error;
     cache.delete(runId);
     try {
-      // Judge the checkpoint on a full read, never on what this process remembered.
-      if (known.length) stored = (await deps.store.load(runId))!;
+      // Judge the checkpoint on a full read, never on what this process remembered or a bounded read.
+      stored = (await deps.store.load(runId))!;
       state = decodeState(stored);
     } catch (again) {
       if (!(again instanceof UnreadableCheckpointError)) throw again;
@@ -269,11 +276,14 @@ interface Base {
 async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord): Promise<Advance> {
   const { version } = base;
   const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1) : undefined;
+  // The checkpoint that condenses a block writes its summary (lib/core/condensed.ts): a few hundred bytes
+  // once per CONDENSE_BLOCK steps, so that no resume has to read the block's records again.
+  const summaries = summariesDue(next);
   const written = await deps.store.commit({
     runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
-    ...(appended ? { appended } : {}), queue,
+    ...(appended ? { appended } : {}), ...(summaries.length ? { summaries } : {}), queue,
   });
-  if (next.status === 'running') stepCacheOf(deps.store).set(next.runId, next.steps);
+  if (next.status === 'running') stepCacheOf(deps.store).set(next.runId, heldAfter(next, summaries, next.budget?.usd !== undefined));
   else stepCacheOf(deps.store).delete(next.runId);
   deps.log.info({
     event: 'checkpoint', runId: next.runId, step: next.step, version: written.version, workerId: deps.workerId,

@@ -5,7 +5,7 @@ import type { Delivery, QueueWork } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
-import { stepCacheOf } from './step-cache.ts';
+import { resumeLoad, stepCacheOf } from './step-cache.ts';
 import { DEFAULT_MAX_RECEIVES } from '../settings.ts';
 
 const runMessageSchema = z.object({ runId: z.string().min(1), version: z.number().int().positive() }).strict();
@@ -153,8 +153,7 @@ function leaveForNewerCode(deps: EngineDeps, error: NewerFormatError, runId: str
  * the way forward: it comes back instead (and the receive count still bounds a loop).
  */
 async function afterStaleWrite(deps: EngineDeps, runId: string, version: number, receiveCount: number): Promise<Handled> {
-  const known = stepCacheOf(deps.store).get(runId)?.length ?? 0;
-  const latest = await deps.store.load(runId, known ? { afterStep: known } : undefined);
+  const latest = await deps.store.load(runId, resumeLoad(stepCacheOf(deps.store).get(runId)));
   deps.log.warn({ event: 'stale-write', runId, version, latest: latest?.version, status: latest?.status, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run');
   if (!latest || latest.status !== 'running') return { action: 'ack', runId };
   if (latest.version === version) return { action: 'release', delayMs: retryDelayMs(Math.min(receiveCount, 6)), runId };

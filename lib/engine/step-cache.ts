@@ -1,25 +1,27 @@
-import type { StepRecord } from '../core/state.ts';
+import type { HeldSteps } from '../core/codec.ts';
 import type { CheckpointStore } from '../ports.ts';
 
 /** Runs whose decoded step records a process keeps; least recently used beyond this are dropped. */
 const MAX_RUNS = 256;
 
 /**
- * Decoded step records per run, kept by a worker process between steps. Step records are written once
- * and never change, so holding them is always safe: the next step loads only the head and the records
- * written since, and the per-step cost stays flat however long the run is. The version check on every
- * write still decides who may advance the run; this only saves re-reading what cannot have changed.
+ * Decoded step records per run, kept by a worker process between steps: the summaries of the condensed
+ * blocks and the records after them, as a bounded load gives them (lib/core/condensed.ts). Step records
+ * and summaries are written once and never change, so holding them is always safe: the next step loads
+ * only the head and the records written since, and the per-step cost stays flat however long the run is.
+ * The version check on every write still decides who may advance the run; this only saves re-reading
+ * what cannot have changed.
  */
 export class StepCache {
-  private readonly runs = new Map<string, readonly StepRecord[]>();
+  private readonly runs = new Map<string, HeldSteps>();
 
-  get(runId: string): readonly StepRecord[] | undefined {
+  get(runId: string): HeldSteps | undefined {
     const steps = this.runs.get(runId);
     if (steps) { this.runs.delete(runId); this.runs.set(runId, steps); } // most recently used last
     return steps;
   }
 
-  set(runId: string, steps: readonly StepRecord[]): void {
+  set(runId: string, steps: HeldSteps): void {
     this.runs.delete(runId);
     this.runs.set(runId, steps);
     if (this.runs.size > MAX_RUNS) this.runs.delete(this.runs.keys().next().value!);
@@ -28,6 +30,15 @@ export class StepCache {
   delete(runId: string): void {
     this.runs.delete(runId);
   }
+}
+
+/**
+ * What a load for a run's next step asks of the store: the records after those held, or, holding none (a
+ * cold resume), the bounded read: the block summaries and the records after them.
+ */
+export function resumeLoad(held: HeldSteps | undefined): { afterStep: number } | { recent: true } {
+  const after = held ? held.from + held.steps.length : 0;
+  return after ? { afterStep: after } : { recent: true };
 }
 
 const caches = new WeakMap<CheckpointStore, StepCache>();

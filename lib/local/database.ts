@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS steps (
   PRIMARY KEY (run_id, step)
 ) WITHOUT ROWID;
 
+-- The summary of each condensed block of a run (lib/core/condensed.ts), by its last step, written once
+-- by the checkpoint that condensed it. A resume reads these and the records after them.
+CREATE TABLE IF NOT EXISTS summaries (
+  run_id    TEXT NOT NULL,
+  last_step INTEGER NOT NULL,
+  summary   TEXT NOT NULL,
+  PRIMARY KEY (run_id, last_step)
+) WITHOUT ROWID;
+
 -- bytes: the blob's own length; data as stored, compressed when encoding says so (NULL: as given).
 CREATE TABLE IF NOT EXISTS blobs (
   ref        TEXT PRIMARY KEY,

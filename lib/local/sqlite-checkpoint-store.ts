@@ -1,5 +1,6 @@
 import type * as Codec from '../core/codec.ts';
 import type { StoredCheckpoint } from '../core/codec.ts';
+import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
@@ -79,24 +80,36 @@ export class SqliteCheckpointStore implements CheckpointStore {
     });
   }
 
-  async load(runId: string, options: { afterStep?: number } = {}): Promise<StoredCheckpoint | undefined> {
-    const after = options.afterStep ?? 0;
-    // One read transaction, so the head and the step rows come from the same moment.
+  async load(runId: string, options: { afterStep?: number; recent?: boolean } = {}): Promise<StoredCheckpoint | undefined> {
+    // One read transaction, so the head, the summaries and the step rows come from the same moment.
     return this.db.transaction(() => {
       const row = this.sql(
-        'SELECT r.version, r.status, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
-      ).get(runId) as { version: number; status: RunStatus; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string } | undefined;
+        'SELECT r.version, r.status, r.step, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
+      ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string } | undefined;
       if (!row) return undefined;
+      const summaries = options.recent ? this.summariesOf(runId, row.step) : undefined;
+      const after = Math.max(options.afterStep ?? 0, summaries?.through ?? 0);
       const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? AND step > ? ORDER BY step').all(runId, after) as { step: number; decision: string | null; record: string | null }[];
       const steps = stepRows.filter((s) => s.record !== null).map((s) => s.record as string);
       const pending = stepRows.find((s) => s.record === null)?.decision ?? undefined;
       return {
         runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
+        ...(summaries ? { summaries: summaries.texts } : {}),
         ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
         ...(row.reason ? { reason: row.reason } : {}), ...(row.restarts ? { restarts: row.restarts } : {}),
         ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
       };
     })();
+  }
+
+  /**
+   * The summaries of the blocks condensed at `step` (lib/core/condense.ts), and the last step they cover.
+   * A gap (which no checkpoint leaves) is the decoder's to refuse.
+   */
+  private summariesOf(runId: string, step: number): { texts: string[]; through: number } {
+    const rows = this.sql('SELECT last_step, summary FROM summaries WHERE run_id = ? AND last_step <= ? ORDER BY last_step')
+      .all(runId, condensedBlocks(step) * CONDENSE_BLOCK) as { last_step: number; summary: string }[];
+    return { texts: rows.map((r) => r.summary), through: rows.at(-1)?.last_step ?? 0 };
   }
 
   async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
@@ -128,10 +141,11 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async commit(write: CheckpointWrite): Promise<CommitResult> {
-    const { encodeHead, encodeStep } = await encoders();
+    const { encodeHead, encodeStep, encodeSummary } = await encoders();
     const head = encodeHead(write.state);
     const step = write.appended ? encodeStep(write.appended) : undefined;
-    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0);
+    const summaries = (write.summaries ?? []).map((block) => ({ block, text: encodeSummary(block) }));
+    const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0) + summaries.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
     return immediate(this.db, () => {
       const now = this.now;
       const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
@@ -151,6 +165,10 @@ export class SqliteCheckpointStore implements CheckpointStore {
         ).run(write.runId, write.appended.step, step);
         // Unreachable while the fence holds; if it ever fails, roll back rather than rewrite history.
         if (stored.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion, `step ${write.appended.step} is already recorded`);
+      }
+      // Written once: a summary stored already (the same block's) stays as it is.
+      for (const { block, text } of summaries) {
+        this.sql('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(write.runId, block.last, text);
       }
       this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
       // The step's queue work, in the same transaction: a crash leaves all of it or none of it.

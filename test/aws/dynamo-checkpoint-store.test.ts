@@ -4,8 +4,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAwsClients } from '../../lib/aws/clients.ts';
 import { DynamoCheckpointStore } from '../../lib/aws/dynamo-checkpoint-store.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from '../../lib/aws/item-size.ts';
-import { HEAD_SK, PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk } from '../../lib/aws/table-layout.ts';
-import { decodeState, encodeStep } from '../../lib/core/codec.ts';
+import { HEAD_SK, PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk, summarySk } from '../../lib/aws/table-layout.ts';
+import { decodeState, encodeStep, encodeSummary } from '../../lib/core/codec.ts';
+import { condensedBlocks } from '../../lib/core/condense.ts';
+import { condensedBlock } from '../../lib/core/condensed.ts';
 import { blobRef } from '../../lib/core/result.ts';
 import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
@@ -225,6 +227,53 @@ describe('DynamoDB checkpoint store: the resume read', () => {
     } finally {
       clients.destroy();
     }
+  });
+
+  it('reads a cold resume at step 600 in two Queries for no more capacity than at step 200, once the summaries are stored', async () => {
+    const runId = 'resume-bounded-run';
+    const reads = countReadUnits(resources.clients.dynamo);
+    const counts = countCommands(resources.clients.dynamo);
+    await store.create(newState(runId), META);
+    let state = newState(runId);
+    let version = 1;
+    const unitsAt = async () => { reads.units = 0; counts.clear(); await store.load(runId, { recent: true }); return reads.units; };
+    let at200 = 0;
+    for (let n = 1; n <= 600; n++) {
+      const record = recordFor(runId, n);
+      state = completeStep(state, record, 3_000 + n);
+      const summaries = condensedBlocks(n) > condensedBlocks(n - 1) ? [condensedBlock(state.steps.slice((condensedBlocks(n) - 1) * 100, condensedBlocks(n) * 100))] : [];
+      version = (await store.commit({ runId, expectedVersion: version, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META })).version;
+      if (n === 200) at200 = await unitsAt();
+    }
+    const at600 = await unitsAt();
+    expect(Object.fromEntries(counts)).toEqual({ QueryCommand: 2 });
+    reads.units = 0;
+    await store.load(runId);
+    const every = reads.units;
+    expect(at600).toBeLessThanOrEqual(at200 + 1);
+    expect(every).toBeGreaterThan(2 * at600);
+    const bounded = decodeState((await store.load(runId, { recent: true }))!);
+    expect(bounded).toMatchObject({ step: 600, stepsFrom: 400 });
+    expect(bounded.condensed?.map((b) => b.last)).toEqual([100, 200, 300, 400]);
+    expect(bounded.steps).toEqual(state.steps.slice(400));
+  });
+
+  it('leaves out of a bounded load the summary of a block not condensed at the head\'s step (a later checkpoint wrote it)', async () => {
+    const runId = 'resume-summary-race';
+    await commitSteps(store, runId, 320);
+    const state = stateAfter(runId, 320);
+    const put = (last: number) => resources.clients.doc.send(new PutCommand({
+      TableName: resources.tableName,
+      Item: { [PK]: runPk(runId), [SK]: summarySk(last), last, summary: encodeSummary(condensedBlock(state.steps.slice(last - 100, last))) },
+    }));
+    await put(100);
+    await put(200);
+    // Written by the checkpoint of step 401, which this read's head (step 320) does not include.
+    await put(300);
+    const loaded = (await store.load(runId, { recent: true }))!;
+    expect(loaded.summaries).toHaveLength(2);
+    expect(loaded.stepsAfter).toBe(200);
+    expect(decodeState(loaded).steps).toEqual(state.steps.slice(200));
   });
 
   it('restores a spilled head, decision and step records on a warm load', async () => {

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { decodeState } from '../../lib/core/codec.ts';
+import { decodeState, encodeStep } from '../../lib/core/codec.ts';
+import { CONDENSE_AFTER, CONDENSE_BLOCK, condensedBlocks } from '../../lib/core/condense.ts';
+import { ZERO_USAGE } from '../../lib/core/state.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
@@ -259,6 +261,57 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       const listed = (await s().list({ status: 'failed', limit: 1000 })).find((r) => r.runId === runId);
       expect(listed?.reason).toContain('not valid JSON');
       await expect(s().markUnreadable(runId, stored.version, 'again', META)).rejects.toBeInstanceOf(StaleVersionError);
+    });
+
+    it('loads a long run boundedly: the block summaries and only the records after the last summarised block', async () => {
+      const runId = uniqueRunId('recent');
+      await s().create(newState(runId), META);
+      const summary = (block: number) => ({
+        last: (block + 1) * CONDENSE_BLOCK, line: `block ${block} of ${runId}`,
+        usage: { ...ZERO_USAGE, inputTokens: block + 1 },
+      });
+      let state = newState(runId);
+      let version = 1;
+      for (let n = 1; n <= 450; n++) {
+        const record = recordFor(runId, n);
+        state = completeStep(state, record, 3_000 + n);
+        // The checkpoint that condenses a block writes its summary, once (steps 201, 301, 401).
+        const due = condensedBlocks(n) > condensedBlocks(n - 1) ? [summary(condensedBlocks(n) - 1)] : [];
+        version = (await s().commit({ runId, expectedVersion: version, state, appended: record, ...(due.length ? { summaries: due } : {}), ...META })).version;
+      }
+      const recent = (await s().load(runId, { recent: true }))!;
+      expect(recent.summaries?.map((text) => JSON.parse(text))).toEqual([summary(0), summary(1), summary(2)]);
+      expect(recent.stepsAfter).toBe(300);
+      expect(recent.steps).toHaveLength(150);
+      expect(recent.steps.length).toBeLessThanOrEqual(CONDENSE_AFTER);
+      const bounded = decodeState(recent);
+      expect(bounded).toMatchObject({ step: 450, stepsFrom: 300, condensed: [summary(0), summary(1), summary(2)] });
+      expect(bounded.steps.map((r) => r.step)).toEqual(Array.from({ length: 150 }, (_, i) => 301 + i));
+      expect(bounded.steps).toEqual(state.steps.slice(300));
+      // Every record stays: a plain load still reads them all, and a load after a step reads from there.
+      const full = decodeState((await s().load(runId))!);
+      expect(full.steps).toEqual(state.steps);
+      expect(full.stepsFrom).toBeUndefined();
+      expect((await s().load(runId, { recent: true, afterStep: 420 }))!).toMatchObject({ stepsAfter: 420, steps: state.steps.slice(420).map(encodeStep) });
+      expect((await s().history(runId))).toHaveLength(451);
+
+      // A commit that loses the fence writes none of its summaries.
+      const record = recordFor(runId, 451);
+      const next = completeStep(state, record, 9_000);
+      await expect(s().commit({ runId, expectedVersion: version - 1, state: next, appended: record, summaries: [summary(3)], ...META })).rejects.toBeInstanceOf(StaleVersionError);
+      expect((await s().load(runId, { recent: true }))!.summaries).toHaveLength(3);
+      // Writing a stored summary again (a worker that did not know it was written) fails nothing.
+      await s().commit({ runId, expectedVersion: version, state: next, appended: record, summaries: [summary(2)], ...META });
+      expect((await s().load(runId, { recent: true }))!).toMatchObject({ stepsAfter: 300 });
+      expect(decodeState((await s().load(runId, { recent: true }))!).steps).toHaveLength(151);
+    });
+
+    it('a bounded load of a run with no summaries (written before them) reads every record', async () => {
+      const { runId } = await runWithSteps('recent-none', 230);
+      const recent = (await s().load(runId, { recent: true }))!;
+      expect(recent.summaries).toEqual([]);
+      expect(recent.stepsAfter ?? 0).toBe(0);
+      expect(decodeState(recent).steps).toEqual(stateAfter(runId, 230).steps);
     });
 
     it('indexes a waiting run by its event and deadline, and forgets the wait when it ends', async () => {

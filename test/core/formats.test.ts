@@ -1,13 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { decodeState, encodeDecision, encodeHead, encodeStep, type StoredCheckpoint } from '../../lib/core/codec.ts';
+import { decodeState, encodeDecision, encodeHead, encodeStep, encodeSummary, type StoredCheckpoint } from '../../lib/core/codec.ts';
+import { condensedBlock } from '../../lib/core/condensed.ts';
 import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { MIGRATIONS, migrateRecord } from '../../lib/core/migrations.ts';
 import { FORMAT_VERSION, RECORD_FORMATS } from '../../lib/core/state.ts';
 import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
 import { decisionFor, stateAfter } from '../support/states.ts';
 
-const stored = (input: { head: string; steps?: string[]; pending?: string; status?: 'running' | 'waiting' }): StoredCheckpoint => ({
+const stored = (input: { head: string; steps?: string[]; pending?: string; status?: 'running' | 'waiting'; summaries?: string[]; stepsAfter?: number }): StoredCheckpoint => ({
   runId: 'r', version: 5, status: input.status ?? 'running', head: input.head, steps: input.steps ?? [],
+  ...(input.summaries ? { summaries: input.summaries } : {}), ...(input.stepsAfter ? { stepsAfter: input.stepsAfter } : {}),
   ...(input.pending ? { pending: input.pending } : {}), workerId: 'w', updatedAt: 0,
 });
 
@@ -21,7 +23,7 @@ function waitingState() {
 
 describe('record formats', () => {
   it('versions every stored record kind; today\'s records are format 1 and are written as they always were', () => {
-    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 1, ledger: 1 });
+    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 1, ledger: 1, summary: 1 });
     const state = stateAfter('r', 1);
     // Format 1 is the absence of a version: the bytes of a record are the bytes today's code writes.
     expect(encodeStep(state.steps[0]!)).toBe('{"at":2001,"idempotencyKey":"r/step-1","input":{"batch":1},"result":{"bytes":11,"ok":true,"text":"wrote row 1"},"step":1,"tool":"write_row","workerId":"worker-test"}');
@@ -49,6 +51,17 @@ describe('record formats', () => {
     const head = json(encodeHead(waiting));
     const newerWait = JSON.stringify({ ...head, wait: { ...(head.wait as object), formatVersion: 2 } });
     expect(() => decodeState(stored({ head: newerWait, steps: waiting.steps.map(encodeStep), status: 'waiting' }))).toThrow(NewerFormatError);
+  });
+
+  it('refuses a block summary of a newer format or with a field it does not know; a bounded load needs the summaries to cover what it skipped', () => {
+    const state = stateAfter('r', 230);
+    const block = condensedBlock(state.steps.slice(0, 100));
+    const bounded = (summaries: string[], after = 100) => stored({ head: encodeHead(state), steps: state.steps.slice(after).map(encodeStep), summaries, stepsAfter: after });
+    expect(decodeState(bounded([encodeSummary(block)]))).toMatchObject({ stepsFrom: 100, condensed: [block] });
+    expect(() => decodeState(bounded([JSON.stringify({ ...block, formatVersion: 2 })]))).toThrow(NewerFormatError);
+    expect(() => decodeState(bounded([JSON.stringify({ ...block, tokens: 3 })]))).toThrow(/summary 1.*tokens/);
+    expect(() => decodeState(bounded([]))).toThrow(/0 summaries do not fit 230 steps from step 101/);
+    expect(() => decodeState(bounded([encodeSummary({ ...block, last: 99 })]))).toThrow(UnreadableCheckpointError);
   });
 
   it('refuses, never strips, a field it does not know, naming it', () => {

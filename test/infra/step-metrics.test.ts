@@ -6,6 +6,9 @@ import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { runCost } from '../../lib/llm/cost.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { METRIC_NAMES } from '../../lib/settings.ts';
+import { condensedBlock } from '../../lib/core/condensed.ts';
+import { complete, completeStep } from '../../lib/core/transitions.ts';
+import { newState, recordFor } from '../support/states.ts';
 import { ManualClock, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel } from '../support/stub-model.ts';
 
@@ -53,6 +56,17 @@ async function runAndCollect(script: (step: number, attempt: number) => ModelRep
 const total = (points: MetricPoint[], name: string) => points.filter((p) => p.name === name).reduce((n, p) => n + p.value, 0);
 
 describe('worker metrics from handled messages', () => {
+  it('add up a run\'s end the same from a bounded state (condensed blocks not held) as from every record', () => {
+    let state = newState('long');
+    for (let n = 1; n <= 250; n++) state = completeStep(state, { ...recordFor('long', n), usage: usage(n, 2), model: MODEL }, 3_000 + n);
+    const done = complete(state, 'all noted', usage(40, 30, 200), 9_000);
+    const bounded = { ...done, stepsFrom: 100, steps: done.steps.slice(100), condensed: [condensedBlock(done.steps.slice(0, 100))] };
+    const at = (s: typeof done): MetricPoint[] => stepMetrics({ action: 'ack', outcome: { kind: 'advanced', version: 252, state: s, bytes: 1_000 } }, MODEL);
+    expect(at(bounded)).toEqual(at(done));
+    expect(total(at(bounded), METRIC_NAMES.inputTokens)).toBe(40);
+    expect(total(at(bounded), METRIC_NAMES.modelCostUsd)).toBeGreaterThan(0);
+  });
+
   it('count steps, failed attempts and run ends, and add the tokens up to exactly the run usage, discarded replies included', async () => {
     const { points, state } = await runAndCollect((step, attempt) => {
       if (step === 2 && attempt === 1) return { kind: 'invalid', reason: 'two tool calls', usage: usage(70, 9), model: MODEL };

@@ -7,6 +7,9 @@ import { checkpointStoreContract } from '../contract/checkpoint-store-contract.t
 import { eventBufferContract } from '../contract/event-buffer-contract.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
+import { decodeState, encodeSummary } from '../../lib/core/codec.ts';
+import { condensedBlock } from '../../lib/core/condensed.ts';
+import { UnreadableCheckpointError } from '../../lib/core/errors.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-store-'));
 let now = 1_000_000;
@@ -23,6 +26,28 @@ checkpointStoreContract('SQLite', () => ({
 
 const events = new SqliteEventBuffer(runtime.db, { clock });
 eventBufferContract('SQLite', () => ({ events, setNow: (ms) => { now = ms; } }));
+
+describe('SQLite bounded load', () => {
+  it('leaves out the summary of a block not condensed at the head\'s step; a gap is refused as unreadable', async () => {
+    const runId = 'bounded-race';
+    await runtime.store.create(newState(runId), META);
+    for (let n = 1; n <= 320; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+    const state = stateAfter(runId, 320);
+    const put = (last: number) => runtime.db.prepare('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?)')
+      .run(runId, last, encodeSummary(condensedBlock(state.steps.slice(last - 100, last))));
+    put(100);
+    put(300);
+    // Block 201-300 is condensed only from step 401 on: left out. Block 101-200 is missing: a gap.
+    const loaded = (await runtime.store.load(runId, { recent: true }))!;
+    expect(loaded).toMatchObject({ stepsAfter: 100, summaries: [expect.stringContaining('"last":100')] });
+    expect(decodeState(loaded).steps).toEqual(state.steps.slice(100));
+    put(200);
+    expect(decodeState((await runtime.store.load(runId, { recent: true }))!)).toMatchObject({ stepsFrom: 200, steps: state.steps.slice(200) });
+    runtime.db.prepare('DELETE FROM summaries WHERE run_id = ? AND last_step = 100').run(runId);
+    const gap = (await runtime.store.load(runId, { recent: true }))!;
+    expect(() => decodeState(gap)).toThrow(UnreadableCheckpointError);
+  });
+});
 
 describe('SQLite retention', () => {
   it('prunes checkpoints older than the window but never the latest', async () => {
