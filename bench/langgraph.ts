@@ -3,7 +3,8 @@
  * same run: ms per step and bytes stored per run, at 500 B and at 20 KB tool outputs.
  *
  * LangGraph: a StateGraph over MessagesAnnotation with one node that "calls the model" (a stub AIMessage
- * with one tool call) and runs the no-op tool (a ToolMessage of the output), looping 60 times; its
+ * with one tool call) and runs the no-op tool (a ToolMessage of the output), looping 60 times, and the
+ * same loop in the two-node shape of its prebuilt ReAct agent (model node, tools node); its
  * SqliteSaver on a file with synchronous=FULL, invoked with durability "sync" (each checkpoint written
  * before the next step starts). stepwise: the same loop (instant model, no-op read-only tool) through
  * advance() and through the whole worker path (receive, step, send, ack), plus the floor: one durable
@@ -48,6 +49,41 @@ const output = queryOutput;
 /** stepwise's blobs counted at their own length, as if stored uncompressed: how much compression gives. */
 function uncompressedBlobExtra(db: Database.Database): number {
   return (db.prepare('SELECT coalesce(sum(bytes - length(data)), 0) AS n FROM blobs').get() as { n: number }).n;
+}
+
+const toolCount = (state: typeof MessagesAnnotation.State) => state.messages.filter((m) => m.getType() === 'tool').length;
+
+/**
+ * LangGraph's loop in the shape its prebuilt ReAct agent and its docs use: a model node and a tools node,
+ * so each step is two supersteps and two checkpoints. The one-node loop below is the cheapest shape it has.
+ */
+function langGraphTwoNodeCase(dir: string, bytes: number) {
+  const saver = SqliteSaver.fromConnString(join(dir, `langgraph2-${bytes}.db`));
+  saver.db.pragma('journal_mode = WAL');
+  saver.db.pragma('synchronous = FULL');
+  const graph = new StateGraph(MessagesAnnotation)
+    .addNode('agent', (state) => {
+      const id = `call_${toolCount(state) + 1}`;
+      return { messages: [new AIMessage({ content: '', tool_calls: [{ name: 'noop', args: {}, id, type: 'tool_call' }] })] };
+    })
+    .addNode('tools', (state) => {
+      const n = toolCount(state) + 1;
+      return { messages: [new ToolMessage({ content: output(n, bytes), tool_call_id: `call_${n}` })] };
+    })
+    .addEdge(START, 'agent')
+    .addEdge('agent', 'tools')
+    .addConditionalEdges('tools', (state) => (toolCount(state) >= STEPS ? END : 'agent'))
+    .compile({ checkpointer: saver });
+  return {
+    name: 'LangGraph JS, agent + tools nodes, SqliteSaver, durability sync',
+    async run(round: number): Promise<{ ms: number; bytes?: number }> {
+      const t0 = process.hrtime.bigint();
+      const final = await graph.invoke({ messages: [{ role: 'user', content: 'do 60 steps' }] }, { configurable: { thread_id: `t${round}` }, durability: 'sync', recursionLimit: 2 * STEPS + 10 });
+      const ms = Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+      if (final.messages.length !== 1 + 2 * STEPS) throw new Error(`LangGraph ran ${final.messages.length} messages`);
+      return { ms, ...(round === 0 ? { bytes: storedBytes(saver.db) } : {}) };
+    },
+  };
 }
 
 function langGraphCase(dir: string, bytes: number) {
@@ -117,14 +153,17 @@ function floorCase(dir: string, bytes: number) {
 }
 
 /** `stepwiseUncompressed`: stepwise's bytes with its blobs counted at their own length. */
-export interface PeerFigures { bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number }
+export interface PeerFigures {
+  bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; langgraph2Ms: number;
+  stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number; langgraph2Bytes: number;
+}
 
 export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
   const { dir, cleanup } = tempDir();
   const figures: PeerFigures[] = [];
   try {
     for (const bytes of SIZES) {
-      const cases = [floorCase(dir, bytes), stepwiseCase(dir, bytes, 'engine'), stepwiseCase(dir, bytes, 'worker'), langGraphCase(dir, bytes)];
+      const cases = [floorCase(dir, bytes), stepwiseCase(dir, bytes, 'engine'), stepwiseCase(dir, bytes, 'worker'), langGraphCase(dir, bytes), langGraphTwoNodeCase(dir, bytes)];
       const ms = cases.map(() => [] as number[]);
       const stored = cases.map(() => 0);
       let uncompressed = 0;
@@ -137,8 +176,11 @@ export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
           } else ms[i]!.push(r.ms);
         }
       }
-      const [floorMs, engineMs, workerMs, langgraphMs] = ms.map(median) as [number, number, number, number];
-      figures.push({ bytes, floorMs, engineMs, workerMs, langgraphMs, stepwiseBytes: stored[1]!, stepwiseUncompressed: uncompressed, langgraphBytes: stored[3]! });
+      const [floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms] = ms.map(median) as [number, number, number, number, number];
+      figures.push({
+        bytes, floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms,
+        stepwiseBytes: stored[1]!, stepwiseUncompressed: uncompressed, langgraphBytes: stored[3]!, langgraph2Bytes: stored[4]!,
+      });
     }
   } finally {
     cleanup();
@@ -153,8 +195,9 @@ export function formatPeers(figures: PeerFigures[]): string {
     lines.push(`  floor (one durable insert)            ${fmt(f.floorMs, 3)} ms`);
     lines.push(`  stepwise engine step (read-only)      ${fmt(f.engineMs, 3)} ms   ${fmt(f.engineMs / f.floorMs, 2)}x floor`);
     lines.push(`  stepwise worker path                  ${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
-    lines.push(`  LangGraph JS (SqliteSaver, sync)      ${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
-    lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x)`);
+    lines.push(`  LangGraph JS, one node (sync)         ${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
+    lines.push(`  LangGraph JS, agent + tools (sync)    ${fmt(f.langgraph2Ms, 3)} ms   ${fmt(f.langgraph2Ms / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraph2Ms / f.workerMs, 1)}x worker path`);
+    lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x), agent + tools ${f.langgraph2Bytes.toLocaleString('en-US')} B (${fmt(f.langgraph2Bytes / f.stepwiseBytes, 1)}x)`);
     lines.push(`    stepwise with blobs uncompressed    ${f.stepwiseUncompressed.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseUncompressed, 1)}x): compression gives ${fmt(f.stepwiseUncompressed / f.stepwiseBytes, 2)}x`);
   }
   return lines.join('\n');
