@@ -38,6 +38,7 @@ import type { IdempotencyLedger, Model, ModelReply, ModelRequest } from '../../l
 import { DEFAULT_SWEEPER_STALL_MS } from '../../lib/settings.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { toSqsRecord } from '../../test/aws/lambda-harness.ts';
+import { deferred, type Deferred } from './deferred.ts';
 import { PERMANENT_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
 import { rng } from './random.ts';
@@ -63,13 +64,6 @@ export interface AwsScheduleReport extends ScheduleReport, AwsFaults {}
  * waits forever).
  */
 export type AwsSabotage = 'ledger-bypassed' | 'no-sweeper';
-
-interface Deferred<T> { promise: Promise<T>; resolve(value: T): void }
-function deferred<T = void>(): Deferred<T> {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => { resolve = r; });
-  return { promise, resolve };
-}
 
 /** Every fault this schedule injects says so, so anything else the handler logs is unexpected. */
 class Injected extends Error {

@@ -35,6 +35,7 @@ import {
   apiError, done, dropConnection, dropMidReply, endTurn, slow, toolUse, toolUses, type Reply,
 } from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
+import { deferred, type Deferred } from './deferred.ts';
 import { Brownout, ProcessDied, faulty } from './faulty.ts';
 import { checkInvariants, waitTimedOut, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
 import { SLOW_REPLY_MS, goalOf, registerSchedule, runOf } from './model-server.ts';
@@ -87,13 +88,6 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   modelCalls: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
-}
-
-interface Deferred<T> { promise: Promise<T>; resolve(value: T): void }
-function deferred<T = void>(): Deferred<T> {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => { resolve = r; });
-  return { promise, resolve };
 }
 
 class SimulatedCrash extends Error {
