@@ -1,7 +1,7 @@
 import type { AgentDefinition } from '../agent.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import { API_KEY_ENV, API_KEY_SECRET_ENV } from './api-key.ts';
-import type { SelectedModel } from './select-model.ts';
+import type { SelectedModel } from './selected-model.ts';
 
 /**
  * The agent's offline scripted model, for when no API key is configured, labelled so nobody mistakes it

@@ -1,16 +1,11 @@
 import type { AgentDefinition } from '../agent.ts';
-import type { Model } from '../ports.ts';
 import { redactUrl } from '../redact.ts';
 import { AnthropicModel, type AnthropicModelOptions } from './anthropic.ts';
 import { apiKeyFromEnv } from './api-key.ts';
 import { offlineSelection } from './offline-model.ts';
+import type { SelectedModel } from './selected-model.ts';
 
-export interface SelectedModel {
-  model: Model;
-  kind: 'anthropic' | 'offline';
-  /** One line for people: which model runs and why (printed by the CLI, logged by workers). */
-  label: string;
-}
+export type { SelectedModel } from './selected-model.ts';
 
 /**
  * The model for a run: Claude when an API key is configured (ANTHROPIC_API_KEY, or a Secrets Manager
