@@ -63,6 +63,7 @@ if (awsSchedules > 0) {
       if (report.violations.length || report.unexpected.length || values.verbose) {
         console.log(`aws schedule ${i} (seed ${s}; replay: --schedules 0 --aws 1 --exact --seed ${s}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
       }
+      if ((i + 1) % 100 === 0) console.log(`  ${i + 1} AWS schedules, ${atotals.violations} violations, ${((Date.now() - a0) / 1000).toFixed(0)} s`);
     }
   } finally {
     await stopServers();
