@@ -5,7 +5,7 @@
  *
  * Without --seed a seed is drawn and printed; schedule i of a run uses scheduleSeed(seed, i), printed for
  * any schedule that breaks an invariant, and `--seed s --schedules 1 --exact` replays that one schedule.
- * `--aws n` (default 50) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
+ * `--aws n` (default 1000) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
  * (bench/chaos/aws-schedule.ts; the servers start unless the environment points at running ones), with
  * seeds scheduleSeed(seed, 2_000_000 + i); `--schedules 0 --aws 1 --seed s --exact` replays one.
  * `--processes n` adds n schedules of real worker processes SIGKILLed at random moments (bench/chaos/process-schedule.ts).
@@ -23,7 +23,7 @@ process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const { values } = parseArgs({
   options: {
     seed: { type: 'string' }, schedules: { type: 'string', default: '1000' }, exact: { type: 'boolean', default: false },
-    aws: { type: 'string', default: '50' }, processes: { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
+    aws: { type: 'string', default: '1000' }, processes: { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
   },
 });
 const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
