@@ -8,7 +8,10 @@
  * effect that outlives the visibility timeout while its holder lives, two invocations handling one message
  * at once, copies of a message sent past the queue's deduplication, lost deletes, delayed redeliveries,
  * DynamoDB writes applied and then answered with an error (the SDK retries, or gives up), throttled calls,
- * messages dead-lettered (only the sweeper can move their run), transient and permanent model faults.
+ * messages dead-lettered (only the sweeper can move their run), and model faults from the local Messages
+ * API server through the real Anthropic adapter (bench/chaos/model-server.ts: 429 bursts with retry-after,
+ * 529, 500, connections dropped before or in the middle of a reply, replies slower than the client's
+ * timeout, unusable replies, one permanent 400). The server's replies are the agents' decisions.
  *
  * Time is a ManualClock. This driver is the Lambda event source and SQS's clock for visibility: it
  * receives with a long real visibility timeout and makes a message visible again when the manual time
@@ -28,19 +31,22 @@ import { ensureBucket, ensureQueue, ensureTable } from '../../lib/aws/provision.
 import { openAwsRuntime, type AwsRuntime } from '../../lib/aws/runtime.ts';
 import { createSqsWorkerHandler, type SqsWorkerHandler } from '../../lib/aws/sqs-worker-handler.ts';
 import { LEDGER_SK, PK, SK, ledgerPk } from '../../lib/aws/table-layout.ts';
-import { PermanentError, TransientError } from '../../lib/core/errors.ts';
+import { TransientError } from '../../lib/core/errors.ts';
 import { isTerminal } from '../../lib/core/state.ts';
 import type { CrashPoint } from '../../lib/engine/deps.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import { sweepStalledRuns } from '../../lib/engine/sweep.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
-import type { IdempotencyLedger, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import type { IdempotencyLedger } from '../../lib/ports.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../lib/settings.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { toSqsRecord } from '../../test/aws/lambda-harness.ts';
+import { apiError, done, dropConnection, dropMidReply, endTurn, slow, toolUse, toolUses, type Reply } from '../../test/support/messages-server.ts';
+import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
-import { PERMANENT_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
+import { ADAPTER_FAULT, PERMANENT_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
+import { SLOW_REPLY_MS, goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng } from './random.ts';
 import type { AwsFaults } from './totals.ts';
 
@@ -53,7 +59,7 @@ const SWEEP_EVERY_MS = 5 * 60_000;
 const STALL_MS = DEFAULT_SWEEPER_STALL_MS;
 const MAX_TURNS = 1_500;
 const CRASH_POINTS: readonly CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'];
-const TRANSIENT_FAULTS = ['429 rate_limit_error, retry-after 1', '529 overloaded_error', '500 api_error', 'connection dropped'];
+const MODEL_FAULTS = ['429 burst', '529', '500', 'dropped', 'dropped mid-reply', 'slow'] as const;
 const WRITES = new Set(['PutItem', 'UpdateItem', 'DeleteItem', 'TransactWriteItems']);
 
 export interface AwsScheduleReport extends ScheduleReport, AwsFaults {}
@@ -108,7 +114,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
   const root = new ManualClock(Math.floor(Date.now() / 3_600_000) * 3_600_000);
   const report: AwsScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
-    modelFaults: 0, modelCalls: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0,
+    modelFaults: 0, modelCalls: 0, modelFaultsByKind: {}, ambiguousWrites: 0, lostMessages: 0, redriven: 0,
     completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
 
@@ -189,25 +195,54 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     ],
   });
 
-  const model: Model = {
-    name: 'chaos',
-    async decide(request: ModelRequest): Promise<ModelReply> {
-      report.modelCalls++;
-      const next = request.step;
-      if (doomed && request.runId === doomed.runId && next === doomed.step) throw new PermanentError(PERMANENT_FAULT);
-      if (r.chance(0.05)) { report.modelFaults++; throw new TransientError(`injected ${r.pick(TRANSIENT_FAULTS)}`); }
-      return next <= stepsOf.get(request.runId)!
-        ? { kind: 'tool', tool: toolOf(next), input: { n: next }, usage: { inputTokens: 100, outputTokens: 20, cacheWriteTokens: 0, cacheReadTokens: 0 } }
-        : { kind: 'done', summary: `did ${next - 1} steps` };
-    },
-  };
+  // The model: the Messages API server's replies, scripted from each request's prompt as the engine
+  // schedule's are, with faults drawn from a stream of their own: should a request the seed did not plan
+  // reach the server, only the model faults after it shift, not the crashes and deliveries.
+  const m = rng(seed ^ 0x2545f491);
+  const bursts = new Map<string, number>();
+  const fault = (kind: string) => { report.modelFaults++; report.modelFaultsByKind![kind] = (report.modelFaultsByKind![kind] ?? 0) + 1; };
+  const schedule = await registerSchedule((request): Reply => {
+    report.modelCalls++;
+    const runId = runOf(request) ?? '';
+    const steps = stepsOf.get(runId);
+    if (steps === undefined) return apiError(400, `chaos: no run ${runId}`);
+    const next = completedSteps(request.userText) + 1;
+    const burst = bursts.get(runId) ?? 0;
+    if (burst > 0) {
+      bursts.set(runId, burst - 1);
+      fault('429 burst');
+      return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+    }
+    if (doomed && runId === doomed.runId && next === doomed.step) return apiError(400, PERMANENT_FAULT);
+    const decision = (): Reply => (next <= steps ? toolUse(toolOf(next), { n: next }) : done(`did ${next - 1} steps`));
+    if (m.chance(0.06)) {
+      const kind = m.pick(MODEL_FAULTS);
+      fault(kind);
+      switch (kind) {
+        case '429 burst': bursts.set(runId, m.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+        case '529': return apiError(529, 'injected: Overloaded', { 'retry-after-ms': '1' });
+        case '500': return apiError(500, 'injected: Internal server error', { 'retry-after-ms': '1' });
+        case 'dropped': return dropConnection();
+        case 'dropped mid-reply': return dropMidReply(decision());
+        case 'slow': return slow(SLOW_REPLY_MS, decision());
+      }
+    }
+    if (m.chance(0.02)) {
+      fault('invalid reply');
+      return m.chance(0.5)
+        ? toolUses([{ name: 'write_row', input: { n: next } }, { name: 'notify', input: { n: next } }])
+        : endTurn('injected: neither a tool call nor DONE');
+    }
+    return decision();
+  });
+  const model = schedule.model;
 
   /** The handler logs every record it could not finish; one no injected fault explains is a bug. */
   const handlerLog = (c: Container): Logger => pino({ level: 'error' }, {
     write: (line: string) => {
       const entry = JSON.parse(line) as { event?: string; error?: string; msg?: string };
       const error = entry.error ?? entry.msg ?? line;
-      if (!/injected|dead container|claim lost while frozen/.test(error)) report.unexpected.push(`${c.id} ${entry.event ?? ''}: ${error}`);
+      if (!/injected|dead container|claim lost while frozen/.test(error) && !ADAPTER_FAULT.test(error)) report.unexpected.push(`${c.id} ${entry.event ?? ''}: ${error}`);
     },
   });
 
@@ -355,7 +390,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     for (let i = 0, n = r.int(2, 3); i < n; i++) spawn();
     for (const run of runs) {
       await startRun({ store: reader.store, queue: reader.queue, agent: agentFor(containers[0]!), clock: root, workerId: 'starter', codeVersion: 'chaos', log: silentLogger },
-        { goal: `do ${run.steps} steps`, runId: run.runId });
+        { goal: goalOf(schedule.key, run.runId, run.steps), runId: run.runId });
     }
     let parkedWork: { messages: Message[]; receivedAt: number; pending: Promise<Outcome>; turnsLeft: number } | undefined;
     let idleSince: number | undefined;
@@ -460,7 +495,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
 
     const verdict = await checkInvariants({
       store: reader.store, runs, applied,
-      injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason),
+      injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason),
       // Both tools apply through ctx.once: the ledger in DynamoDB must have every completed step's result.
       ledgerHasResult: async (key) => {
         const { Item } = await control.doc.send(new GetCommand({ TableName: where.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }));
@@ -472,6 +507,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,
     });
   } finally {
+    schedule.release();
     // A parked invocation is let go so nothing is left waiting; its container's clients are gone.
     parked?.go.resolve();
     for (const c of containers) { c.dead = true; c.clients.destroy(); }

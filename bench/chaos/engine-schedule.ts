@@ -47,7 +47,7 @@ const CRASH_POINTS: CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C
 export const PERMANENT_FAULT = 'injected permanent fault';
 const MODEL_FAULTS = ['429 burst', '529', '500', 'dropped', 'dropped mid-reply', 'slow'] as const;
 /** What the adapter says of a drop or a timeout that outlasted the SDK's retries: only injected ones reach a local server. */
-const ADAPTER_FAULT = /cannot reach the Anthropic API|did not answer in time|the model call failed|tool calls in one reply/;
+export const ADAPTER_FAULT = /cannot reach the Anthropic API|did not answer in time|the model call failed|tool calls in one reply/;
 
 export const APPROVER = 'approver@example.com';
 /** An approval's and an event wait's timeout, and the longest sleep. */

@@ -47,7 +47,6 @@ for (let i = 0; i < schedules; i++) {
   if ((i + 1) % 100 === 0) console.log(`  ${i + 1} schedules, ${totals.violations} violations, ${((Date.now() - t0) / 1000).toFixed(0)} s`);
 }
 if (schedules > 0) console.log(formatTotals(totals, `engine + SQLite runtime, in-process workers (${((Date.now() - t0) / 1000).toFixed(0)} s)`));
-await stopChaosModelServer();
 
 let awsBad = 0;
 if (awsSchedules > 0) {
@@ -67,6 +66,7 @@ if (awsSchedules > 0) {
     }
   } finally {
     await stopServers();
+    await stopChaosModelServer();
   }
   awsBad = atotals.violations + atotals.unexpected;
   const seconds = (Date.now() - a0) / 1000;
@@ -86,4 +86,6 @@ if (processSchedules > 0) {
   processBad = ptotals.violations + ptotals.unexpected;
   console.log(formatTotals(ptotals, 'real worker processes, SIGKILLed'));
 }
+// The engine and AWS schedules' model server would keep the process alive (the AWS ones stopped it already).
+await stopChaosModelServer();
 process.exitCode = totals.violations || totals.unexpected || awsBad || processBad ? 1 : 0;

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { awsSchedule } from '../../bench/chaos/aws-schedule.ts';
 import { checkInvariants, type RunExpectation } from '../../bench/chaos/invariants.ts';
+import { chaosModelServer, stopChaosModelServer } from '../../bench/chaos/model-server.ts';
 import { scheduleSeed } from '../../bench/chaos/random.ts';
 import { add, emptyTotals } from '../../bench/chaos/totals.ts';
 import { LEDGER_SK, PK, SK, checkpointSk, ledgerPk, runPk } from '../../lib/aws/table-layout.ts';
@@ -19,17 +20,20 @@ const SCHEDULES = 8;
 // test/chaos`) the file starts them itself.
 let stopServers: (() => Promise<void>) | undefined;
 beforeAll(async () => { stopServers = await useAwsServers(); });
-afterAll(async () => { await stopServers?.(); });
+afterAll(async () => { await stopChaosModelServer(); await stopServers?.(); });
 
 describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, DynamoDB Local, fauxqs)', () => {
   it(`${SCHEDULES} schedules (seed ${SEED}): no effect applied twice, no step lost, no run stuck, every ended run for an injected fault`, async () => {
     const totals = emptyTotals();
+    const server = await chaosModelServer();
+    const before = server.served();
     for (let i = 0; i < SCHEDULES; i++) {
       const report = await awsSchedule(scheduleSeed(SEED, i));
       expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
       expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
       add(totals, report);
     }
+    const served = server.served() - before;
     // The schedules really injected what they claim to test.
     expect(totals.crashes).toBeGreaterThan(5);
     expect(Object.keys(totals.crashesByPoint).filter((p) => /^C\d$/.test(p)).length).toBeGreaterThanOrEqual(6);
@@ -38,6 +42,10 @@ describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, Dy
     expect(totals.slowWorkers).toBeGreaterThan(0);
     expect(totals.brownouts).toBeGreaterThan(0);
     expect(totals.modelFaults).toBeGreaterThan(0);
+    // The model is the real adapter over HTTP: its calls are the requests the Messages API server received,
+    // and its faults were the server's replies, of more than one kind.
+    expect(totals.modelCalls).toBe(served);
+    expect(Object.keys(totals.modelFaultsByKind).length, JSON.stringify(totals.modelFaultsByKind)).toBeGreaterThanOrEqual(2);
     // A lost message's run moved again only because the sweeper re-drove it.
     expect(totals.lostMessages).toBeGreaterThan(0);
     expect(totals.redriven).toBeGreaterThan(0);
