@@ -41,12 +41,13 @@ import type { IdempotencyLedger } from '../../lib/ports.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../lib/settings.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { toSqsRecord } from '../../test/aws/lambda-harness.ts';
-import { apiError, done, dropConnection, dropMidReply, endTurn, slow, toolUse, toolUses, type Reply } from '../../test/support/messages-server.ts';
+import { apiError, done, toolUse, type Reply } from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
-import { ADAPTER_FAULT, PERMANENT_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
+import { ADAPTER_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
-import { SLOW_REPLY_MS, goalOf, registerSchedule, runOf } from './model-server.ts';
+import { modelFaultScript } from './model-faults.ts';
+import { goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng } from './random.ts';
 import type { AwsFaults } from './totals.ts';
 
@@ -59,7 +60,6 @@ const SWEEP_EVERY_MS = 5 * 60_000;
 const STALL_MS = DEFAULT_SWEEPER_STALL_MS;
 const MAX_TURNS = 1_500;
 const CRASH_POINTS: readonly CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'];
-const MODEL_FAULTS = ['429 burst', '529', '500', 'dropped', 'dropped mid-reply', 'slow'] as const;
 const WRITES = new Set(['PutItem', 'UpdateItem', 'DeleteItem', 'TransactWriteItems']);
 
 export interface AwsScheduleReport extends ScheduleReport, AwsFaults {}
@@ -198,42 +198,16 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
   // The model: the Messages API server's replies, scripted from each request's prompt as the engine
   // schedule's are, with faults drawn from a stream of their own: should a request the seed did not plan
   // reach the server, only the model faults after it shift, not the crashes and deliveries.
-  const m = rng(seed ^ 0x2545f491);
-  const bursts = new Map<string, number>();
   const fault = (kind: string) => { report.modelFaults++; report.modelFaultsByKind![kind] = (report.modelFaultsByKind![kind] ?? 0) + 1; };
+  const faultScript = modelFaultScript(seed, fault);
   const schedule = await registerSchedule((request): Reply => {
     report.modelCalls++;
     const runId = runOf(request) ?? '';
     const steps = stepsOf.get(runId);
     if (steps === undefined) return apiError(400, `chaos: no run ${runId}`);
     const next = completedSteps(request.userText) + 1;
-    const burst = bursts.get(runId) ?? 0;
-    if (burst > 0) {
-      bursts.set(runId, burst - 1);
-      fault('429 burst');
-      return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
-    }
-    if (doomed && runId === doomed.runId && next === doomed.step) return apiError(400, PERMANENT_FAULT);
     const decision = (): Reply => (next <= steps ? toolUse(toolOf(next), { n: next }) : done(`did ${next - 1} steps`));
-    if (m.chance(0.06)) {
-      const kind = m.pick(MODEL_FAULTS);
-      fault(kind);
-      switch (kind) {
-        case '429 burst': bursts.set(runId, m.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
-        case '529': return apiError(529, 'injected: Overloaded', { 'retry-after-ms': '1' });
-        case '500': return apiError(500, 'injected: Internal server error', { 'retry-after-ms': '1' });
-        case 'dropped': return dropConnection();
-        case 'dropped mid-reply': return dropMidReply(decision());
-        case 'slow': return slow(SLOW_REPLY_MS, decision());
-      }
-    }
-    if (m.chance(0.02)) {
-      fault('invalid reply');
-      return m.chance(0.5)
-        ? toolUses([{ name: 'write_row', input: { n: next } }, { name: 'notify', input: { n: next } }])
-        : endTurn('injected: neither a tool call nor DONE');
-    }
-    return decision();
+    return faultScript({ runId, next, permanent: !!doomed && runId === doomed.runId && next === doomed.step, decision });
   });
   const model = schedule.model;
 

@@ -31,21 +31,19 @@ import { emitEvent } from '../../lib/waits/events.ts';
 import { sendDueTimers } from '../../lib/waits/timers.ts';
 import { requestApproval, sleepUntil, waitForEvent } from '../../lib/waits/tools.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
-import {
-  apiError, done, dropConnection, dropMidReply, endTurn, slow, toolUse, toolUses, type Reply,
-} from '../../test/support/messages-server.ts';
+import { apiError, done, toolUse, type Reply } from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
+import { PERMANENT_FAULT, modelFaultScript } from './model-faults.ts';
 import { Brownout, ProcessDied, faulty } from './faulty.ts';
 import { checkInvariants, waitTimedOut, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
-import { SLOW_REPLY_MS, goalOf, registerSchedule, runOf } from './model-server.ts';
+import { goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng, type Rng } from './random.ts';
 
 const VISIBILITY_MS = 30_000;
 const MAX_TURNS = 3_000;
 const CRASH_POINTS: CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'];
-export const PERMANENT_FAULT = 'injected permanent fault';
-const MODEL_FAULTS = ['429 burst', '529', '500', 'dropped', 'dropped mid-reply', 'slow'] as const;
+export { PERMANENT_FAULT } from './model-faults.ts';
 /** What the adapter says of a drop or a timeout that outlasted the SDK's retries: only injected ones reach a local server. */
 export const ADAPTER_FAULT = /cannot reach the Anthropic API|did not answer in time|the model call failed|tool calls in one reply/;
 
@@ -229,9 +227,8 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   // decide, with faults drawn from the seed. A 429 burst goes on for the next requests of the same run.
   // Drawn from a stream of their own: should a request the seed did not plan reach the server, only the
   // model faults after it shift, not the crashes and deliveries.
-  const m = rng(seed ^ 0x2545f491);
-  const bursts = new Map<string, number>();
   const fault = (kind: string) => { report.modelFaults++; report.modelFaultsByKind![kind] = (report.modelFaultsByKind![kind] ?? 0) + 1; };
+  const faultScript = modelFaultScript(seed, fault, k);
   const schedule = await registerSchedule((request): Reply => {
     report.modelCalls++;
     const runId = runOf(request) ?? '';
@@ -239,13 +236,6 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     if (steps === undefined) return apiError(400, `chaos: no run ${runId}`);
     const prompt = request.userText;
     const next = completedSteps(prompt) + 1;
-    const burst = bursts.get(runId) ?? 0;
-    if (burst > 0) {
-      bursts.set(runId, burst - 1);
-      fault('429 burst');
-      return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
-    }
-    if (doomed && runId === doomed.runId && next === doomed.step) return apiError(400, PERMANENT_FAULT);
     const plan = plans.get(runId);
     const decision = (): Reply => {
       if (plan && next === plan.step + 1 && prompt.includes('"timedOut":true')) return done(`its wait timed out after ${plan.step} steps: stopping`);
@@ -253,25 +243,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       if (plan && next === plan.step) return toolUse(WAIT_TOOL[plan.kind], waitInput(plan, schedule.key, runId));
       return toolUse(toolOf(next), { n: next });
     };
-    if (m.chance(0.06 * k)) {
-      const kind = m.pick(MODEL_FAULTS);
-      fault(kind);
-      switch (kind) {
-        case '429 burst': bursts.set(runId, m.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
-        case '529': return apiError(529, 'injected: Overloaded', { 'retry-after-ms': '1' });
-        case '500': return apiError(500, 'injected: Internal server error', { 'retry-after-ms': '1' });
-        case 'dropped': return dropConnection();
-        case 'dropped mid-reply': return dropMidReply(decision());
-        case 'slow': return slow(SLOW_REPLY_MS, decision());
-      }
-    }
-    if (m.chance(0.02 * k)) {
-      fault('invalid reply');
-      return m.chance(0.5)
-        ? toolUses([{ name: 'write_row', input: { n: next } }, { name: 'notify', input: { n: next } }])
-        : endTurn('injected: neither a tool call nor DONE');
-    }
-    return decision();
+    return faultScript({ runId, next, permanent: !!doomed && runId === doomed.runId && next === doomed.step, decision });
   });
   const model = schedule.model;
 

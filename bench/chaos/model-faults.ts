@@ -1,0 +1,55 @@
+import { apiError, dropConnection, dropMidReply, endTurn, slow, toolUses, type Reply } from '../../test/support/messages-server.ts';
+import { SLOW_REPLY_MS } from './model-server.ts';
+import { rng } from './random.ts';
+
+export const PERMANENT_FAULT = 'injected permanent fault';
+const MODEL_FAULTS = ['429 burst', '529', '500', 'dropped', 'dropped mid-reply', 'slow'] as const;
+
+/** What a schedule's model fault script needs of one request: whose it is, and the reply it would give. */
+export interface ModelRequestFacts {
+  runId: string;
+  /** The step this request decides. */
+  next: number;
+  /** This request meets the run's injected permanent fault. */
+  permanent: boolean;
+  decision: () => Reply;
+}
+
+/**
+ * The model faults both schedule kinds inject, per request: a 429 burst goes on for the next requests of
+ * the same run; otherwise 6% (x intensity) a transport or HTTP fault, 2% an unusable reply. Drawn from a
+ * stream of the schedule's seed of their own: should a request the seed did not plan reach the server,
+ * only the model faults after it shift, not the crashes and deliveries.
+ */
+export function modelFaultScript(seed: number, count: (kind: string) => void, intensity = 1): (facts: ModelRequestFacts) => Reply {
+  const m = rng(seed ^ 0x2545f491);
+  const bursts = new Map<string, number>();
+  return ({ runId, next, permanent, decision }) => {
+    const burst = bursts.get(runId) ?? 0;
+    if (burst > 0) {
+      bursts.set(runId, burst - 1);
+      count('429 burst');
+      return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+    }
+    if (permanent) return apiError(400, PERMANENT_FAULT);
+    if (m.chance(0.06 * intensity)) {
+      const kind = m.pick(MODEL_FAULTS);
+      count(kind);
+      switch (kind) {
+        case '429 burst': bursts.set(runId, m.int(0, 2)); return apiError(429, 'injected: rate limited', { 'retry-after': '1', 'retry-after-ms': '2' });
+        case '529': return apiError(529, 'injected: Overloaded', { 'retry-after-ms': '1' });
+        case '500': return apiError(500, 'injected: Internal server error', { 'retry-after-ms': '1' });
+        case 'dropped': return dropConnection();
+        case 'dropped mid-reply': return dropMidReply(decision());
+        case 'slow': return slow(SLOW_REPLY_MS, decision());
+      }
+    }
+    if (m.chance(0.02 * intensity)) {
+      count('invalid reply');
+      return m.chance(0.5)
+        ? toolUses([{ name: 'write_row', input: { n: next } }, { name: 'notify', input: { n: next } }])
+        : endTurn('injected: neither a tool call nor DONE');
+    }
+    return decision();
+  };
+}
