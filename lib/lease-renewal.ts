@@ -3,8 +3,8 @@ import { everyOn, type Clock } from './ports.ts';
 
 /** Thrown into an effect's signal when its claim was found to belong to another attempt. */
 export class ClaimLostError extends Error {
-  constructor(readonly key: string) {
-    super(`the claim on idempotency key ${key} was lost: the lease ran out and another attempt took the key`);
+  constructor(readonly key: string, reason = 'the lease ran out and another attempt took the key') {
+    super(`the claim on idempotency key ${key} was lost: ${reason}`);
     this.name = 'ClaimLostError';
   }
 }
@@ -12,8 +12,13 @@ export class ClaimLostError extends Error {
 /**
  * Runs a ledger's effect while a timer renews its claim every third of the lease, so the claim lives as
  * long as this process does (like a queue message's heartbeat). `renew` answers false when the claim is
- * no longer ours: then the effect's signal aborts and renewing stops. A renewal that fails for another
- * reason (a throttle, a locked file) is simply tried again at the next tick.
+ * no longer ours: then the effect's signal aborts and renewing stops.
+ *
+ * A renewal that fails for another reason (a throttle, a locked file) is tried again at the next tick,
+ * while the lease still runs by this process's own clock. Once it has run out with no renewal confirmed,
+ * the claim is no longer known to be ours (a holder that froze past its lease and comes back to a
+ * throttled store cannot tell whether another attempt took the key), so the signal aborts then too: an
+ * effect that checks its signal before it acts never acts on a claim it may have lost.
  */
 export async function holdWhileRenewing<T>(input: {
   key: string;
@@ -23,24 +28,35 @@ export async function holdWhileRenewing<T>(input: {
   effect: (signal: AbortSignal) => Promise<T>;
 }): Promise<T> {
   const lost = new AbortController();
+  // The claim was written just before this call, with a lease from a moment no later than now.
+  let heldUntil = input.clock.now() + input.leaseMs;
   let inFlight = false;
-  const settle = (ours: boolean) => {
-    if (ours || lost.signal.aborted) return;
+  const abort = (reason?: string) => {
+    if (lost.signal.aborted) return;
     stop();
-    lost.abort(new ClaimLostError(input.key));
+    lost.abort(new ClaimLostError(input.key, reason));
+  };
+  const settle = (sentAt: number, ours: boolean) => {
+    if (ours) heldUntil = Math.max(heldUntil, sentAt + input.leaseMs);
+    else abort();
+  };
+  const unconfirmed = () => {
+    if (input.clock.now() >= heldUntil) abort('its lease ran out and no renewal could be confirmed');
   };
   const stop = everyOn(input.clock, renewEveryMs(input.leaseMs), () => {
     // One renewal at a time: a slow write is not piled on by the next tick.
-    if (lost.signal.aborted || inFlight) return undefined;
+    if (lost.signal.aborted || inFlight) return unconfirmed();
+    // The store writes a lease from its own reading of the clock, taken after this one.
+    const sentAt = input.clock.now();
     let answer: Promise<boolean> | boolean;
     try {
       answer = input.renew();
     } catch {
-      return undefined;
+      return unconfirmed();
     }
-    if (typeof answer === 'boolean') return settle(answer);
+    if (typeof answer === 'boolean') return settle(sentAt, answer);
     inFlight = true;
-    return answer.then(settle, () => undefined).finally(() => { inFlight = false; });
+    return answer.then((ours) => settle(sentAt, ours), unconfirmed).finally(() => { inFlight = false; });
   });
   try {
     return await input.effect(lost.signal);

@@ -140,6 +140,70 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
     expect(applied).toBe(1);
   });
 
+  it('a holder that froze past its lease and comes back to throttled renewals knows its claim is gone: its signal aborts before it acts', async () => {
+    // The chaos schedule of seed 3128046278: a frozen worker thawed during a throttle brownout, its
+    // renewal was refused, and its ledger-only effect (which checks its signal) was applied a second time.
+    const root = new ManualClock();
+    const frozen = root.process();
+    const clients = createAwsClients();
+    opened.push(clients);
+    let throttled = false;
+    let refused = 0;
+    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
+      (next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
+        if (throttled) { refused++; throw Object.assign(new Error('Rate of requests exceeds the allowed throughput.'), { name: 'ThrottlingException', $fault: 'client' }); }
+        return next(args);
+      },
+      { step: 'initialize', name: 'throttle-after-thaw' },
+    );
+    const key = 'frozen/throttled-renewal/step-1';
+    const a = new HeldEffect();
+    const aDone = new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock: frozen }).once(key, {}, a.effect, { leaseMs: 60_000 })
+      .then((v) => ({ value: v }), (e: unknown) => ({ error: e }));
+    await a.started();
+    frozen.freeze();
+    await root.pass(60_001);
+    const b = new HeldEffect();
+    const bDone = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock: root.process() }).once(key, {}, b.effect, { leaseMs: 60_000 });
+    await b.started();
+    throttled = true;
+    await frozen.thaw();
+    expect(refused).toBeGreaterThan(0);
+    expect(a.signal?.aborted).toBe(true);
+    expect(a.signal?.reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('no renewal could be confirmed') });
+    expect(b.signal?.aborted).toBe(false);
+    a.fail(a.signal!.reason as Error);
+    expect(await aDone).toMatchObject({ error: expect.objectContaining({ name: 'ClaimLostError' }) });
+    b.finish('B');
+    expect(await bDone).toBe('B');
+    expect(await record(key)).toMatchObject({ status: 'completed', result: '"B"' });
+  });
+
+  it('renewals throttled for less than a lease do not cost the claim: the next one that lands keeps it', async () => {
+    const clock = new ManualClock();
+    const clients = createAwsClients();
+    opened.push(clients);
+    let refusing = 2;
+    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
+      (next: (args: unknown) => Promise<unknown>, context: { commandName?: string }) => async (args: unknown) => {
+        if (refusing > 0 && /Update/.test(context.commandName ?? '')) { refusing--; throw Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException', $fault: 'client' }); }
+        return next(args);
+      },
+      { step: 'initialize', name: 'throttle-two-renewals' },
+    );
+    const slow = new HeldEffect();
+    const done = new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock }).once('throttled/renewals/step-1', {}, slow.effect, { leaseMs: 60_000 });
+    await slow.started();
+    // Ticks at 20 s and 40 s are refused; the one at 60 s (the lease's last moment) lands.
+    await clock.pass(59_999);
+    expect(refusing).toBe(0);
+    expect(slow.signal?.aborted).toBe(false);
+    await clock.pass(30_000);
+    expect(slow.signal?.aborted).toBe(false);
+    slow.finish('kept');
+    expect(await done).toBe('kept');
+  });
+
   it('a release whose answer was lost (a timeout) leaves the key free for the retry', async () => {
     const clock = new ManualClock();
     const { fault, ledger: faulty } = faultyLedger((name) => name === 'DeleteItemCommand', timeout, clock);
