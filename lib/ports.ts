@@ -42,6 +42,11 @@ export interface CommitResult {
   version: number;
   /** Bytes written by this checkpoint (head, the appended step and any summaries). */
   bytes: number;
+  /**
+   * The head as written. A version is written once, so a load that returns this text returns this head:
+   * the writer, holding it decoded, need not decode it again (HeldSteps.head).
+   */
+  head?: string;
 }
 
 /** One row of a run's checkpoint timeline. */

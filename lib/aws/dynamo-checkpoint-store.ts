@@ -368,7 +368,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     } catch (error) {
       throw staleOr(error, runId, expectedVersion, ['', `step ${appended?.step} is already recorded`, `checkpoint ${version} already exists`]);
     }
-    return { version, bytes };
+    return { version, bytes, head };
   }
 
   async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {

@@ -5,7 +5,7 @@ import { formatOf, migrateRecord } from './migrations.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from './condense.ts';
 import {
   RECORD_FORMATS, condensedBlockSchema, decisionSchema, headOf, runHeadSchema, stepRecordSchema,
-  type CondensedBlock, type Decision, type RecordKind, type RunState, type RunStatus, type StepRecord,
+  type CondensedBlock, type Decision, type RecordKind, type RunHead, type RunState, type RunStatus, type StepRecord,
 } from './state.ts';
 
 /**
@@ -51,6 +51,22 @@ export interface HeldSteps {
   from: number;
   steps: readonly StepRecord[];
   condensed: readonly CondensedBlock[];
+  /** The head this process wrote last, as text and decoded (heldHead): a load returning that text is not decoded again. */
+  head?: { text: string; value: RunHead };
+}
+
+/**
+ * A head this code has just encoded and written, decoded for the writer to hold: its text came from a
+ * state of this code's own making, in the current format, so it is parsed without the format checks and
+ * schema a stored record of unknown origin needs (the next process to load it does those).
+ */
+export function heldHead(text: string): { text: string; value: RunHead } {
+  const value = JSON.parse(text) as RunHead & { wait?: Record<string, unknown> };
+  if (value.wait && 'formatVersion' in value.wait) {
+    const { formatVersion: _format, ...wait } = value.wait;
+    value.wait = wait as typeof value.wait;
+  }
+  return { text, value };
 }
 
 /** A record as stored: with its kind's format, which format 1 leaves out (so its bytes are as they always were). */
@@ -69,7 +85,8 @@ export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord
   const read = <T>(kind: RecordKind, text: string, where: string, schema: z.ZodType<T>): T =>
     readRecord(kind, parseJson(text, runId, version, where), where, schema, runId, version);
   const held: HeldSteps = Array.isArray(known) ? { from: 0, steps: known, condensed: [] } : known as HeldSteps;
-  const head = read('head', stored.head, 'head', runHeadSchema);
+  // The head this process wrote (a worker's next step): the very text, so the very value.
+  const head = held.head?.text === stored.head ? held.head.value : read('head', stored.head, 'head', runHeadSchema);
   const after = stored.stepsAfter ?? 0;
   // Holding nothing, the state starts where the load did; holding records, the load must continue them.
   const from = held.steps.length || held.from ? held.from : after;

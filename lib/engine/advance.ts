@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { toolSpecs, worksRunsOf } from '../agent.ts';
-import { decodeState } from '../core/codec.ts';
+import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import {
@@ -283,7 +283,10 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
     runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
     ...(appended ? { appended } : {}), ...(summaries.length ? { summaries } : {}), queue,
   });
-  if (next.status === 'running') stepCacheOf(deps.store).set(next.runId, heldAfter(next, summaries, next.budget?.usd !== undefined));
+  if (next.status === 'running') {
+    const held = heldAfter(next, summaries, next.budget?.usd !== undefined);
+    stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? { ...held, head: heldHead(written.head) } : held);
+  }
   else stepCacheOf(deps.store).delete(next.runId);
   deps.log.info({
     event: 'checkpoint', runId: next.runId, step: next.step, version: written.version, workerId: deps.workerId,

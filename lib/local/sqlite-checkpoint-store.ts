@@ -178,7 +178,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
         if (write.queue.send) enqueue(prepare, write.queue.send.message, write.queue.send.delayMs ?? 0, now);
         if (write.queue.ack) ackReceipt(prepare, write.queue.ack, now);
       }
-      return { version, bytes };
+      return { version, bytes, head };
     });
   }
 

@@ -126,6 +126,16 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(state.steps.map((x) => x.step)).toEqual([1, 2, 3, 4, 5]);
     });
 
+    it('returns the head it wrote, the very text the next load returns (a worker holds it decoded)', async () => {
+      const runId = uniqueRunId('head-text');
+      await s().create(newState(runId), META);
+      const written = await s().commit({ runId, expectedVersion: 1, state: stateAfter(runId, 1), appended: recordFor(runId, 1), ...META });
+      const loaded = (await s().load(runId, { afterStep: 1 }))!;
+      expect(written.head).toBeDefined();
+      expect(loaded.head).toBe(written.head);
+      expect(JSON.parse(written.head!)).toMatchObject({ runId, step: 1 });
+    });
+
     it('loads only the step records after afterStep when asked, with the same head and decision', async () => {
       const { runId } = await runWithSteps('after-step', 4);
       await s().recordDecision(runId, 5, decisionFor(runId, 5));

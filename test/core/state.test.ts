@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../lib/core/canonical-json.ts';
-import { decodeState, encodeHead, encodeStep } from '../../lib/core/codec.ts';
+import { decodeState, encodeHead, encodeStep, heldHead } from '../../lib/core/codec.ts';
 import { NewerFormatError, PermanentError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { MIGRATIONS, migrateHead } from '../../lib/core/migrations.ts';
 import { FORMAT_VERSION } from '../../lib/core/state.ts';
 import { cap, capReached, complete, recordFailure } from '../../lib/core/transitions.ts';
+import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
 import { stateAfter } from '../support/states.ts';
 
 const stored = (head: string, steps: string[] = []) => ({ runId: 'r', version: 3, status: 'running' as const, head, steps, workerId: 'w', updatedAt: 0 });
@@ -23,6 +24,39 @@ describe('run state', () => {
     const state = stateAfter('r', 3);
     const decoded = decodeState(stored(encodeHead(state), state.steps.map(encodeStep)));
     expect(decoded).toEqual(state);
+  });
+
+  it('a head the worker wrote is held decoded: the same value a load of its text decodes, for every kind of head', () => {
+    const base = stateAfter('r', 3);
+    const usage = { inputTokens: 100, outputTokens: 5, cacheWriteTokens: 0, cacheReadTokens: 80 };
+    const decision = { step: 4, tool: 'approve', input: { n: 4 }, usage, at: 1, model: 'claude-x' };
+    const heads = [
+      base,
+      recordFailure(base, new Error('flaky'), 2, { retryNote: 'try again' }),
+      { ...base, budget: { tokens: 5_000, usd: 1.5 }, forkedFrom: { runId: 'parent', step: 2, version: 3 } },
+      beginWait(base, waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop old_rows' }, decision, 'wait-0001', 2), 2),
+      beginWait(base, waitRecordFor({ kind: 'event', type: 'order.paid', key: 'o-7' }, decision, 'wait-0002', 2), 2),
+      complete(base, 'all done', usage, 3),
+    ];
+    for (const state of heads) {
+      const text = encodeHead(state);
+      const loaded = decodeState(stored(text, state.steps.map(encodeStep)));
+      const held = decodeState({ ...stored(text), stepsAfter: 3 }, { from: 0, steps: state.steps, condensed: [], head: heldHead(text) });
+      expect(held).toEqual(loaded);
+      // Equal as stored, too: no key the decoder leaves out (an undefined field, a wait's format) is held.
+      expect(canonicalJson(held)).toBe(canonicalJson(loaded));
+      expect(Object.keys(held).sort()).toEqual(Object.keys(loaded).sort());
+    }
+  });
+
+  it('a held head is used only for its own text: any other head at the load is decoded (and checked)', () => {
+    const state = stateAfter('r', 3);
+    const after3 = (head: string) => ({ ...stored(head), stepsAfter: 3 });
+    const held = { from: 0, steps: state.steps, condensed: [], head: { ...heldHead(encodeHead(state)), value: { ...heldHead(encodeHead(state)).value, goal: 'held' } } };
+    expect(decodeState(after3(encodeHead(state)), held).goal).toBe('held');
+    const other = encodeHead({ ...state, goal: 'written by another worker' });
+    expect(decodeState(after3(other), held).goal).toBe('written by another worker');
+    expect(() => decodeState(after3(other.replace('"goal"', '"gaol"')), held)).toThrow(/gaol/);
   });
 
   it('refuses a newer state format without touching it, and an unreadable one as unreadable', () => {
