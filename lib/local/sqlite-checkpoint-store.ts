@@ -10,7 +10,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, type Db } from './database.ts';
+import { immediate, reading, type Db } from './database.ts';
 import { ackReceipt, enqueue } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
@@ -82,7 +82,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
 
   async load(runId: string, options: { afterStep?: number; recent?: boolean } = {}): Promise<StoredCheckpoint | undefined> {
     // One read transaction, so the head, the summaries and the step rows come from the same moment.
-    return this.db.transaction(() => {
+    return reading(this.db, () => {
       const row = this.sql(
         'SELECT r.version, r.status, r.step, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
       ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string } | undefined;
@@ -99,7 +99,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
         ...(row.reason ? { reason: row.reason } : {}), ...(row.restarts ? { restarts: row.restarts } : {}),
         ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
       };
-    })();
+    });
   }
 
   /**
