@@ -25,7 +25,11 @@ CREATE TABLE IF NOT EXISTS runs (
   wait_event    TEXT,
   wait_deadline INTEGER
 );
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
+-- Runs by status. updated_at is indexed only for runs that are not running: a running run's every step
+-- changes it, and an index holding it would cost each step's write a page (a run's last commit enters
+-- it once). Listing running runs sorts them, which are as many as the work in flight.
+CREATE INDEX IF NOT EXISTS runs_of_status ON runs (status);
+CREATE INDEX IF NOT EXISTS runs_ended_by_update ON runs (status, updated_at) WHERE status <> 'running';
 
 
 -- One row per version: the run head as written then. Older rows expire after the retention window;
@@ -130,6 +134,8 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
   db.exec(SCHEMA);
+  // Files of older code have runs by (status, updated_at), rewritten by every step: the two above replace it.
+  if (db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_by_status'").get()) db.exec('DROP INDEX IF EXISTS runs_by_status');
   addMissingColumns(db);
   db.exec(INDEXES_ON_ADDED_COLUMNS);
   return db;

@@ -148,16 +148,24 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0) + summaries.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
     return immediate(this.db, () => {
       const now = this.now;
-      const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
-      const updated = this.sql(
-        // A cancel request stays until the run ends, however it ends.
-        'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0, cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END WHERE run_id = ? AND version = ?',
-      ).run(
-        write.state.status, write.state.step, write.state.reason ?? null, now,
-        wait?.id ?? null, wait?.event ? waitEventKey(wait.event.type, wait.event.key) : null, wait?.deadline ?? null,
-        isTerminal(write.state.status) ? 1 : 0, write.runId, write.expectedVersion,
-      );
-      if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
+      // Most commits are a running run's next step: written without touching its status or wait columns,
+      // so no index of the runs table changes (a column in an UPDATE's SET list rewrites its index entries,
+      // same value or not). Any other commit, or a run that was not running, takes the full update.
+      const stillRunning = write.state.status === 'running' && !write.state.reason
+        && this.sql('UPDATE runs SET version = version + 1, step = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ? AND status = \'running\' AND reason IS NULL')
+          .run(write.state.step, now, write.runId, write.expectedVersion).changes > 0;
+      if (!stillRunning) {
+        const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
+        const updated = this.sql(
+          // A cancel request stays until the run ends, however it ends.
+          'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0, cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END WHERE run_id = ? AND version = ?',
+        ).run(
+          write.state.status, write.state.step, write.state.reason ?? null, now,
+          wait?.id ?? null, wait?.event ? waitEventKey(wait.event.type, wait.event.key) : null, wait?.deadline ?? null,
+          isTerminal(write.state.status) ? 1 : 0, write.runId, write.expectedVersion,
+        );
+        if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
+      }
       const version = write.expectedVersion + 1;
       if (write.appended && step) {
         const stored = this.sql(
@@ -225,6 +233,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const where: string[] = [];
     const args: unknown[] = [];
     if (query.status) { where.push('status = ?'); args.push(query.status); }
+    // Spelled out, so SQLite may read the runs that are not running in updated_at order from their index.
+    if (query.status && query.status !== 'running') where.push("status <> 'running'");
     if (query.updatedBefore !== undefined) { where.push('updated_at < ?'); args.push(query.updatedBefore); }
     const sql = `SELECT run_id, version, status, step, agent, reason, updated_at FROM runs ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY updated_at DESC LIMIT ?`;
     const rows = this.sql(sql).all(...args, query.limit ?? 100) as RunRow[];
