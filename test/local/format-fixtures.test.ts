@@ -19,10 +19,13 @@ describe('checkpoint fixtures of every released format, SQLite', () => {
     const clock = new ManualClock(FIXTURE_EPOCH + 3600_000);
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
     try {
-      // Older files index runs by (status, updated_at), a page rewritten by every step: replaced on open.
+      // Older files index runs by (status, updated_at) and the queue with its tombstones, pages every step rewrote: replaced on open.
       const indexes = (runtime.db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'").all() as { name: string }[]).map((r) => r.name);
       expect(indexes).toEqual(expect.arrayContaining(['runs_of_status', 'runs_ended_by_update']));
       expect(indexes).not.toContain('runs_by_status');
+      const queueIndexes = (runtime.db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queue'").all() as { name: string }[]).map((r) => r.name);
+      expect(queueIndexes).toContain('queue_live');
+      expect(queueIndexes).not.toContain('queue_ready');
       await loadResumeComplete(format, runtime, clock);
       expect(await runtime.store.list({ status: 'completed' })).not.toEqual([]);
     } finally {
