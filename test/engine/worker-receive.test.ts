@@ -82,6 +82,40 @@ describe('worker loop: the next delivery comes with the step\'s checkpoint', () 
     });
   }
 
+  it('a worker frozen while it holds the next delivery, back after another took it over: its late start changes nothing and repeats no effect', async () => {
+    db = tempDb();
+    const rows = new FakeRows();
+    const clock = new ManualClock();
+    const aClock = clock.process();
+    const a = worker(rows, aClock, 'A');
+    await start(a.deps, 'a', 'a');
+    const [first] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const handled = await handleDelivery(a.deps, first!, { receive: a.runtime.queue.receiveInCommit(VISIBILITY_MS) });
+    expect(handled).toMatchObject({ action: 'ack', acked: true });
+    const [held] = handled.action === 'ack' ? handled.next ?? [] : [];
+    expect(JSON.parse(held!.body)).toEqual({ runId: 'a', version: 2 });
+
+    // A freezes past the visibility timeout; B gets the message and works the run to its end.
+    aClock.freeze();
+    const b = worker(rows, clock.process(), 'B');
+    clock.advance(VISIBILITY_MS + 1);
+    const order: string[] = [];
+    await runWorker(b.deps, b.runtime.queue, drainOptions({ onHandled: stepped(order) }));
+    expect(order).toEqual(['a:2', 'a:3', 'a:3']);
+
+    // A thaws and starts what it held: the run moved on, its receipt is stale, nothing is written twice.
+    await aClock.thaw();
+    const late = await handleDelivery(a.deps, held!);
+    expect(late).toMatchObject({ action: 'ack', outcome: { kind: 'stale-message', status: 'completed' } });
+    expect(late.action === 'ack' && late.acked).toBeFalsy();
+    expect(await a.runtime.queue.ack(held!)).toBe(false);
+    expect(await a.runtime.queue.handBack(held!)).toBe(false);
+    expect(rows.received).toHaveLength(3);
+    expect((await b.runtime.store.history('a')).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+    expect(b.runtime.queue.depth()).toBe(0);
+    a.runtime.close(); b.runtime.close();
+  });
+
   for (const point of ['C6', 'C7', 'C8'] as const) {
     it(`a worker killed at ${point}, after the commit that took its next message: the message comes back after the visibility timeout and the run completes, every step once`, async () => {
       db = tempDb();
