@@ -7,7 +7,7 @@
  * same loop in the two-node shape of its prebuilt ReAct agent (model node, tools node); its
  * SqliteSaver on a file with synchronous=FULL, invoked with durability "sync" (each checkpoint written
  * before the next step starts). stepwise: the same loop (instant model, no-op read-only tool) through
- * advance() and through the whole worker path (receive, step, send, ack), plus the floor: one durable
+ * advance() and through the whole worker path as runWorker drives it (receive, step, send, ack), plus the floor: one durable
  * SQLite insert. Both tools return the same output: JSON rows of a query result with varied values
  * (bench/query-output.ts). Bytes stored: every TEXT and BLOB value in the database after one run; stepwise
  * compresses its blobs, so the figure is also given with them counted at their own length.
@@ -20,10 +20,9 @@ import { SqliteSaver } from '@langchain/langgraph-checkpoint-sqlite';
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
-import { handleDelivery } from '../lib/engine/handle-message.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { queryOutput } from './query-output.ts';
-import { benchDeps, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+import { benchDeps, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 
 const STEPS = 60;
 const ROUNDS = Number(process.argv[2] ?? 5);
@@ -130,15 +129,13 @@ function stepwiseCase(dir: string, bytes: number, path: 'engine' | 'worker') {
     async run(round: number): Promise<{ ms: number; bytes?: number; uncompressed?: number }> {
       const runId = `r${round}`;
       await startRun(deps, { goal: 'do 60 steps', runId });
-      const t0 = process.hrtime.bigint();
-      for (let i = 0; i < STEPS; i++) {
-        if (path === 'engine') { await advance(deps, runId); continue; }
-        const [d] = await runtime.queue.receive();
-        // As the worker loop does: the step's transaction acked the delivery unless it says otherwise.
-        const handled = await handleDelivery(deps, d!);
-        if (handled.action === 'ack' && !handled.acked) await runtime.queue.ack(d!);
+      let ms: number;
+      if (path === 'worker') ms = await workerPathMsPerStep(deps, runtime, STEPS);
+      else {
+        const t0 = process.hrtime.bigint();
+        for (let i = 0; i < STEPS; i++) await advance(deps, runId);
+        ms = Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
       }
-      const ms = Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
       if (round !== 0) return { ms };
       const stored = storedBytes(runtime.db);
       return { ms, bytes: stored, uncompressed: stored + uncompressedBlobExtra(runtime.db) };

@@ -7,9 +7,8 @@
  */
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
-import { handleDelivery } from '../lib/engine/handle-message.ts';
 import { startRun } from '../lib/engine/start.ts';
-import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 5);
@@ -38,23 +37,19 @@ function engineCase(dir: string, sideEffect: boolean): Case {
   };
 }
 
-/** The whole worker path per step: receive from the queue, advance, send the next message, ack. */
+/**
+ * The whole worker path per step, as runWorker does it: receive, advance, send, ack; on this runtime the
+ * step's checkpoint does the send, the ack and the next receive in its transaction.
+ */
 function workerCase(dir: string): Case {
   const runtime = openBenchRuntime(dir, 'worker');
   const deps = benchDeps(runtime, noopAgent({ sideEffect: false }), instantModel('noop'));
   return {
-    name: 'worker step: queue receive + engine step + send + ack',
+    name: 'worker step: runWorker (receive + step + send + ack)',
     async run(round) {
       const runId = `w${round}`;
       await startRun(deps, { goal: 'bench', runId });
-      const t0 = process.hrtime.bigint();
-      for (let i = 0; i < STEPS; i++) {
-        const [d] = await runtime.queue.receive();
-        // As the worker loop does: the step's transaction acked the delivery unless it says otherwise.
-        const handled = await handleDelivery(deps, d!);
-        if (handled.action === 'ack' && !handled.acked) await runtime.queue.ack(d!);
-      }
-      return Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+      return workerPathMsPerStep(deps, runtime, STEPS);
     },
   };
 }

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../lib/agent.ts';
 import { decodeState } from '../lib/core/codec.ts';
 import type { EngineDeps } from '../lib/engine/deps.ts';
+import { runWorker } from '../lib/engine/worker-loop.ts';
 import { silentLogger } from '../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../lib/local/runtime.ts';
 import type { CheckpointStore, Model, ModelReply } from '../lib/ports.ts';
@@ -38,6 +39,29 @@ export function benchDeps(runtime: LocalRuntime, agent: AgentDefinition, model: 
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue, model, agent,
     clock: systemClock, workerId: 'bench', codeVersion: 'bench', log: silentLogger,
   };
+}
+
+/**
+ * The whole worker path, driven by runWorker itself as `stepwise worker` drives it (its agent's consumer,
+ * a heartbeat per delivery, the next delivery taken by the step's checkpoint where it can), for `steps`
+ * steps of the one run on the queue: milliseconds per step. The loop's first receive is timed too.
+ */
+export async function workerPathMsPerStep(deps: EngineDeps, runtime: LocalRuntime, steps: number): Promise<number> {
+  let done = 0;
+  let t1 = 0n;
+  const t0 = process.hrtime.bigint();
+  await runWorker(deps, runtime.queue.forAgents([deps.agent.name]), {
+    waitMs: 0, sweepEveryMs: 0,
+    onHandled: (handled) => {
+      if (handled.action !== 'ack' || handled.outcome?.kind !== 'advanced') throw new Error(`bench: a step was not advanced: ${JSON.stringify(handled)}`);
+      if (++done < steps) return false;
+      t1 = process.hrtime.bigint();
+      return true;
+    },
+  });
+  // The run's next message (handed back, or sent) goes, so that the next round's run is alone on the queue.
+  for (const delivery of await runtime.queue.receive({ max: 100 })) await runtime.queue.ack(delivery);
+  return Number(t1 - t0) / 1e6 / steps;
 }
 
 export function openBenchRuntime(dir: string, name: string): LocalRuntime {

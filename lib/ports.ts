@@ -36,6 +36,22 @@ export interface QueueWork {
   send?: { message: RunMessage; delayMs?: number };
   /** The receipt of the delivery being handled: acked unless it expired (another worker received it since). */
   ack?: string;
+  /**
+   * The worker's next message, received as its consumer would (RunQueueConsumer.receiveInCommit): after
+   * the send, so the message just sent is taken only if nothing older is visible. CommitResult.received.
+   */
+  receive?: QueueReceive;
+}
+
+/** A receive for one consumer: its filter, how many messages, how long they stay hidden. */
+export interface QueueReceive {
+  /** Only this run's messages (the foreground `stepwise run`). */
+  runId?: string;
+  /** Only these agents' runs' messages, and those of no known run (a worker's). */
+  agents?: readonly string[];
+  /** At most this many (default 1). */
+  max?: number;
+  visibilityMs: number;
 }
 
 export interface CommitResult {
@@ -47,6 +63,8 @@ export interface CommitResult {
    * the writer, holding it decoded, need not decode it again (HeldSteps.head).
    */
   head?: string;
+  /** What `write.queue.receive` received, as RunQueueConsumer.receive returns it. */
+  received?: Delivery[];
 }
 
 /** One row of a run's checkpoint timeline. */
@@ -214,6 +232,16 @@ export interface RunQueueConsumer {
    * (the local one, in the same file); on AWS the scheduled sweeper lists candidates from the table.
    */
   stalledRuns?(before: number, limit: number): Promise<RunSummary[]>;
+  /**
+   * This consumer's receive, for a step's checkpoint to do in its own transaction (QueueWork.receive):
+   * only a queue in the checkpoints' database has it (the local one). A consumer with it has handBack.
+   */
+  receiveInCommit?(visibilityMs: number): QueueReceive;
+  /**
+   * Gives back a delivery this worker received and never started: visible at once, its receive not
+   * counted (so its step counts no restart). False if the receipt expired or the message was acked.
+   */
+  handBack?(delivery: Delivery): Promise<boolean>;
 }
 
 export interface OnceOptions {

@@ -16,14 +16,17 @@ import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../co
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
-import type { ModelReply, QueueWork } from '../ports.ts';
+import type { Delivery, ModelReply, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
 
 export type Advance =
   /** A checkpoint was written: a step (`appended`: its record), a failed attempt, a wait, or the run's end. */
-  /** `queued`: the queue work the checkpoint's own transaction did (AdvanceOptions.queueWork). */
-  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork }
+  /**
+   * `queued`: the queue work the checkpoint's own transaction did (AdvanceOptions.queueWork); `received`:
+   * what its receive took, this worker's next deliveries.
+   */
+  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork; received?: Delivery[] }
   /** The run is not running (done, failed, waiting): nothing to do. */
   | { kind: 'idle'; version: number; status: RunStatus }
   /** The message was for an older version: another delivery already advanced the run. */
@@ -294,7 +297,10 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
     ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
   }, 'checkpoint written');
   await deps.probe?.('C6', { runId: next.runId, step: next.step });
-  return { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), queued: queue };
+  return {
+    kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), queued: queue,
+    ...(written.received ? { received: written.received } : {}),
+  };
 }
 
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {

@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
-import type { Delivery, QueueWork } from '../ports.ts';
+import type { Delivery, QueueReceive, QueueWork } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
@@ -28,8 +28,10 @@ export type Handled =
   /**
    * `approvalLinks`: the links of the approval emails a waiting run has out, for the terminal. `acked`: the
    * step's checkpoint acked the delivery in its own transaction, so the caller has nothing left to ack.
+   * `next`: what the checkpoint's transaction received for the caller (the `receive` option), in flight
+   * for it: the caller handles it next, or hands it back (RunQueueConsumer.handBack).
    */
-  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[]; acked?: true }
+  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[]; acked?: true; next?: Delivery[] }
   | { action: 'release'; delayMs: number; runId?: string };
 
 /** Backoff before retrying a failed attempt: 1 s, 2 s, 4 s ... capped at a minute. */
@@ -45,12 +47,14 @@ export function retryDelayMs(failures: number): number {
  *
  * Where the queue lives in the store's database (CheckpointStore.carriesQueueWork) and the delivery has
  * its receipt, the step's checkpoint also sends the next message and acks this one, in one transaction:
- * C6, C7 and C8 then all come after it, and a crash there loses and repeats nothing.
+ * C6, C7 and C8 then all come after it, and a crash there loses and repeats nothing. With `receive` (the
+ * consumer's RunQueueConsumer.receiveInCommit), that transaction also receives the caller's next message
+ * (Handled.next); a crash after it leaves that message in flight, back after its visibility timeout.
  */
 export async function handleDelivery(
   deps: EngineDeps,
   delivery: Pick<Delivery, 'body' | 'receiveCount'> & { receipt?: string },
-  options: { maxReceives?: number } = {},
+  options: { maxReceives?: number; receive?: QueueReceive } = {},
 ): Promise<Handled> {
   const message = parseMessage(delivery.body);
   if (!message.success) {
@@ -63,7 +67,7 @@ export async function handleDelivery(
   try {
     outcome = await advance(deps, runId, {
       expectVersion: version, receiveCount: delivery.receiveCount, maxTries: maxReceives,
-      ...(delivery.receipt && deps.store.carriesQueueWork ? { queueWork: queueWorkOf(delivery.receipt) } : {}),
+      ...(delivery.receipt && deps.store.carriesQueueWork ? { queueWork: queueWorkOf(delivery.receipt, options.receive) } : {}),
     });
   } catch (error) {
     if (error instanceof UnknownRunError) {
@@ -122,18 +126,21 @@ export async function handleDelivery(
   return {
     action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}),
     ...(outcome.kind === 'advanced' && outcome.queued?.ack ? { acked: true as const } : {}),
+    ...(outcome.kind === 'advanced' && outcome.received?.length ? { next: outcome.received } : {}),
   };
 }
 
 /**
  * The queue work a step's checkpoint carries: what this handler would do after it, but in its transaction.
  * A running run gets its next message (with the retry backoff); the delivery is acked unless the run now
- * waits, whose wait is driven (emails, timer) before the ack, as on the unfolded path.
+ * waits, whose wait is driven (emails, timer) before the ack, as on the unfolded path. The receive goes
+ * only with the ack: then nothing after the commit can fail but a crash, so no error strands what it took.
  */
-function queueWorkOf(receipt: string): (next: RunState, version: number) => QueueWork {
+function queueWorkOf(receipt: string, receive: QueueReceive | undefined): (next: RunState, version: number) => QueueWork {
+  const ack = { ack: receipt, ...(receive ? { receive } : {}) };
   return (next, version) => next.status === 'running'
-    ? { send: { message: { runId: next.runId, version }, delayMs: retryDelayMs(next.failures) }, ack: receipt }
-    : next.status === 'waiting' ? {} : { ack: receipt };
+    ? { send: { message: { runId: next.runId, version }, delayMs: retryDelayMs(next.failures) }, ...ack }
+    : next.status === 'waiting' ? {} : ack;
 }
 
 /**

@@ -6,12 +6,12 @@ import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
 import { isTerminal, type RunStatus } from '../core/statuses.ts';
 import type {
-  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
+  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, Delivery, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, reading, type Db } from './database.ts';
-import { ackReceipt, enqueue } from './sqlite-queue.ts';
+import { ackReceipt, enqueue, takeVisible } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 
@@ -180,13 +180,16 @@ export class SqliteCheckpointStore implements CheckpointStore {
       }
       this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
       // The step's queue work, in the same transaction: a crash leaves all of it or none of it.
+      let received: Delivery[] | undefined;
       if (write.queue) {
         if (!this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
         const prepare = (text: string) => this.sql(text);
         if (write.queue.send) enqueue(prepare, write.queue.send.message, write.queue.send.delayMs ?? 0, now);
         if (write.queue.ack) ackReceipt(prepare, write.queue.ack, now);
+        // After the send, so the message just sent is taken only if nothing older is visible.
+        if (write.queue.receive) received = takeVisible(prepare, write.queue.receive, now);
       }
-      return { version, bytes, head };
+      return { version, bytes, head, ...(received ? { received } : {}) };
     });
   }
 

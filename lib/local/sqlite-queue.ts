@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RunStatus } from '../core/state.ts';
-import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
+import type { Clock, Delivery, QueueReceive, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, type Db } from './database.ts';
@@ -9,8 +9,6 @@ import { immediate, type Db } from './database.ts';
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
 const TOMBSTONE_MS = 24 * 3600 * 1000;
-
-interface QueueRow { id: number; body: string; receive_count: number; receipt: string }
 
 /**
  * A message of the run, not acked, for this version or a later one: the run has something to move it.
@@ -119,12 +117,26 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
     const deadline = Date.now() + (options.waitMs ?? 0);
     for (;;) {
-      const rows = this.take(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
-      if (rows.length || Date.now() >= deadline) {
-        return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
-      }
+      const deliveries = this.take(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
+      if (deliveries.length || Date.now() >= deadline) return deliveries;
       await sleep(POLL_MS);
     }
+  }
+
+  /** This consumer's receive, for a checkpoint commit on the same file to do in its transaction. */
+  receiveInCommit(visibilityMs: number): QueueReceive {
+    const { runId, agents } = this.options;
+    return { ...(runId ? { runId } : {}), ...(agents ? { agents } : {}), max: 1, visibilityMs };
+  }
+
+  /**
+   * Undoes a receive whose delivery was never started (a worker stopping with its next message): visible
+   * now with the receive uncounted, so its step counts no restart. Only the receipt's holder can.
+   */
+  async handBack(delivery: Delivery): Promise<boolean> {
+    const [id, receipt] = splitReceipt(delivery.receipt);
+    return this.sql('UPDATE queue SET visible_at = ?, receive_count = max(receive_count - 1, 0), receipt = NULL WHERE id = ? AND receipt = ? AND acked_at IS NULL')
+      .run(this.now, id, receipt).changes > 0;
   }
 
   async ack(delivery: Delivery): Promise<boolean> {
@@ -146,21 +158,13 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     return this.sql('DELETE FROM queue WHERE acked_at IS NOT NULL AND acked_at < ?').run(this.now - TOMBSTONE_MS).changes;
   }
 
-  private take(max: number, visibilityMs: number): QueueRow[] {
+  private take(max: number, visibilityMs: number): Delivery[] {
     const now = this.now;
-    const receipt = randomUUID();
-    const { runId, agents } = this.options;
-    const only = `${runId ? 'AND run_id = ?' : ''} ${agents ? `AND (agent IS NULL OR agent IN (${agents.map(() => '?').join(', ')}))` : ''}`;
-    const onlyArgs = [...(runId ? [runId] : []), ...(agents ?? [])];
+    const filter = filterOf(this.options);
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
-    if (!this.sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`).get(now, ...onlyArgs)) return [];
-    const args: unknown[] = [now + visibilityMs, receipt, now, ...onlyArgs, max];
-    return this.sql(
-      `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
-       WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} ORDER BY visible_at, id LIMIT ?)
-       RETURNING id, body, receive_count, receipt`,
-    ).all(...args) as QueueRow[];
+    if (!this.sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} LIMIT 1`).get(now, ...filter.args)) return [];
+    return takeVisible((text) => this.sql(text), { ...this.options, max, visibilityMs }, now);
   }
 }
 
@@ -174,6 +178,31 @@ type Prepare = (text: string) => Database.Statement;
 export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now: number): void {
   sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
     .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + delayMs, now);
+}
+
+/**
+ * The queue's receive: the oldest visible messages of the consumer's filter (FIFO by visible_at, id),
+ * hidden for the visibility, their receive counted. One UPDATE ... RETURNING, so two connections never
+ * take the same message: run by SqliteQueue.receive, or inside a checkpoint commit (QueueWork.receive).
+ */
+export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): Delivery[] {
+  const token = randomUUID();
+  const filter = filterOf(receive);
+  const rows = sql(
+    `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
+     WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ?)
+     RETURNING id, body, receive_count, receipt`,
+  ).all(now + receive.visibilityMs, token, now, ...filter.args, receive.max ?? 1) as { id: number; body: string; receive_count: number; receipt: string }[];
+  return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
+}
+
+/** The SQL of a consumer's filter: one run's messages, or its agents' and those of no known run. */
+function filterOf(filter: { runId?: string; agents?: readonly string[] }): { only: string; args: unknown[] } {
+  const { runId, agents } = filter;
+  return {
+    only: `${runId ? 'AND run_id = ?' : ''} ${agents ? `AND (agent IS NULL OR agent IN (${agents.map(() => '?').join(', ')}))` : ''}`,
+    args: [...(runId ? [runId] : []), ...(agents ?? [])],
+  };
 }
 
 /** False if the receipt expired: another worker received the message since. */

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 import { META, recordFor, stateAfter } from '../support/states.ts';
@@ -77,6 +78,95 @@ describe('local worker path: one transaction per step', () => {
       queue: { send: { message: { runId: 'run', version: 2 } }, ack: delivery!.receipt },
     })).rejects.toBeInstanceOf(StaleVersionError);
     expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: false }]);
+    w.runtime.close();
+  });
+
+  it('a commit carrying a receive takes the oldest visible message for this worker, hidden for the visibility, in its transaction', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps, 'a', 'a');
+    await start(w.deps, 'b', 'b');
+    const other = openLocalRuntime({ dbPath: db.path, clock: w.clock });
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(JSON.parse(delivery!.body)).toEqual({ runId: 'a', version: 1 });
+    const written = await w.runtime.store.commit({
+      runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META,
+      queue: { send: { message: { runId: 'a', version: 2 } }, ack: delivery!.receipt, receive: w.runtime.queue.receiveInCommit(VISIBILITY_MS) },
+    });
+    // FIFO as a receive is: b's message is older than the one this commit just sent, so a worker with
+    // several runs still takes them in turn.
+    expect(written.received).toHaveLength(1);
+    const [next] = written.received!;
+    expect(JSON.parse(next!.body)).toEqual({ runId: 'b', version: 1 });
+    expect(next!.receiveCount).toBe(1);
+    expect(next!.receipt).toMatch(/^\d+:[0-9a-f-]{36}$/);
+    // Received: another worker gets only a's new message, and b's once its visibility runs out.
+    const got = await other.queue.receive({ visibilityMs: VISIBILITY_MS, max: 10 });
+    expect(got.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'a', version: 2 }]);
+    w.clock.advance(VISIBILITY_MS - 1);
+    expect(await other.queue.receive({ visibilityMs: VISIBILITY_MS })).toEqual([]);
+    // The receipt is the queue's own: its holder acks it as any delivery.
+    expect(await w.runtime.queue.ack(next!)).toBe(true);
+    w.clock.advance(VISIBILITY_MS);
+    expect(await other.queue.receive({ visibilityMs: VISIBILITY_MS })).toHaveLength(1); // a/v2 again, b is acked
+    other.close();
+    w.runtime.close();
+  });
+
+  it('a commit\'s receive takes only what its consumer would: one run\'s messages, or its agents\'', async () => {
+    db = tempDb();
+    const w = worker();
+    for (const id of ['a', 'b', 'c']) await start(w.deps, id, id);
+    const step = async (runId: string, receive: import('../../lib/ports.ts').QueueReceive, ack?: string) => {
+      const version = (await w.runtime.store.load(runId))!.version;
+      const written = await w.runtime.store.commit({
+        runId, expectedVersion: version, state: stateAfter(runId, version), appended: recordFor(runId, version), ...META,
+        queue: { ...(ack ? { ack } : {}), receive },
+      });
+      return written.received ?? [];
+    };
+    const bodies = (ds: import('../../lib/ports.ts').Delivery[]) => ds.map((d) => JSON.parse(d.body));
+    const [a] = await w.runtime.queue.forRun('a').receive({ visibilityMs: VISIBILITY_MS });
+    const c = await step('a', w.runtime.queue.forRun('c').receiveInCommit(VISIBILITY_MS), a!.receipt);
+    expect(bodies(c)).toEqual([{ runId: 'c', version: 1 }]);
+    expect(await step('c', w.runtime.queue.forAgents(['another-agent']).receiveInCommit(VISIBILITY_MS), c[0]!.receipt)).toEqual([]);
+    expect(bodies(await step('c', w.runtime.queue.forAgents(['rows-agent']).receiveInCommit(VISIBILITY_MS)))).toEqual([{ runId: 'b', version: 1 }]);
+    w.runtime.close();
+  });
+
+  it('a stale commit receives nothing: the message stays visible, its receive count untouched', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps, 'a', 'a');
+    await start(w.deps, 'b', 'b');
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    await w.runtime.store.commit({ runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META });
+    await expect(w.runtime.store.commit({
+      runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META,
+      queue: { ack: delivery!.receipt, receive: w.runtime.queue.receiveInCommit(VISIBILITY_MS) },
+    })).rejects.toBeInstanceOf(StaleVersionError);
+    const [b] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(JSON.parse(b!.body)).toEqual({ runId: 'b', version: 1 });
+    expect(b!.receiveCount).toBe(1);
+    w.runtime.close();
+  });
+
+  it('a delivery handed back unstarted is visible at once and its receive is not counted; only its holder can hand it back', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps, 'a', 'a');
+    const other = openLocalRuntime({ dbPath: db.path, clock: w.clock });
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(await w.runtime.queue.handBack(delivery!)).toBe(true);
+    // A second hand-back, or one by a receipt that is no longer the message's, changes nothing.
+    expect(await w.runtime.queue.handBack(delivery!)).toBe(false);
+    const [again] = await other.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(again!.receiveCount).toBe(1);
+    expect(await w.runtime.queue.handBack(delivery!)).toBe(false);
+    expect(await other.queue.ack(again!)).toBe(true);
+    expect(await other.queue.handBack(again!)).toBe(false); // acked: it stays acked
+    expect(other.queue.depth()).toBe(0);
+    other.close();
     w.runtime.close();
   });
 

@@ -1,0 +1,153 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { CrashPoint } from '../../lib/engine/deps.ts';
+import type { Handled } from '../../lib/engine/handle-message.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { runWorker, type WorkerOptions } from '../../lib/engine/worker-loop.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, SimulatedCrash, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+/** The runs whose steps a worker checkpointed, in the order it did them. */
+const stepped = (log: string[]) => (h: Handled) => {
+  if (h.action === 'ack' && h.outcome?.kind === 'advanced') log.push(`${h.runId}:${h.outcome.state.step}`);
+};
+
+/** Works the queue until nothing is visible: no sweep, no wait, real heartbeats that never fire this fast. */
+const drainOptions = (extra: WorkerOptions = {}): WorkerOptions => ({ visibilityMs: VISIBILITY_MS, waitMs: 0, idleExitMs: 0, sweepEveryMs: 0, ...extra });
+
+/**
+ * On the local runtime a step's checkpoint also receives the worker's next message (QueueWork.receive),
+ * so after its first message a busy worker makes no receive of its own: one write transaction per step.
+ */
+describe('worker loop: the next delivery comes with the step\'s checkpoint', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  const worker = (rows: FakeRows, clock: ManualClock, workerId = 'A', crashAt?: { point: CrashPoint; step: number }) => workerProcess({
+    dbPath: db.path, agent: rowsAgent(rows), model: new StubModel(writeRowsScript(3)), clock, workerId, ...(crashAt ? { crashAt } : {}),
+  });
+
+  it('a worker with two runs alternates their steps and receives from the queue only when its last step brought nothing', async () => {
+    db = tempDb();
+    const rows = new FakeRows();
+    const w = worker(rows, new ManualClock());
+    await start(w.deps, 'a', 'a');
+    await start(w.deps, 'b', 'b');
+    const receive = vi.spyOn(w.runtime.queue, 'receive');
+    const order: string[] = [];
+    await runWorker(w.deps, w.runtime.queue, drainOptions({ onHandled: stepped(order) }));
+
+    // FIFO as a receive is: the message a step just sent waits behind the other run's older one.
+    expect(order).toEqual(['a:1', 'b:1', 'a:2', 'b:2', 'a:3', 'b:3', 'a:3', 'b:3']);
+    // The first message, then the empty poll after the last step: eight steps, two receives.
+    expect(receive).toHaveBeenCalledTimes(2);
+    expect(await receive.mock.results[1]!.value).toEqual([]);
+    expect((await loadState(w.runtime, 'a')).status).toBe('completed');
+    expect((await loadState(w.runtime, 'b')).status).toBe('completed');
+    expect(rows.received).toHaveLength(6);
+    expect(w.runtime.queue.depth()).toBe(0);
+    w.runtime.close();
+  });
+
+  for (const stop of ['signal', 'onHandled'] as const) {
+    it(`a worker stopped (${stop}) while it holds the next delivery hands it back: another takes it at once, no restart counted`, async () => {
+      db = tempDb();
+      const rows = new FakeRows();
+      const clock = new ManualClock();
+      const w = worker(rows, clock);
+      await start(w.deps, 'a', 'a');
+      const controller = new AbortController();
+      const order: string[] = [];
+      await runWorker(w.deps, w.runtime.queue, drainOptions({
+        signal: controller.signal,
+        onHandled: (h) => {
+          stepped(order)(h);
+          if (stop === 'signal') controller.abort();
+          return stop === 'onHandled';
+        },
+      }));
+      expect(order).toEqual(['a:1']);
+      w.runtime.close();
+
+      // No time passes: the message is not waiting out a visibility timeout.
+      const b = worker(rows, clock.process(), 'B');
+      const [next] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      expect(JSON.parse(next!.body)).toEqual({ runId: 'a', version: 2 });
+      expect(next!.receiveCount).toBe(1);
+      const restarts = vi.spyOn(b.runtime.store, 'addRestarts');
+      expect(await handleDelivery(b.deps, next!)).toMatchObject({ action: 'ack', acked: true, outcome: { kind: 'advanced', state: { step: 2 } } });
+      expect(restarts).not.toHaveBeenCalled();
+      expect((await b.runtime.store.load('a'))!.restarts).toBeUndefined();
+      b.runtime.close();
+    });
+  }
+
+  it('a worker frozen while it holds the next delivery, back after another took it over: its late start changes nothing and repeats no effect', async () => {
+    db = tempDb();
+    const rows = new FakeRows();
+    const clock = new ManualClock();
+    const aClock = clock.process();
+    const a = worker(rows, aClock, 'A');
+    await start(a.deps, 'a', 'a');
+    const [first] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const handled = await handleDelivery(a.deps, first!, { receive: a.runtime.queue.receiveInCommit(VISIBILITY_MS) });
+    expect(handled).toMatchObject({ action: 'ack', acked: true });
+    const [held] = handled.action === 'ack' ? handled.next ?? [] : [];
+    expect(JSON.parse(held!.body)).toEqual({ runId: 'a', version: 2 });
+
+    // A freezes past the visibility timeout; B gets the message and works the run to its end.
+    aClock.freeze();
+    const b = worker(rows, clock.process(), 'B');
+    clock.advance(VISIBILITY_MS + 1);
+    const order: string[] = [];
+    await runWorker(b.deps, b.runtime.queue, drainOptions({ onHandled: stepped(order) }));
+    expect(order).toEqual(['a:2', 'a:3', 'a:3']);
+
+    // A thaws and starts what it held: the run moved on, its receipt is stale, nothing is written twice.
+    await aClock.thaw();
+    const late = await handleDelivery(a.deps, held!);
+    expect(late).toMatchObject({ action: 'ack', outcome: { kind: 'stale-message', status: 'completed' } });
+    expect(late.action === 'ack' && late.acked).toBeFalsy();
+    expect(await a.runtime.queue.ack(held!)).toBe(false);
+    expect(await a.runtime.queue.handBack(held!)).toBe(false);
+    expect(rows.received).toHaveLength(3);
+    expect((await b.runtime.store.history('a')).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+    expect(b.runtime.queue.depth()).toBe(0);
+    a.runtime.close(); b.runtime.close();
+  });
+
+  for (const point of ['C6', 'C7', 'C8'] as const) {
+    it(`a worker killed at ${point}, after the commit that took its next message: the message comes back after the visibility timeout and the run completes, every step once`, async () => {
+      db = tempDb();
+      const rows = new FakeRows();
+      const clock = new ManualClock();
+      const a = worker(rows, clock.process(), 'A', { point, step: 1 });
+      await start(a.deps, 'a', 'a');
+      // The process dies at the crash point: nothing after it runs, the loop included.
+      const dead = new AbortController();
+      const probe = a.deps.probe!;
+      a.deps.probe = async (p, at) => {
+        try { await probe(p, at); } catch (error) { if (error instanceof SimulatedCrash) dead.abort(); throw error; }
+      };
+      await runWorker(a.deps, a.runtime.queue, drainOptions({ signal: dead.signal }));
+      expect(dead.signal.aborted).toBe(true);
+      expect((await a.runtime.store.load('a'))!.version).toBe(2);
+
+      // Step 2's message was received by step 1's commit: in flight, with nobody to work or hand it back.
+      const bClock = clock.process();
+      const b = worker(rows, bClock, 'B');
+      expect(await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS })).toEqual([]);
+      bClock.advance(VISIBILITY_MS + 1);
+      const order: string[] = [];
+      await runWorker(b.deps, b.runtime.queue, drainOptions({ onHandled: stepped(order) }));
+
+      expect(order).toEqual(['a:2', 'a:3', 'a:3']);
+      expect((await loadState(b.runtime, 'a')).status).toBe('completed');
+      expect([...rows.rows.values()]).toEqual([1, 2, 3]);
+      expect(rows.received).toHaveLength(3); // each row's tool ran once
+      expect((await b.runtime.store.history('a')).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+      expect(b.runtime.queue.depth()).toBe(0);
+      a.runtime.close(); b.runtime.close();
+    });
+  }
+});
