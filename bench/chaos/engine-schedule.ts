@@ -84,6 +84,9 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   longEffects: number;
   modelFaults: number;
   modelCalls: number;
+  /** Next deliveries a step's checkpoint received for its worker (the local runtime), and those handed back unstarted. */
+  received?: number;
+  handedBack?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }
@@ -99,6 +102,8 @@ interface Proc {
   deps: EngineDeps;
   dead: boolean;
   died: Deferred<'died'>;
+  /** The delivery this worker's last step received in its checkpoint transaction, not started yet. */
+  held?: Delivery;
 }
 
 type Park = { mode: 'freeze' | 'long'; proc: Proc; go: Deferred<void> };
@@ -305,7 +310,9 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   type Outcome = { kind: 'handled'; handled: Handled } | { kind: 'error'; error: unknown } | { kind: 'died' } | { kind: 'parked' };
   const handle = async (proc: Proc, delivery: Pick<Delivery, 'body' | 'receiveCount'> & { receipt?: string }): Promise<{ outcome: Outcome; pending: Promise<Outcome> }> => {
     parkSignal = deferred<'parked'>();
-    const pending: Promise<Outcome> = handleDelivery(proc.deps, delivery).then(
+    // As runWorker does: a delivery with a receipt gets the worker's next receive folded into its checkpoint.
+    const receive = delivery.receipt ? { receive: proc.runtime.queue.receiveInCommit(VISIBILITY_MS) } : {};
+    const pending: Promise<Outcome> = handleDelivery(proc.deps, delivery, receive).then(
       (handled) => ({ kind: 'handled' as const, handled }),
       (error: unknown) => ({ kind: 'error' as const, error }),
     );
@@ -330,6 +337,14 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       if (extra) report.delayed++;
       await proc.runtime.queue.release(delivery, handled.delayMs + extra);
       return;
+    }
+    if (handled.next?.length) {
+      // The worker's next delivery, in flight for it. Now and then it stops before starting it and hands it back.
+      report.received = (report.received ?? 0) + handled.next.length;
+      if (r.chance(0.05)) {
+        for (const next of handled.next) await proc.runtime.queue.handBack(next);
+        report.handedBack = (report.handedBack ?? 0) + handled.next.length;
+      } else proc.held = handled.next[0];
     }
     if (handled.acked) return; // the step's own transaction acked it: there is no separate ack to lose
     if (r.chance(0.08)) { report.duplicates++; await proc.runtime.queue.release(delivery, 0); return; } // the ack was lost
@@ -441,8 +456,13 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       if (brownoutCalls === 0 && r.chance(0.02 * k)) { report.brownouts++; brownoutCalls = r.int(1, 8); }
 
       const candidates = procs.filter((p) => !p.dead && p !== parked?.proc);
-      const proc = r.pick(candidates);
-      const [delivery] = await proc.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      // A worker holding its next delivery mostly goes on with it; one that does not leaves it in flight
+      // (to come back after its visibility, to another worker, while the holder may still start it late).
+      const holders = candidates.filter((p) => p.held);
+      const proc = holders.length && r.chance(0.9) ? r.pick(holders) : r.pick(candidates);
+      const held = proc.held;
+      proc.held = undefined;
+      const [delivery] = held ? [held] : await proc.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
       if (!delivery) {
         await root.pass(r.chance(0.5) ? VISIBILITY_MS + 1 : r.int(1_000, 65_000));
         continue;
