@@ -1,0 +1,130 @@
+/**
+ * Where a read-only step's time goes past the floor (one durable SQLite insert), layer by layer, each
+ * case interleaved round by round with the floor in the same process:
+ *   - one row per step: a layout stepwise does not have, the lower bound of a step that writes a head and
+ *     a record: one INSERT into one b-tree keyed (run, version), the key's uniqueness as the fence;
+ *   - this store's rows in raw SQL: the run's row updated, the step record, the history row with the head;
+ *   - this store's commit() (encoding included), states made before timing;
+ *   - the engine step: advance() with a stub model and a no-op tool (load, prompt, tool, commit).
+ * WAL + synchronous=FULL everywhere, 300 steps a round.
+ *
+ *   node --import tsx bench/step-layouts.ts [steps-per-round] [rounds]
+ */
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
+import { encodeHead, encodeStep } from '../lib/core/codec.ts';
+import { advance } from '../lib/engine/advance.ts';
+import { startRun } from '../lib/engine/start.ts';
+import { openLocalRuntime } from '../lib/local/runtime.ts';
+import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
+import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+
+const STEPS = Number(process.argv[2] ?? 300);
+const ROUNDS = Number(process.argv[3] ?? 7);
+
+function durable(path: string, schema: string): Database.Database {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.exec(schema);
+  return db;
+}
+
+const perStep = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+
+async function main(): Promise<void> {
+  const { dir, cleanup } = tempDir();
+  try {
+    // Bytes as a real step writes them: a head and a record of this code's own encoding.
+    const head = encodeHead(stateAfter('bench-run', 30));
+    const record = encodeStep(recordFor('bench-run', 30));
+    const floor = durableInsertFloor(join(dir, 'floor.db'));
+
+    const one = durable(join(dir, 'one.db'), 'CREATE TABLE checkpoints (run_id TEXT, version INTEGER, head TEXT, record TEXT, PRIMARY KEY (run_id, version)) WITHOUT ROWID');
+    const oneInsert = one.prepare('INSERT INTO checkpoints VALUES (?, ?, ?, ?)');
+
+    // The local store's own file and schema, written with the statements its commit runs.
+    const rows = openLocalRuntime({ dbPath: join(dir, 'rows.db') });
+    const update = rows.db.prepare("UPDATE runs SET version = version + 1, step = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ? AND status = 'running' AND reason IS NULL");
+    const step = rows.db.prepare('INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?)');
+    const history = rows.db.prepare(
+      'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+
+    const store = openLocalRuntime({ dbPath: join(dir, 'store.db') });
+    const states = Array.from({ length: STEPS + 1 }, (_, n) => stateAfter('s', n));
+    const records = Array.from({ length: STEPS + 1 }, (_, n) => recordFor('s', n));
+
+    const engine = openBenchRuntime(dir, 'engine');
+    const deps = benchDeps(engine, noopAgent({ sideEffect: false }), instantModel('noop'));
+
+    const cases: { name: string; run(round: number): Promise<number> }[] = [
+      { name: 'floor: one durable SQLite insert (500 B)', run: async () => floor.msPerInsert(STEPS) },
+      {
+        name: 'one row per step (head + record, fenced by its key)',
+        async run(round) {
+          const t0 = process.hrtime.bigint();
+          for (let v = 2; v <= STEPS + 1; v++) one.transaction(() => oneInsert.run(`r${round}`, v, head, record))();
+          return perStep(t0);
+        },
+      },
+      {
+        name: "this store's rows, raw SQL (run, step, history + head)",
+        async run(round) {
+          const runId = `r${round}`;
+          rows.db.prepare("INSERT INTO runs (run_id, version, status, step, agent, created_at, updated_at) VALUES (?, 1, 'running', 0, 'bench', 0, 0)").run(runId);
+          const t0 = process.hrtime.bigint();
+          for (let n = 1; n <= STEPS; n++) {
+            rows.db.transaction(() => {
+              update.run(n, n, runId, n);
+              step.run(runId, n, record);
+              history.run(runId, n + 1, n, 'running', 'noop', null, 'bench', 'bench', head.length + record.length, head, null, n, n + 1);
+            })();
+          }
+          return perStep(t0);
+        },
+      },
+      {
+        name: "this store's commit() (encoding + its SQL)",
+        async run(round) {
+          const runId = `s${round}`;
+          await store.store.create(newState(runId), META);
+          const t0 = process.hrtime.bigint();
+          for (let n = 1; n <= STEPS; n++) {
+            await store.store.commit({ runId, expectedVersion: n, state: { ...states[n]!, runId }, appended: { ...records[n]!, idempotencyKey: `${runId}/step-${n}` }, ...META });
+          }
+          return perStep(t0);
+        },
+      },
+      {
+        name: 'engine step, read-only tool (advance)',
+        async run(round) {
+          const runId = `e${round}`;
+          await startRun(deps, { goal: 'bench', runId });
+          const t0 = process.hrtime.bigint();
+          for (let i = 0; i < STEPS; i++) await advance(deps, runId);
+          return perStep(t0);
+        },
+      },
+    ];
+    const results = cases.map(() => [] as number[]);
+    for (let round = 0; round <= ROUNDS; round++) {
+      for (const [i, c] of cases.entries()) {
+        const ms = await c.run(round);
+        if (round > 0) results[i]!.push(ms); // round 0 warms caches and the JIT
+      }
+    }
+    const floorMs = median(results[0]!);
+    console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), WAL + synchronous=FULL; head ${head.length} B, record ${record.length} B`);
+    console.log('case'.padEnd(58), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
+    for (const [i, c] of cases.entries()) {
+      const xs = results[i]!;
+      console.log(c.name.padEnd(58), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floorMs, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
+    }
+    floor.close(); one.close(); rows.close(); store.close(); engine.close();
+  } finally {
+    cleanup();
+  }
+}
+
+await main();
