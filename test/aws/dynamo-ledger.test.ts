@@ -72,6 +72,26 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
     const fault = appliedThenFails(clients.doc, matches, error);
     return { fault, ledger: new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock }) };
   }
+  /**
+   * A ledger client whose calls `refuse` picks fail as the SDK's last retry of a throttled call does
+   * (outside its retry loop: nothing is applied). Returns how many were refused.
+   */
+  function throttled(refuse: (commandName: string, input: object) => boolean): { clients: AwsClients; refused(): number } {
+    const clients = createAwsClients();
+    opened.push(clients);
+    let refused = 0;
+    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
+      (next: (args: { input: object }) => Promise<unknown>, context: { commandName?: string }) => async (args: { input: object }) => {
+        if (refuse(context.commandName ?? '', args.input)) {
+          refused++;
+          throw Object.assign(new Error('Rate of requests exceeds the allowed throughput.'), { name: 'ThrottlingException', $fault: 'client' });
+        }
+        return next(args);
+      },
+      { step: 'initialize', name: 'throttle' },
+    );
+    return { clients, refused: () => refused };
+  }
   const updateSetting = (attribute: string, value?: string) => (name: string, input: Record<string, unknown>) =>
     name === 'UpdateItemCommand' && JSON.stringify(input.ExpressionAttributeNames ?? {}).includes(`"${attribute}"`)
     && (value === undefined || JSON.stringify(input.ExpressionAttributeValues ?? {}).includes(`{"S":"${value}"}`));
@@ -114,24 +134,12 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
 
   it('a completion refused outright (throttled past the SDK\'s retries) is tried again: the effect is on record and never runs again', async () => {
     const clock = new ManualClock();
-    const clients = createAwsClients();
-    opened.push(clients);
-    let refused = 0;
-    // Outside the SDK's retry loop: what the caller sees when every attempt was throttled. Nothing is applied.
-    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
-      (next: (args: { input: object }) => Promise<unknown>, context: { commandName?: string }) => async (args: { input: object }) => {
-        if (refused < 2 && /Update/.test(context.commandName ?? '') && JSON.stringify(args.input).includes('"completed"')) {
-          refused++;
-          throw Object.assign(new Error('Rate of requests exceeds the allowed throughput.'), { name: 'ThrottlingException', $fault: 'client' });
-        }
-        return next(args);
-      },
-      { step: 'initialize', name: 'refuse-completion' },
-    );
+    let left = 2;
+    const { clients, refused } = throttled((name, input) => left > 0 && /Update/.test(name) && JSON.stringify(input).includes('"completed"') && left-- > 0);
     const faulty = new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock });
     let applied = 0;
     expect(await faulty.once('refused/complete/step-1', {}, async () => `applied ${++applied}`)).toBe('applied 1');
-    expect(refused).toBe(2);
+    expect(refused()).toBe(2);
     expect(await record('refused/complete/step-1')).toMatchObject({ status: 'completed', result: '"applied 1"' });
     // Past the lease: a later attempt of the step gets the result, not a second application.
     await clock.pass(120_000);
@@ -145,17 +153,8 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
     // renewal was refused, and its ledger-only effect (which checks its signal) was applied a second time.
     const root = new ManualClock();
     const frozen = root.process();
-    const clients = createAwsClients();
-    opened.push(clients);
-    let throttled = false;
-    let refused = 0;
-    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
-      (next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
-        if (throttled) { refused++; throw Object.assign(new Error('Rate of requests exceeds the allowed throughput.'), { name: 'ThrottlingException', $fault: 'client' }); }
-        return next(args);
-      },
-      { step: 'initialize', name: 'throttle-after-thaw' },
-    );
+    let brownout = false;
+    const { clients, refused } = throttled(() => brownout);
     const key = 'frozen/throttled-renewal/step-1';
     const a = new HeldEffect();
     const aDone = new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock: frozen }).once(key, {}, a.effect, { leaseMs: 60_000 })
@@ -166,9 +165,9 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
     const b = new HeldEffect();
     const bDone = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock: root.process() }).once(key, {}, b.effect, { leaseMs: 60_000 });
     await b.started();
-    throttled = true;
+    brownout = true;
     await frozen.thaw();
-    expect(refused).toBeGreaterThan(0);
+    expect(refused()).toBeGreaterThan(0);
     expect(a.signal?.aborted).toBe(true);
     expect(a.signal?.reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('no renewal could be confirmed') });
     expect(b.signal?.aborted).toBe(false);
@@ -181,16 +180,8 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
 
   it('renewals throttled for less than a lease do not cost the claim: the next one that lands keeps it', async () => {
     const clock = new ManualClock();
-    const clients = createAwsClients();
-    opened.push(clients);
     let refusing = 2;
-    (clients.doc.middlewareStack as { add(middleware: any, options: any): void }).add(
-      (next: (args: unknown) => Promise<unknown>, context: { commandName?: string }) => async (args: unknown) => {
-        if (refusing > 0 && /Update/.test(context.commandName ?? '')) { refusing--; throw Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException', $fault: 'client' }); }
-        return next(args);
-      },
-      { step: 'initialize', name: 'throttle-two-renewals' },
-    );
+    const { clients } = throttled((name) => refusing > 0 && /Update/.test(name) && refusing-- > 0);
     const slow = new HeldEffect();
     const done = new DynamoLedger({ doc: clients.doc, tableName: resources.tableName, blobs, clock }).once('throttled/renewals/step-1', {}, slow.effect, { leaseMs: 60_000 });
     await slow.started();

@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { holdWhileRenewing } from '../../lib/lease-renewal.ts';
+import { ManualClock } from '../support/manual-clock.ts';
+
+const LEASE_MS = 60_000;
+
+/** An effect held open by the test, with the signal it was given. */
+function heldEffect() {
+  let finish!: (value: string) => void;
+  let signal: AbortSignal | undefined;
+  const done = new Promise<string>((resolve) => { finish = resolve; });
+  return { effect: async (s: AbortSignal) => { signal = s; return done; }, finish: (v: string) => finish(v), signal: () => signal! };
+}
+
+describe('holding a claim while its effect runs (both ledgers)', () => {
+  it('a store that never answers a renewal (throttled, locked) costs the claim once the lease has run out by the holder\'s clock', async () => {
+    const clock = new ManualClock();
+    const held = heldEffect();
+    let renewals = 0;
+    const running = holdWhileRenewing({ key: 'k/step-1', clock, leaseMs: LEASE_MS, effect: held.effect, renew: () => { renewals++; throw new Error('SQLITE_BUSY'); } });
+    await clock.pass(LEASE_MS - 1);
+    // Ticks at a third and two thirds of the lease failed, but the lease still runs: nothing is lost yet.
+    expect(renewals).toBe(2);
+    expect(held.signal().aborted).toBe(false);
+    await clock.pass(1);
+    expect(held.signal().aborted).toBe(true);
+    expect(held.signal().reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('no renewal could be confirmed') });
+    held.finish('done anyway');
+    expect(await running).toBe('done anyway');
+  });
+
+  it('a confirmed renewal extends the lease from when it was sent; later refusals cost nothing until that runs out', async () => {
+    const clock = new ManualClock();
+    const held = heldEffect();
+    let answer: 'ours' | 'busy' = 'ours';
+    const running = holdWhileRenewing({
+      key: 'k/step-2', clock, leaseMs: LEASE_MS, effect: held.effect,
+      renew: async () => { if (answer === 'busy') throw new Error('ThrottlingException'); return true; },
+    });
+    await clock.pass(LEASE_MS / 3); // confirmed at 20 s: held until 80 s
+    answer = 'busy';
+    await clock.pass(LEASE_MS * 2 / 3 - 1); // ticks at 40 s and 60 s refused
+    expect(held.signal().aborted).toBe(false);
+    await clock.pass(LEASE_MS / 3 + 1); // the tick at 80 s is refused with the lease run out
+    expect(held.signal().aborted).toBe(true);
+    held.finish('x');
+    await running;
+  });
+
+  it('a renewal that answers "not yours" aborts at once, lease or no lease', async () => {
+    const clock = new ManualClock();
+    const held = heldEffect();
+    const running = holdWhileRenewing({ key: 'k/step-3', clock, leaseMs: LEASE_MS, effect: held.effect, renew: () => false });
+    await clock.pass(LEASE_MS / 3);
+    expect(held.signal().reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('another attempt took the key') });
+    held.finish('x');
+    await running;
+  });
+});
