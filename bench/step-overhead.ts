@@ -21,6 +21,39 @@ function floorCase(dir: string): Case {
   return { name: 'floor: one durable SQLite insert', run: async () => floor.msPerInsert(STEPS) };
 }
 
+/**
+ * The same insert, each after `microseconds()` of JavaScript work that allocates as an engine step does
+ * (objects built, serialized, parsed). The floor's tight loop keeps the CPU caches and the disk's queue hot;
+ * a process doing anything between its durable writes pays more for each, and this measures how much.
+ */
+function floorAfterWorkCase(dir: string, name: string, microseconds: () => number): Case {
+  const floor = durableInsertFloor(join(dir, `floor-${name}.db`));
+  return { name, run: async () => floor.msPerInsert(STEPS, microseconds()) };
+}
+
+/** The engine case with the fsync off (synchronous=OFF): the step's own work, CPU and writes, without the disk's wait. */
+function engineWithoutFsyncCase(dir: string): Case {
+  const runtime = openBenchRuntime(dir, 'engine-nosync');
+  runtime.db.pragma('synchronous = OFF');
+  const deps = benchDeps(runtime, noopAgent({ sideEffect: false }), instantModel('noop'));
+  return {
+    name: 'engine step, read-only tool, fsync off',
+    async run(round) {
+      const runId = `n${round}`;
+      await startRun(deps, { goal: 'bench', runId });
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < STEPS; i++) await advance(deps, runId);
+      return Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+    },
+  };
+}
+
+/** The insert with the fsync off: its own work, which the engine step's work above already includes once. */
+function floorWithoutFsyncCase(dir: string): Case {
+  const floor = durableInsertFloor(join(dir, 'floor-nosync.db'), 'OFF');
+  return { name: 'one SQLite insert, fsync off', run: async () => floor.msPerInsert(STEPS) };
+}
+
 /** advance() in a loop: load, model, tool, checkpoint. */
 function engineCase(dir: string, sideEffect: boolean): Case {
   const runtime = openBenchRuntime(dir, `engine-${sideEffect}`);
@@ -57,21 +90,39 @@ function workerCase(dir: string): Case {
 async function main(): Promise<void> {
   const { dir, cleanup } = tempDir();
   try {
-    const cases = [floorCase(dir), engineCase(dir, false), engineCase(dir, true), workerCase(dir)];
-    const results = new Map<string, number[]>(cases.map((c) => [c.name, []]));
+    const results = new Map<string, number[]>();
+    const latest = (name: string): number => results.get(name)?.at(-1) ?? 0;
+    const engineOff = engineWithoutFsyncCase(dir);
+    const insertOff = floorWithoutFsyncCase(dir);
+    // The engine step's work beyond the insert's own, in this round (measured just before: the cases run in order).
+    const engineWork = () => Math.max(0, (latest(engineOff.name) - latest(insertOff.name)) * 1000);
+    const cases = [
+      floorCase(dir), engineCase(dir, false), engineCase(dir, true), workerCase(dir),
+      engineOff, insertOff,
+      floorAfterWorkCase(dir, 'floor after 25 us of JavaScript work', () => 25),
+      floorAfterWorkCase(dir, 'floor after 100 us of JavaScript work', () => 100),
+      floorAfterWorkCase(dir, "floor after the engine step's own work (fsync off, less the insert's)", engineWork),
+    ];
+    for (const c of cases) results.set(c.name, []);
     for (let round = 0; round <= ROUNDS; round++) {
       for (const c of cases) {
         const ms = await c.run(round);
-        if (round > 0) results.get(c.name)!.push(ms); // round 0 warms caches and the JIT
+        results.get(c.name)!.push(ms); // round 0 warms caches and the JIT: dropped below
       }
     }
+    for (const xs of results.values()) xs.shift();
     const floor = median(results.get(cases[0]!.name)!);
     console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), SQLite WAL + synchronous=FULL`);
-    console.log('case'.padEnd(58), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
+    console.log('case'.padEnd(70), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
     for (const c of cases) {
       const xs = results.get(c.name)!;
-      console.log(c.name.padEnd(58), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floor, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
+      console.log(c.name.padEnd(70), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floor, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
     }
+    const engine = median(results.get(cases[1]!.name)!);
+    const afterWork = median(results.get(cases.at(-1)!.name)!);
+    const work = median(results.get(engineOff.name)!) - median(results.get(insertOff.name)!);
+    console.log(`the read-only engine step does ${fmt(work * 1000, 0)} us of work beyond the insert's; one durable insert after that much work takes ${fmt(afterWork, 3)} ms,`
+      + ` ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that`);
   } finally {
     cleanup();
   }

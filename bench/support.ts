@@ -79,21 +79,38 @@ export const fmt = (n: number, digits = 1): string => n.toFixed(digits);
  * The floor of a durable step: one row inserted and fsynced per transaction (WAL, synchronous=FULL), a
  * 500 B payload like a small checkpoint. Returns milliseconds per insert over `count` inserts.
  */
-export function durableInsertFloor(dbPath: string): { msPerInsert(count: number): number; close(): void } {
+export function durableInsertFloor(dbPath: string, synchronous: 'FULL' | 'OFF' = 'FULL'): { msPerInsert(count: number, workMicroseconds?: number): number; close(): void } {
   const db = new Database(dbPath);
   db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
+  db.pragma(`synchronous = ${synchronous}`);
   db.exec('CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
   const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
   const payload = 'x'.repeat(500);
   return {
-    msPerInsert(count) {
+    msPerInsert(count, workMicroseconds = 0) {
       const t0 = process.hrtime.bigint();
-      for (let i = 0; i < count; i++) db.transaction(() => insert.run(payload))();
+      for (let i = 0; i < count; i++) {
+        if (workMicroseconds) allocatingWork(workMicroseconds);
+        db.transaction(() => insert.run(payload))();
+      }
       return Number(process.hrtime.bigint() - t0) / 1e6 / count;
     },
     close: () => db.close(),
   };
+}
+
+/** A state-sized object, like the one an engine step decodes and encodes. */
+const WORK_STATE = {
+  goal: 'bench', status: 'running', usage: { inputTokens: 1200, outputTokens: 40 },
+  steps: Array.from({ length: 24 }, (_, i) => ({ step: i + 1, tool: 'noop', input: { table: `t${i}` }, result: { ok: true, text: `step ${i + 1} `.padEnd(80, 'o') } })),
+};
+let workSink = 0;
+
+/** JavaScript work for `microseconds` that allocates and serializes, as an engine step does (not a bare spin loop). */
+export function allocatingWork(microseconds: number): void {
+  const end = process.hrtime.bigint() + BigInt(Math.round(microseconds * 1000));
+  do workSink += (JSON.parse(JSON.stringify(WORK_STATE)) as typeof WORK_STATE).steps.length;
+  while (process.hrtime.bigint() < end);
 }
 
 /**
