@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { canonicalJson } from './canonical-json.ts';
 import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from './errors.ts';
 import { formatOf, migrateRecord } from './migrations.ts';
+import { withFields } from './objects.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from './condense.ts';
 import {
   RECORD_FORMATS, condensedBlockSchema, decisionSchema, headOf, runHeadSchema, stepRecordSchema,
@@ -99,7 +100,9 @@ export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord
     ? stored.summaries.map((text, i) => read('summary', text, `summary ${i + 1}`, condensedBlockSchema))
     : [...held.condensed];
   checkCondensed(condensed, from, head.step, runId, version);
-  const state: RunState = { ...head, steps, ...(from ? { stepsFrom: from } : {}), ...(condensed.length ? { condensed } : {}) };
+  const state: RunState = withFields(head, { steps });
+  if (from) state.stepsFrom = from;
+  if (condensed.length) state.condensed = condensed;
   if (stored.pending) {
     const pending = read('decision', stored.pending, 'decision', decisionSchema);
     if (pending.step === state.step + 1) state.pending = pending;

@@ -1,4 +1,5 @@
 import { errorMessage, isPermanent } from './errors.ts';
+import { withFields } from './objects.ts';
 import {
   DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
   type Budget, type RunState, type StepRecord, type Usage,
@@ -29,14 +30,13 @@ export function initialState(input: {
 /** `countUsage: false` when a failed attempt of this step already counted the usage of its decision. */
 export function completeStep(state: RunState, record: StepRecord, now: number, options: { countUsage?: boolean } = {}): RunState {
   const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
-  return {
-    ...rest,
+  return withFields(rest, {
     step: record.step,
     failures: 0,
     steps: [...state.steps, record],
     usage: options.countUsage === false ? state.usage : addUsage(state.usage, record.usage),
     updatedAt: now,
-  };
+  });
 }
 
 export function complete(state: RunState, summary: string, usage: Usage | undefined, now: number): RunState {
@@ -70,13 +70,12 @@ export function recordFailure(
   const failures = state.failures + 1;
   const message = errorMessage(error);
   const { retryNote: _old, ...rest } = state;
-  const next: RunState = {
-    ...rest,
+  const next: RunState = withFields(rest, {
     failures,
     lastError: message,
     usage: addUsage(state.usage, extra.usage),
     updatedAt: now,
-  };
+  });
   if (extra.retryNote) next.retryNote = extra.retryNote;
   if (isPermanent(error) || failures >= MAX_STEP_FAILURES) {
     next.status = 'failed';

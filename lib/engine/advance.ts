@@ -9,6 +9,7 @@ import {
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
+import { withFields } from '../core/objects.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
 import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
@@ -214,7 +215,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     await deps.probe?.('C5', { runId, step: n });
   }
   const { atVersion: _v, ...chosen } = decision;
-  const record: StepRecord = { ...chosen, result: shaped.result, workerId: deps.workerId };
+  const record: StepRecord = withFields(chosen, { result: shaped.result, workerId: deps.workerId });
   return commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record);
 }
 
@@ -288,7 +289,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   });
   if (next.status === 'running') {
     const held = heldAfter(next, summaries, next.budget?.usd !== undefined);
-    stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? { ...held, head: heldHead(written.head) } : held);
+    stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? withFields(held, { head: heldHead(written.head) }) : held);
   }
   else stepCacheOf(deps.store).delete(next.runId);
   deps.log.info({

@@ -83,15 +83,20 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async load(runId: string, options: { afterStep?: number; recent?: boolean } = {}): Promise<StoredCheckpoint | undefined> {
     // One read transaction, so the head, the summaries and the step rows come from the same moment.
     return reading(this.db, () => {
+      // The decision recorded for the next step comes with the head: a step row whose record is not written yet.
       const row = this.sql(
-        'SELECT r.version, r.status, r.step, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
-      ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string } | undefined;
+        'SELECT r.version, r.status, r.step, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id, '
+        + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = r.step + 1 AND s.record IS NULL) AS pending '
+        + 'FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
+      ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string; pending: string | null } | undefined;
       if (!row) return undefined;
       const summaries = options.recent ? this.summariesOf(runId, row.step) : undefined;
       const after = Math.max(options.afterStep ?? 0, summaries?.through ?? 0);
-      const stepRows = this.sql('SELECT step, decision, record FROM steps WHERE run_id = ? AND step > ? ORDER BY step').all(runId, after) as { step: number; decision: string | null; record: string | null }[];
-      const steps = stepRows.filter((s) => s.record !== null).map((s) => s.record as string);
-      const pending = stepRows.find((s) => s.record === null)?.decision ?? undefined;
+      // The records are written with the heads, so none lies past the run's step: a caller that holds them
+      // all (a worker's next step) has nothing to read. Past it, any record there is read, for decoding to refuse.
+      const steps = row.step <= after ? [] : (this.sql('SELECT record FROM steps WHERE run_id = ? AND step > ? AND record IS NOT NULL ORDER BY step')
+        .all(runId, after) as { record: string }[]).map((s) => s.record);
+      const pending = row.pending ?? undefined;
       return {
         runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
         ...(summaries ? { summaries: summaries.texts } : {}),

@@ -188,11 +188,15 @@ export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now:
 export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): Delivery[] {
   const token = randomUUID();
   const filter = filterOf(receive);
+  const max = receive.max ?? 1;
+  if (!Number.isInteger(max) || max < 1) throw new RangeError(`receive: max must be a whole number of at least 1, not ${max}`);
+  // The limit is written into the statement (one prepared statement per limit), not bound: with a bound
+  // LIMIT, SQLite took 15 us to find the first live message where a literal one takes 1-4 us, every step.
   const rows = sql(
     `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
-     WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ?)
+     WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ${max})
      RETURNING id, body, receive_count, receipt`,
-  ).all(now + receive.visibilityMs, token, now, ...filter.args, receive.max ?? 1) as { id: number; body: string; receive_count: number; receipt: string }[];
+  ).all(now + receive.visibilityMs, token, now, ...filter.args) as { id: number; body: string; receive_count: number; receipt: string }[];
   return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
 }
 

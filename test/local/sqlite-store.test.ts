@@ -49,6 +49,24 @@ describe('SQLite bounded load', () => {
   });
 });
 
+describe('SQLite load of a run whose records the caller holds', () => {
+  it('reads no record past the run\'s step for a caller holding them all, and a stray one past it is read and refused by a full load', async () => {
+    const runId = 'stray-record';
+    await runtime.store.create(newState(runId), META);
+    for (let n = 1; n <= 3; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+    const held = await runtime.store.load(runId, { afterStep: 3 });
+    expect(held?.steps).toEqual([]);
+    expect(held?.pending).toBeUndefined();
+    // A record the fence never lets a commit write: step 5 with the head at step 3.
+    runtime.db.prepare('INSERT INTO steps (run_id, step, record) VALUES (?, 5, ?)').run(runId, JSON.stringify(recordFor(runId, 5)));
+    const full = (await runtime.store.load(runId))!;
+    expect(full.steps).toHaveLength(4);
+    expect(() => decodeState(full)).toThrow(UnreadableCheckpointError);
+    // A worker holding steps 1-3 still reads what follows step 2.
+    expect((await runtime.store.load(runId, { afterStep: 2 }))?.steps).toHaveLength(2);
+  });
+});
+
 describe('SQLite retention', () => {
   it('prunes checkpoints older than the window but never the latest', async () => {
     const runId = 'retention-run';
