@@ -28,6 +28,11 @@ export interface CheckpointWrite extends WriteMeta {
    * delivery are one durable write: given only to a store with `carriesQueueWork`.
    */
   queue?: QueueWork;
+  /**
+   * Large outputs the appended record refers to by ref, written by this write's own transaction, so a
+   * step's blob and its checkpoint are one write: given only to a store with `carriesBlobs`.
+   */
+  blobs?: readonly { ref: string; data: Buffer }[];
 }
 
 /** The queue operations of one step, for a store whose database also holds the run queue. */
@@ -118,6 +123,11 @@ export interface CheckpointStore {
    * checkpoint's transaction. A store without it (DynamoDB, with SQS beside it) is never given queue work.
    */
   readonly carriesQueueWork?: boolean;
+  /**
+   * The blob store lives in this store's database (the local runtime): commit() writes `write.blobs` in
+   * the checkpoint's transaction. A store without it (DynamoDB, with S3 beside it) is never given blobs.
+   */
+  readonly carriesBlobs?: boolean;
   /**
    * Writes version 1 unless the run exists; says which. A state that already has step records (a fork
    * starts with its parent's first steps) gets them written as this run's own, before its head is visible.

@@ -210,13 +210,16 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   if (isWaitRequest(output)) return beginWaitStep(deps, state, base, decision, output);
 
   const shaped = shapeResult(outputText(output), ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
+  // A store whose database holds the blobs writes this one in the checkpoint's transaction (CheckpointStore
+  // .carriesBlobs): a crash at C5 then leaves no blob at all, not even an orphan.
+  const carried = shaped.blob && deps.store.carriesBlobs ? [shaped.blob] : undefined;
   if (shaped.blob) {
-    await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
+    if (!carried) await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
     await deps.probe?.('C5', { runId, step: n });
   }
   const { atVersion: _v, ...chosen } = decision;
   const record: StepRecord = withFields(chosen, { result: shaped.result, workerId: deps.workerId });
-  return commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record);
+  return commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record, carried);
 }
 
 /** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
@@ -277,7 +280,7 @@ interface Base {
   queueWork: AdvanceOptions['queueWork'] | undefined;
 }
 
-async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord): Promise<Advance> {
+async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord, blobs?: { ref: string; data: Buffer }[]): Promise<Advance> {
   const { version } = base;
   const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1) : undefined;
   // The checkpoint that condenses a block writes its summary (lib/core/condensed.ts): a few hundred bytes
@@ -285,7 +288,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   const summaries = summariesDue(next);
   const written = await deps.store.commit({
     runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
-    ...(appended ? { appended } : {}), ...(summaries.length ? { summaries } : {}), queue,
+    ...(appended ? { appended } : {}), ...(summaries.length ? { summaries } : {}), ...(blobs ? { blobs } : {}), queue,
   });
   if (next.status === 'running') {
     const held = heldAfter(next, summaries, next.budget?.usd !== undefined);

@@ -30,15 +30,17 @@ export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; rete
   const retentionMs = options.retentionMs ?? retentionMsFromEnv(process.env);
   const db = openDatabase(path);
   // The queue and the blobs get a connection without per-commit fsync (see openDatabase for why that is
-  // safe for the queue). A blob is written before the checkpoint that refers to it (C5 before C6), and
-  // the WAL replays as a prefix: the checkpoint's fsync makes the blob durable too, and a power cut that
-  // drops the blob drops that checkpoint with it. So a step with a large output is one fsync, not two.
+  // safe for the queue). A step's blob is written by its checkpoint's own transaction (carriesBlobs); any
+  // other put (a wait's answer) is written before the checkpoint that refers to it, and the WAL replays
+  // as a prefix: the checkpoint's fsync makes the blob durable too, and a power cut that drops the blob
+  // drops that checkpoint with it. So a step with a large output is one fsync, not two.
   const queueDb = openDatabase(path, 'process');
   const clock = options.clock ?? systemClock;
   return {
     db,
-    // Its commits do each step's send and ack too: one durable transaction per step (the queue is in this file).
-    store: new SqliteCheckpointStore(db, { clock, carriesQueueWork: true, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
+    // Its commits do each step's send and ack, and write its blob, too: one durable transaction per step
+    // (the queue and the blobs are in this file).
+    store: new SqliteCheckpointStore(db, { clock, carriesQueueWork: true, carriesBlobs: true, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs: new SqliteBlobStore(queueDb, clock),
     ledger: new SqliteLedger(db, clock),
     queue: new SqliteQueue(queueDb, { clock }),

@@ -2,7 +2,23 @@ import { compressBlob, decompressBlob } from '../blob-compression.ts';
 import { BLOB_GRACE_MS } from '../core/retention.ts';
 import type { BlobStore, Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import type Database from 'better-sqlite3';
 import type { Db } from './database.ts';
+
+/** A blob as its row holds it: compressed when that saves space (lib/blob-compression.ts). */
+export interface EncodedBlob { ref: string; bytes: number; body: Buffer; encoding?: string }
+
+/** Encoded before the write's transaction, so compressing holds no lock. */
+export function encodeBlob(ref: string, data: Buffer): EncodedBlob {
+  return { ref, bytes: data.length, ...compressBlob(data) };
+}
+
+const INSERT_BLOB = 'INSERT INTO blobs (ref, bytes, data, encoding, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at';
+
+/** One blob written: by SqliteBlobStore.put, or inside a checkpoint's transaction (CheckpointWrite.blobs). */
+export function writeBlob(sql: (text: string) => Database.Statement, blob: EncodedBlob, now: number): void {
+  sql(INSERT_BLOB).run(blob.ref, blob.bytes, blob.body, blob.encoding ?? null, now);
+}
 
 /**
  * Large tool outputs in the same SQLite file, compressed when that saves space. Refs are content hashes
@@ -12,10 +28,10 @@ import type { Db } from './database.ts';
 export class SqliteBlobStore implements BlobStore {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
 
+  private insert: Database.Statement | undefined;
+
   async put(ref: string, data: Buffer): Promise<void> {
-    const { body, encoding } = compressBlob(data);
-    this.db.prepare('INSERT INTO blobs (ref, bytes, data, encoding, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at')
-      .run(ref, data.length, body, encoding ?? null, this.clock.now());
+    writeBlob(() => (this.insert ??= this.db.prepare(INSERT_BLOB)), encodeBlob(ref, data), this.clock.now());
   }
 
   /**

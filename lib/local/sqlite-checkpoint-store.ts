@@ -11,6 +11,7 @@ import type {
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, reading, type Db } from './database.ts';
+import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, takeVisible } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
@@ -35,12 +36,15 @@ export class SqliteCheckpointStore implements CheckpointStore {
      * `carriesQueueWork`: the runtime's queue consumers read this file's queue table, so a commit may do
      * the step's send and ack in its own transaction (the local runtime sets it).
      */
-    private readonly options: { retentionMs?: number; clock?: Clock; carriesQueueWork?: boolean } = {},
+    private readonly options: { retentionMs?: number; clock?: Clock; carriesQueueWork?: boolean; carriesBlobs?: boolean } = {},
   ) {
     this.carriesQueueWork = options.carriesQueueWork ?? false;
+    this.carriesBlobs = options.carriesBlobs ?? false;
   }
 
   readonly carriesQueueWork: boolean;
+  /** `carriesBlobs`: the runtime's blob store reads this file's blobs table, so a commit may write the step's blob. */
+  readonly carriesBlobs: boolean;
 
   private readonly statements = new Map<string, Database.Statement>();
 
@@ -151,6 +155,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const step = write.appended ? encodeStep(write.appended) : undefined;
     const summaries = (write.summaries ?? []).map((block) => ({ block, text: encodeSummary(block) }));
     const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0) + summaries.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
+    if (write.blobs?.length && !this.carriesBlobs) throw new Error('this checkpoint store was not opened with the blobs: it cannot carry them');
+    const blobs = write.blobs?.map((b) => encodeBlob(b.ref, b.data));
     return immediate(this.db, () => {
       const now = this.now;
       // Most commits are a running run's next step: written without touching its status or wait columns,
@@ -183,6 +189,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
       for (const { block, text } of summaries) {
         this.sql('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(write.runId, block.last, text);
       }
+      // Before the record that refers to it is visible, in the same transaction: no record without its blob.
+      for (const blob of blobs ?? []) writeBlob((text) => this.sql(text), blob, now);
       this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
       // The step's queue work, in the same transaction: a crash leaves all of it or none of it.
       let received: Delivery[] | undefined;
