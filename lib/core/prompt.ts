@@ -39,12 +39,11 @@ const [STEPS_TO_RESULT, AFTER_RESULT] = splitOnce(AFTER_STEPS_TEMPLATE, '{{last_
 
 export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retryNote' | 'stepsFrom' | 'condensed'>): PromptBlock[] {
   const head = BEFORE_GOAL + neutraliseTags(state.goal) + GOAL_TO_STEPS;
-  const lines = state.steps.length ? completedStepLines(state) : [NO_STEPS_YET];
   const blocks: PromptBlock[] = [{ text: head }];
-  // The newline goes before a line, not after it: step n's last block must stay byte-identical in
-  // step n + 1, where the cache looks its prefix up at the same block boundary.
-  lines.forEach((line, i) => blocks.push({ text: i === 0 ? line : `\n${line}` }));
-  blocks[blocks.length - 1]!.cache = true;
+  if (state.steps.length) completedStepBlocks(state, blocks);
+  else blocks.push({ text: NO_STEPS_YET });
+  // A block of its own, not the shared one of its step (stepBlock): only this prompt marks it.
+  blocks[blocks.length - 1] = { text: blocks[blocks.length - 1]!.text, cache: true };
   blocks.push({ text: STEPS_TO_RESULT + neutraliseTags(lastResult(state)) + AFTER_RESULT });
   return blocks;
 }
@@ -58,15 +57,20 @@ export function promptText(blocks: PromptBlock[]): string {
  * block whose records the state holds is summarised from them; one it does not hold (a bounded load) shows
  * its stored summary, which the same code computed from the same records: the same line either way.
  */
-function completedStepLines(state: Pick<RunState, 'steps' | 'stepsFrom' | 'condensed'>): string[] {
+function completedStepBlocks(state: Pick<RunState, 'steps' | 'stepsFrom' | 'condensed'>, out: PromptBlock[]): void {
   const { steps } = state;
   const from = state.stepsFrom ?? 0;
   const blocks = condensedBlocks(from + steps.length);
-  if (!blocks) return steps.map(stepLine);
-  const summaries = Array.from({ length: blocks }, (_, b) => b * CONDENSE_BLOCK < from
-    ? state.condensed![b]!.line
-    : summaryLine(steps.slice(b * CONDENSE_BLOCK - from, (b + 1) * CONDENSE_BLOCK - from)));
-  return [...summaries, ...steps.slice(blocks * CONDENSE_BLOCK - from).map(stepLine)];
+  // The newline goes before a line, not after it: step n's last block must stay byte-identical in
+  // step n + 1, where the cache looks its prefix up at the same block boundary.
+  for (let b = 0; b < blocks; b++) {
+    const line = b * CONDENSE_BLOCK < from
+      ? state.condensed![b]!.line
+      : summaryLine(steps.slice(b * CONDENSE_BLOCK - from, (b + 1) * CONDENSE_BLOCK - from));
+    out.push({ text: b === 0 ? line : `\n${line}` });
+  }
+  const first = Math.max(0, blocks * CONDENSE_BLOCK - from);
+  for (let i = first; i < steps.length; i++) out.push(i === 0 && !blocks ? { text: stepLine(steps[i]!) } : stepBlock(steps[i]!));
 }
 
 /** Characters of the first and the last step's line a summary shows. */
@@ -100,6 +104,17 @@ export function summaryLine(records: readonly StepRecord[]): string {
 }
 
 const lines = new WeakMap<StepRecord, string>();
+const lineBlocks = new WeakMap<StepRecord, PromptBlock>();
+
+/**
+ * A step's block after the first: its line after the newline. Built once per record and shared by every
+ * prompt that shows it (frozen: a prompt's last block is its own copy, with the cache mark).
+ */
+function stepBlock(record: StepRecord): PromptBlock {
+  let block = lineBlocks.get(record);
+  if (block === undefined) lineBlocks.set(record, (block = Object.freeze({ text: `\n${stepLine(record)}` })));
+  return block;
+}
 
 /**
  * One line per completed step; whitespace folded so a step never spans lines. Step records never change,

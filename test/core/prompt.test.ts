@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { STEP_PROMPT, promptText, renderStepPrompt, stepLine } from '../../lib/core/prompt.ts';
 import type { RunState } from '../../lib/core/state.ts';
+import { condensedBlocks } from '../../lib/core/condense.ts';
 import { shapeResult } from '../../lib/core/result.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
 import { newState, recordFor, stateAfter } from '../support/states.ts';
@@ -51,6 +52,26 @@ describe('the Step prompt', () => {
       // The cache matches whole blocks: every block up to the mark must reappear unchanged, in place.
       expect(next.slice(0, marked + 1)).toEqual(blocks.slice(0, marked + 1).map((b) => ({ text: b.text })));
       expect(promptText(next).startsWith(promptText(blocks.slice(0, marked + 1)))).toBe(true);
+    }
+  });
+
+  it('marks only each prompt\'s own last step, when the next states hold the very same records (a worker\'s step cache)', () => {
+    let state = newState('r3b');
+    let previous: ReturnType<typeof renderStepPrompt> | undefined;
+    for (let n = 1; n <= 250; n++) {
+      state = completeStep(state, recordFor('r3b', n), n);
+      const blocks = renderStepPrompt(state);
+      expect(blocks.filter((b) => b.cache)).toHaveLength(1);
+      expect(blocks.at(-2)?.cache).toBe(true);
+      // Where a block is condensed (step 201) the list changes once, by design; elsewhere the prefix stays.
+      if (previous && condensedBlocks(n) === condensedBlocks(n - 1)) {
+        const marked = previous.findIndex((b) => b.cache);
+        expect(blocks.slice(0, marked + 1).map((b) => b.text)).toEqual(previous.slice(0, marked + 1).map((b) => b.text));
+      }
+      // Rendered afresh from copies of the records, the same prompt: nothing carried over but the text.
+      const fresh = renderStepPrompt({ ...state, steps: state.steps.map((s) => ({ ...s })) });
+      expect(fresh).toEqual(blocks);
+      previous = blocks;
     }
   });
 
