@@ -11,7 +11,7 @@ import { startRun } from '../lib/engine/start.ts';
 import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
-const ROUNDS = Number(process.argv[3] ?? 5);
+const ROUNDS = Number(process.argv[3] ?? 9);
 
 type Case = { name: string; run(round: number): Promise<number> };
 
