@@ -115,7 +115,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
   const report: AwsScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, modelFaultsByKind: {}, ambiguousWrites: 0, lostMessages: 0, redriven: 0,
-    completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
 
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 3) }, (_, i) => ({ runId: `run-${i}`, steps: r.int(2, 5), toolOf }));
@@ -468,7 +468,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     if (turn >= MAX_TURNS) report.unexpected.push(`schedule did not settle within ${MAX_TURNS} turns`);
 
     const verdict = await checkInvariants({
-      store: reader.store, runs, applied,
+      store: reader.store, runs, applied, blobs: reader.blobs,
       injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason),
       // Both tools apply through ctx.once: the ledger in DynamoDB must have every completed step's result.
       ledgerHasResult: async (key) => {
@@ -477,7 +477,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
       },
     });
     Object.assign(report, {
-      completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps,
+      completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps, blobsChecked: verdict.blobsChecked,
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,
     });
   } finally {

@@ -137,7 +137,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   const root = new ManualClock();
   const report: ScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
-    modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
     waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
   };
 
@@ -501,10 +501,10 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       store: reader.store, runs, applied,
       injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
         || [...plans].some(([runId, plan]) => (plan.answer === 'late' || plan.answer === 'never') && plan.kind !== 'sleep' && reason === waitTimedOut(runId)),
-      answers, now: root.now(),
+      answers, now: root.now(), blobs: reader.blobs,
     });
     Object.assign(report, {
-      completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps,
+      completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps, blobsChecked: verdict.blobsChecked,
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,
       timedOut: verdict.timedOut, waitsTwice: verdict.waitsTwice,
     });

@@ -3,7 +3,7 @@
  * both runtimes (anything with the store's load and history). Independent of how the faults were made.
  */
 import { decodeState } from '../../lib/core/codec.ts';
-import type { CheckpointStore } from '../../lib/ports.ts';
+import type { BlobStore, CheckpointStore } from '../../lib/ports.ts';
 
 /** A run of the chaos agent: step n calls the tool the script names for n, with input {n}, then DONE. */
 export interface RunExpectation {
@@ -23,7 +23,7 @@ export const waitTimedOut = (runId: string): string => `${runId}: its wait timed
 export type Applications = ReadonlyMap<string, number>;
 
 export type ViolationKind =
-  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger' | 'wait-twice';
+  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger' | 'wait-twice' | 'blob';
 
 export interface Violation { runId: string; kind: ViolationKind; detail: string }
 
@@ -39,6 +39,8 @@ export interface Verdict {
   timedOut: number;
   /** Waits resolved more than once (must be 0). */
   waitsTwice: number;
+  /** Step outputs stored by reference that were read back whole (CheckInput.blobs). */
+  blobsChecked: number;
   reasons: string[];
 }
 
@@ -57,10 +59,12 @@ export interface CheckInput {
   answers?: ReadonlyMap<string, number>;
   /** The time the check is made at: a run still waiting past its deadline is stuck for sure. */
   now?: number;
+  /** The runtime's blobs: every step record's output stored by reference must be there, whole. */
+  blobs?: Pick<BlobStore, 'get'>;
 }
 
 export async function checkInvariants(input: CheckInput): Promise<Verdict> {
-  const verdict: Verdict = { violations: [], completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, timedOut: 0, waitsTwice: 0, reasons: [] };
+  const verdict: Verdict = { violations: [], completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, timedOut: 0, waitsTwice: 0, blobsChecked: 0, reasons: [] };
   const flag = (runId: string, kind: ViolationKind, detail: string) => verdict.violations.push({ runId, kind, detail });
 
   for (const key of [...input.applied.keys()].sort()) {
@@ -114,6 +118,15 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
       if (times === 0) { verdict.stepsLost++; flag(run.runId, 'step-lost', `step ${s.step} completed but ${s.idempotencyKey} was never applied`); }
       if (input.ledgerHasResult && !(await input.ledgerHasResult(s.idempotencyKey))) {
         flag(run.runId, 'ledger', `step ${s.step} completed but the ledger has no result for ${s.idempotencyKey}`);
+      }
+    }
+    // A record's large output is readable: no record was written without its blob, none was swept while referred to.
+    if (input.blobs) {
+      for (const s of state.steps) {
+        if (!s.result.ref) continue;
+        const blob = await input.blobs.get(s.result.ref);
+        if (blob?.length === s.result.bytes) verdict.blobsChecked++;
+        else flag(run.runId, 'blob', `step ${s.step}'s output ${s.result.ref} is ${blob ? `${blob.length} bytes, not ${s.result.bytes}` : 'missing'}`);
       }
     }
     verdict.completedSteps += state.steps.length;

@@ -29,7 +29,7 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
   const report: ScheduleReport = {
     seed, runs: runs.length, steps: runs.length * steps, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0,
-    longEffects: 0, modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    longEffects: 0, modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
   const env = { ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json' };
   const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -79,11 +79,11 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     const rows = effects.prepare('SELECT key, times FROM applied').all() as { key: string; times: number }[];
     effects.close();
     const verdict = await checkInvariants({
-      store: runtime.store, runs, applied: new Map(rows.map((row) => [row.key, row.times])),
+      store: runtime.store, runs, applied: new Map(rows.map((row) => [row.key, row.times])), blobs: runtime.blobs,
       injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason),
     });
     Object.assign(report, {
-      completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps,
+      completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps, blobsChecked: verdict.blobsChecked,
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,
     });
     runtime.close();

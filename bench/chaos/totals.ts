@@ -24,7 +24,7 @@ export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violati
 export function emptyTotals(): Totals {
   return {
     schedules: 0, runs: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
-    modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0,
+    modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0, blobsChecked: 0,
     violations: 0, unexpected: 0, badSeeds: [],
     waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
     received: 0, handedBack: 0,
@@ -34,7 +34,7 @@ export function emptyTotals(): Totals {
 export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { seed: number }): void {
   totals.schedules++;
   for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
-    'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls',
+    'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls', 'blobsChecked',
     'waits', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack'] as const) {
     totals[key] += r[key] ?? 0;
   }
@@ -79,6 +79,7 @@ export function formatTotals(t: Totals, label: string): string {
     `  effects applied twice         ${t.appliedTwice}   (must be 0)`,
     `  steps lost                    ${t.stepsLost}   (must be 0)`,
     `  runs stuck                    ${t.stuck}   (must be 0)`,
+    `  outputs by ref, read whole    ${t.blobsChecked}`,
     `  runs completed                ${t.completed}`,
     `  runs failed (injected fault)  ${t.failed}`,
     `  runs timed out (wait)         ${t.timedOut}`,
