@@ -31,35 +31,22 @@ function floorAfterWorkCase(dir: string, name: string, microseconds: () => numbe
   return { name, run: async () => floor.msPerInsert(STEPS, microseconds()) };
 }
 
-/** The engine case with the fsync off (synchronous=OFF): the step's own work, CPU and writes, without the disk's wait. */
-function engineWithoutFsyncCase(dir: string): Case {
-  const runtime = openBenchRuntime(dir, 'engine-nosync');
-  runtime.db.pragma('synchronous = OFF');
-  const deps = benchDeps(runtime, noopAgent({ sideEffect: false }), instantModel('noop'));
-  return {
-    name: 'engine step, read-only tool, fsync off',
-    async run(round) {
-      const runId = `n${round}`;
-      await startRun(deps, { goal: 'bench', runId });
-      const t0 = process.hrtime.bigint();
-      for (let i = 0; i < STEPS; i++) await advance(deps, runId);
-      return Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
-    },
-  };
-}
-
 /** The insert with the fsync off: its own work, which the engine step's work above already includes once. */
 function floorWithoutFsyncCase(dir: string): Case {
   const floor = durableInsertFloor(join(dir, 'floor-nosync.db'), 'OFF');
   return { name: 'one SQLite insert, fsync off', run: async () => floor.msPerInsert(STEPS) };
 }
 
-/** advance() in a loop: load, model, tool, checkpoint. */
-function engineCase(dir: string, sideEffect: boolean): Case {
-  const runtime = openBenchRuntime(dir, `engine-${sideEffect}`);
+/**
+ * advance() in a loop: load, model, tool, checkpoint. `fsyncOff` (synchronous=OFF): the step's own work,
+ * CPU and writes, without the disk's wait.
+ */
+function engineCase(dir: string, sideEffect: boolean, fsyncOff = false): Case {
+  const runtime = openBenchRuntime(dir, `engine-${sideEffect}${fsyncOff ? '-nosync' : ''}`);
+  if (fsyncOff) runtime.db.pragma('synchronous = OFF');
   const deps = benchDeps(runtime, noopAgent({ sideEffect }), instantModel('noop'));
   return {
-    name: sideEffect ? 'engine step, side-effecting tool (decision recorded)' : 'engine step, read-only tool',
+    name: `${sideEffect ? 'engine step, side-effecting tool (decision recorded)' : 'engine step, read-only tool'}${fsyncOff ? ', fsync off' : ''}`,
     async run(round) {
       const runId = `r${round}`;
       await startRun(deps, { goal: 'bench', runId });
@@ -92,7 +79,7 @@ async function main(): Promise<void> {
   try {
     const results = new Map<string, number[]>();
     const latest = (name: string): number => results.get(name)?.at(-1) ?? 0;
-    const engineOff = engineWithoutFsyncCase(dir);
+    const engineOff = engineCase(dir, false, true);
     const insertOff = floorWithoutFsyncCase(dir);
     // The engine step's work beyond the insert's own, in this round (measured just before: the cases run in order).
     const engineWork = () => Math.max(0, (latest(engineOff.name) - latest(insertOff.name)) * 1000);

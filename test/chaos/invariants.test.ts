@@ -13,13 +13,13 @@ import { requestApproval } from '../../lib/waits/tools.ts';
 
 const toolOf = () => 'write_row';
 
-/** A clean 3-step run on a real SQLite runtime, with the applications its tool made. */
-async function cleanRun(db: ReturnType<typeof tempDb>) {
+/** A clean 3-step run on a real SQLite runtime, with the applications its tool made; `output` is step n's tool output. */
+async function cleanRun(db: ReturnType<typeof tempDb>, output: (n: number) => unknown = (n) => ({ n })) {
   const applied = new Map<string, number>();
   const agent = defineAgent({
     name: 'inv', tools: [tool({
       name: 'write_row', description: 'w', input: z.object({ n: z.number().int() }), sideEffect: true,
-      run: (input, ctx) => { applied.set(ctx.idempotencyKey, (applied.get(ctx.idempotencyKey) ?? 0) + 1); return input; },
+      run: (input, ctx) => { applied.set(ctx.idempotencyKey, (applied.get(ctx.idempotencyKey) ?? 0) + 1); return output(input.n); },
     })],
   });
   const model = new StubModel((n) => (n <= 3 ? { kind: 'tool', tool: 'write_row', input: { n } } : { kind: 'done', summary: 'done' }));
@@ -47,33 +47,21 @@ describe('the chaos invariants', () => {
 
   it('reads back every output stored by reference, and flags one missing or cut short', async () => {
     db = tempDb();
-    const applied = new Map<string, number>();
-    const agent = defineAgent({
-      name: 'inv', tools: [tool({
-        name: 'write_row', description: 'w', input: z.object({ n: z.number().int() }), sideEffect: true,
-        run: (input, ctx) => { applied.set(ctx.idempotencyKey, 1); return { n: input.n, log: 'x'.repeat(5_000 + input.n) }; },
-      })],
-    });
-    const model = new StubModel((n) => (n <= 3 ? { kind: 'tool', tool: 'write_row', input: { n } } : { kind: 'done', summary: 'done' }));
-    const clock = new ManualClock();
-    const w = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
-    await start(w.deps, 'go', 'run');
-    await drain(w.deps, w.runtime, clock);
-    const runs: RunExpectation[] = [{ runId: 'run', steps: 3, toolOf }];
-    const clean = await checkInvariants({ store: w.runtime.store, runs, applied, injected, blobs: w.runtime.blobs });
+    const { applied, runtime, runs } = await cleanRun(db, (n) => ({ n, log: 'x'.repeat(5_000 + n) }));
+    const clean = await checkInvariants({ store: runtime.store, runs, applied, injected, blobs: runtime.blobs });
     expect(clean.violations).toEqual([]);
     expect(clean.blobsChecked).toBe(3);
-    const steps = decodeState((await w.runtime.store.load('run'))!).steps;
+    const steps = decodeState((await runtime.store.load('run'))!).steps;
     const [first, second] = steps.map((s) => s.result.ref!);
-    w.runtime.db.prepare('DELETE FROM blobs WHERE ref = ?').run(first);
-    w.runtime.db.prepare('UPDATE blobs SET data = ?, encoding = NULL WHERE ref = ?').run(Buffer.from('short'), second);
-    const broken = await checkInvariants({ store: w.runtime.store, runs, applied, injected, blobs: w.runtime.blobs });
+    runtime.db.prepare('DELETE FROM blobs WHERE ref = ?').run(first);
+    runtime.db.prepare('UPDATE blobs SET data = ?, encoding = NULL WHERE ref = ?').run(Buffer.from('short'), second);
+    const broken = await checkInvariants({ store: runtime.store, runs, applied, injected, blobs: runtime.blobs });
     expect(broken.blobsChecked).toBe(1);
     expect(broken.violations.map((v) => [v.kind, v.detail])).toEqual([
       ['blob', `step 1's output ${first} is missing`],
       ['blob', `step 2's output ${second} is 5 bytes, not ${steps[1]!.result.bytes}`],
     ]);
-    w.runtime.close();
+    runtime.close();
   });
 
   it('flags an effect applied twice, a completed step never applied, and an effect no completed step has', async () => {
