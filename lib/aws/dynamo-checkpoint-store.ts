@@ -294,6 +294,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
   }
 
   async commit(write: CheckpointWrite): Promise<CommitResult> {
+    // SQS and S3 are beside this table, not in it: queue work or a blob given here would be lost, so refused.
+    if (write.queue || write.blobs?.length) throw new Error('the DynamoDB checkpoint store cannot carry queue work or blobs: send them to SQS and S3');
     const { runId, expectedVersion, state, appended } = write;
     const head = encodeHead(state);
     const step = appended ? encodeStep(appended) : undefined;

@@ -13,6 +13,7 @@ import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
 import { eventBufferContract } from '../contract/event-buffer-contract.ts';
 import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
+import type { CheckpointStore } from '../../lib/ports.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 import { countCommands, countReadUnits, createTestResources, type TestResources } from './aws-fixtures.ts';
 
@@ -71,6 +72,20 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     const state = decodeState(loaded!);
     await store.commit({ runId, expectedVersion: 4, state: completeStep(state, recordFor(runId, 4), 9_000), appended: recordFor(runId, 4), ...META });
     expect(Object.fromEntries(counts)).toEqual({ TransactWriteItemsCommand: 1 });
+  });
+
+  it('refuses queue work or a blob it cannot carry (SQS and S3 are beside the table), writing nothing', async () => {
+    const runId = 'refuses-run';
+    await commitSteps(store, runId, 1);
+    const before = await rawItems(runId);
+    const write = { runId, expectedVersion: 2, state: stateAfter(runId, 2), appended: recordFor(runId, 2), ...META };
+    const port: CheckpointStore = store;
+    expect(port.carriesQueueWork).toBeFalsy();
+    expect(port.carriesBlobs).toBeFalsy();
+    await expect(store.commit({ ...write, queue: { send: { message: { runId, version: 3 } } } })).rejects.toThrow(/cannot carry queue work or blobs/);
+    await expect(store.commit({ ...write, blobs: [{ ref: 'sha256:x', data: Buffer.from('x') }] })).rejects.toThrow(/cannot carry queue work or blobs/);
+    expect(await rawItems(runId)).toEqual(before);
+    expect((await store.commit(write)).version).toBe(3);
   });
 
   it('keeps one head, one record per step and one history row per version; only history rows carry a TTL', async () => {
