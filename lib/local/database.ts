@@ -119,6 +119,25 @@ CREATE TABLE IF NOT EXISTS queue (
 CREATE INDEX IF NOT EXISTS queue_live ON queue (visible_at) WHERE acked_at IS NULL;
 `;
 
+/** A statement by its text. */
+export type Prepare = (text: string) => Database.Statement;
+
+const prepared = new WeakMap<Db, Prepare>();
+
+/** The connection's statements, each prepared once and kept: preparing is a large share of a small write's cost. */
+export function preparedOnce(db: Db): Prepare {
+  let prepare = prepared.get(db);
+  if (!prepare) {
+    const statements = new Map<string, Database.Statement>();
+    prepared.set(db, (prepare = (text) => {
+      let statement = statements.get(text);
+      if (!statement) statements.set(text, (statement = db.prepare(text)));
+      return statement;
+    }));
+  }
+  return prepare;
+}
+
 /**
  * Opens (and creates) the stepwise database: WAL, waits on other processes' locks.
  * `durability: 'full'` (checkpoints, the ledger) fsyncs every commit, so an acknowledged write survives a

@@ -2,8 +2,7 @@ import { compressBlob, decompressBlob } from '../blob-compression.ts';
 import { BLOB_GRACE_MS } from '../core/retention.ts';
 import type { BlobStore, Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import type Database from 'better-sqlite3';
-import type { Db } from './database.ts';
+import { preparedOnce, type Db, type Prepare } from './database.ts';
 
 /** A blob as its row holds it: compressed when that saves space (lib/blob-compression.ts). */
 export interface EncodedBlob { ref: string; bytes: number; body: Buffer; encoding?: string }
@@ -16,7 +15,7 @@ export function encodeBlob(ref: string, data: Buffer): EncodedBlob {
 const INSERT_BLOB = 'INSERT INTO blobs (ref, bytes, data, encoding, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at';
 
 /** One blob written: by SqliteBlobStore.put, or inside a checkpoint's transaction (CheckpointWrite.blobs). */
-export function writeBlob(sql: (text: string) => Database.Statement, blob: EncodedBlob, now: number): void {
+export function writeBlob(sql: Prepare, blob: EncodedBlob, now: number): void {
   sql(INSERT_BLOB).run(blob.ref, blob.bytes, blob.body, blob.encoding ?? null, now);
 }
 
@@ -28,10 +27,8 @@ export function writeBlob(sql: (text: string) => Database.Statement, blob: Encod
 export class SqliteBlobStore implements BlobStore {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
 
-  private insert: Database.Statement | undefined;
-
   async put(ref: string, data: Buffer): Promise<void> {
-    writeBlob(() => (this.insert ??= this.db.prepare(INSERT_BLOB)), encodeBlob(ref, data), this.clock.now());
+    writeBlob(preparedOnce(this.db), encodeBlob(ref, data), this.clock.now());
   }
 
   /**
@@ -40,14 +37,14 @@ export class SqliteBlobStore implements BlobStore {
    * A blob put since then may belong to a step whose checkpoint is not written yet. Returns blobs removed.
    */
   collect(graceMs: number = BLOB_GRACE_MS): number {
-    return this.db.prepare(
+    return preparedOnce(this.db)(
       `DELETE FROM blobs WHERE created_at < ? AND ref NOT IN (
          SELECT json_extract(record, '$.result.ref') FROM steps WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL)`,
     ).run(this.clock.now() - graceMs).changes;
   }
 
   async get(ref: string): Promise<Buffer | undefined> {
-    const row = this.db.prepare('SELECT data, encoding FROM blobs WHERE ref = ?').get(ref) as { data: Buffer; encoding: string | null } | undefined;
+    const row = preparedOnce(this.db)('SELECT data, encoding FROM blobs WHERE ref = ?').get(ref) as { data: Buffer; encoding: string | null } | undefined;
     return row && decompressBlob(row.data, row.encoding, ref);
   }
 }

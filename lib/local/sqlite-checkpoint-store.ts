@@ -10,7 +10,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, reading, type Db } from './database.ts';
+import { immediate, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, takeVisible } from './sqlite-queue.ts';
 
@@ -46,13 +46,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
   /** `carriesBlobs`: the runtime's blob store reads this file's blobs table, so a commit may write the step's blob. */
   readonly carriesBlobs: boolean;
 
-  private readonly statements = new Map<string, Database.Statement>();
-
-  /** Prepared once per connection: preparing is a large share of a small write's cost. */
   private sql(text: string): Database.Statement {
-    let statement = this.statements.get(text);
-    if (!statement) this.statements.set(text, (statement = this.db.prepare(text)));
-    return statement;
+    return preparedOnce(this.db)(text);
   }
 
   private get now(): number {

@@ -1,6 +1,6 @@
 import type { Clock, EventBuffer, RunEvent } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import type { Db } from './database.ts';
+import { preparedOnce, type Db } from './database.ts';
 
 export const DEFAULT_EVENT_RETENTION_MS = 24 * 3600 * 1000;
 
@@ -10,19 +10,19 @@ export class SqliteEventBuffer implements EventBuffer {
 
   async put(event: RunEvent): Promise<boolean> {
     const expiresAt = event.receivedAt + (this.options.retentionMs ?? DEFAULT_EVENT_RETENTION_MS);
-    return this.db.prepare('INSERT INTO events (id, type_key, payload, received_at, expires_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING')
+    return preparedOnce(this.db)('INSERT INTO events (id, type_key, payload, received_at, expires_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING')
       .run(event.id, typeKey(event.type, event.key), JSON.stringify(event.payload ?? null), event.receivedAt, expiresAt).changes > 0;
   }
 
   async find(type: string, key: string, since: number): Promise<RunEvent[]> {
     const now = (this.options.clock ?? systemClock).now();
-    const rows = this.db.prepare('SELECT id, payload, received_at FROM events WHERE type_key = ? AND received_at >= ? AND expires_at > ? ORDER BY received_at, id')
+    const rows = preparedOnce(this.db)('SELECT id, payload, received_at FROM events WHERE type_key = ? AND received_at >= ? AND expires_at > ? ORDER BY received_at, id')
       .all(typeKey(type, key), since, now) as { id: string; payload: string; received_at: number }[];
     return rows.map((r) => ({ id: r.id, type, key, payload: JSON.parse(r.payload) as unknown, receivedAt: r.received_at }));
   }
 
   prune(): number {
-    return this.db.prepare('DELETE FROM events WHERE expires_at <= ?').run((this.options.clock ?? systemClock).now()).changes;
+    return preparedOnce(this.db)('DELETE FROM events WHERE expires_at <= ?').run((this.options.clock ?? systemClock).now()).changes;
   }
 }
 

@@ -6,7 +6,7 @@ import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { immediate, type Db } from './database.ts';
+import { immediate, preparedOnce, type Db } from './database.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
@@ -49,7 +49,7 @@ export class SqliteLedger implements IdempotencyLedger {
       if (row && row.args_hash !== argsHash) throw new IdempotencyKeyReuseError(key);
       if (row && row.result !== null) return { done: true as const, result: JSON.parse(row.result) as T };
       if (row && row.lease_until > now) throw new IdempotencyInProgressError(key, row.lease_until, retryAfterMs(row.lease_until, now));
-      this.db.prepare(
+      preparedOnce(this.db)(
         `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'in_progress', NULL, ?, ?, ?, ?)
          ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format`,
       ).run(key, argsHash, now + leaseMs, owner, now, FORMAT);
@@ -80,12 +80,12 @@ export class SqliteLedger implements IdempotencyLedger {
   }
 
   private row(key: string): LedgerRow | undefined {
-    return this.db.prepare('SELECT args_hash, status, result, lease_until, owner, format FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
+    return preparedOnce(this.db)('SELECT args_hash, status, result, lease_until, owner, format FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
   }
 
   private renew(key: string, owner: string, leaseMs: number): boolean {
     const now = this.clock.now();
-    return this.db.prepare("UPDATE ledger SET lease_until = ?, updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress'")
+    return preparedOnce(this.db)("UPDATE ledger SET lease_until = ?, updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress'")
       .run(now + leaseMs, now, key, owner).changes === 1;
   }
 
@@ -93,9 +93,9 @@ export class SqliteLedger implements IdempotencyLedger {
     immediate(this.db, () => {
       const now = this.clock.now();
       // A holder that had lost the key finished the effect meanwhile: the key is completed with its result.
-      this.db.prepare("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress' AND result IS NOT NULL")
+      preparedOnce(this.db)("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress' AND result IS NOT NULL")
         .run(now, key, owner);
-      this.db.prepare("DELETE FROM ledger WHERE key = ? AND owner = ? AND status = 'in_progress' AND result IS NULL").run(key, owner);
+      preparedOnce(this.db)("DELETE FROM ledger WHERE key = ? AND owner = ? AND status = 'in_progress' AND result IS NULL").run(key, owner);
     });
   }
 
@@ -107,23 +107,23 @@ export class SqliteLedger implements IdempotencyLedger {
       const row = this.row(key);
       if (!row) {
         // Nobody holds the key (it was taken over, then released): the effect happened all the same.
-        this.db.prepare("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)")
+        preparedOnce(this.db)("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)")
           .run(key, argsHash, json, now, owner, now, FORMAT);
         return result;
       }
       // Newer code took the key over meanwhile: its record is not ours to change.
       if (row.args_hash !== argsHash || isNewer(row)) return result;
       if (row.result !== null) {
-        if (row.owner === owner) this.db.prepare("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ?").run(now, key);
+        if (row.owner === owner) preparedOnce(this.db)("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ?").run(now, key);
         return JSON.parse(row.result) as T;
       }
       if (row.owner === owner) {
-        this.db.prepare("UPDATE ledger SET status = 'completed', result = ?, updated_at = ? WHERE key = ?").run(json, now, key);
+        preparedOnce(this.db)("UPDATE ledger SET status = 'completed', result = ?, updated_at = ? WHERE key = ?").run(json, now, key);
         return result;
       }
       // Another attempt holds the key now: leave its claim as it is, and put our result on record so that
       // neither its failure nor its death lets the effect run a third time.
-      this.db.prepare('UPDATE ledger SET result = ?, updated_at = ? WHERE key = ?').run(json, now, key);
+      preparedOnce(this.db)('UPDATE ledger SET result = ?, updated_at = ? WHERE key = ?').run(json, now, key);
       return result;
     });
   }

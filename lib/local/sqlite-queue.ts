@@ -4,7 +4,7 @@ import type { RunStatus } from '../core/state.ts';
 import type { Clock, Delivery, QueueReceive, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, type Db } from './database.ts';
+import { immediate, preparedOnce, type Db, type Prepare } from './database.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
@@ -40,12 +40,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     private readonly options: { clock?: Clock; runId?: string; agents?: readonly string[] } = {},
   ) {}
 
-  private readonly statements = new Map<string, Database.Statement>();
-
   private sql(text: string): Database.Statement {
-    let statement = this.statements.get(text);
-    if (!statement) this.statements.set(text, (statement = this.db.prepare(text)));
-    return statement;
+    return preparedOnce(this.db)(text);
   }
 
   private get now(): number {
@@ -169,7 +165,6 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 }
 
 /** A prepared statement of the connection the caller writes on (cached by the caller). */
-type Prepare = (text: string) => Database.Statement;
 
 /**
  * The queue's send and ack, on whichever connection to the file runs them: the queue's own, or a
