@@ -8,12 +8,13 @@
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
-import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
+import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep, type WorkKind } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 9);
 
-type Case = { name: string; run(round: number): Promise<number> };
+/** `work`: the microseconds of work a case really did before each insert in its last round. */
+type Case = { name: string; run(round: number): Promise<number>; work?: () => number };
 
 /** The floor: one row inserted and fsynced per transaction, 500 B payload like a small checkpoint. */
 function floorCase(dir: string): Case {
@@ -22,13 +23,13 @@ function floorCase(dir: string): Case {
 }
 
 /**
- * The same insert, each after `microseconds()` of JavaScript work that allocates as an engine step does
- * (objects built, serialized, parsed). The floor's tight loop keeps the CPU caches and the disk's queue hot;
- * a process doing anything between its durable writes pays more for each, and this measures how much.
+ * The same insert, each after `microseconds()` of JavaScript work: `allocating` builds, serializes and parses
+ * objects as an engine step does; `bare` only reads the clock. The work's own time is measured (it stops a
+ * few microseconds past what it was asked), so what the insert costs after it is the difference.
  */
-function floorAfterWorkCase(dir: string, name: string, microseconds: () => number): Case {
-  const floor = durableInsertFloor(join(dir, `floor-${name}.db`));
-  return { name, run: async () => floor.msPerInsert(STEPS, microseconds()) };
+function floorAfterWorkCase(dir: string, name: string, kind: WorkKind, microseconds: () => number): Case {
+  const floor = durableInsertFloor(join(dir, `floor-${kind}-${name.length}.db`));
+  return { name, run: async () => floor.msPerInsert(STEPS, { microseconds: microseconds(), kind }), work: () => floor.lastWorkMicroseconds() };
 }
 
 /** The insert with the fsync off: its own work, which the engine step's work above already includes once. */
@@ -86,30 +87,38 @@ async function main(): Promise<void> {
     const cases = [
       floorCase(dir), engineCase(dir, false), engineCase(dir, true), workerCase(dir),
       engineOff, insertOff,
-      floorAfterWorkCase(dir, 'floor after 25 us of JavaScript work', () => 25),
-      floorAfterWorkCase(dir, 'floor after 100 us of JavaScript work', () => 100),
-      floorAfterWorkCase(dir, "floor after the engine step's own work (fsync off, less the insert's)", engineWork),
+      floorAfterWorkCase(dir, 'floor after 25 us of allocating JavaScript work', 'allocating', () => 25),
+      floorAfterWorkCase(dir, 'floor after 100 us of allocating JavaScript work', 'allocating', () => 100),
+      floorAfterWorkCase(dir, 'floor after 100 us of a bare loop (no allocation)', 'bare', () => 100),
+      floorAfterWorkCase(dir, "floor after the engine step's own work (fsync off, less the insert's)", 'allocating', engineWork),
     ];
+    const work = new Map<string, number[]>();
     for (const c of cases) results.set(c.name, []);
     for (let round = 0; round <= ROUNDS; round++) {
       for (const c of cases) {
         const ms = await c.run(round);
-        results.get(c.name)!.push(ms); // round 0 warms caches and the JIT: dropped below
+        // Round 0 warms caches and the JIT: dropped.
+        if (round) results.get(c.name)!.push(ms);
+        if (round && c.work) work.set(c.name, [...work.get(c.name) ?? [], c.work()]);
       }
     }
-    for (const xs of results.values()) xs.shift();
     const floor = median(results.get(cases[0]!.name)!);
     console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), SQLite WAL + synchronous=FULL`);
-    console.log('case'.padEnd(70), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
+    console.log('case'.padEnd(70), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14), '  work done before each insert');
     for (const c of cases) {
       const xs = results.get(c.name)!;
-      console.log(c.name.padEnd(70), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floor, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
+      const done = work.get(c.name);
+      // What the insert itself took after the work: the case's time less the work's own measured time.
+      const insert = done ? `  ${fmt(median(done), 0)} us; the insert after it ${fmt(median(xs) - median(done) / 1000, 3)} ms` : '';
+      console.log(c.name.padEnd(70), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floor, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14), insert);
     }
     const engine = median(results.get(cases[1]!.name)!);
-    const afterWork = median(results.get(cases.at(-1)!.name)!);
-    const work = median(results.get(engineOff.name)!) - median(results.get(insertOff.name)!);
-    console.log(`the read-only engine step does ${fmt(work * 1000, 0)} us of work beyond the insert's; one durable insert after that much work takes ${fmt(afterWork, 3)} ms,`
-      + ` ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that`);
+    const last = cases.at(-1)!.name;
+    const afterWork = median(results.get(last)!);
+    const engineWorkUs = (median(results.get(engineOff.name)!) - median(results.get(insertOff.name)!)) * 1000;
+    console.log(`the read-only engine step does ${fmt(engineWorkUs, 0)} us of work beyond the insert's (fsync off); one durable insert after ${fmt(median(work.get(last)!), 0)} us`
+      + ` of work takes ${fmt(afterWork, 3)} ms, ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that,`
+      + ' the rest being the pages it writes beyond the insert\'s one (bench/step-layouts.ts)');
   } finally {
     cleanup();
   }

@@ -79,38 +79,65 @@ export const fmt = (n: number, digits = 1): string => n.toFixed(digits);
  * The floor of a durable step: one row inserted and fsynced per transaction (WAL, synchronous=FULL), a
  * 500 B payload like a small checkpoint. Returns milliseconds per insert over `count` inserts.
  */
-export function durableInsertFloor(dbPath: string, synchronous: 'FULL' | 'OFF' = 'FULL'): { msPerInsert(count: number, workMicroseconds?: number): number; close(): void } {
+export function durableInsertFloor(dbPath: string, synchronous: 'FULL' | 'OFF' = 'FULL'): {
+  /** Milliseconds per insert; with `work`, each insert comes after `work.microseconds` of it. */
+  msPerInsert(count: number, work?: { microseconds: number; kind: WorkKind }): number;
+  /** The work actually done before each insert of the last msPerInsert call, in microseconds (it overshoots a little). */
+  lastWorkMicroseconds(): number;
+  close(): void;
+} {
   const db = new Database(dbPath);
   db.pragma('journal_mode = WAL');
   db.pragma(`synchronous = ${synchronous}`);
   db.exec('CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
   const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
   const payload = 'x'.repeat(500);
+  let workNs = 0n;
+  let inserts = 1;
   return {
-    msPerInsert(count, workMicroseconds = 0) {
+    msPerInsert(count, work) {
+      workNs = 0n;
+      inserts = count;
       const t0 = process.hrtime.bigint();
       for (let i = 0; i < count; i++) {
-        if (workMicroseconds) allocatingWork(workMicroseconds);
+        if (work?.microseconds) workNs += (work.kind === 'allocating' ? allocatingWork : bareLoop)(work.microseconds);
         db.transaction(() => insert.run(payload))();
       }
       return Number(process.hrtime.bigint() - t0) / 1e6 / count;
     },
+    lastWorkMicroseconds: () => Number(workNs) / 1e3 / inserts,
     close: () => db.close(),
   };
 }
 
-/** A state-sized object, like the one an engine step decodes and encodes. */
-const WORK_STATE = {
-  goal: 'bench', status: 'running', usage: { inputTokens: 1200, outputTokens: 40 },
-  steps: Array.from({ length: 24 }, (_, i) => ({ step: i + 1, tool: 'noop', input: { table: `t${i}` }, result: { ok: true, text: `step ${i + 1} `.padEnd(80, 'o') } })),
-};
+export type WorkKind = 'allocating' | 'bare';
+
+/** One step record's worth of state: a unit of allocating work takes about a microsecond, so the loop stops close to its deadline. */
+const WORK_UNIT = { step: 7, tool: 'noop', input: { table: 't7' }, result: { ok: true, text: 'step 7 '.padEnd(80, 'o') } };
 let workSink = 0;
 
-/** JavaScript work for `microseconds` that allocates and serializes, as an engine step does (not a bare spin loop). */
-export function allocatingWork(microseconds: number): void {
-  const end = process.hrtime.bigint() + BigInt(Math.round(microseconds * 1000));
-  do workSink += (JSON.parse(JSON.stringify(WORK_STATE)) as typeof WORK_STATE).steps.length;
-  while (process.hrtime.bigint() < end);
+/**
+ * JavaScript work for `microseconds` that allocates and serializes, as an engine step does (not a bare
+ * loop). Returns the nanoseconds it took, a microsecond or so past the deadline.
+ */
+export function allocatingWork(microseconds: number): bigint {
+  const start = process.hrtime.bigint();
+  const end = start + BigInt(Math.round(microseconds * 1000));
+  let now = start;
+  do {
+    workSink += (JSON.parse(JSON.stringify(WORK_UNIT)) as typeof WORK_UNIT).step;
+    now = process.hrtime.bigint();
+  } while (now < end);
+  return now - start;
+}
+
+/** A loop that only reads the clock for `microseconds`: time passes, nothing is allocated. Returns the nanoseconds it took. */
+export function bareLoop(microseconds: number): bigint {
+  const start = process.hrtime.bigint();
+  const end = start + BigInt(Math.round(microseconds * 1000));
+  let now = start;
+  while (now < end) now = process.hrtime.bigint();
+  return now - start;
 }
 
 /**
