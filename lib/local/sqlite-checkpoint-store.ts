@@ -12,7 +12,7 @@ import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
-import { ackReceipt, enqueue, takeVisible } from './sqlite-queue.ts';
+import { ackReceipt, enqueue, enqueueReceived, takeVisible } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 
@@ -192,10 +192,13 @@ export class SqliteCheckpointStore implements CheckpointStore {
       if (write.queue) {
         if (!this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
         const prepare = (text: string) => this.sql(text);
-        if (write.queue.send) enqueue(prepare, write.queue.send.message, write.queue.send.delayMs ?? 0, now);
-        if (write.queue.ack) ackReceipt(prepare, write.queue.ack, now);
+        const { send, ack, receive } = write.queue;
+        if (ack) ackReceipt(prepare, ack, now);
+        // The next step's message, received already when it is what the receive would take.
+        if (send && receive) received = enqueueReceived(prepare, send, receive, now);
+        if (send && !received) enqueue(prepare, send.message, send.delayMs ?? 0, now);
         // After the send, so the message just sent is taken only if nothing older is visible.
-        if (write.queue.receive) received = takeVisible(prepare, write.queue.receive, now);
+        if (receive && !received) received = takeVisible(prepare, receive, now);
       }
       return { version, bytes, head, ...(received ? { received } : {}) };
     });

@@ -176,6 +176,29 @@ export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now:
 }
 
 /**
+ * A step's send followed by its receive, done as one when they amount to one: the message just sent is
+ * what the receive would take when it is visible at once, the receive takes one message, its filter admits
+ * it, and nothing older is visible to that filter. It is then written received (one INSERT, where a send
+ * and a receive are an INSERT and an UPDATE of the row and of the live index), with what the receive would
+ * have set: hidden for the visibility, received once, the receipt's token. Returns undefined when they do
+ * not amount to one, or the send was a duplicate: the caller then sends and receives as two.
+ */
+export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
+  if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
+  const filter = filterOf(receive);
+  if (sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} LIMIT 1`).get(now, ...filter.args)) return undefined;
+  const { message } = send;
+  const token = randomUUID();
+  const body = JSON.stringify(message);
+  // From the runs row, as a send tags its message; no row is written unless the filter admits the run.
+  const row = sql(
+    `INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, receive_count, receipt, created_at)
+     SELECT ?, run_id, agent, ?, ?, 1, ?, ? FROM runs WHERE run_id = ? ${filter.only} RETURNING id`,
+  ).get(`${message.runId}/v${message.version}`, body, now + receive.visibilityMs, token, now, message.runId, ...filter.args) as { id: number } | undefined;
+  return row ? [{ body, receiveCount: 1, receipt: `${row.id}:${token}` }] : undefined;
+}
+
+/**
  * The queue's receive: the oldest visible messages of the consumer's filter (FIFO by visible_at, id),
  * hidden for the visibility, their receive counted. One UPDATE ... RETURNING, so two connections never
  * take the same message: run by SqliteQueue.receive, or inside a checkpoint commit (QueueWork.receive).

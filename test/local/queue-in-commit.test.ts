@@ -134,6 +134,60 @@ describe('local worker path: one transaction per step', () => {
     w.runtime.close();
   });
 
+  it('a commit\'s own next message, with nothing older visible, is written received: hidden, counted once, its receipt the queue\'s', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps, 'a', 'a');
+    const other = openLocalRuntime({ dbPath: db.path, clock: w.clock });
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const written = await w.runtime.store.commit({
+      runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META,
+      queue: { send: { message: { runId: 'a', version: 2 } }, ack: delivery!.receipt, receive: w.runtime.queue.receiveInCommit(VISIBILITY_MS) },
+    });
+    const [next] = written.received!;
+    expect(JSON.parse(next!.body)).toEqual({ runId: 'a', version: 2 });
+    expect(next!.receiveCount).toBe(1);
+    // The row as a send and a receive leave it: tagged with the run's agent, hidden for the visibility.
+    const row = w.runtime.db.prepare("SELECT id, agent, receive_count, receipt, visible_at - created_at AS hidden FROM queue WHERE dedup_key = 'a/v2'").get();
+    expect(row).toEqual({ id: Number(next!.receipt.split(':')[0]), agent: 'rows-agent', receive_count: 1, receipt: next!.receipt.split(':')[1], hidden: VISIBILITY_MS });
+    expect(await other.queue.receive({ visibilityMs: VISIBILITY_MS })).toEqual([]);
+    w.clock.advance(VISIBILITY_MS);
+    const [again] = await other.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(again!.receiveCount).toBe(2); // a worker that died with it: the next receive is a redelivery
+    expect(await w.runtime.queue.ack(next!)).toBe(false); // its receipt expired with the visibility
+    other.close();
+    w.runtime.close();
+  });
+
+  it('a send and a receive are written as one only when the receive would take that very message', async () => {
+    db = tempDb();
+    const w = worker();
+    for (const id of ['a', 'b']) await start(w.deps, id, id);
+    const { enqueueReceived } = await import('../../lib/local/sqlite-queue.ts');
+    const { preparedOnce } = await import('../../lib/local/database.ts');
+    const sql = preparedOnce(w.runtime.db);
+    const now = w.clock.now();
+    const all = w.runtime.queue.receiveInCommit(VISIBILITY_MS);
+    const rows = () => (w.runtime.db.prepare('SELECT count(*) AS n FROM queue').get() as { n: number }).n;
+    const before = rows();
+    // Older messages are visible (a/v1, b/v1): the receive would take one of them.
+    expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, all, now)).toBeUndefined();
+    for (const d of await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS, max: 10 })) await w.runtime.queue.ack(d);
+    // Delayed, several wanted, another run's or another agent's consumer: not that message, or not only it.
+    expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 }, delayMs: 1 }, all, now)).toBeUndefined();
+    expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, { ...all, max: 2 }, now)).toBeUndefined();
+    expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, w.runtime.queue.forRun('b').receiveInCommit(VISIBILITY_MS), now)).toBeUndefined();
+    expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, w.runtime.queue.forAgents(['another-agent']).receiveInCommit(VISIBILITY_MS), now)).toBeUndefined();
+    // None of those wrote a row: the caller sends and receives as two.
+    expect(rows()).toBe(before);
+    const [taken] = enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, all, now)!;
+    expect(JSON.parse(taken!.body)).toEqual({ runId: 'a', version: 2 });
+    // A duplicate send of it is no message of its own and no second receive.
+    expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, w.runtime.queue.forRun('a').receiveInCommit(VISIBILITY_MS), now)).toBeUndefined();
+    expect(rows()).toBe(before + 1);
+    w.runtime.close();
+  });
+
   it('a stale commit receives nothing: the message stays visible, its receive count untouched', async () => {
     db = tempDb();
     const w = worker();
