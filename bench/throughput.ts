@@ -196,8 +196,9 @@ for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLIT
     : `  check: every round, all ${RUNS} runs completed with their ${STEPS} steps, each once, no version missing, queue empty${failures ? `; ${failures} batch item failures, redelivered` : ''}`);
 }
 console.log(`\nfloor/s: one durable SQLite insert per transaction (WAL, synchronous=FULL) on this disk, just before the case.`);
-console.log(`A step through a SQLite worker is several write transactions on the one file, serialised: the queue's take`);
-console.log(`and ack, the checkpoint's commit, a side effect's ledger claim and completion. With more processes than`);
+console.log(`All workers write one file, one transaction at a time, each with its fsync: a read-only step is one (its`);
+console.log(`checkpoint, with the queue's send, ack and next receive in it), a side-effecting step four (its decision, the`);
+console.log(`ledger's claim and completion, its checkpoint). More workers add no fsyncs a second; with more processes than`);
 console.log(`${cores} cores they also wait for CPU. The AWS containers share one Node process with fauxqs, and DynamoDB`);
 console.log(`Local runs on the same ${cores} cores: on AWS each container has its own CPU, and the services scale apart.`);
 console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);

@@ -1,5 +1,6 @@
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { AgentDefinition } from '../agent.ts';
+import { errorMessage } from '../core/errors.ts';
 import { startFromEvent } from '../engine/start-from-event.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
@@ -34,7 +35,14 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
     };
     const incoming = { id: event.id, source: event.source, detailType: event['detail-type'], ...(event.time ? { time: event.time } : {}), detail: event.detail };
     const started = await startFromEvent(deps, options.agent.startOn ?? [], incoming);
-    const forWaits = waitEventOf(options.agent, incoming);
+    // Like a run trigger's goal, the agent's eventKey runs on any event: when it throws, the event resumes
+    // no wait and says why. Thrown on, EventBridge would retry a failure that repeats for a day.
+    let forWaits: ReturnType<typeof waitEventOf>;
+    try {
+      forWaits = waitEventOf(options.agent, incoming);
+    } catch (error) {
+      deps.log.error({ event: 'event-key-error', eventId: event.id, source: event.source, detailType: event['detail-type'], error: errorMessage(error) }, "the agent's eventKey failed on an event; it resumes no wait");
+    }
     let resumed: string[] = [];
     if (forWaits) {
       const result = await emitEvent(

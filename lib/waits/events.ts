@@ -83,10 +83,17 @@ export function answeredEventIds(state: Pick<RunState, 'steps'>): Set<string> {
  * event's detail-type as the type and `detail.key` (or `detail.correlationKey`) as the key.
  */
 export function waitEventOf(agent: Pick<AgentDefinition, 'eventKey'>, event: IncomingEvent): EventInput | undefined {
-  const custom = agent.eventKey?.(event);
+  const custom: unknown = agent.eventKey?.(event);
+  // The agent's own code, given whatever the event holds: what it returns is checked, not trusted.
+  if (custom != null && (typeof custom !== 'object' || !isOptionalString((custom as { type?: unknown }).type) || !isOptionalString((custom as { key?: unknown }).key))) {
+    throw new TypeError(`the agent's eventKey must return { type, key } as strings, or undefined; it returned ${String(JSON.stringify(custom)).slice(0, 200)}`);
+  }
+  const named = custom as { type?: string; key?: string } | null | undefined;
   const detail = (event.detail ?? {}) as Record<string, unknown>;
-  const type = custom?.type ?? event.detailType;
-  const key = custom?.key ?? (typeof detail.key === 'string' ? detail.key : typeof detail.correlationKey === 'string' ? detail.correlationKey : undefined);
-  if (!key || !EVENT_NAME.test(type) || !EVENT_NAME.test(key)) return undefined;
+  const type = named?.type ?? event.detailType;
+  const key = named?.key ?? (typeof detail.key === 'string' ? detail.key : typeof detail.correlationKey === 'string' ? detail.correlationKey : undefined);
+  if (typeof type !== 'string' || !key || !EVENT_NAME.test(type) || !EVENT_NAME.test(key)) return undefined;
   return { type, key, id: event.id, payload: event.detail ?? null };
 }
+
+const isOptionalString = (value: unknown): boolean => value === undefined || typeof value === 'string';

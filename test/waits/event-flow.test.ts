@@ -150,4 +150,16 @@ describe('runs started by events', () => {
       .toMatchObject({ type: 'shop.paid', key: 'o-9' });
     expect(waitEventOf({}, { ...event, detail: { key: 'has space' } })).toBeUndefined();
   });
+
+  it('an agent\'s eventKey that returns no strings is refused with what it returned; one that throws, throws for the handler to log', () => {
+    const event = { id: 'e-1', source: 'shop', detailType: 'order.paid', detail: { orderId: 7 } };
+    const returning = (value: unknown) => ({ eventKey: () => value as { type: string; key: string } });
+    expect(() => waitEventOf(returning({ type: 'order.paid', key: 7 }), event)).toThrow(/eventKey must return \{ type, key \} as strings.*"key":7/);
+    expect(() => waitEventOf(returning('order-7'), event)).toThrow(/eventKey must return/);
+    expect(() => waitEventOf({ eventKey: (e) => ({ type: 't', key: (e.detail as { order: { id: string } }).order.id }) }, event)).toThrow(TypeError);
+    // Leaving a part out still means the default for it; undefined means no custom name at all.
+    expect(waitEventOf(returning({ key: 'o-7' }), event)).toMatchObject({ type: 'order.paid', key: 'o-7' });
+    expect(waitEventOf(returning(undefined), { ...event, detail: { key: 'k' } })).toMatchObject({ type: 'order.paid', key: 'k' });
+    expect(waitEventOf({}, { ...event, detailType: undefined as unknown as string, detail: { key: 'k' } })).toBeUndefined();
+  });
 });
