@@ -28,7 +28,7 @@ function floorCase(dir: string): Case {
  * few microseconds past what it was asked), so what the insert costs after it is the difference.
  */
 function floorAfterWorkCase(dir: string, name: string, kind: WorkKind, microseconds: () => number): Case {
-  const floor = durableInsertFloor(join(dir, `floor-${kind}-${name.length}.db`));
+  const floor = durableInsertFloor(join(dir, `floor-${name.replace(/\W+/g, '-')}.db`));
   return { name, run: async () => floor.msPerInsert(STEPS, { microseconds: microseconds(), kind }), work: () => floor.lastWorkMicroseconds() };
 }
 

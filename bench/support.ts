@@ -82,7 +82,7 @@ export const fmt = (n: number, digits = 1): string => n.toFixed(digits);
 export function durableInsertFloor(dbPath: string, synchronous: 'FULL' | 'OFF' = 'FULL'): {
   /** Milliseconds per insert; with `work`, each insert comes after `work.microseconds` of it. */
   msPerInsert(count: number, work?: { microseconds: number; kind: WorkKind }): number;
-  /** The work actually done before each insert of the last msPerInsert call, in microseconds (it overshoots a little). */
+  /** The work actually done before each insert of the last msPerInsert call, in microseconds (a few past what was asked). */
   lastWorkMicroseconds(): number;
   close(): void;
 } {
@@ -112,13 +112,13 @@ export function durableInsertFloor(dbPath: string, synchronous: 'FULL' | 'OFF' =
 
 export type WorkKind = 'allocating' | 'bare';
 
-/** One step record's worth of state: a unit of allocating work takes about a microsecond, so the loop stops close to its deadline. */
+/** One step record's worth of state: a unit of allocating work takes a few microseconds, so the loop stops close to its deadline. */
 const WORK_UNIT = { step: 7, tool: 'noop', input: { table: 't7' }, result: { ok: true, text: 'step 7 '.padEnd(80, 'o') } };
 let workSink = 0;
 
 /**
  * JavaScript work for `microseconds` that allocates and serializes, as an engine step does (not a bare
- * loop). Returns the nanoseconds it took, a microsecond or so past the deadline.
+ * loop). Returns the nanoseconds it took, a few microseconds past the deadline.
  */
 export function allocatingWork(microseconds: number): bigint {
   const start = process.hrtime.bigint();
