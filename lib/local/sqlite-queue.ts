@@ -156,10 +156,9 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   private take(max: number, visibilityMs: number): Delivery[] {
     const now = this.now;
-    const filter = filterOf(this.options);
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
-    if (!this.sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} LIMIT 1`).get(now, ...filter.args)) return [];
+    if (!anyVisible((text) => this.sql(text), this.options, now)) return [];
     return takeVisible((text) => this.sql(text), { ...this.options, max, visibilityMs }, now);
   }
 }
@@ -185,8 +184,8 @@ export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now:
  */
 export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
+  if (anyVisible(sql, receive, now)) return undefined;
   const filter = filterOf(receive);
-  if (sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} LIMIT 1`).get(now, ...filter.args)) return undefined;
   const { message } = send;
   const token = randomUUID();
   const body = JSON.stringify(message);
@@ -216,6 +215,12 @@ export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): D
      RETURNING id, body, receive_count, receipt`,
   ).all(now + receive.visibilityMs, token, now, ...filter.args) as { id: number; body: string; receive_count: number; receipt: string }[];
   return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
+}
+
+/** Whether the consumer's filter has a message visible now (a read: it takes no lock). */
+function anyVisible(sql: Prepare, filter: { runId?: string; agents?: readonly string[] }, now: number): boolean {
+  const { only, args } = filterOf(filter);
+  return sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`).get(now, ...args) !== undefined;
 }
 
 /** The SQL of a consumer's filter: one run's messages, or its agents' and those of no known run. */
