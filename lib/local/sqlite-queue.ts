@@ -158,7 +158,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const now = this.now;
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
-    if (!anyVisible((text) => this.sql(text), this.options, now)) return [];
+    if (!anyVisible((text) => this.sql(text), filterOf(this.options), now)) return [];
     return takeVisible((text) => this.sql(text), { ...this.options, max, visibilityMs }, now);
   }
 }
@@ -184,8 +184,8 @@ export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now:
  */
 export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
-  if (anyVisible(sql, receive, now)) return undefined;
   const filter = filterOf(receive);
+  if (anyVisible(sql, filter, now)) return undefined;
   const { message } = send;
   const token = randomUUID();
   const body = JSON.stringify(message);
@@ -218,8 +218,7 @@ export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): D
 }
 
 /** Whether the consumer's filter has a message visible now (a read: it takes no lock). */
-function anyVisible(sql: Prepare, filter: { runId?: string; agents?: readonly string[] }, now: number): boolean {
-  const { only, args } = filterOf(filter);
+function anyVisible(sql: Prepare, { only, args }: { only: string; args: unknown[] }, now: number): boolean {
   return sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`).get(now, ...args) !== undefined;
 }
 
