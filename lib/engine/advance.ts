@@ -17,7 +17,7 @@ import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../co
 import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
-import type { Delivery, ModelReply, QueueWork } from '../ports.ts';
+import type { CheckpointWrite, Delivery, ModelReply, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
 
@@ -280,7 +280,7 @@ interface Base {
   queueWork: AdvanceOptions['queueWork'] | undefined;
 }
 
-async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord, blobs?: { ref: string; data: Buffer }[]): Promise<Advance> {
+async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord, blobs?: CheckpointWrite['blobs']): Promise<Advance> {
   const { version } = base;
   const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1) : undefined;
   // The checkpoint that condenses a block writes its summary (lib/core/condensed.ts): a few hundred bytes
