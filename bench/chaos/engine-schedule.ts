@@ -87,6 +87,8 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   /** Next deliveries a step's checkpoint received for its worker (the local runtime), and those handed back unstarted. */
   received?: number;
   handedBack?: number;
+  /** Writes the run's version refused because their worker was stale (real worker processes back from a pause). */
+  staleWrites?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }

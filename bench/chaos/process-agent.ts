@@ -21,7 +21,12 @@ function effects(): Database.Database {
     db = new Database(process.env.CHAOS_EFFECTS_DB ?? 'effects.db');
     db.pragma('journal_mode = WAL');
     db.pragma('busy_timeout = 10000');
-    db.exec('CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, n INTEGER NOT NULL, times INTEGER NOT NULL DEFAULT 1)');
+    // applied: the effect, stored with its key (a second application finds the key and writes nothing);
+    // long_effects: effects that outlived their lease; model_calls: one row per model call (with the fault
+    // injected into it, if any), for the totals.
+    db.exec(`CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, n INTEGER NOT NULL, times INTEGER NOT NULL DEFAULT 1);
+      CREATE TABLE IF NOT EXISTS long_effects (id INTEGER PRIMARY KEY, key TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS model_calls (id INTEGER PRIMARY KEY, fault TEXT)`);
   }
   return db;
 }
@@ -29,8 +34,10 @@ function effects(): Database.Database {
 class ChaosModel implements Model {
   readonly name = 'chaos-process-model';
   async decide(request: ModelRequest): Promise<ModelReply> {
+    const fault = Math.random() < 0.05 ? 'injected 529 overloaded_error' : null;
+    effects().prepare('INSERT INTO model_calls (fault) VALUES (?)').run(fault);
     await pause(5 + Math.random() * 30);
-    if (Math.random() < 0.05) throw new TransientError('injected 529 overloaded_error');
+    if (fault) throw new TransientError(fault);
     const next = completedSteps(promptText(request.prompt)) + 1;
     return next <= STEPS ? { kind: 'tool', tool: 'write_row', input: { n: next } } : { kind: 'done', summary: `wrote ${STEPS} rows` };
   }
@@ -46,8 +53,10 @@ export default defineAgent({
     sideEffect: true,
     run: (input, ctx) => ctx.once(async () => {
       // One effect in eight outlives its lease: the holder's renewals must keep the key.
-      await pause(Math.random() < 0.125 ? 1200 + Math.random() * 800 : Math.random() * 40);
       const d = effects();
+      const long = Math.random() < 0.125;
+      if (long) d.prepare('INSERT INTO long_effects (key) VALUES (?)').run(ctx.idempotencyKey);
+      await pause(long ? 1200 + Math.random() * 800 : Math.random() * 40);
       d.transaction(() => {
         const seen = d.prepare('UPDATE applied SET times = times WHERE key = ?').run(ctx.idempotencyKey).changes === 1;
         if (!seen) d.prepare('INSERT INTO applied (key, n) VALUES (?, ?)').run(ctx.idempotencyKey, input.n);

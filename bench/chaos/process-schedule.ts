@@ -1,9 +1,11 @@
 /**
  * One seeded schedule of real worker processes (`stepwise worker`) on one SQLite file: several runs, two
  * or three workers, SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits),
- * each killed worker replaced, and a store brownout (the file locked by another connection for a while).
- * Then the invariants. The kill moments come from the seed; where in a step each lands does not, so a
- * replay repeats the schedule, not the exact interleaving.
+ * each killed worker replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's
+ * lease, so another worker takes its step over, and SIGCONTs that bring it back to finish what it was
+ * doing (an effect, a commit) against a run that moved on; and a store brownout (the file locked by
+ * another connection for a while). Then the invariants. The kill and pause moments come from the seed;
+ * where in a step each lands does not, so a replay repeats the schedule, not the exact interleaving.
  */
 import Database from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -31,10 +33,21 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     seed, runs: runs.length, steps: runs.length * steps, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0,
     longEffects: 0, modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
-  const env = { ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json' };
+  // Warnings too: a worker back from a pause logs the stale write its run's version refused.
+  const env = { ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json' };
   const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
+  const alive = (c: ChildProcess) => c.exitCode === null && c.signalCode === null;
   const workers: ChildProcess[] = [];
+  /** Workers that printed their ready line: the only ones a kill or a pause is aimed at. */
+  const ready = new Set<ChildProcess>();
+  /** Workers stopped now, each with its SIGCONT timer. */
+  const paused = new Map<ChildProcess, NodeJS.Timeout>();
+  const resume = (c: ChildProcess) => {
+    clearTimeout(paused.get(c));
+    paused.delete(c);
+    if (alive(c)) c.kill('SIGCONT');
+  };
   try {
     for (const run of runs) {
       const c = cli(['start', '--agent', AGENT, '--run-id', run.runId, '--goal', `write ${steps} rows`]);
@@ -45,7 +58,13 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     const spawnWorker = () => {
       // A stall window of 3 s: a run whose message was lost is re-driven by a worker's sweep.
       const c = cli(['worker', '--agent', AGENT, '--visibility-ms', '900', '--stall-ms', '3000']);
-      c.stdout!.resume(); c.stderr!.resume();
+      for (const stream of [c.stdout!, c.stderr!]) {
+        eachLine(stream, (line) => {
+          // Faults go to workers that are working: one still starting up has nothing to lose.
+          if (/^worker \S+ ready: /.test(line)) ready.add(c);
+          if (line.includes('"event":"stale-write"')) report.staleWrites = (report.staleWrites ?? 0) + 1;
+        });
+      }
       workers.push(c);
     };
     for (let i = 0, n = r.int(2, 3); i < n; i++) spawnWorker();
@@ -53,14 +72,28 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     const runtime = openLocalRuntime({ dbPath });
     const running = () => (runtime.db.prepare("SELECT count(*) AS n FROM runs WHERE status IN ('running', 'waiting')").get() as { n: number }).n;
     const kills = r.int(3, 10);
+    const pauses = r.int(2, 5);
     const deadline = Date.now() + (options.timeoutMs ?? 120_000);
     while (running() > 0) {
       if (Date.now() > deadline) { report.unexpected.push(`runs not finished within ${options.timeoutMs ?? 120_000} ms`); break; }
       await new Promise((res) => setTimeout(res, 50 + r() * 400));
-      if (report.crashes < kills) {
-        const live = workers.filter((w) => w.exitCode === null && w.signalCode === null);
+      const killNext = report.crashes < kills && (report.slowWorkers >= pauses || r.chance(0.6));
+      if (killNext) {
+        // A stopped worker may be the one killed: a container killed while frozen.
+        const live = workers.filter((w) => alive(w) && ready.has(w));
         const victim = live.length ? r.pick(live) : undefined;
-        if (victim) { victim.kill('SIGKILL'); await exited(victim); report.crashes++; spawnWorker(); }
+        if (victim) { victim.kill('SIGKILL'); await exited(victim); resume(victim); report.crashes++; spawnWorker(); }
+      } else if (report.slowWorkers < pauses) {
+        // Frozen for 1.1-2.5 s: past the 0.9 s visibility timeout and the effect's 1 s lease, so its
+        // delivery and its claim pass to another worker; then it runs on from where it stopped. Shorter
+        // than the 10 s lock wait, so workers blocked behind a frozen commit wait for it rather than fail.
+        const live = workers.filter((w) => alive(w) && ready.has(w) && !paused.has(w));
+        const victim = live.length ? r.pick(live) : undefined;
+        if (victim) {
+          victim.kill('SIGSTOP');
+          report.slowWorkers++;
+          paused.set(victim, setTimeout(() => resume(victim), 1100 + r() * 1400));
+        }
       } else if (report.brownouts === 0 && r.chance(0.3)) {
         // A brownout: another connection holds the write lock for a while; workers wait or fail and retry.
         report.brownouts++;
@@ -72,11 +105,20 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
       }
     }
     report.crashesByPoint = { SIGKILL: report.crashes };
-    for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');
+    // A stopped process would not act on the SIGTERM until continued.
+    for (const w of [...paused.keys()]) resume(w);
+    for (const w of workers) if (alive(w)) w.kill('SIGTERM');
     await Promise.all(workers.map(exited));
+    // Deliveries beyond each message's first: redeliveries after a visibility timeout ran out (a killed or
+    // frozen holder), each one a duplicate the version check and the ledger had to absorb.
+    report.duplicates = (runtime.db.prepare('SELECT coalesce(sum(receive_count - 1), 0) AS n FROM queue WHERE receive_count > 1').get() as { n: number }).n;
 
     const effects = new Database(effectsDb, { readonly: true, fileMustExist: false });
     const rows = effects.prepare('SELECT key, times FROM applied').all() as { key: string; times: number }[];
+    const count = (sql: string) => (effects.prepare(sql).get() as { n: number }).n;
+    report.longEffects = count('SELECT count(*) AS n FROM long_effects');
+    report.modelCalls = count('SELECT count(*) AS n FROM model_calls');
+    report.modelFaults = count('SELECT count(*) AS n FROM model_calls WHERE fault IS NOT NULL');
     effects.close();
     const verdict = await checkInvariants({
       store: runtime.store, runs, applied: new Map(rows.map((row) => [row.key, row.times])), blobs: runtime.blobs,
@@ -88,8 +130,20 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     });
     runtime.close();
   } finally {
-    for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
+    for (const w of workers) if (alive(w)) w.kill('SIGKILL');
+    for (const timer of paused.values()) clearTimeout(timer);
     rmSync(dir, { recursive: true, force: true });
   }
   return report;
+}
+
+/** Calls `online` with each whole line a worker writes (a line may span chunks). */
+function eachLine(stream: NodeJS.ReadableStream, online: (line: string) => void): void {
+  let rest = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk: string) => {
+    const lines = (rest + chunk).split('\n');
+    rest = lines.pop()!;
+    for (const line of lines) online(line);
+  });
 }

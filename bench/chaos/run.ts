@@ -8,7 +8,7 @@
  * `--aws n` (default 1000) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
  * (bench/chaos/aws-schedule.ts; the servers start unless the environment points at running ones), with
  * seeds scheduleSeed(seed, 2_000_000 + i); `--schedules 0 --aws 1 --seed s --exact` replays one.
- * `--processes n` adds n schedules of real worker processes SIGKILLed at random moments (bench/chaos/process-schedule.ts).
+ * `--processes n` adds n schedules of real worker processes SIGKILLed and SIGSTOPped at random moments (bench/chaos/process-schedule.ts).
  * Exits 1 if any invariant broke.
  */
 import { parseArgs } from 'node:util';
@@ -78,13 +78,16 @@ let processBad = 0;
 if (processSchedules > 0) {
   const { processSchedule } = await import('./process-schedule.ts');
   const ptotals = emptyTotals();
+  const p0 = Date.now();
   for (let i = 0; i < processSchedules; i++) {
     const report = await processSchedule(scheduleSeed(seed, 1_000_000 + i));
     add(ptotals, report);
-    if (report.violations.length || report.unexpected.length) console.log(`process schedule ${i}:`, JSON.stringify(report.violations));
+    if (report.violations.length || report.unexpected.length || values.verbose) {
+      console.log(`process schedule ${i}:`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected }));
+    }
   }
   processBad = ptotals.violations + ptotals.unexpected;
-  console.log(formatTotals(ptotals, 'real worker processes, SIGKILLed'));
+  console.log(formatTotals(ptotals, `real worker processes, SIGKILLed and SIGSTOPped (${((Date.now() - p0) / 1000).toFixed(0)} s)`));
 }
 // The engine and AWS schedules' model server would keep the process alive (the AWS ones stopped it already).
 await stopChaosModelServer();

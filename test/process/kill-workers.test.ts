@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
@@ -39,9 +40,12 @@ describe('real worker processes, killed with SIGKILL at random moments', () => {
       expect(await exited(c)).toBe(0);
     }
     const workers: ChildProcess[] = [];
+    // Kills go to workers that printed their ready line: one still starting up holds nothing to lose.
+    const ready = new Set<ChildProcess>();
     const spawnWorker = () => {
       const c = cli(['worker', '--agent', AGENT, '--visibility-ms', '800']);
-      c.stdout!.resume(); c.stderr!.resume();
+      createInterface({ input: c.stdout! }).on('line', (line) => { if (/^worker \S+ ready: /.test(line)) ready.add(c); });
+      c.stderr!.resume();
       children.add(c); workers.push(c);
     };
     spawnWorker(); spawnWorker();
@@ -54,7 +58,7 @@ describe('real worker processes, killed with SIGKILL at random moments', () => {
       expect(Date.now(), `runs did not finish (seed ${seed})`).toBeLessThan(deadline);
       await new Promise((r) => setTimeout(r, 100 + rand() * 400));
       if (kills < KILLS) {
-        const live = workers.filter((w) => w.exitCode === null && w.signalCode === null);
+        const live = workers.filter((w) => w.exitCode === null && w.signalCode === null && ready.has(w));
         const victim = live[Math.floor(rand() * live.length)];
         if (victim) { victim.kill('SIGKILL'); await exited(victim); kills++; spawnWorker(); }
       }

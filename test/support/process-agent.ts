@@ -15,6 +15,14 @@ const ROWS = Number(process.env.PROCESS_AGENT_ROWS ?? 12);
 const TOKENS = Number(process.env.PROCESS_AGENT_TOKENS ?? 0);
 /** Steps whose output is large enough to be stored by reference (comma-separated). */
 const LARGE_AT = (process.env.PROCESS_AGENT_LARGE_AT ?? '').split(',').filter(Boolean).map(Number);
+/** Set: the effect runs inside `ctx.once`, its claim leased for this many ms (renewed while the holder runs). */
+const ONCE_LEASE_MS = Number(process.env.PROCESS_AGENT_ONCE_LEASE_MS ?? 0);
+/**
+ * The step whose effect holds for PROCESS_AGENT_HOLD_MS after it logged the call and before it writes,
+ * so a test can stop the process in the middle of it.
+ */
+const HOLD_AT = Number(process.env.PROCESS_AGENT_HOLD_AT ?? 0);
+const HOLD_MS = Number(process.env.PROCESS_AGENT_HOLD_MS ?? 400);
 
 let db: Database.Database | undefined;
 function effects(): Database.Database {
@@ -48,13 +56,16 @@ export default defineAgent({
     description: 'Write one row, once per idempotency key.',
     input: z.object({ row: z.number().int() }),
     sideEffect: true,
-    run: async (input, ctx) => {
-      const d = effects();
-      d.prepare('INSERT INTO received (key, pid) VALUES (?, ?)').run(ctx.idempotencyKey, process.pid);
-      await pause(Math.random() * 30);
-      const applied = d.prepare('INSERT OR IGNORE INTO applied (key, row) VALUES (?, ?)').run(ctx.idempotencyKey, input.row).changes === 1;
-      await pause(Math.random() * 30);
-      return LARGE_AT.includes(ctx.step) ? { applied, log: `${'row data '.repeat(1500)}end of log ${ctx.step}` } : { applied };
+    run: (input, ctx) => {
+      const effect = async () => {
+        const d = effects();
+        d.prepare('INSERT INTO received (key, pid) VALUES (?, ?)').run(ctx.idempotencyKey, process.pid);
+        await pause(ctx.step === HOLD_AT ? HOLD_MS : Math.random() * 30);
+        const applied = d.prepare('INSERT OR IGNORE INTO applied (key, row) VALUES (?, ?)').run(ctx.idempotencyKey, input.row).changes === 1;
+        await pause(Math.random() * 30);
+        return LARGE_AT.includes(ctx.step) ? { applied, log: `${'row data '.repeat(1500)}end of log ${ctx.step}` } : { applied };
+      };
+      return ONCE_LEASE_MS ? ctx.once(effect, { leaseMs: ONCE_LEASE_MS }) : effect();
     },
   })],
 });

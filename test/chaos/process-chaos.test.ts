@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { processSchedule } from '../../bench/chaos/process-schedule.ts';
+import { scheduleSeed } from '../../bench/chaos/random.ts';
+import { add, emptyTotals } from '../../bench/chaos/totals.ts';
+
+const SEED = 11;
+const SCHEDULES = 2;
+
+describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTOPped', () => {
+  it(`${SCHEDULES} schedules (seed ${SEED}): no effect applied twice, no step lost, no run stuck, every run completed`, async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < SCHEDULES; i++) {
+      const report = await processSchedule(scheduleSeed(SEED, 1_000_000 + i));
+      expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      add(totals, report);
+    }
+    // The schedules really killed and froze working processes (faults go only to workers that are ready),
+    // and the queue delivered again what the killed and frozen ones held.
+    expect(totals.crashes).toBeGreaterThan(0);
+    expect(totals.slowWorkers).toBeGreaterThan(0);
+    expect(totals.duplicates).toBeGreaterThan(0);
+    expect(totals.modelCalls).toBeGreaterThanOrEqual(totals.completedSteps);
+    expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    // The process agent injects only transient faults: every run completes.
+    expect(totals.completed).toBe(totals.runs);
+  }, 120_000);
+});
