@@ -13,6 +13,7 @@ import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 
 const STEPS = Number(process.env.CHAOS_STEPS ?? 8);
+const IGNORES_KEY = process.env.CHAOS_SABOTAGE === 'effect-ignores-key';
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let db: Database.Database | undefined;
@@ -58,7 +59,9 @@ export default defineAgent({
       if (long) d.prepare('INSERT INTO long_effects (key) VALUES (?)').run(ctx.idempotencyKey);
       await pause(long ? 1200 + Math.random() * 800 : Math.random() * 40);
       d.transaction(() => {
-        const seen = d.prepare('UPDATE applied SET times = times WHERE key = ?').run(ctx.idempotencyKey).changes === 1;
+        // The key stored with the effect: a second application finds it and writes nothing. A planted
+        // defect (CHAOS_SABOTAGE=effect-ignores-key) applies every time, and counts each application.
+        const seen = d.prepare(`UPDATE applied SET times = times${IGNORES_KEY ? ' + 1' : ''} WHERE key = ?`).run(ctx.idempotencyKey).changes === 1;
         if (!seen) d.prepare('INSERT INTO applied (key, n) VALUES (?, ?)').run(ctx.idempotencyKey, input.n);
       })();
       await pause(Math.random() * 40);

@@ -1,10 +1,10 @@
 /**
- * One seeded schedule of real worker processes (`stepwise worker`) on one SQLite file: several runs, two
- * or three workers, SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits),
+ * One seeded schedule of real worker processes (`stepwise worker`) on one SQLite file, or on DynamoDB
+ * Local and fauxqs (`--backend aws`, bench/chaos/process-backends.ts): several runs, two or three workers, SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits),
  * each killed worker replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's
  * lease, so another worker takes its step over, and SIGCONTs that bring it back to finish what it was
- * doing (an effect, a commit) against a run that moved on; and a store brownout (the file locked by
- * another connection for a while). Then the invariants. The kill and pause moments come from the seed;
+ * doing (an effect, a commit) against a run that moved on; and, on SQLite, a store brownout (the file
+ * locked by another connection for a while). Then the invariants. The kill and pause moments come from the seed;
  * where in a step each lands does not, so a replay repeats the schedule, not the exact interleaving.
  */
 import Database from 'better-sqlite3';
@@ -13,19 +13,26 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import type { ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
+import { openProcessBackend, type ProcessBackendKind } from './process-backends.ts';
 import { rng } from './random.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'bench/chaos/process-agent.ts');
 
-export async function processSchedule(seed: number, options: { timeoutMs?: number } = {}): Promise<ScheduleReport> {
+/**
+ * `sabotage: 'effect-ignores-key'` plants a defect the check must find: the agent's effect applies without
+ * looking its key up, so every time a kill or a pause makes a step's effect run again, it counts twice.
+ */
+export async function processSchedule(
+  seed: number,
+  options: { timeoutMs?: number; backend?: ProcessBackendKind; sabotage?: 'effect-ignores-key' } = {},
+): Promise<ScheduleReport> {
   const r = rng(seed);
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-proc-'));
-  const dbPath = join(dir, 'stepwise.db');
+  const backend = await openProcessBackend(options.backend ?? 'local', dir, seed);
   const effectsDb = join(dir, 'effects.db');
   const steps = r.int(4, 8);
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
@@ -34,8 +41,10 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     longEffects: 0, modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
   // Warnings too: a worker back from a pause logs the stale write its run's version refused.
-  const env = { ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json' };
-  const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const env = { ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
+    ...(options.sabotage ? { CHAOS_SABOTAGE: options.sabotage } : {}),
+  };
+  const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
   const alive = (c: ChildProcess) => c.exitCode === null && c.signalCode === null;
   const workers: ChildProcess[] = [];
@@ -56,8 +65,9 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
       if (c.exitCode !== 0) report.unexpected.push(`start ${run.runId} exited ${c.exitCode}`);
     }
     const spawnWorker = () => {
-      // A stall window of 3 s: a run whose message was lost is re-driven by a worker's sweep.
-      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', '900', '--stall-ms', '3000']);
+      // A stall window of 3 s: a run whose message was lost is re-driven by a worker's sweep (SQLite; on
+      // AWS the sweeper is a function of the stack, and SQS counts visibility in whole seconds).
+      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', backend.kind === 'local' ? '900' : '1000', '--stall-ms', '3000']);
       for (const stream of [c.stdout!, c.stderr!]) {
         eachLine(stream, (line) => {
           // Faults go to workers that are working: one still starting up has nothing to lose.
@@ -69,12 +79,11 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     };
     for (let i = 0, n = r.int(2, 3); i < n; i++) spawnWorker();
 
-    const runtime = openLocalRuntime({ dbPath });
-    const running = () => (runtime.db.prepare("SELECT count(*) AS n FROM runs WHERE status IN ('running', 'waiting')").get() as { n: number }).n;
+    const runIds = runs.map((run) => run.runId);
     const kills = r.int(3, 10);
     const pauses = r.int(2, 5);
     const deadline = Date.now() + (options.timeoutMs ?? 120_000);
-    while (running() > 0) {
+    while (await backend.unfinished(runIds) > 0) {
       if (Date.now() > deadline) { report.unexpected.push(`runs not finished within ${options.timeoutMs ?? 120_000} ms`); break; }
       await new Promise((res) => setTimeout(res, 50 + r() * 400));
       const killNext = report.crashes < kills && (report.slowWorkers >= pauses || r.chance(0.6));
@@ -84,7 +93,7 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
         const victim = live.length ? r.pick(live) : undefined;
         if (victim) { victim.kill('SIGKILL'); await exited(victim); resume(victim); report.crashes++; spawnWorker(); }
       } else if (report.slowWorkers < pauses) {
-        // Frozen for 1.1-2.5 s: past the 0.9 s visibility timeout and the effect's 1 s lease, so its
+        // Frozen for 1.1-2.5 s: past the 0.9-1 s visibility timeout and the effect's 1 s lease, so its
         // delivery and its claim pass to another worker; then it runs on from where it stopped. Shorter
         // than the 10 s lock wait, so workers blocked behind a frozen commit wait for it rather than fail.
         const live = workers.filter((w) => alive(w) && ready.has(w) && !paused.has(w));
@@ -94,14 +103,10 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
           report.slowWorkers++;
           paused.set(victim, setTimeout(() => resume(victim), 1100 + r() * 1400));
         }
-      } else if (report.brownouts === 0 && r.chance(0.3)) {
+      } else if (backend.brownout && report.brownouts === 0 && r.chance(0.3)) {
         // A brownout: another connection holds the write lock for a while; workers wait or fail and retry.
         report.brownouts++;
-        const lock = new Database(dbPath);
-        lock.exec('BEGIN IMMEDIATE');
-        await new Promise((res) => setTimeout(res, 200 + r() * 1500));
-        lock.exec('ROLLBACK');
-        lock.close();
+        await backend.brownout(200 + r() * 1500);
       }
     }
     report.crashesByPoint = { SIGKILL: report.crashes };
@@ -111,7 +116,7 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     await Promise.all(workers.map(exited));
     // Deliveries beyond each message's first: redeliveries after a visibility timeout ran out (a killed or
     // frozen holder), each one a duplicate the version check and the ledger had to absorb.
-    report.duplicates = (runtime.db.prepare('SELECT coalesce(sum(receive_count - 1), 0) AS n FROM queue WHERE receive_count > 1').get() as { n: number }).n;
+    report.duplicates = backend.redeliveries?.() ?? 0;
 
     const effects = new Database(effectsDb, { readonly: true, fileMustExist: false });
     const rows = effects.prepare('SELECT key, times FROM applied').all() as { key: string; times: number }[];
@@ -121,17 +126,17 @@ export async function processSchedule(seed: number, options: { timeoutMs?: numbe
     report.modelFaults = count('SELECT count(*) AS n FROM model_calls WHERE fault IS NOT NULL');
     effects.close();
     const verdict = await checkInvariants({
-      store: runtime.store, runs, applied: new Map(rows.map((row) => [row.key, row.times])), blobs: runtime.blobs,
+      store: backend.store, runs, applied: new Map(rows.map((row) => [row.key, row.times])), blobs: backend.blobs,
       injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason),
     });
     Object.assign(report, {
       completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps, blobsChecked: verdict.blobsChecked,
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,
     });
-    runtime.close();
   } finally {
     for (const w of workers) if (alive(w)) w.kill('SIGKILL');
     for (const timer of paused.values()) clearTimeout(timer);
+    await backend.close();
     rmSync(dir, { recursive: true, force: true });
   }
   return report;

@@ -1,14 +1,16 @@
 /**
  * `npm run chaos`: seeded, reproducible fault schedules; after each, the invariants (bench/chaos/invariants.ts).
  *
- *   npm run chaos -- [--seed n] [--schedules n] [--aws n] [--processes n] [--verbose]
+ *   npm run chaos -- [--seed n] [--schedules n] [--aws n] [--processes n] [--aws-processes n] [--verbose]
  *
  * Without --seed a seed is drawn and printed; schedule i of a run uses scheduleSeed(seed, i), printed for
  * any schedule that breaks an invariant, and `--seed s --schedules 1 --exact` replays that one schedule.
  * `--aws n` (default 1000) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
  * (bench/chaos/aws-schedule.ts; the servers start unless the environment points at running ones), with
  * seeds scheduleSeed(seed, 2_000_000 + i); `--schedules 0 --aws 1 --seed s --exact` replays one.
- * `--processes n` adds n schedules of real worker processes SIGKILLed and SIGSTOPped at random moments (bench/chaos/process-schedule.ts).
+ * `--processes n` adds n schedules of real worker processes SIGKILLed and SIGSTOPped at random moments on one
+ * SQLite file (bench/chaos/process-schedule.ts), `--aws-processes n` the same with `stepwise worker --backend
+ * aws` on DynamoDB Local and fauxqs.
  * Exits 1 if any invariant broke.
  */
 import { parseArgs } from 'node:util';
@@ -23,7 +25,7 @@ process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const { values } = parseArgs({
   options: {
     seed: { type: 'string' }, schedules: { type: 'string', default: '1000' }, exact: { type: 'boolean', default: false },
-    aws: { type: 'string', default: '1000' }, processes: { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
+    aws: { type: 'string', default: '1000' }, processes: { type: 'string', default: '0' }, 'aws-processes': { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
   },
 });
 const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
@@ -73,21 +75,36 @@ if (awsSchedules > 0) {
   console.log(formatTotals(atotals, `AWS runtime: Lambda handler on DynamoDB Local + fauxqs (${seconds.toFixed(0)} s, ${(seconds / awsSchedules).toFixed(2)} s per schedule)`));
 }
 
-const processSchedules = Number(values.processes);
-let processBad = 0;
-if (processSchedules > 0) {
+/** Schedules of real worker processes on one backend; the number of broken invariants and unexpected errors. */
+async function processSchedules(backend: 'local' | 'aws', count: number, base: number): Promise<number> {
   const { processSchedule } = await import('./process-schedule.ts');
   const ptotals = emptyTotals();
   const p0 = Date.now();
-  for (let i = 0; i < processSchedules; i++) {
-    const report = await processSchedule(scheduleSeed(seed, 1_000_000 + i));
+  for (let i = 0; i < count; i++) {
+    const report = await processSchedule(scheduleSeed(seed, base + i), { backend });
     add(ptotals, report);
     if (report.violations.length || report.unexpected.length || values.verbose) {
-      console.log(`process schedule ${i}:`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected }));
+      console.log(`${backend} process schedule ${i} (seed ${report.seed}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected }));
     }
+    if ((i + 1) % 10 === 0) console.log(`  ${i + 1} ${backend} process schedules, ${ptotals.violations} violations, ${((Date.now() - p0) / 1000).toFixed(0)} s`);
   }
-  processBad = ptotals.violations + ptotals.unexpected;
-  console.log(formatTotals(ptotals, `real worker processes, SIGKILLed and SIGSTOPped (${((Date.now() - p0) / 1000).toFixed(0)} s)`));
+  const where = backend === 'local' ? 'one SQLite file' : 'DynamoDB Local + fauxqs (--backend aws)';
+  console.log(formatTotals(ptotals, `real worker processes on ${where}, SIGKILLed and SIGSTOPped (${((Date.now() - p0) / 1000).toFixed(0)} s)`));
+  // SQS keeps no receive count once a message is deleted: the figure above counts nothing there.
+  if (backend === 'aws') console.log('  (duplicates delivered: not counted on SQS)');
+  return ptotals.violations + ptotals.unexpected;
+}
+
+let processBad = 0;
+if (Number(values.processes) > 0) processBad += await processSchedules('local', Number(values.processes), 1_000_000);
+if (Number(values['aws-processes']) > 0) {
+  const { useAwsServers } = await import('../../test/support/aws-servers.ts');
+  const stopServers = await useAwsServers();
+  try {
+    processBad += await processSchedules('aws', Number(values['aws-processes']), 3_000_000);
+  } finally {
+    await stopServers();
+  }
 }
 // The engine and AWS schedules' model server would keep the process alive (the AWS ones stopped it already).
 await stopChaosModelServer();

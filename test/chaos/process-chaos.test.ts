@@ -25,4 +25,10 @@ describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTO
     // The process agent injects only transient faults: every run completes.
     expect(totals.completed).toBe(totals.runs);
   }, 120_000);
+
+  it('finds a planted defect: an effect that does not look its key up is applied twice when kills and pauses make it run again', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 8 && totals.appliedTwice === 0; i++) add(totals, await processSchedule(scheduleSeed(SEED, 1_100_000 + i), { sabotage: 'effect-ignores-key' }));
+    expect(totals.appliedTwice).toBeGreaterThan(0);
+  }, 300_000);
 });
