@@ -44,6 +44,8 @@ function localBackend(dbPath: string): ProcessBackend {
       .get(...runIds) as { n: number }).n,
     async brownout(ms) {
       const lock = new Database(dbPath);
+      // Waits for the lock like a worker: a worker stopped in the middle of a commit holds it meanwhile.
+      lock.pragma('busy_timeout = 10000');
       lock.exec('BEGIN IMMEDIATE');
       await new Promise((res) => setTimeout(res, ms));
       lock.exec('ROLLBACK');
