@@ -1,11 +1,12 @@
 /**
  * One seeded schedule of real worker processes (`stepwise worker`) on one SQLite file, or on DynamoDB
- * Local and fauxqs (`--backend aws`, bench/chaos/process-backends.ts): several runs, two or three workers, SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits),
- * each killed worker replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's
- * lease, so another worker takes its step over, and SIGCONTs that bring it back to finish what it was
- * doing (an effect, a commit) against a run that moved on; and, on SQLite, a store brownout (the file
- * locked by another connection for a while). Then the invariants. The kill and pause moments come from the seed;
- * where in a step each lands does not, so a replay repeats the schedule, not the exact interleaving.
+ * Local and fauxqs (`--backend aws`, bench/chaos/process-backends.ts): several runs, two or three workers,
+ * SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits), each killed worker
+ * replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's lease, so another
+ * worker takes its step over, and SIGCONTs that bring it back to finish what it was doing (an effect, a
+ * commit) against a run that moved on; and, on SQLite, a store brownout (the file locked by another
+ * connection for a while). Then the invariants. The kill and pause moments come from the seed; where in
+ * a step each lands does not, so a replay repeats the schedule, not the exact interleaving.
  */
 import Database from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -41,7 +42,8 @@ export async function processSchedule(
     longEffects: 0, modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
   // Warnings too: a worker back from a pause logs the stale write its run's version refused.
-  const env = { ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
+  const env = {
+    ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
     ...(options.sabotage ? { CHAOS_SABOTAGE: options.sabotage } : {}),
   };
   const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
