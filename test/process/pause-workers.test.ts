@@ -1,12 +1,12 @@
 import Database from 'better-sqlite3';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
-import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
+import { runStepwise, type Running } from '../support/processes.ts';
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const ROWS = 6;
@@ -34,8 +34,8 @@ async function until<T>(what: string, probe: () => T | undefined, timeoutMs = 30
  */
 describe('a real worker process stopped with SIGSTOP inside an effect and continued after another took over', () => {
   let db: ReturnType<typeof tempDb>;
-  const children = new Set<ChildProcess>();
-  afterEach(() => { for (const c of children) c.kill('SIGKILL'); db?.cleanup(); });
+  const workers: Running[] = [];
+  afterEach(() => { for (const w of workers) w.child.kill('SIGKILL'); db?.cleanup(); });
 
   it('loses its claim and its delivery, applies nothing twice, and its late checkpoint is refused', async () => {
     db = tempDb();
@@ -48,16 +48,11 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
     };
     expect((await stepwiseCli(['start', '--agent', AGENT, '--run-id', 'run-0', '--goal', `write ${ROWS} rows`, '--db', db.path], env)).code).toBe(0);
 
-    const logs = new Map<ChildProcess, string>();
     const worker = () => {
-      const c = spawn(process.execPath, [BIN, 'worker', '--agent', AGENT, '--visibility-ms', '800', '--db', db.path], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-      logs.set(c, '');
-      for (const stream of [c.stdout, c.stderr]) stream.on('data', (d: Buffer) => logs.set(c, logs.get(c) + d.toString()));
-      children.add(c);
-      return c;
+      const w = runStepwise(['worker', '--agent', AGENT, '--visibility-ms', '800', '--db', db.path], env);
+      workers.push(w);
+      return w;
     };
-    const exited = (c: ChildProcess) => new Promise<void>((r) => (c.exitCode !== null || c.signalCode !== null ? r() : c.once('exit', () => r())));
-
     const first = worker();
     const effects = () => (existsSync(effectsDb) ? new Database(effectsDb, { readonly: true }) : undefined);
     const callsOf = (key: string) => {
@@ -73,8 +68,8 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
     };
     // Stopped inside step 3's effect: after it claimed the key and logged the call, before it writes.
     await until('the first worker inside the held effect', () => (callsOf(KEY).length ? true : undefined));
-    first.kill('SIGSTOP');
-    expect(callsOf(KEY)).toEqual([first.pid]);
+    first.child.kill('SIGSTOP');
+    expect(callsOf(KEY)).toEqual([first.child.pid]);
     const appliedKeys = () => { const d = effects()!; try { return (d.prepare('SELECT key FROM applied').all() as { key: string }[]).map((r) => r.key); } finally { d.close(); } };
     expect(appliedKeys(), 'stopped before its write').not.toContain(KEY);
 
@@ -85,9 +80,9 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
     // The second worker gets the redelivery once the visibility runs out, waits for the claim's lease,
     // runs the effect itself and commits the step, all while the first is stopped.
     await until('the second worker to commit the held step', () => (stepOf() >= HELD ? true : undefined));
-    expect(callsOf(KEY)).toEqual([first.pid, second.pid]);
+    expect(callsOf(KEY)).toEqual([first.child.pid, second.child.pid]);
 
-    first.kill('SIGCONT');
+    first.child.kill('SIGCONT');
     await until('the run to complete', () => {
       const { status } = runtime.db.prepare("SELECT status FROM runs WHERE run_id = 'run-0'").get() as { status: string };
       return status === 'completed' ? true : undefined;
@@ -101,7 +96,7 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
         d.close();
       }
     });
-    const staleWrite = await until('the first worker to log its refused checkpoint', () => logs.get(first)!.split('\n')
+    const staleWrite = await until('the first worker to log its refused checkpoint', () => (first.out() + first.err()).split('\n')
       .filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as { event?: string; runId?: string; version?: number })
       .find((e) => e.event === 'stale-write' && e.runId === 'run-0'));
     // Refused at the version it had loaded, the one before the held step's checkpoint.
@@ -110,8 +105,7 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
     expect(staleWrite.version).toBe(heldStep.version - 1);
     expect(heldStep.workerId).not.toBe(history.find((h) => h.step === HELD - 1 && h.tool)!.workerId);
 
-    for (const c of [first, second]) c.kill('SIGTERM');
-    await Promise.all([first, second].map(exited));
+    await Promise.all([first.stop(), second.stop()]);
 
     // Each effect applied once; the held step's applied by the second worker, and its record says so.
     const d = effects()!;
