@@ -25,7 +25,7 @@ export interface ProcessBackend {
   blobs: BlobStore;
   /** Runs of these still running or waiting. */
   unfinished(runIds: readonly string[]): Promise<number>;
-  /** Holds the store unavailable for a while (SQLite: the file locked by another connection); false if it cannot. */
+  /** Holds the store unavailable for a while (SQLite: the file locked by another connection); absent where it cannot. */
   brownout?(ms: number): Promise<void>;
   /** Deliveries beyond each message's first, where the queue keeps that count after the ack (SQLite). */
   redeliveries?(): number;

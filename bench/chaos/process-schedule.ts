@@ -13,6 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
@@ -70,8 +71,8 @@ export async function processSchedule(
       // A stall window of 3 s: a run whose message was lost is re-driven by a worker's sweep (SQLite; on
       // AWS the sweeper is a function of the stack, and SQS counts visibility in whole seconds).
       const c = cli(['worker', '--agent', AGENT, '--visibility-ms', backend.kind === 'local' ? '900' : '1000', '--stall-ms', '3000']);
-      for (const stream of [c.stdout!, c.stderr!]) {
-        eachLine(stream, (line) => {
+      for (const input of [c.stdout!, c.stderr!]) {
+        createInterface({ input }).on('line', (line) => {
           // Faults go to workers that are working: one still starting up has nothing to lose.
           if (/^worker \S+ ready: /.test(line)) ready.add(c);
           if (line.includes('"event":"stale-write"')) report.staleWrites = (report.staleWrites ?? 0) + 1;
@@ -142,15 +143,4 @@ export async function processSchedule(
     rmSync(dir, { recursive: true, force: true });
   }
   return report;
-}
-
-/** Calls `online` with each whole line a worker writes (a line may span chunks). */
-function eachLine(stream: NodeJS.ReadableStream, online: (line: string) => void): void {
-  let rest = '';
-  stream.setEncoding('utf8');
-  stream.on('data', (chunk: string) => {
-    const lines = (rest + chunk).split('\n');
-    rest = lines.pop()!;
-    for (const line of lines) online(line);
-  });
 }

@@ -54,24 +54,25 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
       return w;
     };
     const first = worker();
-    const effects = () => (existsSync(effectsDb) ? new Database(effectsDb, { readonly: true }) : undefined);
-    const callsOf = (key: string) => {
-      const d = effects();
-      if (!d) return [];
+    /** A read of the agent's effects database; `none` until a worker has made its file and tables. */
+    const readEffects = <T,>(read: (d: Database.Database) => T, none: T): T => {
+      if (!existsSync(effectsDb)) return none;
+      const d = new Database(effectsDb, { readonly: true });
       try {
-        return (d.prepare('SELECT pid FROM received WHERE key = ? ORDER BY id').all(key) as { pid: number }[]).map((r) => r.pid);
+        return read(d);
       } catch {
-        return []; // the tables are not made yet
+        return none; // the tables are not made yet
       } finally {
         d.close();
       }
     };
+    const callsOf = (key: string) => readEffects((d) => (d.prepare('SELECT pid FROM received WHERE key = ? ORDER BY id').all(key) as { pid: number }[]).map((r) => r.pid), []);
+    const appliedRows = () => readEffects((d) => d.prepare('SELECT key, row FROM applied ORDER BY row').all() as { key: string; row: number }[], []);
     // Stopped inside step 3's effect: after it claimed the key and logged the call, before it writes.
     await until('the first worker inside the held effect', () => (callsOf(KEY).length ? true : undefined));
     first.child.kill('SIGSTOP');
     expect(callsOf(KEY)).toEqual([first.child.pid]);
-    const appliedKeys = () => { const d = effects()!; try { return (d.prepare('SELECT key FROM applied').all() as { key: string }[]).map((r) => r.key); } finally { d.close(); } };
-    expect(appliedKeys(), 'stopped before its write').not.toContain(KEY);
+    expect(appliedRows().map((r) => r.key), 'stopped before its write').not.toContain(KEY);
 
     const runtime = openLocalRuntime({ dbPath: db.path });
     const stepOf = () => (runtime.db.prepare("SELECT step FROM runs WHERE run_id = 'run-0'").get() as { step: number }).step;
@@ -87,15 +88,8 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
       const { status } = runtime.db.prepare("SELECT status FROM runs WHERE run_id = 'run-0'").get() as { status: string };
       return status === 'completed' ? true : undefined;
     }, 60_000);
-    // The first worker, back, finished its effect: the key was written already, so it wrote nothing.
-    await until('the first worker to finish the held effect', () => {
-      const d = effects()!;
-      try {
-        return (d.prepare('SELECT count(*) AS n FROM received WHERE key = ?').get(KEY) as { n: number }).n >= 2 ? true : undefined;
-      } finally {
-        d.close();
-      }
-    });
+    // The first worker, back, finishes its effect (the key was written already, so it writes nothing) and
+    // then tries to commit the step it had loaded: refused.
     const staleWrite = await until('the first worker to log its refused checkpoint', () => (first.out() + first.err()).split('\n')
       .filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as { event?: string; runId?: string; version?: number })
       .find((e) => e.event === 'stale-write' && e.runId === 'run-0'));
@@ -108,10 +102,7 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
     await Promise.all([first.stop(), second.stop()]);
 
     // Each effect applied once; the held step's applied by the second worker, and its record says so.
-    const d = effects()!;
-    const applied = d.prepare('SELECT key, row FROM applied ORDER BY row').all() as { key: string; row: number }[];
-    d.close();
-    expect(applied).toEqual(Array.from({ length: ROWS }, (_, i) => ({ key: `run-0/step-${i + 1}`, row: i + 1 })));
+    expect(appliedRows()).toEqual(Array.from({ length: ROWS }, (_, i) => ({ key: `run-0/step-${i + 1}`, row: i + 1 })));
     const state = decodeState((await runtime.store.load('run-0'))!);
     expect(state.status).toBe('completed');
     expect(state.steps.map((s) => s.step)).toEqual(Array.from({ length: ROWS }, (_, i) => i + 1));
