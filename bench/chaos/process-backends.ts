@@ -43,10 +43,16 @@ function localBackend(dbPath: string): ProcessBackend {
     unfinished: async (runIds) => (runtime.db.prepare(`SELECT count(*) AS n FROM runs WHERE status IN ('running', 'waiting') AND run_id IN (${runIds.map(() => '?').join(', ')})`)
       .get(...runIds) as { n: number }).n,
     async brownout(ms) {
-      const lock = new Database(dbPath);
-      // Waits for the lock like a worker: a worker stopped in the middle of a commit holds it meanwhile.
-      lock.pragma('busy_timeout = 10000');
-      lock.exec('BEGIN IMMEDIATE');
+      // A worker stopped in the middle of a commit may hold the lock, and only this process's timer sends
+      // it SIGCONT. SQLite's busy timeout would wait with the event loop blocked, so that timer could not
+      // fire: the lock is tried without one, and retried between turns of the loop.
+      const lock = new Database(dbPath, { timeout: 0 });
+      for (const giveUp = Date.now() + 30_000; ;) {
+        try { lock.exec('BEGIN IMMEDIATE'); break; } catch (err) {
+          if ((err as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() > giveUp) { lock.close(); throw err; }
+          await new Promise((res) => setTimeout(res, 10));
+        }
+      }
       await new Promise((res) => setTimeout(res, ms));
       lock.exec('ROLLBACK');
       lock.close();
