@@ -21,14 +21,28 @@ describe('chaos: the SQLite brownout of the process schedules', () => {
     backend = await openProcessBackend('local', dir, 1);
     const holder = new Database(join(dir, 'stepwise.db'));
     holder.exec('BEGIN IMMEDIATE');
-    let released = 0;
-    setTimeout(() => { holder.exec('ROLLBACK'); released = Date.now(); }, 300);
-    await backend.brownout!(100);
-    expect(released).toBeGreaterThan(0);
-    // The brownout held the lock itself, and let it go: another writer gets it at once.
-    holder.pragma('busy_timeout = 0');
-    holder.exec('BEGIN IMMEDIATE');
-    holder.exec('ROLLBACK');
+    let released = false;
+    setTimeout(() => { holder.exec('ROLLBACK'); released = true; }, 300);
+    let done = false;
+    const brownout = backend.brownout!(2000).finally(() => { done = true; });
+    // Once the holder lets go, the brownout holds the lock itself: a writer that does not wait is refused.
+    const probe = new Database(join(dir, 'stepwise.db'), { timeout: 0 });
+    let refusedAfterRelease = false;
+    while (!done && !refusedAfterRelease) {
+      await new Promise((res) => setTimeout(res, 20));
+      if (!released) continue;
+      try { probe.exec('BEGIN IMMEDIATE'); probe.exec('ROLLBACK'); } catch (err) {
+        expect((err as { code?: string }).code).toBe('SQLITE_BUSY');
+        refusedAfterRelease = true;
+      }
+    }
+    await brownout;
+    expect(released).toBe(true);
+    expect(refusedAfterRelease).toBe(true);
+    // And it let the lock go: the same writer gets it at once.
+    probe.exec('BEGIN IMMEDIATE');
+    probe.exec('ROLLBACK');
+    probe.close();
     holder.close();
   }, 30_000);
 });
