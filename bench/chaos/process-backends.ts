@@ -12,6 +12,7 @@ import { DeleteQueueCommand } from '@aws-sdk/client-sqs';
 import { createAwsClients } from '../../lib/aws/clients.ts';
 import { ensureBucket, ensureQueue, ensureTable } from '../../lib/aws/provision.ts';
 import { openAwsRuntime } from '../../lib/aws/runtime.ts';
+import { isBusy } from '../../lib/local/database.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import type { BlobStore, CheckpointStore } from '../../lib/ports.ts';
 
@@ -49,7 +50,7 @@ function localBackend(dbPath: string): ProcessBackend {
       const lock = new Database(dbPath, { timeout: 0 });
       for (const giveUp = Date.now() + 30_000; ;) {
         try { lock.exec('BEGIN IMMEDIATE'); break; } catch (err) {
-          if ((err as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() > giveUp) { lock.close(); throw err; }
+          if (!isBusy(err) || Date.now() > giveUp) { lock.close(); throw err; }
           await new Promise((res) => setTimeout(res, 10));
         }
       }

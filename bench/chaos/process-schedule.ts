@@ -40,7 +40,7 @@ export async function processSchedule(
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
   const report: ScheduleReport = {
     seed, runs: runs.length, steps: runs.length * steps, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0,
-    longEffects: 0, modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    longEffects: 0, modelFaults: 0, modelCalls: 0, staleWrites: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
   // Warnings too: a worker back from a pause logs the stale write its run's version refused.
   const env = {
@@ -75,7 +75,7 @@ export async function processSchedule(
         createInterface({ input }).on('line', (line) => {
           // Faults go to workers that are working: one still starting up has nothing to lose.
           if (/^worker \S+ ready: /.test(line)) ready.add(c);
-          if (line.includes('"event":"stale-write"')) report.staleWrites = (report.staleWrites ?? 0) + 1;
+          if (line.includes('"event":"stale-write"')) report.staleWrites!++;
         });
       }
       workers.push(c);

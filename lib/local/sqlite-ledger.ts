@@ -6,7 +6,7 @@ import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { immediate, preparedOnce, type Db } from './database.ts';
+import { immediate, isBusy, preparedOnce, type Db } from './database.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
@@ -14,8 +14,6 @@ interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; re
 
 /** Tries of a completion the lock refuses, each after the busy timeout and a growing pause (0.1 to 0.8 s). */
 const COMPLETE_TRIES = 5;
-
-const isBusy = (error: unknown) => /^SQLITE_BUSY/.test((error as { code?: string }).code ?? '');
 
 /** The format this code writes: NULL while it is 1, so rows are as they always were. */
 const FORMAT = RECORD_FORMATS.ledger > 1 ? RECORD_FORMATS.ledger : null;
