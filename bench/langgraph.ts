@@ -13,6 +13,7 @@
  * compresses its blobs, so the figure is also given with them counted at their own length.
  *
  *   node --import tsx bench/langgraph.ts [rounds]
+ *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/langgraph.ts [rounds]   (the compiled code, as npm run bench runs it)
  */
 import { AIMessage, ToolMessage } from '@langchain/core/messages';
 import { END, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
@@ -22,7 +23,7 @@ import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { queryOutput } from './query-output.ts';
-import { benchDeps, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
+import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 
 const STEPS = 60;
 const ROUNDS = Number(process.argv[2] ?? 5);
@@ -196,7 +197,7 @@ export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
 }
 
 export function formatPeers(figures: PeerFigures[]): string {
-  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds`];
+  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds; ${codeMeasured()}`];
   for (const f of figures) {
     lines.push(`tool output ${f.bytes} B:`);
     lines.push(`  floor (one durable insert)            ${fmt(f.floorMs, 3)} ms`);

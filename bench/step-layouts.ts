@@ -9,6 +9,7 @@
  * WAL + synchronous=FULL everywhere, 300 steps a round.
  *
  *   node --import tsx bench/step-layouts.ts [steps-per-round] [rounds]
+ *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/step-layouts.ts [steps-per-round] [rounds]   (the compiled code, as npm run bench runs it)
  */
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
@@ -17,7 +18,7 @@ import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
-import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 7);
@@ -115,7 +116,7 @@ async function main(): Promise<void> {
       }
     }
     const floorMs = median(results[0]!);
-    console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), WAL + synchronous=FULL; head ${head.length} B, record ${record.length} B`);
+    console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), WAL + synchronous=FULL; head ${head.length} B, record ${record.length} B`+ `; ${codeMeasured()}`);
     console.log('case'.padEnd(58), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
     for (const [i, c] of cases.entries()) {
       const xs = results[i]!;

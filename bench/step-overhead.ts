@@ -4,11 +4,12 @@
  * so machine drift hits both alike. Stub model, no-op tool: what is left is the engine and its writes.
  *
  *   node --import tsx bench/step-overhead.ts [steps-per-round] [rounds]
+ *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/step-overhead.ts [steps-per-round] [rounds]   (the compiled code, as npm run bench runs it)
  */
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
-import { benchDeps, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep, type WorkKind } from './support.ts';
+import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep, type WorkKind } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 9);
@@ -103,7 +104,7 @@ async function main(): Promise<void> {
       }
     }
     const floor = median(results.get(cases[0]!.name)!);
-    console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), SQLite WAL + synchronous=FULL`);
+    console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), SQLite WAL + synchronous=FULL`+ `; ${codeMeasured()}`);
     console.log('case'.padEnd(70), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14), '  work done before each insert');
     for (const c of cases) {
       const xs = results.get(c.name)!;

@@ -76,6 +76,14 @@ export const median = (xs: number[]): number => {
 export const fmt = (n: number, digits = 1): string => n.toFixed(digits);
 
 /**
+ * Which stepwise code this process measures: the compiled dist/ (under bench/compiled.mjs, as
+ * `npm run bench` runs every bench) or the TypeScript sources through tsx (a bench run on its own).
+ */
+export const codeMeasured = (): string => (import.meta.resolve('../lib/engine/advance.ts').endsWith('.js')
+  ? 'code: lib/ compiled into dist/ (bench/compiled.mjs)'
+  : 'code: the TypeScript sources through tsx (npm run build, then --import ./bench/compiled.mjs, for the compiled code)');
+
+/**
  * The floor of a durable step: one row inserted and fsynced per transaction (WAL, synchronous=FULL), a
  * 500 B payload like a small checkpoint. Returns milliseconds per insert over `count` inserts.
  */
