@@ -2,8 +2,8 @@
  * What one more b-tree written costs a durable SQLite transaction (WAL, synchronous=FULL): 1 to 7 tables,
  * one 100-byte row inserted into each per transaction, each table one more WAL frame. The one-table case
  * is the baseline (the insert floor of bench/step-overhead.ts), measured in the same rounds. It explains
- * a step's cost beyond the floor: the engine step writes 3.1 frames beyond the insert's one, the worker
- * path 6.2 (the queue's table, dedup index and live index); bench/step-pages.ts counts them by b-tree.
+ * a step's cost beyond the floor: the engine step writes about 3 frames beyond the insert's one, the worker
+ * path about 6 (the queue's table, dedup index and live index); bench/step-pages.ts counts them by b-tree.
  *
  *   node --import tsx bench/frame-cost.ts [transactions-per-round] [rounds]
  */

@@ -119,7 +119,7 @@ async function main(): Promise<void> {
     const engineWorkUs = (median(results.get(engineOff.name)!) - median(results.get(insertOff.name)!)) * 1000;
     console.log(`the read-only engine step does ${fmt(engineWorkUs, 0)} us of work beyond the insert's (fsync off); one durable insert after ${fmt(median(work.get(last)!), 0)} us`
       + ` of work takes ${fmt(afterWork, 3)} ms, ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that,`
-      + ' the rest being the pages it writes beyond the insert\'s one (bench/step-layouts.ts)');
+      + ' the rest being the pages it writes beyond the insert\'s one (bench/step-pages.ts counts them)');
   } finally {
     cleanup();
   }
