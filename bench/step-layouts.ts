@@ -11,25 +11,16 @@
  *   node --import tsx bench/step-layouts.ts [steps-per-round] [rounds]
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/step-layouts.ts [steps-per-round] [rounds]   (the compiled code, as npm run bench runs it)
  */
-import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { encodeHead, encodeStep } from '../lib/core/codec.ts';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
-import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+import { benchDeps, codeMeasured, durable, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 7);
-
-function durable(path: string, schema: string): Database.Database {
-  const db = new Database(path);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
-  db.exec(schema);
-  return db;
-}
 
 const perStep = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
 

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
-import { benchDeps, fmt, instantModel, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
+import { benchDeps, durable, fmt, instantModel, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 
@@ -62,10 +62,7 @@ async function stepCase(dir: string, path: 'engine' | 'worker', outputBytes: num
 /** One row per transaction into a table of its own: the floor's insert, or a 700 B row like a history row. */
 function appendCase(dir: string, name: string, schema: string, insert: string, row: (n: number) => unknown[]): Map<string, number> {
   const path = join(dir, `${name}.db`);
-  const db = new Database(path);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
-  db.exec(schema);
+  const db = durable(path, schema);
   emptiedWal(db);
   const statement = db.prepare(insert);
   for (let n = 1; n <= STEPS; n++) db.transaction(() => statement.run(...row(n)))();

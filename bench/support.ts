@@ -83,6 +83,15 @@ export const codeMeasured = (): string => (import.meta.resolve('../lib/engine/ad
   ? 'code: lib/ compiled into dist/ (bench/compiled.mjs)'
   : 'code: the TypeScript sources through tsx (npm run build, then --import ./bench/compiled.mjs, for the compiled code)');
 
+/** A database of its own for a bench case, as durable as the floor's: WAL, synchronous=FULL, `schema` run. */
+export function durable(path: string, schema: string): Database.Database {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.exec(schema);
+  return db;
+}
+
 /**
  * The floor of a durable step: one row inserted and fsynced per transaction (WAL, synchronous=FULL), a
  * 500 B payload like a small checkpoint. Returns milliseconds per insert over `count` inserts.
