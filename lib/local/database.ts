@@ -223,10 +223,10 @@ function runner(db: Db): Database.Transaction<(fn: () => unknown) => unknown> {
   return run;
 }
 
-/** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
 /** Whether an error is SQLite refusing for a lock another connection holds (SQLITE_BUSY and its extended codes). */
 export const isBusy = (error: unknown) => /^SQLITE_BUSY/.test((error as { code?: string }).code ?? '');
 
+/** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
 export function immediate<T>(db: Db, fn: () => T): T {
   return runner(db).immediate(fn) as T;
 }
