@@ -14,6 +14,7 @@
  * Local's JVM). Every run is checked to have completed with every step once. Printed, never asserted.
  *
  *   node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers,...] [sqlite-rounds] [aws-rounds]
+ *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/throughput.ts ...   (the compiled code, workers too, as npm run bench runs it)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -27,7 +28,7 @@ import { createTestResources, queueDepth, startTestRun } from '../test/aws/aws-f
 import { WorkerProcess, pollOnce } from '../test/aws/lambda-harness.ts';
 import { useAwsServers } from '../test/support/aws-servers.ts';
 import { benchAgent } from './aws-support.ts';
-import { benchDeps, durableInsertFloor, fmt, median, missingSteps, tempDir } from './support.ts';
+import { benchDeps, codeMeasured, compiledCode, durableInsertFloor, fmt, median, missingSteps, tempDir } from './support.ts';
 
 const RUNS = Number(process.argv[2] ?? 32);
 const STEPS = Number(process.argv[3] ?? 20);
@@ -36,6 +37,13 @@ const SQLITE_ROUNDS = Number(process.argv[5] ?? 3);
 const AWS_ROUNDS = Number(process.argv[6] ?? 2);
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const AGENT = join(ROOT, 'bench/throughput-support.ts');
+/**
+ * The worker processes run the code this bench measures: the compiled CLI when this process runs dist/
+ * (bench/compiled.mjs, as npm run bench does), the checkout's bin/stepwise.js (the sources) otherwise.
+ */
+const WORKER_ENTRY = compiledCode()
+  ? ['--import', 'tsx', '--import', join(ROOT, 'bench/compiled.mjs'), join(ROOT, 'bench/compiled-cli.mjs')]
+  : [join(ROOT, 'bin/stepwise.js')];
 
 interface Measured { stepsPerSecond: number; problems: string[]; cpu: string; failures: number }
 
@@ -65,7 +73,7 @@ const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== n
 function spawnWorker(dbPath: string): { child: ChildProcess; ready: Promise<void> } {
   const env: NodeJS.ProcessEnv = { ...process.env, THROUGHPUT_STEPS: String(STEPS), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json' };
   delete env.ANTHROPIC_API_KEY; // the agent's offline (instant) model, whatever this shell holds
-  const child = spawn(process.execPath, [join(ROOT, 'bin/stepwise.js'), 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...WORKER_ENTRY, 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stderr!.resume();
   const ready = new Promise<void>((res, rej) => {
     const lines = createInterface({ input: child.stdout! });
@@ -147,7 +155,7 @@ async function awsCase(workers: number): Promise<Measured> {
 }
 
 const cores = availableParallelism();
-console.log(`steps per second, ${RUNS} runs x ${STEPS} steps, instant model, half the steps side-effecting (decision + ledger)`);
+console.log(`steps per second, ${RUNS} runs x ${STEPS} steps, instant model, half the steps side-effecting (decision + ledger); ${codeMeasured()}, the worker processes too`);
 console.log(`machine: ${cores} cores, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the start`);
 
 /** Rounds of every worker count, in alternating order; each measurement with the floor taken just before it. */

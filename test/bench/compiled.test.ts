@@ -20,11 +20,20 @@ function repository(name: string, built: boolean): string {
   };
   mkdirSync(join(root, 'bench'), { recursive: true });
   copyFileSync(join(ROOT, 'bench/compiled.mjs'), join(root, 'bench/compiled.mjs'));
+  copyFileSync(join(ROOT, 'bench/compiled-cli.mjs'), join(root, 'bench/compiled-cli.mjs'));
   // Sources that would fail if loaded: plain node cannot run them, and they say so.
   write('lib/engine/advance.ts', 'throw new Error("the source was loaded");');
   write('functions/worker.ts', 'throw new Error("the source was loaded");');
   write('test/support/helper.mjs', 'export const where = "test helper, as it is";');
+  write('lib/cli/main.ts', 'throw new Error("the source was loaded");');
   if (built) {
+    // The CLI a throughput worker runs: it says what it was given, and whose engine it shares.
+    write('dist/lib/cli/main.js', [
+      'export async function runCli() {',
+      "  const { where } = await import('../engine/advance.js');",
+      "  console.log(JSON.stringify(['dist/lib/cli/main.js', where, process.argv.slice(2)]));",
+      '}',
+    ].join('\n'));
     write('dist/lib/engine/advance.js', 'export const where = "dist/lib/engine/advance.js";');
     write('dist/functions/worker.js', 'export const where = "dist/functions/worker.js";');
   }
@@ -44,6 +53,13 @@ describe('bench/compiled.mjs', () => {
     const r = bench(repository('built', true));
     expect(r.stderr).toBe('');
     expect(JSON.parse(r.stdout)).toEqual(['dist/lib/engine/advance.js', 'dist/functions/worker.js', 'test helper, as it is']);
+  });
+
+  it('runs a bench worker process on the compiled CLI, with its arguments (bench/compiled-cli.mjs)', () => {
+    const root = repository('cli', true);
+    const r = spawnSync(process.execPath, ['--import', join(root, 'bench/compiled.mjs'), join(root, 'bench/compiled-cli.mjs'), 'worker', '--db', 'x.db'], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual(['dist/lib/cli/main.js', 'dist/lib/engine/advance.js', ['worker', '--db', 'x.db']]);
   });
 
   it('refuses to run without dist/, saying how to build it, instead of measuring the sources', () => {
