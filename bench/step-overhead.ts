@@ -59,6 +59,52 @@ function engineCase(dir: string, sideEffect: boolean, fsyncOff = false): Case {
   };
 }
 
+/** Where a step's time goes, in the order a step spends it: each phase ends where the next begins. */
+const PHASES = ['before the load', 'load', 'decode + prompt', 'model (stub)', 'input check + decision', 'tool (no-op)', 'record + next state', 'commit', 'after the commit'] as const;
+
+/**
+ * The fsync-off engine step again, its phases timed: the store's load and commit, the model's decide and
+ * the tool's run are wrapped to mark where each begins and ends. A case of its own, so the wrappers' own
+ * cost (a clock read a phase) stays out of the figures above; `phases()`: microseconds per step by phase,
+ * in its last round.
+ */
+function phasedEngineCase(dir: string): Case & { phases(): number[] } {
+  const runtime = openBenchRuntime(dir, 'engine-phases');
+  runtime.db.pragma('synchronous = OFF');
+  const agent = noopAgent({ sideEffect: false });
+  const model = instantModel('noop');
+  const spent = new Array<bigint>(PHASES.length).fill(0n);
+  let mark = 0n;
+  const lap = (phase: number) => { const t = process.hrtime.bigint(); spent[phase]! += t - mark; mark = t; };
+  const around = <A extends unknown[], R>(f: (...a: A) => R | Promise<R>, before: number, during: number) => async (...a: A): Promise<R> => {
+    lap(before);
+    try { return await f(...a); } finally { lap(during); }
+  };
+  const tool = agent.tools[0]!;
+  tool.run = around(tool.run.bind(tool), 4, 5);
+  model.decide = around(model.decide.bind(model), 2, 3);
+  const store = runtime.store;
+  store.load = around(store.load.bind(store), 0, 1);
+  store.commit = around(store.commit.bind(store), 6, 7);
+  const deps = benchDeps(runtime, agent, model);
+  return {
+    name: 'engine step, read-only tool, fsync off, timed by phase',
+    async run(round) {
+      const runId = `p${round}`;
+      await startRun(deps, { goal: 'bench', runId });
+      spent.fill(0n);
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < STEPS; i++) {
+        mark = process.hrtime.bigint();
+        await advance(deps, runId);
+        lap(8);
+      }
+      return Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+    },
+    phases: () => spent.map((ns) => Number(ns) / 1e3 / STEPS),
+  };
+}
+
 /**
  * The whole worker path per step, as runWorker does it: receive, advance, send, ack; on this runtime the
  * step's checkpoint does the send, the ack and the next receive in its transaction.
@@ -83,11 +129,13 @@ async function main(): Promise<void> {
     const latest = (name: string): number => results.get(name)?.at(-1) ?? 0;
     const engineOff = engineCase(dir, false, true);
     const insertOff = floorWithoutFsyncCase(dir);
+    const phased = phasedEngineCase(dir);
+    const phases: number[][] = [];
     // The engine step's work beyond the insert's own, in this round (measured just before: the cases run in order).
     const engineWork = () => Math.max(0, (latest(engineOff.name) - latest(insertOff.name)) * 1000);
     const cases = [
       floorCase(dir), engineCase(dir, false), engineCase(dir, true), workerCase(dir),
-      engineOff, insertOff,
+      engineOff, insertOff, phased,
       floorAfterWorkCase(dir, 'floor after 25 us of allocating JavaScript work', 'allocating', () => 25),
       floorAfterWorkCase(dir, 'floor after 100 us of allocating JavaScript work', 'allocating', () => 100),
       floorAfterWorkCase(dir, 'floor after 100 us of a bare loop (no allocation)', 'bare', () => 100),
@@ -101,6 +149,7 @@ async function main(): Promise<void> {
         // Round 0 warms caches and the JIT: dropped.
         if (round) results.get(c.name)!.push(ms);
         if (round && c.work) work.set(c.name, [...work.get(c.name) ?? [], c.work()]);
+        if (round && c === phased) phases.push(phased.phases());
       }
     }
     const floor = median(results.get(cases[0]!.name)!);
@@ -120,6 +169,9 @@ async function main(): Promise<void> {
     console.log(`the read-only engine step does ${fmt(engineWorkUs, 0)} us of work beyond the insert's (fsync off); one durable insert after ${fmt(median(work.get(last)!), 0)} us`
       + ` of work takes ${fmt(afterWork, 3)} ms, ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that,`
       + ' the rest being the pages it writes beyond the insert\'s one (bench/step-pages.ts counts them)');
+    const byPhase = PHASES.map((_, i) => median(phases.map((round) => round[i]!)));
+    console.log(`where the fsync-off step's ${fmt(byPhase.reduce((a, b) => a + b, 0), 0)} us go (median of rounds, us/step; one fsync-off insert: ${fmt(median(results.get(insertOff.name)!) * 1000, 0)} us): `
+      + PHASES.map((name, i) => `${name} ${fmt(byPhase[i]!, 1)}`).join(', '));
   } finally {
     cleanup();
   }
