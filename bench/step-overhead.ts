@@ -122,6 +122,34 @@ function workerCase(dir: string): Case {
   };
 }
 
+/**
+ * The worker path with the fsync off, its store's commit timed (the checkpoint with the queue's ack, send
+ * and receive in it): what the worker path adds to the engine step's own work, and how much of that is in
+ * the commit. `commitUs()`: microseconds per step in its commits, in the last round.
+ */
+function workerWithoutFsyncCase(dir: string): Case & { commitUs(): number } {
+  const runtime = openBenchRuntime(dir, 'worker-nosync');
+  runtime.db.pragma('synchronous = OFF');
+  const store = runtime.store;
+  const commit = store.commit.bind(store);
+  let spent = 0n;
+  store.commit = async (write) => {
+    const t0 = process.hrtime.bigint();
+    try { return await commit(write); } finally { spent += process.hrtime.bigint() - t0; }
+  };
+  const deps = benchDeps(runtime, noopAgent({ sideEffect: false }), instantModel('noop'));
+  return {
+    name: 'worker step, fsync off',
+    async run(round) {
+      const runId = `wn${round}`;
+      await startRun(deps, { goal: 'bench', runId });
+      spent = 0n;
+      return workerPathMsPerStep(deps, runtime, STEPS);
+    },
+    commitUs: () => Number(spent) / 1e3 / STEPS,
+  };
+}
+
 async function main(): Promise<void> {
   const { dir, cleanup } = tempDir();
   try {
@@ -131,11 +159,13 @@ async function main(): Promise<void> {
     const insertOff = floorWithoutFsyncCase(dir);
     const phased = phasedEngineCase(dir);
     const phases: number[][] = [];
+    const workerOff = workerWithoutFsyncCase(dir);
+    const workerCommits: number[] = [];
     // The engine step's work beyond the insert's own, in this round (measured just before: the cases run in order).
     const engineWork = () => Math.max(0, (latest(engineOff.name) - latest(insertOff.name)) * 1000);
     const cases = [
       floorCase(dir), engineCase(dir, false), engineCase(dir, true), workerCase(dir),
-      engineOff, insertOff, phased,
+      engineOff, insertOff, phased, workerOff,
       floorAfterWorkCase(dir, 'floor after 25 us of allocating JavaScript work', 'allocating', () => 25),
       floorAfterWorkCase(dir, 'floor after 100 us of allocating JavaScript work', 'allocating', () => 100),
       floorAfterWorkCase(dir, 'floor after 100 us of a bare loop (no allocation)', 'bare', () => 100),
@@ -150,6 +180,7 @@ async function main(): Promise<void> {
         if (round) results.get(c.name)!.push(ms);
         if (round && c.work) work.set(c.name, [...work.get(c.name) ?? [], c.work()]);
         if (round && c === phased) phases.push(phased.phases());
+        if (round && c === workerOff) workerCommits.push(workerOff.commitUs());
       }
     }
     const floor = median(results.get(cases[0]!.name)!);
@@ -172,6 +203,9 @@ async function main(): Promise<void> {
     const byPhase = PHASES.map((_, i) => median(phases.map((round) => round[i]!)));
     console.log(`where the fsync-off step's ${fmt(byPhase.reduce((a, b) => a + b, 0), 0)} us go (median of rounds, us/step; one fsync-off insert: ${fmt(median(results.get(insertOff.name)!) * 1000, 0)} us): `
       + PHASES.map((name, i) => `${name} ${fmt(byPhase[i]!, 1)}`).join(', '));
+    const workerOffUs = median(results.get(workerOff.name)!) * 1000;
+    console.log(`the worker path with the fsync off: ${fmt(workerOffUs, 0)} us a step, ${fmt(workerOffUs - median(results.get(engineOff.name)!) * 1000, 0)} more than the engine step's;`
+      + ` its commit (with the queue's ack, send and receive) ${fmt(median(workerCommits), 0)} us, the engine step's ${fmt(byPhase[PHASES.indexOf('commit')]!, 0)} us`);
   } finally {
     cleanup();
   }
