@@ -61,6 +61,7 @@ function engineCase(dir: string, sideEffect: boolean, fsyncOff = false): Case {
 
 /** Where a step's time goes, in the order a step spends it: each phase ends where the next begins. */
 const PHASES = ['before the load', 'load', 'decode + prompt', 'model (stub)', 'input check + decision', 'tool (no-op)', 'record + next state', 'commit', 'after the commit'] as const;
+type Phase = (typeof PHASES)[number];
 
 /**
  * The fsync-off engine step again, its phases timed: the store's load and commit, the model's decide and
@@ -75,17 +76,18 @@ function phasedEngineCase(dir: string): Case & { phases(): number[] } {
   const model = instantModel('noop');
   const spent = new Array<bigint>(PHASES.length).fill(0n);
   let mark = 0n;
-  const lap = (phase: number) => { const t = process.hrtime.bigint(); spent[phase]! += t - mark; mark = t; };
-  const around = <A extends unknown[], R>(f: (...a: A) => R | Promise<R>, before: number, during: number) => async (...a: A): Promise<R> => {
+  /** The time since the last mark, to the phase that just ended. */
+  const lap = (ended: Phase) => { const t = process.hrtime.bigint(); spent[PHASES.indexOf(ended)]! += t - mark; mark = t; };
+  const around = <A extends unknown[], R>(f: (...a: A) => R | Promise<R>, before: Phase, during: Phase) => async (...a: A): Promise<R> => {
     lap(before);
     try { return await f(...a); } finally { lap(during); }
   };
   const tool = agent.tools[0]!;
-  tool.run = around(tool.run.bind(tool), 4, 5);
-  model.decide = around(model.decide.bind(model), 2, 3);
+  tool.run = around(tool.run.bind(tool), 'input check + decision', 'tool (no-op)');
+  model.decide = around(model.decide.bind(model), 'decode + prompt', 'model (stub)');
   const store = runtime.store;
-  store.load = around(store.load.bind(store), 0, 1);
-  store.commit = around(store.commit.bind(store), 6, 7);
+  store.load = around(store.load.bind(store), 'before the load', 'load');
+  store.commit = around(store.commit.bind(store), 'record + next state', 'commit');
   const deps = benchDeps(runtime, agent, model);
   return {
     name: 'engine step, read-only tool, fsync off, timed by phase',
@@ -97,7 +99,7 @@ function phasedEngineCase(dir: string): Case & { phases(): number[] } {
       for (let i = 0; i < STEPS; i++) {
         mark = process.hrtime.bigint();
         await advance(deps, runId);
-        lap(8);
+        lap('after the commit');
       }
       return Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
     },

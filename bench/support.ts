@@ -75,13 +75,13 @@ export const median = (xs: number[]): number => {
 
 export const fmt = (n: number, digits = 1): string => n.toFixed(digits);
 
+/** Whether this process runs lib/ from dist/ (bench/compiled.mjs), not the sources through tsx. */
+export const compiledCode = (): boolean => import.meta.resolve('../lib/engine/advance.ts').endsWith('.js');
+
 /**
  * Which stepwise code this process measures: the compiled dist/ (under bench/compiled.mjs, as
  * `npm run bench` runs every bench) or the TypeScript sources through tsx (a bench run on its own).
  */
-/** Whether this process runs lib/ from dist/ (bench/compiled.mjs), not the sources through tsx. */
-export const compiledCode = (): boolean => import.meta.resolve('../lib/engine/advance.ts').endsWith('.js');
-
 export const codeMeasured = (): string => (compiledCode()
   ? 'code: lib/ compiled into dist/ (bench/compiled.mjs)'
   : 'code: the TypeScript sources through tsx (npm run build, then --import ./bench/compiled.mjs, for the compiled code)');
