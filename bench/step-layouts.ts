@@ -5,7 +5,9 @@
  *     a record: one INSERT into one b-tree keyed (run, version), the key's uniqueness as the fence;
  *   - this store's rows in raw SQL: the run's row updated, the step record, the history row with the head;
  *   - this store's commit() (encoding included), states made before timing;
- *   - the engine step: advance() with a stub model and a no-op tool (load, prompt, tool, commit).
+ *   - the engine step: advance() with a stub model and a no-op tool (load, prompt, tool, commit);
+ *   - the same engine step on the one-row layout (bench/one-row-store.ts, a prototype store of only what
+ *     these steps need): what that layout would give with the engine's work as it is.
  * WAL + synchronous=FULL everywhere, 300 steps a round.
  *
  *   node --import tsx bench/step-layouts.ts [steps-per-round] [rounds]
@@ -17,6 +19,7 @@ import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
+import { openOneRowStore } from './one-row-store.ts';
 import { benchDeps, codeMeasured, durable, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
@@ -49,6 +52,8 @@ async function main(): Promise<void> {
 
     const engine = openBenchRuntime(dir, 'engine');
     const deps = benchDeps(engine, noopAgent({ sideEffect: false }), instantModel('noop'));
+    const oneRow = openOneRowStore(join(dir, 'one-row.db'));
+    const oneRowDeps = { ...benchDeps(engine, noopAgent({ sideEffect: false }), instantModel('noop')), store: oneRow.store };
 
     const cases: { name: string; run(round: number): Promise<number> }[] = [
       { name: 'floor: one durable SQLite insert (500 B)', run: async () => floor.msPerInsert(STEPS) },
@@ -98,6 +103,16 @@ async function main(): Promise<void> {
           return perStep(t0);
         },
       },
+      {
+        name: 'engine step on one row per step (prototype store)',
+        async run(round) {
+          const runId = `o${round}`;
+          await startRun(oneRowDeps, { goal: 'bench', runId });
+          const t0 = process.hrtime.bigint();
+          for (let i = 0; i < STEPS; i++) await advance(oneRowDeps, runId);
+          return perStep(t0);
+        },
+      },
     ];
     const results = cases.map(() => [] as number[]);
     for (let round = 0; round <= ROUNDS; round++) {
@@ -113,7 +128,7 @@ async function main(): Promise<void> {
       const xs = results[i]!;
       console.log(c.name.padEnd(58), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floorMs, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
     }
-    floor.close(); one.close(); rows.close(); store.close(); engine.close();
+    floor.close(); one.close(); rows.close(); store.close(); engine.close(); oneRow.db.close();
   } finally {
     cleanup();
   }
