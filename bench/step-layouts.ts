@@ -16,6 +16,7 @@
 import { join } from 'node:path';
 import { encodeHead, encodeStep } from '../lib/core/codec.ts';
 import { advance } from '../lib/engine/advance.ts';
+import type { EngineDeps } from '../lib/engine/deps.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
@@ -26,6 +27,18 @@ const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 7);
 
 const perStep = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
+
+/** advance() in a loop on a new run each round: the engine step, on whichever store `deps` has. */
+const engineCase = (name: string, deps: EngineDeps, prefix: string) => ({
+  name,
+  async run(round: number): Promise<number> {
+    const runId = `${prefix}${round}`;
+    await startRun(deps, { goal: 'bench', runId });
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < STEPS; i++) await advance(deps, runId);
+    return perStep(t0);
+  },
+});
 
 async function main(): Promise<void> {
   const { dir, cleanup } = tempDir();
@@ -93,26 +106,8 @@ async function main(): Promise<void> {
           return perStep(t0);
         },
       },
-      {
-        name: 'engine step, read-only tool (advance)',
-        async run(round) {
-          const runId = `e${round}`;
-          await startRun(deps, { goal: 'bench', runId });
-          const t0 = process.hrtime.bigint();
-          for (let i = 0; i < STEPS; i++) await advance(deps, runId);
-          return perStep(t0);
-        },
-      },
-      {
-        name: 'engine step on one row per step (prototype store)',
-        async run(round) {
-          const runId = `o${round}`;
-          await startRun(oneRowDeps, { goal: 'bench', runId });
-          const t0 = process.hrtime.bigint();
-          for (let i = 0; i < STEPS; i++) await advance(oneRowDeps, runId);
-          return perStep(t0);
-        },
-      },
+      engineCase('engine step, read-only tool (advance)', deps, 'e'),
+      engineCase('engine step on one row per step (prototype store)', oneRowDeps, 'o'),
     ];
     const results = cases.map(() => [] as number[]);
     for (let round = 0; round <= ROUNDS; round++) {

@@ -109,41 +109,27 @@ function phasedEngineCase(dir: string): Case & { phases(): number[] } {
 
 /**
  * The whole worker path per step, as runWorker does it: receive, advance, send, ack; on this runtime the
- * step's checkpoint does the send, the ack and the next receive in its transaction.
+ * step's checkpoint does the send, the ack and the next receive in its transaction. `fsyncOff`: its own
+ * work, with its store's commit timed (the checkpoint with the queue's ack, send and receive in it), to
+ * set against the engine step's; `commitUs()`: microseconds per step in its commits, in the last round.
  */
-function workerCase(dir: string): Case {
-  const runtime = openBenchRuntime(dir, 'worker');
-  const deps = benchDeps(runtime, noopAgent({ sideEffect: false }), instantModel('noop'));
-  return {
-    name: 'worker step: runWorker (receive + step + send + ack)',
-    async run(round) {
-      const runId = `w${round}`;
-      await startRun(deps, { goal: 'bench', runId });
-      return workerPathMsPerStep(deps, runtime, STEPS);
-    },
-  };
-}
-
-/**
- * The worker path with the fsync off, its store's commit timed (the checkpoint with the queue's ack, send
- * and receive in it): what the worker path adds to the engine step's own work, and how much of that is in
- * the commit. `commitUs()`: microseconds per step in its commits, in the last round.
- */
-function workerWithoutFsyncCase(dir: string): Case & { commitUs(): number } {
-  const runtime = openBenchRuntime(dir, 'worker-nosync');
-  runtime.db.pragma('synchronous = OFF');
+function workerCase(dir: string, fsyncOff = false): Case & { commitUs(): number } {
+  const runtime = openBenchRuntime(dir, `worker${fsyncOff ? '-nosync' : ''}`);
+  if (fsyncOff) runtime.db.pragma('synchronous = OFF');
   const store = runtime.store;
   const commit = store.commit.bind(store);
   let spent = 0n;
-  store.commit = async (write) => {
-    const t0 = process.hrtime.bigint();
-    try { return await commit(write); } finally { spent += process.hrtime.bigint() - t0; }
-  };
+  if (fsyncOff) {
+    store.commit = async (write) => {
+      const t0 = process.hrtime.bigint();
+      try { return await commit(write); } finally { spent += process.hrtime.bigint() - t0; }
+    };
+  }
   const deps = benchDeps(runtime, noopAgent({ sideEffect: false }), instantModel('noop'));
   return {
-    name: 'worker step, fsync off',
+    name: fsyncOff ? 'worker step, fsync off' : 'worker step: runWorker (receive + step + send + ack)',
     async run(round) {
-      const runId = `wn${round}`;
+      const runId = `w${fsyncOff ? 'n' : ''}${round}`;
       await startRun(deps, { goal: 'bench', runId });
       spent = 0n;
       return workerPathMsPerStep(deps, runtime, STEPS);
@@ -161,7 +147,7 @@ async function main(): Promise<void> {
     const insertOff = floorWithoutFsyncCase(dir);
     const phased = phasedEngineCase(dir);
     const phases: number[][] = [];
-    const workerOff = workerWithoutFsyncCase(dir);
+    const workerOff = workerCase(dir, true);
     const workerCommits: number[] = [];
     // The engine step's work beyond the insert's own, in this round (measured just before: the cases run in order).
     const engineWork = () => Math.max(0, (latest(engineOff.name) - latest(insertOff.name)) * 1000);
