@@ -11,7 +11,7 @@
 import type Database from 'better-sqlite3';
 import { encodeHead, encodeStep, encodeSummary, type StoredCheckpoint } from '../lib/core/codec.ts';
 import { StaleVersionError } from '../lib/core/errors.ts';
-import type { RunState, RunStatus } from '../lib/core/state.ts';
+import type { CondensedBlock, RunState, RunStatus } from '../lib/core/state.ts';
 import type { CheckpointStore, CheckpointWrite, CommitResult, WriteMeta } from '../lib/ports.ts';
 import { durable } from './support.ts';
 
@@ -40,8 +40,10 @@ export function openOneRowStore(path: string): { store: CheckpointStore; db: Dat
   const records = db.prepare('SELECT record FROM rows WHERE run_id = ? AND step > ? AND record IS NOT NULL ORDER BY version');
   const insert = db.prepare('INSERT INTO rows (run_id, version, status, step, head, record, worker_id) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const summary = db.prepare('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?) ON CONFLICT DO NOTHING');
-  const write = db.transaction((runId: string, version: number, state: RunState, head: string, record: string | null, workerId: string) => {
+  // Made once, as lib/local/database.ts does: better-sqlite3 builds four wrapper functions per transaction() call.
+  const write = db.transaction((runId: string, version: number, state: RunState, head: string, record: string | null, workerId: string, blocks: readonly CondensedBlock[] = []) => {
     insert.run(runId, version, state.status, state.step, head, record, workerId);
+    for (const block of blocks) summary.run(runId, block.last, encodeSummary(block));
   });
 
   const store: CheckpointStore = {
@@ -72,11 +74,8 @@ export function openOneRowStore(path: string): { store: CheckpointStore; db: Dat
       const record = w.appended ? encodeStep(w.appended) : null;
       const version = w.expectedVersion + 1;
       try {
-        db.transaction(() => {
-          // The fence: every writer inserts the version after the one it read, so a stale one finds it taken.
-          insert.run(w.runId, version, w.state.status, w.state.step, head, record, w.workerId);
-          for (const block of w.summaries ?? []) summary.run(w.runId, block.last, encodeSummary(block));
-        })();
+        // The fence: every writer inserts the version after the one it read, so a stale one finds it taken.
+        write(w.runId, version, w.state, head, record, w.workerId, w.summaries);
       } catch (error) {
         if ((error as { code?: string }).code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new StaleVersionError(w.runId, w.expectedVersion);
         throw error;

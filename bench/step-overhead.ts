@@ -117,9 +117,9 @@ function workerCase(dir: string, fsyncOff = false): Case & { commitUs(): number 
   const runtime = openBenchRuntime(dir, `worker${fsyncOff ? '-nosync' : ''}`);
   if (fsyncOff) runtime.db.pragma('synchronous = OFF');
   const store = runtime.store;
-  const commit = store.commit.bind(store);
   let spent = 0n;
   if (fsyncOff) {
+    const commit = store.commit.bind(store);
     store.commit = async (write) => {
       const t0 = process.hrtime.bigint();
       try { return await commit(write); } finally { spent += process.hrtime.bigint() - t0; }
