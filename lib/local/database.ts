@@ -5,6 +5,9 @@ import { dirname } from 'node:path';
 export type Db = Database.Database;
 
 const SCHEMA = `
+-- One row per run: what changes with its status. A running run's next steps are written to checkpoints
+-- alone, so version, step and updated_at here are those of the run's last commit that changed its status
+-- (exact for a run that is not running); a run's latest version is its newest checkpoints row.
 CREATE TABLE IF NOT EXISTS runs (
   run_id     TEXT PRIMARY KEY,
   version    INTEGER NOT NULL,
@@ -14,9 +17,10 @@ CREATE TABLE IF NOT EXISTS runs (
   reason     TEXT,
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
-  -- Redeliveries that started the next step at this version (see CheckpointStore.addRestarts); every
-  -- commit resets it.
+  -- Redeliveries that started the next step at version restarts_at (see CheckpointStore.addRestarts):
+  -- they count for that version only, so a commit resets them without writing this row.
   restarts   INTEGER NOT NULL DEFAULT 0,
+  restarts_at INTEGER,
   -- A cancel asked for (who, when, why), applied at the run's next step boundary; commits keep it.
   cancel_requested TEXT,
   -- The open wait of a waiting run, copied from its head by the same write (NULL otherwise): events find
@@ -32,8 +36,10 @@ CREATE INDEX IF NOT EXISTS runs_of_status ON runs (status);
 CREATE INDEX IF NOT EXISTS runs_ended_by_update ON runs (status, updated_at) WHERE status <> 'running';
 
 
--- One row per version: the run head as written then. Older rows expire after the retention window;
--- the latest (runs.version) is never pruned.
+-- One row per version: the run head as written then, and the record of the step it appended. A running
+-- run's step is this one insert: its key is the fence (each writer inserts the version after the newest,
+-- which it checks is the one it read). Older rows expire after the retention window, their records moved
+-- to steps first; the latest is never pruned.
 CREATE TABLE IF NOT EXISTS checkpoints (
   run_id          TEXT NOT NULL,
   version         INTEGER NOT NULL,
@@ -44,6 +50,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   worker_id       TEXT NOT NULL,
   code_version    TEXT NOT NULL,
   bytes           INTEGER NOT NULL,
+  -- Before the head, so reading the records of a run's rows never walks a head's overflow pages.
+  record          TEXT,
   head            TEXT NOT NULL,
   reason          TEXT,
   created_at      INTEGER NOT NULL,
@@ -51,7 +59,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (run_id, version)
 ) WITHOUT ROWID;
 
--- One row per step, written once: the decision (before a side-effecting tool runs), then the record.
+-- One row per step, written once: the decision recorded before a side-effecting tool runs. The records of
+-- a fork's first steps, of checkpoint rows since pruned, and of files written by older code are here too.
 CREATE TABLE IF NOT EXISTS steps (
   run_id   TEXT NOT NULL,
   step     INTEGER NOT NULL,
@@ -178,6 +187,10 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   { table: 'ledger', column: 'format', type: 'INTEGER' },
   // Redeliveries that started the next step at the run's version (CheckpointStore.addRestarts).
   { table: 'runs', column: 'restarts', type: 'INTEGER NOT NULL DEFAULT 0' },
+  // Restarts count for one version (older code reset them at each commit, which wrote runs.version).
+  { table: 'runs', column: 'restarts_at', type: 'INTEGER', then: 'UPDATE runs SET restarts_at = version' },
+  // Step records are written in the checkpoint row that appends them (older code wrote them to steps).
+  { table: 'checkpoints', column: 'record', type: 'TEXT' },
   // Waits: the open wait of a waiting run, indexed below.
   { table: 'runs', column: 'wait_id', type: 'TEXT' },
   { table: 'runs', column: 'wait_event', type: 'TEXT' },

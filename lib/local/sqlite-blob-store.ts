@@ -33,13 +33,14 @@ export class SqliteBlobStore implements BlobStore {
 
   /**
    * Mark and sweep in one statement (SQLite runs it alone among writers): deletes blobs no step record
-   * refers to (in the local store only step records hold refs) that were last put more than `graceMs` ago.
-   * A blob put since then may belong to a step whose checkpoint is not written yet. Returns blobs removed.
+   * refers to (only step records hold refs, in checkpoint rows and in the steps table) that were last put
+   * more than `graceMs` ago. A blob put since then may belong to a step whose checkpoint is not written yet. Returns blobs removed.
    */
   collect(graceMs: number = BLOB_GRACE_MS): number {
     return preparedOnce(this.db)(
       `DELETE FROM blobs WHERE created_at < ? AND ref NOT IN (
-         SELECT json_extract(record, '$.result.ref') FROM steps WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL)`,
+         SELECT json_extract(record, '$.result.ref') FROM steps WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL
+         UNION ALL SELECT json_extract(record, '$.result.ref') FROM checkpoints WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL)`,
     ).run(this.clock.now() - graceMs).changes;
   }
 

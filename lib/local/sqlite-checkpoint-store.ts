@@ -26,8 +26,10 @@ const encoders = (): Promise<typeof Codec> => (codec ??= import('../core/codec.t
 interface RunRow { run_id: string; version: number; status: RunStatus; step: number; agent: string; reason: string | null; updated_at: number }
 
 /**
- * Checkpoints in SQLite. A write is one transaction: bump runs.version only if it still equals the version
- * the writer read (the fence), insert the new checkpoint row, and write the step record once.
+ * Checkpoints in SQLite. A write is one transaction: check that the run's newest checkpoint is the version
+ * the writer read (the fence), and insert the next version's row, which carries the step's record. A
+ * running run's next step writes that row alone (one b-tree page, the physical floor of a durable step);
+ * the runs row is written only when the status, the reason or the wait changes.
  */
 export class SqliteCheckpointStore implements CheckpointStore {
   constructor(
@@ -62,8 +64,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const { encodeHead, encodeStep } = await encoders();
     const head = encodeHead(state);
     return immediate(this.db, () => {
-      const existing = this.sql('SELECT version FROM runs WHERE run_id = ?').get(state.runId) as { version: number } | undefined;
-      if (existing) return { created: false, version: existing.version, bytes: 0 };
+      const existing = this.latestVersion(state.runId);
+      if (existing !== undefined) return { created: false, version: existing, bytes: 0 };
       const now = this.now;
       this.sql('INSERT INTO runs (run_id, version, status, step, agent, reason, created_at, updated_at) VALUES (?, 1, ?, ?, ?, NULL, ?, ?)')
         .run(state.runId, state.status, state.step, state.agent, now, now);
@@ -74,7 +76,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
         this.sql('INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?)').run(state.runId, record.step, text);
         bytes += Buffer.byteLength(text);
       }
-      this.insertCheckpoint(state.runId, 1, state, head, bytes, meta, undefined, now);
+      this.insertCheckpoint(state.runId, 1, state, head, bytes, meta, undefined, undefined, now);
       return { created: true, version: 1, bytes };
     });
   }
@@ -84,23 +86,23 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return reading(this.db, () => {
       // The decision recorded for the next step comes with the head: a step row whose record is not written yet.
       const row = this.sql(
-        'SELECT r.version, r.status, r.step, r.reason, r.updated_at, r.restarts, r.cancel_requested, c.head, c.worker_id, '
-        + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = r.step + 1 AND s.record IS NULL) AS pending '
-        + 'FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = ?',
-      ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; cancel_requested: string | null; head: string; worker_id: string; pending: string | null } | undefined;
+        'SELECT c.version, r.status, c.step, r.reason, c.created_at AS updated_at, r.restarts, r.restarts_at, r.cancel_requested, c.head, c.worker_id, '
+        + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = c.step + 1 AND s.record IS NULL) AS pending '
+        + 'FROM runs r JOIN checkpoints c ON c.run_id = r.run_id WHERE r.run_id = ? ORDER BY c.version DESC LIMIT 1',
+      ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; restarts_at: number | null; cancel_requested: string | null; head: string; worker_id: string; pending: string | null } | undefined;
       if (!row) return undefined;
       const summaries = options.recent ? this.summariesOf(runId, row.step) : undefined;
       const after = Math.max(options.afterStep ?? 0, summaries?.through ?? 0);
       // The records are written with the heads, so none lies past the run's step: a caller that holds them
       // all (a worker's next step) has nothing to read. Past it, any record there is read, for decoding to refuse.
-      const steps = row.step <= after ? [] : (this.sql('SELECT record FROM steps WHERE run_id = ? AND step > ? AND record IS NOT NULL ORDER BY step')
-        .all(runId, after) as { record: string }[]).map((s) => s.record);
+      const steps = row.step <= after ? [] : this.recordsAfter(runId, after);
       const pending = row.pending ?? undefined;
+      const restarts = row.restarts_at === row.version ? row.restarts : 0;
       return {
         runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
         ...(summaries ? { summaries: summaries.texts } : {}),
         ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
-        ...(row.reason ? { reason: row.reason } : {}), ...(row.restarts ? { restarts: row.restarts } : {}),
+        ...(row.reason ? { reason: row.reason } : {}), ...(restarts ? { restarts } : {}),
         ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
       };
     });
@@ -116,12 +118,35 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return { texts: rows.map((r) => r.summary), through: rows.at(-1)?.last_step ?? 0 };
   }
 
+  /**
+   * The records after step `after`, in step order: those in checkpoint rows, newest first until one at or
+   * before `after` (a run's step never goes down from one version to the next, so a cold resume reads only
+   * the versions since its summaries), then those in the steps table (a fork's, pruned rows', older code's).
+   */
+  private recordsAfter(runId: string, after: number): string[] {
+    const found: { step: number; record: string }[] = [];
+    for (const row of this.sql('SELECT step, record FROM checkpoints WHERE run_id = ? ORDER BY version DESC').iterate(runId) as IterableIterator<{ step: number; record: string | null }>) {
+      if (row.step <= after) break;
+      if (row.record !== null) found.push({ step: row.step, record: row.record });
+    }
+    found.push(...this.sql('SELECT step, record FROM steps WHERE run_id = ? AND step > ? AND record IS NOT NULL').all(runId, after) as { step: number; record: string }[]);
+    return found.sort((a, b) => a.step - b.step).map((r) => r.record);
+  }
+
+  /** The run's latest version, its newest checkpoint row (undefined: no such run). */
+  private latestVersion(runId: string): number | undefined {
+    return (this.sql('SELECT max(version) AS version FROM checkpoints WHERE run_id = ?').get(runId) as { version: number | null }).version ?? undefined;
+  }
+
   async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
     return immediate(this.db, () => {
-      // Fenced like every write, but the version stays: this is not a checkpoint.
-      const row = this.sql('UPDATE runs SET restarts = restarts + ? WHERE run_id = ? AND version = ? RETURNING restarts')
-        .get(delta, runId, expectedVersion) as { restarts: number } | undefined;
-      if (!row) throw new StaleVersionError(runId, expectedVersion);
+      // Fenced like every write, but the version stays: this is not a checkpoint. Counted at this version
+      // only (restarts_at), so the next commit resets them without writing the runs row; a count back at
+      // 0 (a restart taken back) leaves no version behind.
+      this.assertVersion(runId, expectedVersion);
+      const count = 'CASE WHEN restarts_at = :version THEN restarts + :delta ELSE :delta END';
+      const row = this.sql(`UPDATE runs SET restarts = ${count}, restarts_at = CASE WHEN ${count} = 0 THEN NULL ELSE :version END WHERE run_id = :runId RETURNING restarts`)
+        .get({ version: expectedVersion, delta, runId }) as { restarts: number };
       return row.restarts;
     });
   }
@@ -129,8 +154,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async requestCancel(runId: string, expectedVersion: number, request: string): Promise<void> {
     immediate(this.db, () => {
       // Fenced, but not a checkpoint: the version stays, so a step running now still commits.
-      const updated = this.sql('UPDATE runs SET cancel_requested = ? WHERE run_id = ? AND version = ?').run(request, runId, expectedVersion);
-      if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
+      this.assertVersion(runId, expectedVersion);
+      this.sql('UPDATE runs SET cancel_requested = ? WHERE run_id = ?').run(request, runId);
     });
   }
 
@@ -154,39 +179,32 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const blobs = write.blobs?.map((b) => encodeBlob(b.ref, b.data));
     return immediate(this.db, () => {
       const now = this.now;
-      // Most commits are a running run's next step: written without touching its status or wait columns,
-      // so no index of the runs table changes (a column in an UPDATE's SET list rewrites its index entries,
-      // same value or not). Any other commit, or a run that was not running, takes the full update.
-      const stillRunning = write.state.status === 'running' && !write.state.reason
-        && this.sql('UPDATE runs SET version = version + 1, step = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ? AND status = \'running\' AND reason IS NULL')
-          .run(write.state.step, now, write.runId, write.expectedVersion).changes > 0;
+      // The fence: the newest version is the one this writer read. Reads only; the insert below writes.
+      const current = this.sql('SELECT r.status, r.reason, (SELECT max(c.version) FROM checkpoints c WHERE c.run_id = r.run_id) AS version FROM runs r WHERE r.run_id = ?')
+        .get(write.runId) as { status: RunStatus; reason: string | null; version: number } | undefined;
+      if (current?.version !== write.expectedVersion) throw new StaleVersionError(write.runId, write.expectedVersion);
+      // Most commits are a running run's next step: the runs row, which holds what changes with the
+      // status, stays as it is, so the step writes one row of one table. Any other commit writes it too.
+      const stillRunning = write.state.status === 'running' && !write.state.reason && current.status === 'running' && current.reason === null;
       if (!stillRunning) {
         const wait = write.state.status === 'waiting' ? write.state.wait : undefined;
-        const updated = this.sql(
+        this.sql(
           // A cancel request stays until the run ends, however it ends.
-          'UPDATE runs SET version = version + 1, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0, cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END WHERE run_id = ? AND version = ?',
+          'UPDATE runs SET version = ?, status = ?, step = ?, reason = ?, updated_at = ?, wait_id = ?, wait_event = ?, wait_deadline = ?, restarts = 0, cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END WHERE run_id = ?',
         ).run(
-          write.state.status, write.state.step, write.state.reason ?? null, now,
+          write.expectedVersion + 1, write.state.status, write.state.step, write.state.reason ?? null, now,
           wait?.id ?? null, wait?.event ? waitEventKey(wait.event.type, wait.event.key) : null, wait?.deadline ?? null,
-          isTerminal(write.state.status) ? 1 : 0, write.runId, write.expectedVersion,
+          isTerminal(write.state.status) ? 1 : 0, write.runId,
         );
-        if (updated.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion);
       }
       const version = write.expectedVersion + 1;
-      if (write.appended && step) {
-        const stored = this.sql(
-          'INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?) ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record WHERE steps.record IS NULL',
-        ).run(write.runId, write.appended.step, step);
-        // Unreachable while the fence holds; if it ever fails, roll back rather than rewrite history.
-        if (stored.changes === 0) throw new StaleVersionError(write.runId, write.expectedVersion, `step ${write.appended.step} is already recorded`);
-      }
       // Written once: a summary stored already (the same block's) stays as it is.
       for (const { block, text } of summaries) {
         this.sql('INSERT INTO summaries (run_id, last_step, summary) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(write.runId, block.last, text);
       }
       // Before the record that refers to it is visible, in the same transaction: no record without its blob.
       for (const blob of blobs ?? []) writeBlob((text) => this.sql(text), blob, now);
-      this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, now);
+      this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, step, now);
       // The step's queue work, in the same transaction: a crash leaves all of it or none of it.
       let received: Delivery[] | undefined;
       if (write.queue) {
@@ -207,12 +225,12 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
     return immediate(this.db, () => {
       const now = this.now;
-      const updated = this.sql("UPDATE runs SET version = version + 1, status = 'failed', reason = ?, updated_at = ?, restarts = 0, cancel_requested = NULL WHERE run_id = ? AND version = ?")
-        .run(reason, now, runId, expectedVersion);
-      if (updated.changes === 0) throw new StaleVersionError(runId, expectedVersion);
+      this.assertVersion(runId, expectedVersion);
       // The unreadable head is kept as it was: nothing is lost, an operator can inspect or repair it.
       const previous = this.sql('SELECT step, head FROM checkpoints WHERE run_id = ? AND version = ?').get(runId, expectedVersion) as { step: number; head: string };
       const version = expectedVersion + 1;
+      this.sql("UPDATE runs SET version = ?, status = 'failed', step = ?, reason = ?, updated_at = ?, restarts = 0, cancel_requested = NULL WHERE run_id = ?")
+        .run(version, previous.step, reason, now, runId);
       this.sql(
         "INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)",
       ).run(runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
@@ -244,13 +262,19 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {
-    const where: string[] = [];
     const args: unknown[] = [];
-    if (query.status) { where.push('status = ?'); args.push(query.status); }
-    // Spelled out, so SQLite may read the runs that are not running in updated_at order from their index.
-    if (query.status && query.status !== 'running') where.push("status <> 'running'");
-    if (query.updatedBefore !== undefined) { where.push('updated_at < ?'); args.push(query.updatedBefore); }
-    const sql = `SELECT run_id, version, status, step, agent, reason, updated_at FROM runs ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY updated_at DESC LIMIT ?`;
+    const where: string[] = [];
+    if (query.status) { where.push('r.status = ?'); args.push(query.status); }
+    // A run that is not running has its latest version, step and update in its runs row (its last commit
+    // changed its status), so those are listed from it alone, in updated_at order from its index (the
+    // status spelled out lets SQLite use it). A running run's are in its newest checkpoint row.
+    const ended = query.status !== undefined && query.status !== 'running';
+    if (ended) where.push("r.status <> 'running'");
+    const updated = ended ? 'r.updated_at' : 'c.created_at';
+    if (query.updatedBefore !== undefined) { where.push(`${updated} < ?`); args.push(query.updatedBefore); }
+    const sql = `SELECT r.run_id, ${ended ? 'r.version, r.step' : 'c.version, c.step'}, r.status, r.agent, r.reason, ${updated} AS updated_at FROM runs r
+      ${ended ? '' : 'JOIN checkpoints c ON c.run_id = r.run_id AND c.version = (SELECT max(n.version) FROM checkpoints n WHERE n.run_id = r.run_id)'}
+      ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${updated} DESC LIMIT ?`;
     const rows = this.sql(sql).all(...args, query.limit ?? 100) as RunRow[];
     return rows.map((r) => ({
       runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at,
@@ -264,22 +288,27 @@ export class SqliteCheckpointStore implements CheckpointStore {
    * recorded decision, which are never pruned. Returns rows removed.
    */
   prune(options: { olderThanMs?: number } = {}): number {
-    const latest = 'version < (SELECT r.version FROM runs r WHERE r.run_id = checkpoints.run_id)';
-    if (options.olderThanMs !== undefined) {
-      return this.sql(`DELETE FROM checkpoints WHERE created_at < ? AND ${latest}`).run(this.now - options.olderThanMs).changes;
-    }
-    return this.sql(`DELETE FROM checkpoints WHERE expires_at < ? AND ${latest}`).run(this.now).changes;
+    const expired = options.olderThanMs !== undefined ? 'created_at < :before' : 'expires_at < :before';
+    const prunable = `${expired} AND version < (SELECT max(n.version) FROM checkpoints n WHERE n.run_id = checkpoints.run_id)`;
+    const before = options.olderThanMs !== undefined ? this.now - options.olderThanMs : this.now;
+    return immediate(this.db, () => {
+      // The step records these rows carry move to the steps table first, in the same transaction.
+      this.sql(
+        `INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE record IS NOT NULL AND ${prunable}
+         ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record WHERE steps.record IS NULL`,
+      ).run({ before });
+      return this.sql(`DELETE FROM checkpoints WHERE ${prunable}`).run({ before }).changes;
+    });
   }
 
   private assertVersion(runId: string, expectedVersion: number): void {
-    const row = this.sql('SELECT version FROM runs WHERE run_id = ?').get(runId) as { version: number } | undefined;
-    if (!row || row.version !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
+    if (this.latestVersion(runId) !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
   }
 
-  private insertCheckpoint(runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], now: number): void {
+  private insertCheckpoint(runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], record: string | undefined, now: number): void {
     this.sql(
-      'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-    ).run(runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, head, state.reason ?? null, now, now + this.retentionMs);
+      'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    ).run(runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
   }
 }
 

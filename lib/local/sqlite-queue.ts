@@ -19,11 +19,15 @@ const TOMBSTONE_MS = 24 * 3600 * 1000;
 const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key >= :run || '/v' AND q.dedup_key < :run || '/w'
   AND +q.acked_at IS NULL AND json_extract(q.body, '$.version') >= :version`;
 
-/** Running runs with no checkpoint since :before and no live message for their latest version. */
-const STALLED_RUNS = `SELECT r.run_id, r.version, r.status, r.step, r.agent, r.updated_at FROM runs r
-  WHERE r.status = 'running' AND r.updated_at < :before
-    AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'r.version')})
-  ORDER BY r.updated_at LIMIT :limit`;
+/**
+ * Running runs with no checkpoint since :before and no live message for their latest version. A running
+ * run's latest version is its newest checkpoint row (its steps do not write the runs row).
+ */
+const STALLED_RUNS = `SELECT r.run_id, c.version, r.status, c.step, r.agent, c.created_at AS updated_at FROM runs r
+  JOIN checkpoints c ON c.run_id = r.run_id AND c.version = (SELECT max(n.version) FROM checkpoints n WHERE n.run_id = r.run_id)
+  WHERE r.status = 'running' AND c.created_at < :before
+    AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'c.version')})
+  ORDER BY c.created_at LIMIT :limit`;
 
 /**
  * An SQS-like queue in the SQLite file: a received message is hidden for the visibility timeout and
@@ -73,7 +77,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   /**
    * Running runs with no checkpoint since `before` and no live message for their latest version, oldest
-   * first. One query over the runs table (same file) by its (status, updated_at) index, each candidate
+   * first. One query over the running runs (same file) and their newest checkpoint rows, each candidate
    * checked against its own range of the queue's dedup_key index.
    */
   async stalledRuns(before: number, limit: number): Promise<RunSummary[]> {

@@ -9,6 +9,7 @@ import { driftAgent } from '../support/drift-agents/build.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, SimulatedCrash, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel } from '../support/stub-model.ts';
+import { readRecord, writeRecord } from '../support/local-records.ts';
 
 const AGENTS = join(ROOT, 'test/support/drift-agents');
 const db = tempDb();
@@ -91,8 +92,8 @@ describe('stepwise drift: which paused runs a new agent cannot resume', () => {
   it('fails on a checkpoint this code cannot read: a newer format, saying which one it needs; status says so too', async () => {
     await runSteps(driftAgent(), 'newer-1', 'goal-count', 1);
     const { runtime } = workerProcess({ dbPath: db.path, agent: driftAgent(), model: new StubModel(script), clock, workerId: 'tamper' });
-    const { record } = runtime.db.prepare("SELECT record FROM steps WHERE run_id = 'newer-1' AND step = 1").get() as { record: string };
-    runtime.db.prepare("UPDATE steps SET record = ? WHERE run_id = 'newer-1' AND step = 1").run(JSON.stringify({ ...JSON.parse(record), formatVersion: 3 }));
+    const record = readRecord(runtime.db, 'newer-1', 1);
+    writeRecord(runtime.db, 'newer-1', 1, JSON.stringify({ ...JSON.parse(record), formatVersion: 3 }));
     runtime.close();
 
     const r = await drift('current.ts', '--json');

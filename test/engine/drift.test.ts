@@ -10,6 +10,7 @@ import { FIXTURE_EPOCH, fixturePath } from '../fixtures/formats/resume.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, SimulatedCrash, VISIBILITY_MS, drain, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+import { readRecord, writeRecord } from '../support/local-records.ts';
 
 /** Everything the database holds about runs, to show that a refusal changed nothing. */
 function dump(runtime: LocalRuntime): unknown {
@@ -50,8 +51,8 @@ describe('code drift under a paused run', () => {
   it('leaves a run with a step record of a newer format as it is: handed back, nothing written, nothing run', async () => {
     const { clock, rows } = await pausedAtDecision();
     const { deps, runtime } = worker(rowsAgent(rows), clock);
-    const record = runtime.db.prepare("SELECT record FROM steps WHERE run_id = 'run' AND step = 2").get() as { record: string };
-    runtime.db.prepare("UPDATE steps SET record = ? WHERE run_id = 'run' AND step = 2").run(JSON.stringify({ ...JSON.parse(record.record), formatVersion: 2 }));
+    const record = readRecord(runtime.db, 'run', 2);
+    writeRecord(runtime.db, 'run', 2, JSON.stringify({ ...JSON.parse(record), formatVersion: 2 }));
     const before = dump(runtime);
     const received = rows.received.length;
     const handled = await deliverOnce(deps, runtime);
@@ -150,7 +151,7 @@ describe('code drift under a paused run', () => {
     copyFileSync(fixturePath(2, 'sqlite.db'), db.path);
     const clock = new ManualClock(FIXTURE_EPOCH + 3600_000);
     const { deps, runtime } = workerProcess({ dbPath: db.path, agent: fixtureAgent(), model: new FixtureModel(), clock, workerId: 'B' });
-    const { version, head } = runtime.db.prepare("SELECT c.version, c.head FROM runs r JOIN checkpoints c ON c.run_id = r.run_id AND c.version = r.version WHERE r.run_id = 'waiting-1'").get() as { version: number; head: string };
+    const { version, head } = runtime.db.prepare("SELECT c.version, c.head FROM checkpoints c WHERE c.run_id = 'waiting-1' ORDER BY c.version DESC LIMIT 1").get() as { version: number; head: string };
     const parsed = JSON.parse(head) as { wait: Record<string, unknown> };
     runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'waiting-1' AND version = ?").run(JSON.stringify({ ...parsed, wait: { ...parsed.wait, formatVersion: 2 } }), version);
     const before = dump(runtime);

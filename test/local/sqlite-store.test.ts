@@ -20,7 +20,7 @@ afterAll(() => { runtime.close(); rmSync(dir, { recursive: true, force: true });
 checkpointStoreContract('SQLite', () => ({
   store: runtime.store,
   corruptLatestHead: async (runId) => {
-    runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = (SELECT version FROM runs WHERE run_id = ?)').run('{not json', runId, runId);
+    runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = (SELECT max(version) FROM checkpoints WHERE run_id = ?)').run('{not json', runId, runId);
   },
 }));
 

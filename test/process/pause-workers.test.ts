@@ -7,6 +7,7 @@ import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { runStepwise, type Running } from '../support/processes.ts';
+import { latestStep } from '../support/local-records.ts';
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const ROWS = 6;
@@ -75,7 +76,7 @@ describe('a real worker process stopped with SIGSTOP inside an effect and contin
     expect(appliedRows().map((r) => r.key), 'stopped before its write').not.toContain(KEY);
 
     const runtime = openLocalRuntime({ dbPath: db.path });
-    const stepOf = () => (runtime.db.prepare("SELECT step FROM runs WHERE run_id = 'run-0'").get() as { step: number }).step;
+    const stepOf = () => latestStep(runtime.db, 'run-0')!;
     expect(stepOf()).toBe(HELD - 1);
     const second = worker();
     // The second worker gets the redelivery once the visibility runs out, waits for the claim's lease,
