@@ -1,8 +1,9 @@
 /**
- * A prototype, for bench/step-layouts.ts only: the checkpoint store of a layout stepwise does not have, one
- * row per version in one b-tree keyed (run, version), the head and the step's record in it, the key's
- * uniqueness the fence. It answers what the engine step would cost on that layout with the engine's work
- * as it is: advance() runs on it unchanged, with this code's own encoding.
+ * A prototype, for bench/step-layouts.ts only: the leanest checkpoint store of one row per version, in one
+ * b-tree keyed (run, version), the head and the step's record in it, the key's uniqueness the fence. The
+ * local store writes a running run's step that way too, with the history's metadata in the row and the
+ * fence's read of its runs row; this one has neither, so it bounds what that layout can give the engine
+ * step with the engine's work as it is: advance() runs on it unchanged, with this code's own encoding.
  *
  * Only what a running run's read-only steps need is here: create, load (the head and the records after
  * those the caller holds) and commit. The rest of the port throws: no decisions, restarts, cancels, waits,

@@ -1,13 +1,16 @@
 /**
  * Where a read-only step's time goes past the floor (one durable SQLite insert), layer by layer, each
  * case interleaved round by round with the floor in the same process:
- *   - one row per step: a layout stepwise does not have, the lower bound of a step that writes a head and
- *     a record: one INSERT into one b-tree keyed (run, version), the key's uniqueness as the fence;
- *   - this store's rows in raw SQL: the run's row updated, the step record, the history row with the head;
+ *   - one row per step: the lower bound of a step that writes a head and a record: one INSERT into one
+ *     b-tree keyed (run, version), four columns, the key's uniqueness as the fence;
+ *   - this store's row in raw SQL, as its commit writes a running run's next step: the fence's read (the
+ *     runs row and the newest version), then the checkpoint row with its record, head and metadata;
+ *   - the previous layout's rows in raw SQL, the baseline of that change: the run's row updated, the step
+ *     record in the steps table, the checkpoint row with the head;
  *   - this store's commit() (encoding included), states made before timing;
  *   - the engine step: advance() with a stub model and a no-op tool (load, prompt, tool, commit);
- *   - the same engine step on the one-row layout (bench/one-row-store.ts, a prototype store of only what
- *     these steps need): what that layout would give with the engine's work as it is.
+ *   - the same engine step on the one-row prototype (bench/one-row-store.ts, a store of only what these
+ *     steps need, four columns and no runs row): what the leanest row would give the engine as it is.
  * WAL + synchronous=FULL everywhere, 300 steps a round.
  *
  *   node --import tsx bench/step-layouts.ts [steps-per-round] [rounds]
@@ -52,6 +55,12 @@ async function main(): Promise<void> {
     const oneInsert = one.prepare('INSERT INTO checkpoints VALUES (?, ?, ?, ?)');
 
     // The local store's own file and schema, written with the statements its commit runs.
+    const row = openLocalRuntime({ dbPath: join(dir, 'row.db') });
+    const fence = row.db.prepare('SELECT r.status, r.reason, (SELECT max(c.version) FROM checkpoints c WHERE c.run_id = r.run_id) AS version FROM runs r WHERE r.run_id = ?');
+    const checkpoint = row.db.prepare(
+      'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    // The previous layout, in the same schema (its columns are still there): three b-trees a step.
     const rows = openLocalRuntime({ dbPath: join(dir, 'rows.db') });
     const update = rows.db.prepare("UPDATE runs SET version = version + 1, step = ?, updated_at = ?, restarts = 0 WHERE run_id = ? AND version = ? AND status = 'running' AND reason IS NULL");
     const step = rows.db.prepare('INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?)');
@@ -79,7 +88,23 @@ async function main(): Promise<void> {
         },
       },
       {
-        name: "this store's rows, raw SQL (run, step, history + head)",
+        name: "this store's row, raw SQL (fence read + checkpoint row)",
+        async run(round) {
+          const runId = `r${round}`;
+          row.db.prepare("INSERT INTO runs (run_id, version, status, step, agent, created_at, updated_at) VALUES (?, 1, 'running', 0, 'bench', 0, 0)").run(runId);
+          checkpoint.run(runId, 1, 0, 'running', null, null, 'bench', 'bench', head.length, null, head, null, 0, 1);
+          const t0 = process.hrtime.bigint();
+          for (let n = 1; n <= STEPS; n++) {
+            row.db.transaction(() => {
+              if ((fence.get(runId) as { version: number }).version !== n) throw new Error('bench: the fence refused a write');
+              checkpoint.run(runId, n + 1, n, 'running', 'noop', null, 'bench', 'bench', head.length + record.length, record, head, null, n, n + 1);
+            })();
+          }
+          return perStep(t0);
+        },
+      },
+      {
+        name: "the previous layout's rows, raw SQL (run, step, history + head)",
         async run(round) {
           const runId = `r${round}`;
           rows.db.prepare("INSERT INTO runs (run_id, version, status, step, agent, created_at, updated_at) VALUES (?, 1, 'running', 0, 'bench', 0, 0)").run(runId);
@@ -107,7 +132,7 @@ async function main(): Promise<void> {
         },
       },
       engineCase('engine step, read-only tool (advance)', deps, 'e'),
-      engineCase('engine step on one row per step (prototype store)', oneRowDeps, 'o'),
+      engineCase('engine step on the one-row prototype store', oneRowDeps, 'o'),
     ];
     const results = cases.map(() => [] as number[]);
     for (let round = 0; round <= ROUNDS; round++) {
@@ -118,12 +143,12 @@ async function main(): Promise<void> {
     }
     const floorMs = median(results[0]!);
     console.log(`per-step time, ${STEPS} steps x ${ROUNDS} rounds (median of rounds), WAL + synchronous=FULL; head ${head.length} B, record ${record.length} B`+ `; ${codeMeasured()}`);
-    console.log('case'.padEnd(58), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
+    console.log('case'.padEnd(64), 'ms/step'.padStart(8), 'x floor'.padStart(8), 'min..max'.padStart(14));
     for (const [i, c] of cases.entries()) {
       const xs = results[i]!;
-      console.log(c.name.padEnd(58), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floorMs, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
+      console.log(c.name.padEnd(64), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floorMs, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
     }
-    floor.close(); one.close(); rows.close(); store.close(); engine.close(); oneRow.db.close();
+    floor.close(); one.close(); row.close(); rows.close(); store.close(); engine.close(); oneRow.db.close();
   } finally {
     cleanup();
   }

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../lib/agent.ts';
 import { decodeState } from '../lib/core/codec.ts';
+import { UnreadableCheckpointError } from '../lib/core/errors.ts';
 import type { EngineDeps } from '../lib/engine/deps.ts';
 import { runWorker } from '../lib/engine/worker-loop.ts';
 import { silentLogger } from '../lib/log.ts';
@@ -170,7 +171,15 @@ export async function missingSteps(store: Pick<CheckpointStore, 'load' | 'histor
   for (const runId of runIds) {
     const stored = await store.load(runId);
     if (!stored) { problems.push(`${runId}: no checkpoint`); continue; }
-    const state = decodeState(stored);
+    let state: ReturnType<typeof decodeState>;
+    try {
+      state = decodeState(stored);
+    } catch (error) {
+      // A record the head counts is gone: a lost checkpoint row takes its step's record with it.
+      if (!(error instanceof UnreadableCheckpointError)) throw error;
+      problems.push(`${runId}: ${error.message}`);
+      continue;
+    }
     if (state.status !== 'completed') problems.push(`${runId}: ${state.status} at step ${state.step}`);
     if (state.steps.length !== steps) problems.push(`${runId}: ${state.steps.length} of ${steps} steps`);
     state.steps.forEach((s, i) => { if (s.step !== i + 1) problems.push(`${runId}: record ${i + 1} is step ${s.step}`); });

@@ -3,6 +3,7 @@
  * both runtimes (anything with the store's load and history). Independent of how the faults were made.
  */
 import { decodeState } from '../../lib/core/codec.ts';
+import { UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import type { BlobStore, CheckpointStore } from '../../lib/ports.ts';
 
 /** A run of the chaos agent: step n calls the tool the script names for n, with input {n}, then DONE. */
@@ -23,7 +24,8 @@ export const waitTimedOut = (runId: string): string => `${runId}: its wait timed
 export type Applications = ReadonlyMap<string, number>;
 
 export type ViolationKind =
-  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger' | 'wait-twice' | 'blob';
+  | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger' | 'wait-twice' | 'blob'
+  | 'unreadable';
 
 export interface Violation { runId: string; kind: ViolationKind; detail: string }
 
@@ -78,7 +80,16 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
   for (const run of input.runs) {
     const stored = await input.store.load(run.runId);
     if (!stored) { flag(run.runId, 'stuck', 'no checkpoint at all'); verdict.stuck++; continue; }
-    const state = decodeState(stored);
+    let state: ReturnType<typeof decodeState>;
+    try {
+      state = decodeState(stored);
+    } catch (error) {
+      // A record the head counts is gone (a lost checkpoint row takes its step's record with it): a lost step.
+      if (!(error instanceof UnreadableCheckpointError)) throw error;
+      verdict.stepsLost++;
+      flag(run.runId, 'unreadable', error.message);
+      continue;
+    }
 
     // Every version present once and in order; steps never go back.
     const history = await input.store.history(run.runId);

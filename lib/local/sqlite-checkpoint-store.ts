@@ -82,30 +82,33 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   async load(runId: string, options: { afterStep?: number; recent?: boolean } = {}): Promise<StoredCheckpoint | undefined> {
+    // A load that needs the head row alone (a worker's next step, holding the records) is that one
+    // statement, a moment of the file by itself: no read transaction to open and close.
+    if (!options.recent) {
+      const row = this.headRow(runId);
+      if (!row) return undefined;
+      if (row.step <= (options.afterStep ?? 0)) return stored(runId, row, [], options.afterStep ?? 0);
+    }
     // One read transaction, so the head, the summaries and the step rows come from the same moment.
     return reading(this.db, () => {
-      // The decision recorded for the next step comes with the head: a step row whose record is not written yet.
-      const row = this.sql(
-        'SELECT c.version, r.status, c.step, r.reason, c.created_at AS updated_at, r.restarts, r.restarts_at, r.cancel_requested, c.head, c.worker_id, '
-        + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = c.step + 1 AND s.record IS NULL) AS pending '
-        + 'FROM runs r JOIN checkpoints c ON c.run_id = r.run_id WHERE r.run_id = ? ORDER BY c.version DESC LIMIT 1',
-      ).get(runId) as { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; restarts_at: number | null; cancel_requested: string | null; head: string; worker_id: string; pending: string | null } | undefined;
+      const row = this.headRow(runId);
       if (!row) return undefined;
       const summaries = options.recent ? this.summariesOf(runId, row.step) : undefined;
       const after = Math.max(options.afterStep ?? 0, summaries?.through ?? 0);
       // The records are written with the heads, so none lies past the run's step: a caller that holds them
       // all (a worker's next step) has nothing to read. Past it, any record there is read, for decoding to refuse.
       const steps = row.step <= after ? [] : this.recordsAfter(runId, after);
-      const pending = row.pending ?? undefined;
-      const restarts = row.restarts_at === row.version ? row.restarts : 0;
-      return {
-        runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
-        ...(summaries ? { summaries: summaries.texts } : {}),
-        ...(pending ? { pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
-        ...(row.reason ? { reason: row.reason } : {}), ...(restarts ? { restarts } : {}),
-        ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
-      };
+      return stored(runId, row, steps, after, summaries?.texts);
     });
+  }
+
+  /** The run's newest checkpoint row with its runs row; the decision recorded for the next step comes with it (a step row with no record). */
+  private headRow(runId: string): HeadRow | undefined {
+    return this.sql(
+      'SELECT c.version, r.status, c.step, r.reason, c.created_at AS updated_at, r.restarts, r.restarts_at, r.cancel_requested, c.head, c.worker_id, '
+      + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = c.step + 1 AND s.record IS NULL) AS pending '
+      + 'FROM runs r JOIN checkpoints c ON c.run_id = r.run_id WHERE r.run_id = ? ORDER BY c.version DESC LIMIT 1',
+    ).get(runId) as HeadRow | undefined;
   }
 
   /**
@@ -310,6 +313,20 @@ export class SqliteCheckpointStore implements CheckpointStore {
       'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     ).run(runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
   }
+}
+
+interface HeadRow { version: number; status: RunStatus; step: number; reason: string | null; updated_at: number; restarts: number; restarts_at: number | null; cancel_requested: string | null; head: string; worker_id: string; pending: string | null }
+
+function stored(runId: string, row: HeadRow, steps: string[], after: number, summaries?: string[]): StoredCheckpoint {
+  // Restarts count for the version they were counted at (addRestarts).
+  const restarts = row.restarts_at === row.version ? row.restarts : 0;
+  return {
+    runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
+    ...(summaries ? { summaries } : {}),
+    ...(row.pending ? { pending: row.pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
+    ...(row.reason ? { reason: row.reason } : {}), ...(restarts ? { restarts } : {}),
+    ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
+  };
 }
 
 /** Type and key in one indexed column; a newline cannot occur in either (EVENT_NAME). */

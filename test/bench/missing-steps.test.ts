@@ -31,6 +31,8 @@ describe('the throughput check (missingSteps)', () => {
     await start(deps, 'go', 'half');
     await advance(deps, 'half');
     await advance(deps, 'half');
+    // The row goes, its step's record kept (where a pruned row's goes): only the history shows the gap.
+    runtime.db.prepare('INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE run_id = ? AND version = 2 ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record').run('done');
     runtime.db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = 2').run('done');
     const problems = await missingSteps(runtime.store, ['done', 'half', 'never'], 4);
     expect(problems).toEqual([
@@ -39,6 +41,9 @@ describe('the throughput check (missingSteps)', () => {
       'half: 2 of 4 steps',
       'never: no checkpoint',
     ]);
+    // A row lost with its record: the run is unreadable, and said so.
+    runtime.db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = 3').run('done');
+    expect(await missingSteps(runtime.store, ['done'], 4)).toEqual([expect.stringMatching(/^done: checkpoint \d+ of run done is unreadable: head says 4 steps, found 3/)]);
     runtime.close();
   });
 });

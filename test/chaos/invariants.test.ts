@@ -80,9 +80,21 @@ describe('the chaos invariants', () => {
   it('flags a version missing from the history and a skipped step', async () => {
     db = tempDb();
     const { applied, runtime, runs } = await cleanRun(db);
+    // The row goes, its step's record kept (where a pruned row's goes): only the history shows the gap.
+    runtime.db.prepare('INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE run_id = ? AND version = 3 ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record').run('run');
     runtime.db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = 3').run('run');
     const verdict = await checkInvariants({ store: runtime.store, runs: [{ ...runs[0]!, steps: 4 }], applied, injected });
     expect(verdict.violations.map((v) => v.kind)).toEqual(expect.arrayContaining(['history', 'incomplete']));
+    expect(verdict.stepsLost).toBe(1);
+    runtime.close();
+  });
+
+  it('flags a checkpoint row lost with its step record as an unreadable run, a step lost, rather than stopping the check', async () => {
+    db = tempDb();
+    const { applied, runtime, runs } = await cleanRun(db);
+    runtime.db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = 3').run('run');
+    const verdict = await checkInvariants({ store: runtime.store, runs, applied, injected });
+    expect(verdict.violations).toEqual([expect.objectContaining({ runId: 'run', kind: 'unreadable', detail: expect.stringMatching(/head says \d+ steps, found \d+/) })]);
     expect(verdict.stepsLost).toBe(1);
     runtime.close();
   });

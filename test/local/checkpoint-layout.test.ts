@@ -40,7 +40,11 @@ describe('the SQLite checkpoint layout', () => {
     const clock = new ManualClock();
     runtime = openLocalRuntime({ dbPath: db.path, clock, retentionMs: 1_000 });
     await runtime.store.create(newState('r'), META);
-    for (let n = 1; n <= 4; n++) await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: recordFor('r', n), ...META });
+    for (let n = 1; n <= 4; n++) {
+      // Steps 2 and 3 side-effecting: their decisions are steps rows before their records are written.
+      if (n === 2 || n === 3) await runtime.store.recordDecision('r', n, decisionFor('r', n));
+      await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: recordFor('r', n), ...META });
+    }
     clock.advance(2_000);
     expect(runtime.store.prune()).toBe(4);
     expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([5]);
