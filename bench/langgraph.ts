@@ -12,6 +12,11 @@
  * (bench/query-output.ts). Bytes stored: every TEXT and BLOB value in the database after one run; stepwise
  * compresses its blobs, so the figure is also given with them counted at their own length.
  *
+ * Each figure twice: with every case in this one process, as it always ran, and with each case in its own
+ * worker process (the parent drives the rounds, interleaved as before): there the time one system's steps
+ * take does not include collecting the garbage the other's left in a shared heap (LangGraph's messages
+ * and checkpoints are far larger than stepwise's rows).
+ *
  *   node --import tsx bench/langgraph.ts [rounds]
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/langgraph.ts [rounds]   (the compiled code, as npm run bench runs it)
  */
@@ -19,15 +24,23 @@ import { AIMessage, ToolMessage } from '@langchain/core/messages';
 import { END, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
 import { SqliteSaver } from '@langchain/langgraph-checkpoint-sqlite';
 import Database from 'better-sqlite3';
+import { fork } from 'node:child_process';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { queryOutput } from './query-output.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 
 const STEPS = 60;
-const ROUNDS = Number(process.argv[2] ?? 5);
+const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 5);
 const SIZES = [500, 20_000];
+
+interface RoundResult { ms: number; bytes?: number; uncompressed?: number }
+interface Case { name: string; run(round: number): Promise<RoundResult> }
+const CASES: ((dir: string, bytes: number) => Case)[] = [
+  floorCase, (dir, bytes) => stepwiseCase(dir, bytes, 'engine'), (dir, bytes) => stepwiseCase(dir, bytes, 'worker'), langGraphCase, langGraphTwoNodeCase,
+];
 
 /** Every TEXT and BLOB value stored in a SQLite database, in bytes. */
 export function storedBytes(db: Database.Database): number {
@@ -166,12 +179,45 @@ export interface PeerFigures {
   stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number; langgraph2Bytes: number;
 }
 
-export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
+/**
+ * A case in a process of its own, this file run with `--case`: it builds the case and runs a round each
+ * time the parent asks. The child gets the parent's Node options, so it runs the same (compiled) code.
+ */
+function isolatedCase(dir: string, bytes: number, index: number): Case & { close(): void } {
+  const child = fork(fileURLToPath(import.meta.url), ['--case', String(index), '--bytes', String(bytes), '--dir', dir], { execArgv: process.execArgv, stdio: 'inherit' });
+  const replies: ((r: RoundResult | { error: string }) => void)[] = [];
+  child.on('message', (r: RoundResult | { error: string }) => replies.shift()?.(r));
+  return {
+    name: `case ${index}`,
+    run: (round) => new Promise((resolve, reject) => {
+      replies.push((r) => ('error' in r ? reject(new Error(`bench/langgraph.ts case ${index}: ${r.error}`)) : resolve(r)));
+      child.send({ round });
+    }),
+    close: () => { child.kill(); },
+  };
+}
+
+function serveCase(): void {
+  const arg = (name: string) => process.argv[process.argv.indexOf(name) + 1]!;
+  const c = CASES[Number(arg('--case'))]!(arg('--dir'), Number(arg('--bytes')));
+  process.on('message', ({ round }: { round: number }) => {
+    c.run(round).then((r) => process.send!(r), (error: Error) => process.send!({ error: error.stack ?? String(error) }));
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
+export async function measure(rounds = ROUNDS, options: { isolated?: boolean } = {}): Promise<PeerFigures[]> {
   const { dir, cleanup } = tempDir();
   const figures: PeerFigures[] = [];
+  const children: { close(): void }[] = [];
   try {
     for (const bytes of SIZES) {
-      const cases = [floorCase(dir, bytes), stepwiseCase(dir, bytes, 'engine'), stepwiseCase(dir, bytes, 'worker'), langGraphCase(dir, bytes), langGraphTwoNodeCase(dir, bytes)];
+      const cases = CASES.map((make, i) => {
+        if (!options.isolated) return make(dir, bytes);
+        const c = isolatedCase(dir, bytes, i);
+        children.push(c);
+        return c;
+      });
       const ms = cases.map(() => [] as number[]);
       const stored = cases.map(() => 0);
       let uncompressed = 0;
@@ -191,13 +237,14 @@ export async function measure(rounds = ROUNDS): Promise<PeerFigures[]> {
       });
     }
   } finally {
+    for (const c of children) c.close();
     cleanup();
   }
   return figures;
 }
 
-export function formatPeers(figures: PeerFigures[]): string {
-  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds; ${codeMeasured()}`];
+export function formatPeers(figures: PeerFigures[], where = 'every case in this one process'): string {
+  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds; ${where}; ${codeMeasured()}`];
   for (const f of figures) {
     lines.push(`tool output ${f.bytes} B:`);
     lines.push(`  floor (one durable insert)            ${fmt(f.floorMs, 3)} ms`);
@@ -211,4 +258,9 @@ export function formatPeers(figures: PeerFigures[]): string {
   return lines.join('\n');
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) console.log(formatPeers(await measure()));
+if (process.argv.includes('--case')) serveCase();
+else if (import.meta.url === `file://${process.argv[1]}`) {
+  console.log(formatPeers(await measure()));
+  console.log();
+  console.log(formatPeers(await measure(ROUNDS, { isolated: true }), 'each case in its own process, rounds interleaved'));
+}
