@@ -34,7 +34,8 @@ export class SqliteBlobStore implements BlobStore {
   /**
    * Mark and sweep in one statement (SQLite runs it alone among writers): deletes blobs no step record
    * refers to (only step records hold refs, in checkpoint rows and in the steps table) that were last put
-   * more than `graceMs` ago. A blob put since then may belong to a step whose checkpoint is not written yet. Returns blobs removed.
+   * more than `graceMs` ago. A blob put since then may belong to a step whose checkpoint is not written
+   * yet. Returns blobs removed.
    */
   collect(graceMs: number = BLOB_GRACE_MS): number {
     return preparedOnce(this.db)(

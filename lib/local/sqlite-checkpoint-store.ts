@@ -288,14 +288,14 @@ export class SqliteCheckpointStore implements CheckpointStore {
   /**
    * Deletes checkpoint versions past the retention window they were written with (or, with `olderThanMs`,
    * written longer ago than that), never a run's latest: it holds the run, with the step records and the
-   * recorded decision, which are never pruned. Returns rows removed.
+   * recorded decision, which are never pruned (a deleted row's record moves to the steps table first, in
+   * the same transaction). Returns rows removed.
    */
   prune(options: { olderThanMs?: number } = {}): number {
     const expired = options.olderThanMs !== undefined ? 'created_at < :before' : 'expires_at < :before';
     const prunable = `${expired} AND version < (SELECT max(n.version) FROM checkpoints n WHERE n.run_id = checkpoints.run_id)`;
     const before = options.olderThanMs !== undefined ? this.now - options.olderThanMs : this.now;
     return immediate(this.db, () => {
-      // The step records these rows carry move to the steps table first, in the same transaction.
       this.sql(
         `INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE record IS NOT NULL AND ${prunable}
          ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record WHERE steps.record IS NULL`,
