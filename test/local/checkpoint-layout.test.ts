@@ -1,6 +1,7 @@
 import { copyFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
+import { blobRef } from '../../lib/core/result.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
@@ -64,6 +65,25 @@ describe('the SQLite checkpoint layout', () => {
     // A bounded load reads from the newest row back, and the steps table, to the step it holds.
     const tail = (await runtime.store.load('r', { afterStep: 3 }))!;
     expect(tail.steps.map((s) => JSON.parse(s).step)).toEqual([4, 5]);
+  });
+
+  it("keeps a blob a step record refers to from its checkpoint row, and collects one nothing refers to", async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const kept = Buffer.from('k'.repeat(5000));
+    const orphan = Buffer.from('o'.repeat(5000));
+    await runtime.blobs.put(blobRef(kept), kept);
+    await runtime.blobs.put(blobRef(orphan), orphan);
+    await runtime.store.create(newState('r'), META);
+    const base = recordFor('r', 1);
+    const record = { ...base, result: { ...base.result, bytes: kept.length, ref: blobRef(kept) } };
+    await runtime.store.commit({ runId: 'r', expectedVersion: 1, state: completeStep(newState('r'), record, 3_001), appended: record, ...META });
+    expect(rows(runtime, 'steps', 'r')).toEqual([]);
+    clock.advance(30 * 24 * 3600_000);
+    expect(runtime.blobs.collect()).toBe(1);
+    expect(await runtime.blobs.get(blobRef(kept))).toEqual(kept);
+    expect(await runtime.blobs.get(blobRef(orphan))).toBeUndefined();
   });
 
   it('counts restarts at the version they were counted at: a step past it reads none, without writing the runs row', async () => {
