@@ -3,6 +3,7 @@ import { benchAgent } from '../../bench/aws-support.ts';
 import { missingSteps } from '../../bench/support.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { ManualClock, drain, start, tempDb, workerProcess } from '../support/harness.ts';
+import { pruneCheckpointRow } from '../support/local-records.ts';
 
 /** The throughput bench's agent on a real SQLite runtime: two runs of 4 steps, one drained, one not. */
 async function twoRuns(db: ReturnType<typeof tempDb>) {
@@ -32,8 +33,7 @@ describe('the throughput check (missingSteps)', () => {
     await advance(deps, 'half');
     await advance(deps, 'half');
     // The row goes, its step's record kept (where a pruned row's goes): only the history shows the gap.
-    runtime.db.prepare('INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE run_id = ? AND version = 2 ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record').run('done');
-    runtime.db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = 2').run('done');
+    pruneCheckpointRow(runtime.db, 'done', 2);
     const problems = await missingSteps(runtime.store, ['done', 'half', 'never'], 4);
     expect(problems).toEqual([
       expect.stringMatching(/^done: versions 1,3,4/),

@@ -10,6 +10,7 @@ import { workVisible } from '../support/queue-work.ts';
 import { APPROVER } from '../support/wait-agent.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
 import { requestApproval } from '../../lib/waits/tools.ts';
+import { pruneCheckpointRow } from '../support/local-records.ts';
 
 const toolOf = () => 'write_row';
 
@@ -81,8 +82,7 @@ describe('the chaos invariants', () => {
     db = tempDb();
     const { applied, runtime, runs } = await cleanRun(db);
     // The row goes, its step's record kept (where a pruned row's goes): only the history shows the gap.
-    runtime.db.prepare('INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE run_id = ? AND version = 3 ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record').run('run');
-    runtime.db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = 3').run('run');
+    pruneCheckpointRow(runtime.db, 'run', 3);
     const verdict = await checkInvariants({ store: runtime.store, runs: [{ ...runs[0]!, steps: 4 }], applied, injected });
     expect(verdict.violations.map((v) => v.kind)).toEqual(expect.arrayContaining(['history', 'incomplete']));
     expect(verdict.stepsLost).toBe(1);

@@ -22,3 +22,10 @@ export function writeRecord(db: Db, runId: string, step: number, record: string)
 export function latestStep(db: Db, runId: string): number | undefined {
   return (db.prepare('SELECT step FROM checkpoints WHERE run_id = ? ORDER BY version DESC LIMIT 1').get(runId) as { step: number } | undefined)?.step;
 }
+
+/** Deletes one checkpoint row as pruning would: its step's record moved to the steps table first. */
+export function pruneCheckpointRow(db: Db, runId: string, version: number): void {
+  db.prepare(`INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE run_id = ? AND version = ? AND record IS NOT NULL
+    ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record`).run(runId, version);
+  db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = ?').run(runId, version);
+}
