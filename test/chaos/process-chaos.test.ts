@@ -7,7 +7,7 @@ const SEED = 11;
 const SCHEDULES = 2;
 
 describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTOPped', () => {
-  it(`${SCHEDULES} schedules (seed ${SEED}): no effect applied twice, no step lost, no run stuck, every run completed`, async () => {
+  it(`${SCHEDULES} schedules (seed ${SEED}): no effect applied twice, no step lost, no run stuck, every run completed or failed for a fault injected`, async () => {
     const totals = emptyTotals();
     for (let i = 0; i < SCHEDULES; i++) {
       const report = await processSchedule(scheduleSeed(SEED, 1_000_000 + i));
@@ -22,8 +22,11 @@ describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTO
     expect(totals.duplicates).toBeGreaterThan(0);
     expect(totals.modelCalls).toBeGreaterThanOrEqual(totals.completedSteps);
     expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
-    // The process agent injects only transient faults: every run completes.
-    expect(totals.completed).toBe(totals.runs);
+    // The process agent injects only transient faults, but a step can meet three 529s in a row, or be
+    // killed more often than its delivery's try limit allows: every run completed, or failed for what was
+    // injected (the invariants check each reason).
+    expect(totals.completed + totals.failed).toBe(totals.runs);
+    expect(totals.completed).toBeGreaterThan(totals.failed);
   }, 120_000);
 
   it('finds a planted defect: an effect that does not look its key up is applied twice when kills and pauses make it run again', async () => {
