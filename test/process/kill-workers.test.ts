@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -31,7 +32,9 @@ describe('real worker processes, killed with SIGKILL at random moments', () => {
     const effectsDb = db.path.replace(/stepwise\.db$/, 'effects.db');
     const seed = Number(process.env.KILL_SEED ?? Date.now() % 100_000);
     const rand = random(seed);
-    const env = { ...process.env, EFFECTS_DB: effectsDb, PROCESS_AGENT_ROWS: String(ROWS), STEPWISE_LOG_LEVEL: 'warn' };
+    // The runs' last steps wait at the gate until every kill is done: faster steps must not end the runs first.
+    const gate = db.path.replace(/stepwise\.db$/, 'gate');
+    const env = { ...process.env, EFFECTS_DB: effectsDb, PROCESS_AGENT_ROWS: String(ROWS), PROCESS_AGENT_GATE: gate, STEPWISE_LOG_LEVEL: 'warn' };
     const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, '--db', db.path], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     const exited = (c: ChildProcess) => new Promise<number | null>((r) => (c.exitCode !== null ? r(c.exitCode) : c.on('exit', r)));
 
@@ -61,6 +64,7 @@ describe('real worker processes, killed with SIGKILL at random moments', () => {
         const live = workers.filter((w) => w.exitCode === null && w.signalCode === null && ready.has(w));
         const victim = live[Math.floor(rand() * live.length)];
         if (victim) { victim.kill('SIGKILL'); await exited(victim); kills++; spawnWorker(); }
+        if (kills === KILLS) writeFileSync(gate, '');
       }
     }
     for (const w of workers) w.kill('SIGTERM');

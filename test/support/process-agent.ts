@@ -4,6 +4,7 @@
  * write, and logs every call it receives, so a test can count calls and applications across processes.
  */
 import Database from 'better-sqlite3';
+import { existsSync } from 'node:fs';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
@@ -23,6 +24,11 @@ const ONCE_LEASE_MS = Number(process.env.PROCESS_AGENT_ONCE_LEASE_MS ?? 0);
  */
 const HOLD_AT = Number(process.env.PROCESS_AGENT_HOLD_AT ?? 0);
 const HOLD_MS = Number(process.env.PROCESS_AGENT_HOLD_MS ?? 400);
+/**
+ * A file: every run's last step waits for it to exist, after it logged the call and before it writes, so
+ * a test can keep its runs open until it has done all its faults, however fast the steps are.
+ */
+const GATE = process.env.PROCESS_AGENT_GATE;
 
 let db: Database.Database | undefined;
 function effects(): Database.Database {
@@ -61,6 +67,7 @@ export default defineAgent({
         const d = effects();
         d.prepare('INSERT INTO received (key, pid) VALUES (?, ?)').run(ctx.idempotencyKey, process.pid);
         await pause(ctx.step === HOLD_AT ? HOLD_MS : Math.random() * 30);
+        while (GATE && ctx.step === ROWS && !existsSync(GATE)) await pause(20);
         const applied = d.prepare('INSERT OR IGNORE INTO applied (key, row) VALUES (?, ?)').run(ctx.idempotencyKey, input.row).changes === 1;
         await pause(Math.random() * 30);
         return LARGE_AT.includes(ctx.step) ? { applied, log: `${'row data '.repeat(1500)}end of log ${ctx.step}` } : { applied };
