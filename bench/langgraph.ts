@@ -187,6 +187,8 @@ function isolatedCase(dir: string, bytes: number, index: number): Case & { close
   const child = fork(fileURLToPath(import.meta.url), ['--case', String(index), '--bytes', String(bytes), '--dir', dir], { execArgv: process.execArgv, stdio: 'inherit' });
   const replies: ((r: RoundResult | { error: string }) => void)[] = [];
   child.on('message', (r: RoundResult | { error: string }) => replies.shift()?.(r));
+  // A child that dies mid-round fails the round instead of leaving the bench waiting for its reply.
+  child.on('exit', (code, signal) => { for (const reply of replies.splice(0)) reply({ error: `its process exited (${signal ?? code})` }); });
   return {
     name: `case ${index}`,
     run: (round) => new Promise((resolve, reject) => {
