@@ -108,14 +108,16 @@ CREATE TABLE IF NOT EXISTS ledger (
   format      INTEGER
 );
 
--- The local queue. dedup_key makes a repeated send of the same (run, version) a no-op; acked rows stay
--- as tombstones for a day so late duplicates are still recognised. agent is the run's agent (NULL for a
--- message of no known run): a worker receives only its agent's messages.
+-- The local queue: one row per run (dedup_key is its id), its message for the newest version sent, which
+-- a send for a newer version rewrites in place; a send for this version or an older one is a no-op. An
+-- acked row stays a day as the tombstone that recognises late duplicates. agent is the run's agent (NULL
+-- for a message of no known run): a worker receives only its agent's messages.
 CREATE TABLE IF NOT EXISTS queue (
   id            INTEGER PRIMARY KEY,
   dedup_key     TEXT NOT NULL UNIQUE,
   run_id        TEXT NOT NULL,
   agent         TEXT,
+  version       INTEGER,
   body          TEXT NOT NULL,
   visible_at    INTEGER NOT NULL,
   receive_count INTEGER NOT NULL DEFAULT 0,
@@ -203,6 +205,16 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   {
     table: 'queue', column: 'agent', type: 'TEXT',
     then: 'UPDATE queue SET agent = (SELECT agent FROM runs WHERE runs.run_id = queue.run_id) WHERE acked_at IS NULL',
+  },
+  // One queue row per run (older code wrote one per version, keyed <run>/v<version>): each run keeps its
+  // live row of the newest version (else its newest tombstone), keyed by its id. A live row of an older
+  // version is stale: the newer one was sent after that version's checkpoint.
+  {
+    table: 'queue', column: 'version', type: 'INTEGER',
+    then: `UPDATE queue SET version = json_extract(body, '$.version') WHERE run_id <> '' AND json_valid(body);
+      DELETE FROM queue WHERE run_id <> '' AND id NOT IN (SELECT id FROM (SELECT id, row_number() OVER (
+        PARTITION BY run_id ORDER BY acked_at IS NULL DESC, version DESC, id DESC) AS n FROM queue WHERE run_id <> '') WHERE n = 1);
+      UPDATE queue SET dedup_key = run_id WHERE run_id <> ''`,
   },
 ];
 

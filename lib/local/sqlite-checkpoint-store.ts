@@ -214,10 +214,12 @@ export class SqliteCheckpointStore implements CheckpointStore {
         if (!this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
         const prepare = (text: string) => this.sql(text);
         const { send, ack, receive } = write.queue;
-        if (ack) ackReceipt(prepare, ack, now);
-        // The next step's message, received already when it is what the receive would take.
+        // The next step's message, received already when it is what the receive would take. It rewrites
+        // the run's queue row, the delivery's, so the ack after it finds that receipt gone and writes
+        // nothing; it acks the delivery when the send was a duplicate, or there was none.
         if (send && receive) received = enqueueReceived(prepare, send, receive, now);
         if (send && !received) enqueue(prepare, send.message, send.delayMs ?? 0, now);
+        if (ack) ackReceipt(prepare, ack, now);
         // After the send, so the message just sent is taken only if nothing older is visible.
         if (receive && !received) received = takeVisible(prepare, receive, now);
       }

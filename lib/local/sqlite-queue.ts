@@ -11,13 +11,22 @@ const POLL_MS = 50;
 const TOMBSTONE_MS = 24 * 3600 * 1000;
 
 /**
- * A message of the run, not acked, for this version or a later one: the run has something to move it.
- * A run's messages are the range `<runId>/v...` of the dedup_key index (run ids have no '/'), so this
- * needs no index of its own, which every send and ack would pay for; `+` keeps SQLite from preferring
- * the index of all live messages instead.
+ * The run's message, not acked, for this version or a later one: the run has something to move it. A run
+ * has one row, keyed by its id in the dedup_key index; `+` keeps SQLite from preferring the index of all
+ * live messages instead.
  */
-const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key >= :run || '/v' AND q.dedup_key < :run || '/w'
-  AND +q.acked_at IS NULL AND json_extract(q.body, '$.version') >= :version`;
+const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key = :run AND +q.acked_at IS NULL AND q.version >= :version`;
+
+/**
+ * A run has one queue row, its message for its newest version sent: a send for a newer version rewrites
+ * it in place (its receipt and receive count too), and one for this version or an older one is a
+ * duplicate and changes nothing. A message of an older version is stale by the time a newer one is sent
+ * (that version's checkpoint is written first), so nothing is lost; in place, a step's send writes the
+ * row's page and the live index's, where a row per version also wrote the dedup_key index's.
+ */
+const ON_NEWER_VERSION = `ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded.agent, version = excluded.version, body = excluded.body,
+  visible_at = excluded.visible_at, receive_count = excluded.receive_count, receipt = excluded.receipt, acked_at = NULL, created_at = excluded.created_at
+  WHERE excluded.version > queue.version`;
 
 /**
  * Running runs with no checkpoint since :before and no live message for their latest version. A running
@@ -59,18 +68,21 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   /**
    * Makes the run's message live again unless the run has a live message for this version or a later one
-   * (waiting, delayed or in flight). The row of an earlier send that was acked stays for a day as the
-   * deduplication record, which would swallow a plain send: it is brought back instead. Checked and
-   * written in one transaction, so two workers re-driving at once make one message. No token is needed.
+   * (waiting, delayed or in flight). The run's row, acked, stays for a day as the deduplication record,
+   * which would swallow a plain send: it is brought back instead, at this version, its receive count kept
+   * when it was this version's (so a redelivery still counts as one). Checked and written in one
+   * transaction, so two workers re-driving at once make one message. No token is needed.
    */
   async redrive(message: RunMessage): Promise<boolean> {
     return immediate(this.db, () => {
       if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version })) return false;
       const now = this.now;
       this.sql(
-        `INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)
-         ON CONFLICT (dedup_key) DO UPDATE SET acked_at = NULL, receipt = NULL, visible_at = excluded.visible_at`,
-      ).run(`${message.runId}/v${message.version}`, message.runId, JSON.stringify({ runId: message.runId, version: message.version }), now, now);
+        `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, ?)
+         ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded.agent, acked_at = NULL, receipt = NULL, visible_at = excluded.visible_at,
+           receive_count = CASE WHEN queue.version = excluded.version THEN queue.receive_count ELSE 0 END,
+           version = excluded.version, body = excluded.body, created_at = excluded.created_at`,
+      ).run(message.runId, message.runId, message.runId, message.version, JSON.stringify({ runId: message.runId, version: message.version }), now, now);
       return true;
     });
   }
@@ -78,7 +90,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   /**
    * Running runs with no checkpoint since `before` and no live message for their latest version, oldest
    * first. One query over the running runs (same file) and their newest checkpoint rows, each candidate
-   * checked against its own range of the queue's dedup_key index.
+   * checked against its own row in the queue's dedup_key index.
    */
   async stalledRuns(before: number, limit: number): Promise<RunSummary[]> {
     const rows = this.sql(STALLED_RUNS).all({ before, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
@@ -167,24 +179,24 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   }
 }
 
-/** A prepared statement of the connection the caller writes on (cached by the caller). */
-
 /**
  * The queue's send and ack, on whichever connection to the file runs them: the queue's own, or a
  * checkpoint commit's, which folds them into its transaction (CheckpointWrite.queue).
  */
 export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now: number): void {
-  sql('INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?)')
-    .run(`${message.runId}/v${message.version}`, message.runId, message.runId, JSON.stringify(message), now + delayMs, now);
+  sql(
+    `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
+     VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, 0, NULL, ?) ${ON_NEWER_VERSION}`,
+  ).run(message.runId, message.runId, message.runId, message.version, JSON.stringify(message), now + delayMs, now);
 }
 
 /**
  * A step's send followed by its receive, done as one when they amount to one: the message just sent is
  * what the receive would take when it is visible at once, the receive takes one message, its filter admits
- * it, and nothing older is visible to that filter. It is then written received (one INSERT, where a send
- * and a receive are an INSERT and an UPDATE of the row and of the live index), with what the receive would
- * have set: hidden for the visibility, received once, the receipt's token. Returns undefined when they do
- * not amount to one, or the send was a duplicate: the caller then sends and receives as two.
+ * it, and nothing older is visible to that filter. It is then written received (one write of the run's
+ * row, where a send and a receive are two), with what the receive would have set: hidden for the
+ * visibility, received once, the receipt's token. Returns undefined when they do not amount to one, or the
+ * send was a duplicate: the caller then sends and receives as two.
  */
 export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
@@ -195,14 +207,15 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
   const body = JSON.stringify(message);
   // From the runs row, as a send tags its message; no row is written unless the filter admits the run.
   const row = sql(
-    `INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, receive_count, receipt, created_at)
-     SELECT ?, run_id, agent, ?, ?, 1, ?, ? FROM runs WHERE run_id = ? ${filter.only} RETURNING id`,
-  ).get(`${message.runId}/v${message.version}`, body, now + receive.visibilityMs, token, now, message.runId, ...filter.args) as { id: number } | undefined;
+    `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
+     SELECT run_id, run_id, agent, ?, ?, ?, 1, ?, ? FROM runs WHERE run_id = ? ${filter.only} ${ON_NEWER_VERSION} RETURNING id`,
+  ).get(message.version, body, now + receive.visibilityMs, token, now, message.runId, ...filter.args) as { id: number } | undefined;
   return row ? [{ body, receiveCount: 1, receipt: `${row.id}:${token}` }] : undefined;
 }
 
 /**
- * The queue's receive: the oldest visible messages of the consumer's filter (FIFO by visible_at, id),
+ * The queue's receive: the oldest visible messages of the consumer's filter (FIFO by visible_at, then by
+ * run: a run's row keeps its id, so messages visible in the same millisecond go in the order runs began),
  * hidden for the visibility, their receive counted. One UPDATE ... RETURNING, so two connections never
  * take the same message: run by SqliteQueue.receive, or inside a checkpoint commit (QueueWork.receive).
  */

@@ -35,7 +35,10 @@ describe('worker loop: the next delivery comes with the step\'s checkpoint', () 
     await start(w.deps, 'b', 'b');
     const receive = vi.spyOn(w.runtime.queue, 'receive');
     const order: string[] = [];
-    await runWorker(w.deps, w.runtime.queue, drainOptions({ onHandled: stepped(order) }));
+    // Time goes on between steps, as it does (the queue is FIFO by the millisecond a message is visible).
+    const clock = w.deps.clock as ManualClock;
+    clock.advance(1);
+    await runWorker(w.deps, w.runtime.queue, drainOptions({ onHandled: (h) => { stepped(order)(h); clock.advance(1); } }));
 
     // FIFO as a receive is: the message a step just sent waits behind the other run's older one.
     expect(order).toEqual(['a:1', 'b:1', 'a:2', 'b:2', 'a:3', 'b:3', 'a:3', 'b:3']);

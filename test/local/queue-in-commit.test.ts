@@ -8,9 +8,9 @@ import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 import { META, recordFor, stateAfter } from '../support/states.ts';
 
 /** Every queue row, as the file holds it: what a crash at any moment would leave. */
-function queueRows(db: import('../../lib/local/database.ts').Db): { key: string; acked: boolean }[] {
-  return (db.prepare('SELECT dedup_key, acked_at FROM queue ORDER BY id').all() as { dedup_key: string; acked_at: number | null }[])
-    .map((r) => ({ key: r.dedup_key, acked: r.acked_at !== null }));
+function queueRows(db: import('../../lib/local/database.ts').Db): { key: string; version: number; acked: boolean }[] {
+  return (db.prepare('SELECT dedup_key, version, acked_at FROM queue ORDER BY id').all() as { dedup_key: string; version: number; acked_at: number | null }[])
+    .map((r) => ({ key: r.dedup_key, version: r.version, acked: r.acked_at !== null }));
 }
 
 /**
@@ -40,7 +40,8 @@ describe('local worker path: one transaction per step', () => {
     // Neither went through the queue's own connection: the checkpoint's commit did both.
     expect(send).not.toHaveBeenCalled();
     expect(ack).not.toHaveBeenCalled();
-    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: true }, { key: 'run/v2', acked: false }]);
+    // The run's one row, rewritten from the delivery's message to the next one: that is the ack.
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run', version: 2, acked: false }]);
     expect((await loadState(w.runtime)).step).toBe(1);
     w.runtime.close();
   });
@@ -57,7 +58,7 @@ describe('local worker path: one transaction per step', () => {
 
     expect((await w.runtime.store.load('run'))!.version).toBe(1);
     expect(await w.runtime.store.history('run')).toHaveLength(1);
-    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: false }]);
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run', version: 1, acked: false }]);
     // The delivery comes back and the step is done then, once.
     w.clock.advance(VISIBILITY_MS + 1);
     const [again] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
@@ -77,7 +78,7 @@ describe('local worker path: one transaction per step', () => {
       runId: 'run', expectedVersion: 1, state: stateAfter('run', 1), appended: recordFor('run', 1), ...META,
       queue: { send: { message: { runId: 'run', version: 2 } }, ack: delivery!.receipt },
     })).rejects.toBeInstanceOf(StaleVersionError);
-    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run/v1', acked: false }]);
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'run', version: 1, acked: false }]);
     w.runtime.close();
   });
 
@@ -89,6 +90,7 @@ describe('local worker path: one transaction per step', () => {
     const other = openLocalRuntime({ dbPath: db.path, clock: w.clock });
     const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     expect(JSON.parse(delivery!.body)).toEqual({ runId: 'a', version: 1 });
+    w.clock.advance(1); // the step takes time: its message is sent a millisecond after b's
     const written = await w.runtime.store.commit({
       runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META,
       queue: { send: { message: { runId: 'a', version: 2 } }, ack: delivery!.receipt, receive: w.runtime.queue.receiveInCommit(VISIBILITY_MS) },
@@ -148,7 +150,7 @@ describe('local worker path: one transaction per step', () => {
     expect(JSON.parse(next!.body)).toEqual({ runId: 'a', version: 2 });
     expect(next!.receiveCount).toBe(1);
     // The row as a send and a receive leave it: tagged with the run's agent, hidden for the visibility.
-    const row = w.runtime.db.prepare("SELECT id, agent, receive_count, receipt, visible_at - created_at AS hidden FROM queue WHERE dedup_key = 'a/v2'").get();
+    const row = w.runtime.db.prepare("SELECT id, agent, receive_count, receipt, visible_at - created_at AS hidden FROM queue WHERE dedup_key = 'a' AND version = 2").get();
     expect(row).toEqual({ id: Number(next!.receipt.split(':')[0]), agent: 'rows-agent', receive_count: 1, receipt: next!.receipt.split(':')[1], hidden: VISIBILITY_MS });
     expect(await other.queue.receive({ visibilityMs: VISIBILITY_MS })).toEqual([]);
     w.clock.advance(VISIBILITY_MS);
@@ -178,13 +180,16 @@ describe('local worker path: one transaction per step', () => {
     expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, { ...all, max: 2 }, now)).toBeUndefined();
     expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, w.runtime.queue.forRun('b').receiveInCommit(VISIBILITY_MS), now)).toBeUndefined();
     expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, w.runtime.queue.forAgents(['another-agent']).receiveInCommit(VISIBILITY_MS), now)).toBeUndefined();
-    // None of those wrote a row: the caller sends and receives as two.
+    // None of those wrote: the caller sends and receives as two.
     expect(rows()).toBe(before);
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'a', version: 1, acked: true }, { key: 'b', version: 1, acked: true }]);
     const [taken] = enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, all, now)!;
     expect(JSON.parse(taken!.body)).toEqual({ runId: 'a', version: 2 });
     // A duplicate send of it is no message of its own and no second receive.
     expect(enqueueReceived(sql, { message: { runId: 'a', version: 2 } }, w.runtime.queue.forRun('a').receiveInCommit(VISIBILITY_MS), now)).toBeUndefined();
-    expect(rows()).toBe(before + 1);
+    // The run's row, rewritten in place: no row of its own.
+    expect(rows()).toBe(before);
+    expect(queueRows(w.runtime.db)).toEqual([{ key: 'a', version: 2, acked: false }, { key: 'b', version: 1, acked: true }]);
     w.runtime.close();
   });
 

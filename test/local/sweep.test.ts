@@ -80,13 +80,13 @@ describe('the local stalled-run sweep', () => {
     expect(await queue.redrive({ runId: 'r', version: 2 })).toBe(false);
     expect(queue.depth()).toBe(1);
     // Only a message for an older version is left: it cannot move the run at version 4 past a
-    // deduplication record, so the re-drive sends.
+    // deduplication record, so the re-drive sends, rewriting the run's row (version 3's message is stale).
     expect(await queue.redrive({ runId: 'r', version: 4 })).toBe(true);
     expect(await queue.redrive({ runId: 'r', version: 4 })).toBe(false);
-    expect(queue.depth()).toBe(2);
+    expect(queue.depth()).toBe(1);
     const delivered = [];
     for (let d = await queue.receive(); d.length; d = await queue.receive()) { delivered.push(JSON.parse(d[0]!.body)); await queue.ack(d[0]!); }
-    expect(delivered).toEqual([{ runId: 'r', version: 3 }, { runId: 'r', version: 4 }]);
+    expect(delivered).toEqual([{ runId: 'r', version: 4 }]);
     // Acked: a plain send is swallowed by the day-long deduplication record, a re-drive is not.
     await queue.send({ runId: 'r', version: 4 });
     expect(queue.depth()).toBe(0);

@@ -85,10 +85,12 @@ describe('a run that waits for approval (SQLite)', () => {
     expect(done.steps[2]).toMatchObject({ tool: 'drop_table', workerId: 'worker-B' });
     expect(shared.dropped).toEqual(['run/step-3:old_rows']);
     expect(outbox()).toHaveLength(1);
-    // The timer of the answered wait comes due later and changes nothing.
+    // The timer of the answered wait is gone: the answer's message rewrote the run's queue row. Nothing
+    // comes due at the deadline, and nothing changes.
     const finalVersion = (await b.runtime.store.load('run'))!.version;
+    expect(b.runtime.queue.depth()).toBe(0);
     clock.advance(3_600_000);
-    expect(await workVisible(b.deps, b.runtime)).toBe(1);
+    expect(await workVisible(b.deps, b.runtime)).toBe(0);
     expect((await b.runtime.store.load('run'))!.version).toBe(finalVersion);
     b.runtime.close();
   });
@@ -151,7 +153,7 @@ describe('a run that waits for approval (SQLite)', () => {
     await workVisible(a.deps, a.runtime);
     // A stray duplicate of the step's message (C8) drives the wait again: still one email.
     await a.runtime.queue.send({ runId: 'run', version: 2 });
-    a.runtime.db.prepare("UPDATE queue SET acked_at = NULL, visible_at = 0 WHERE dedup_key = 'run/v2'").run();
+    a.runtime.db.prepare("UPDATE queue SET acked_at = NULL, visible_at = 0 WHERE dedup_key = 'run' AND version = 2").run();
     await workVisible(a.deps, a.runtime);
     expect(sent).toEqual([`run/wait-${decodeState((await a.runtime.store.load('run'))!).wait!.id}/${APPROVER}`]);
     a.runtime.close();

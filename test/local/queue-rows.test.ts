@@ -1,0 +1,103 @@
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { ManualClock, tempDb } from '../support/harness.ts';
+
+type Row = { dedup_key: string; version: number | null; body: string; acked: number; receive_count: number };
+const rows = (db: Database.Database) =>
+  db.prepare('SELECT dedup_key, version, body, acked_at IS NOT NULL AS acked, receive_count FROM queue ORDER BY id').all() as Row[];
+
+/** The local queue keeps one row per run: its message for the newest version sent. */
+describe('the local queue: one row per run', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('a send for a newer version rewrites the run\'s row; one for the same or an older version changes nothing', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue } = runtime;
+    await queue.send({ runId: 'r', version: 2 });
+    await queue.send({ runId: 'r', version: 1 });
+    await queue.send({ runId: 'r', version: 2 });
+    expect(rows(runtime.db)).toEqual([{ dedup_key: 'r', version: 2, body: '{"runId":"r","version":2}', acked: 0, receive_count: 0 }]);
+    await queue.send({ runId: 'r', version: 3 }, { delayMs: 5000 });
+    expect(rows(runtime.db)).toMatchObject([{ dedup_key: 'r', version: 3, acked: 0 }]);
+    expect(await queue.receive()).toEqual([]); // delayed, as sent
+    clock.advance(5000);
+    const [got] = await queue.receive();
+    expect(JSON.parse(got!.body)).toEqual({ runId: 'r', version: 3 });
+    expect(await queue.ack(got!)).toBe(true);
+    // Acked, the row is the tombstone of version 3: a late duplicate is swallowed, a newer version is not.
+    await queue.send({ runId: 'r', version: 3 });
+    expect(queue.depth()).toBe(0);
+    await queue.send({ runId: 'r', version: 4 });
+    expect(rows(runtime.db)).toMatchObject([{ dedup_key: 'r', version: 4, acked: 0, receive_count: 0 }]);
+    runtime.close();
+  });
+
+  it('a newer message takes the place of one in flight: its holder (stale by then) can no longer ack, release or hand it back', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue } = runtime;
+    await queue.send({ runId: 'r', version: 1 });
+    const [held] = await queue.receive({ visibilityMs: 60_000 });
+    // Another writer moved the run to version 2 and sent its message (an answer to a wait, a re-drive).
+    await queue.send({ runId: 'r', version: 2 });
+    expect(await queue.ack(held!)).toBe(false);
+    await queue.release(held!, 60_000);
+    expect(await queue.handBack(held!)).toBe(false);
+    // Version 2's message is visible at once, received for the first time.
+    const [next] = await queue.receive();
+    expect(JSON.parse(next!.body)).toEqual({ runId: 'r', version: 2 });
+    expect(next!.receiveCount).toBe(1);
+    runtime.close();
+  });
+
+  it('a file from before has its rows per version folded into one per run when opened, keeping the live message of the newest version', async () => {
+    db = tempDb();
+    mkdirSync(dirname(db.path), { recursive: true });
+    // The queue as the previous release wrote it: a row per (run, version), tombstones kept for a day.
+    const old = new Database(db.path);
+    old.exec(`
+      CREATE TABLE runs (run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, status TEXT NOT NULL, step INTEGER NOT NULL,
+        agent TEXT NOT NULL, reason TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+      CREATE TABLE queue (id INTEGER PRIMARY KEY, dedup_key TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, agent TEXT, body TEXT NOT NULL,
+        visible_at INTEGER NOT NULL, receive_count INTEGER NOT NULL DEFAULT 0, receipt TEXT, acked_at INTEGER, created_at INTEGER NOT NULL);
+      INSERT INTO runs VALUES ('a', 4, 'running', 3, 'rows', NULL, 1, 1), ('b', 2, 'waiting', 1, 'rows', NULL, 1, 1), ('c', 5, 'running', 4, 'rows', NULL, 1, 1);
+      INSERT INTO queue (dedup_key, run_id, agent, body, visible_at, receive_count, acked_at, created_at) VALUES
+        ('a/v3', 'a', 'rows', '{"runId":"a","version":3}', 0, 1, 10, 0),
+        ('a/v4', 'a', 'rows', '{"runId":"a","version":4}', 0, 2, NULL, 0),
+        ('b/v1', 'b', 'rows', '{"runId":"b","version":1}', 0, 1, 10, 0),
+        ('b/v2', 'b', 'rows', '{"runId":"b","version":2}', 0, 1, 12, 0),
+        ('c/v5', 'c', 'rows', '{"runId":"c","version":5}', 0, 0, NULL, 0),
+        ('c/v3', 'c', 'rows', '{"runId":"c","version":3}', 99999, 0, NULL, 0),
+        ('raw/1', '', NULL, 'not json', 0, 0, NULL, 0);
+    `);
+    old.close();
+
+    const clock = new ManualClock();
+    const first = openLocalRuntime({ dbPath: db.path, clock });
+    const second = openLocalRuntime({ dbPath: db.path, clock }); // another process opening the same file
+    try {
+      expect(rows(first.db).map(({ dedup_key, version, acked, receive_count }) => ({ dedup_key, version, acked, receive_count }))).toEqual([
+        { dedup_key: 'a', version: 4, acked: 0, receive_count: 2 }, // the live one, its receive count kept
+        { dedup_key: 'b', version: 2, acked: 1, receive_count: 1 }, // the newest tombstone
+        { dedup_key: 'c', version: 5, acked: 0, receive_count: 0 }, // c/v3, live but stale, dropped
+        { dedup_key: 'raw/1', version: null, acked: 0, receive_count: 0 },
+      ]);
+      // Still deduplicated and deliverable as before.
+      await second.queue.send({ runId: 'b', version: 2 });
+      expect(first.queue.depth()).toBe(3);
+      const taken = await second.queue.receive({ max: 10 });
+      expect(taken.map((d) => d.body).sort()).toEqual(['not json', '{"runId":"a","version":4}', '{"runId":"c","version":5}']);
+      expect(taken.find((d) => d.body.includes('"a"'))!.receiveCount).toBe(3);
+    } finally {
+      first.close();
+      second.close();
+    }
+  });
+});
