@@ -130,6 +130,12 @@ CREATE TABLE IF NOT EXISTS queue (
 CREATE INDEX IF NOT EXISTS queue_live ON queue (visible_at) WHERE acked_at IS NULL;
 `;
 
+/**
+ * The latest version of the run whose id is the SQL expression `runId`: its newest checkpoint row (a
+ * running run's steps do not write its runs row). Every reader and the commit's fence take it from here.
+ */
+export const latestVersionOf = (runId: string): string => `(SELECT max(n.version) FROM checkpoints n WHERE n.run_id = ${runId})`;
+
 /** A statement by its text. */
 export type Prepare = (text: string) => Database.Statement;
 

@@ -10,7 +10,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, preparedOnce, reading, type Db } from './database.ts';
+import { immediate, latestVersionOf, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, enqueueReceived, takeVisible } from './sqlite-queue.ts';
 
@@ -24,6 +24,10 @@ let codec: Promise<typeof Codec> | undefined;
 const encoders = (): Promise<typeof Codec> => (codec ??= import('../core/codec.ts'));
 
 interface RunRow { run_id: string; version: number; status: RunStatus; step: number; agent: string; reason: string | null; updated_at: number }
+
+const LATEST_VERSION = `SELECT ${latestVersionOf('?')} AS version`;
+/** What a commit is fenced on: the run's status and reason, and its latest version. */
+const FENCE = `SELECT r.status, r.reason, ${latestVersionOf('r.run_id')} AS version FROM runs r WHERE r.run_id = ?`;
 
 /**
  * Checkpoints in SQLite. A write is one transaction: check that the run's newest checkpoint is the version
@@ -138,7 +142,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
 
   /** The run's latest version, its newest checkpoint row (undefined: no such run). */
   private latestVersion(runId: string): number | undefined {
-    return (this.sql('SELECT max(version) AS version FROM checkpoints WHERE run_id = ?').get(runId) as { version: number | null }).version ?? undefined;
+    return (this.sql(LATEST_VERSION).get(runId) as { version: number | null }).version ?? undefined;
   }
 
   async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
@@ -183,7 +187,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return immediate(this.db, () => {
       const now = this.now;
       // The fence: the newest version is the one this writer read. Reads only; the insert below writes.
-      const current = this.sql('SELECT r.status, r.reason, (SELECT max(c.version) FROM checkpoints c WHERE c.run_id = r.run_id) AS version FROM runs r WHERE r.run_id = ?')
+      const current = this.sql(FENCE)
         .get(write.runId) as { status: RunStatus; reason: string | null; version: number } | undefined;
       if (current?.version !== write.expectedVersion) throw new StaleVersionError(write.runId, write.expectedVersion);
       // Most commits are a running run's next step: the runs row, which holds what changes with the
@@ -278,7 +282,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const updated = ended ? 'r.updated_at' : 'c.created_at';
     if (query.updatedBefore !== undefined) { where.push(`${updated} < ?`); args.push(query.updatedBefore); }
     const sql = `SELECT r.run_id, ${ended ? 'r.version, r.step' : 'c.version, c.step'}, r.status, r.agent, r.reason, ${updated} AS updated_at FROM runs r
-      ${ended ? '' : 'JOIN checkpoints c ON c.run_id = r.run_id AND c.version = (SELECT max(n.version) FROM checkpoints n WHERE n.run_id = r.run_id)'}
+      ${ended ? '' : `JOIN checkpoints c ON c.run_id = r.run_id AND c.version = ${latestVersionOf('r.run_id')}`}
       ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${updated} DESC LIMIT ?`;
     const rows = this.sql(sql).all(...args, query.limit ?? 100) as RunRow[];
     return rows.map((r) => ({
@@ -295,7 +299,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
    */
   prune(options: { olderThanMs?: number } = {}): number {
     const expired = options.olderThanMs !== undefined ? 'created_at < :before' : 'expires_at < :before';
-    const prunable = `${expired} AND version < (SELECT max(n.version) FROM checkpoints n WHERE n.run_id = checkpoints.run_id)`;
+    const prunable = `${expired} AND version < ${latestVersionOf('checkpoints.run_id')}`;
     const before = options.olderThanMs !== undefined ? this.now - options.olderThanMs : this.now;
     return immediate(this.db, () => {
       this.sql(
