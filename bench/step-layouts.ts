@@ -7,6 +7,10 @@
  *     runs row and the newest version), then the checkpoint row with its record, head and metadata;
  *   - the previous layout's rows in raw SQL, the baseline of that change: the run's row updated, the step
  *     record in the steps table, the checkpoint row with the head;
+ *   - the worker path's transaction: this store's row, plus the queue work a worker's step folds into it
+ *     (the next message sent and received, the delivery acked) by the queue's own functions, which rewrite
+ *     the run's one queue row; and, as the baseline of that change, the previous queue's statements in raw
+ *     SQL (the delivery's row acked, then a new row per version, received);
  *   - this store's commit() (encoding included), states made before timing;
  *   - the engine step: advance() with a stub model and a no-op tool (load, prompt, tool, commit);
  *   - the same engine step on the one-row prototype (bench/one-row-store.ts, a store of only what these
@@ -16,12 +20,15 @@
  *   node --import tsx bench/step-layouts.ts [steps-per-round] [rounds]
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/step-layouts.ts [steps-per-round] [rounds]   (the compiled code, as npm run bench runs it)
  */
+import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { encodeHead, encodeStep } from '../lib/core/codec.ts';
 import { advance } from '../lib/engine/advance.ts';
 import type { EngineDeps } from '../lib/engine/deps.ts';
 import { startRun } from '../lib/engine/start.ts';
+import { preparedOnce } from '../lib/local/database.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
+import { ackReceipt, enqueueReceived } from '../lib/local/sqlite-queue.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
 import { openOneRowStore } from './one-row-store.ts';
 import { benchDeps, codeMeasured, durable, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
@@ -67,6 +74,40 @@ async function main(): Promise<void> {
     const history = rows.db.prepare(
       'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
+
+    // The worker path's transaction: the same row, and the queue work its commit carries.
+    const worker = openLocalRuntime({ dbPath: join(dir, 'worker.db') });
+    const workerFence = worker.db.prepare(fence.source);
+    const workerCheckpoint = worker.db.prepare(checkpoint.source);
+    const previousQueue = openLocalRuntime({ dbPath: join(dir, 'previous-queue.db') });
+    const previousFence = previousQueue.db.prepare(fence.source);
+    const previousCheckpoint = previousQueue.db.prepare(checkpoint.source);
+    const previousAck = previousQueue.db.prepare('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL');
+    const previousAny = previousQueue.db.prepare("SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? AND (agent IS NULL OR agent IN ('bench')) LIMIT 1");
+    const previousReceived = previousQueue.db.prepare(
+      `INSERT OR IGNORE INTO queue (dedup_key, run_id, agent, body, visible_at, receive_count, receipt, created_at)
+       SELECT ?, run_id, agent, ?, ?, 1, ?, ? FROM runs WHERE run_id = ? AND (agent IS NULL OR agent IN ('bench')) RETURNING id`,
+    );
+    const receive = worker.queue.forAgents(['bench']).receiveInCommit(30_000);
+    const workerCase = (name: string, db: typeof worker.db, fenceOf: typeof fence, checkpointOf: typeof checkpoint,
+      queueWork: (runId: string, n: number, receipt: string) => string) => ({
+      name,
+      async run(round: number): Promise<number> {
+        const runId = `w${round}`;
+        db.prepare("INSERT INTO runs (run_id, version, status, step, agent, created_at, updated_at) VALUES (?, 1, 'running', 0, 'bench', 0, 0)").run(runId);
+        checkpointOf.run(runId, 1, 0, 'running', null, null, 'bench', 'bench', head.length, null, head, null, 0, 1);
+        let receipt = '0:none';
+        const t0 = process.hrtime.bigint();
+        for (let n = 1; n <= STEPS; n++) {
+          db.transaction(() => {
+            if ((fenceOf.get(runId) as { version: number }).version !== n) throw new Error('bench: the fence refused a write');
+            checkpointOf.run(runId, n + 1, n, 'running', 'noop', null, 'bench', 'bench', head.length + record.length, record, head, null, n, n + 1);
+            receipt = queueWork(runId, n + 1, receipt);
+          })();
+        }
+        return perStep(t0);
+      },
+    });
 
     const store = openLocalRuntime({ dbPath: join(dir, 'store.db') });
     const states = Array.from({ length: STEPS + 1 }, (_, n) => stateAfter('s', n));
@@ -119,6 +160,22 @@ async function main(): Promise<void> {
           return perStep(t0);
         },
       },
+      workerCase("worker path's transaction: the row + this queue's work", worker.db, workerFence, workerCheckpoint, (runId, version, receipt) => {
+        const sql = preparedOnce(worker.db);
+        const [next] = enqueueReceived(sql, { message: { runId, version } }, receive, Date.now()) ?? [];
+        ackReceipt(sql, receipt, Date.now());
+        if (!next) throw new Error('bench: the step did not receive its next message');
+        return next.receipt;
+      }),
+      workerCase("the same with the previous queue's rows, raw SQL", previousQueue.db, previousFence, previousCheckpoint, (runId, version, receipt) => {
+        const [id, token] = receipt.split(':');
+        const now = Date.now();
+        previousAck.run(now, Number(id), token);
+        if (previousAny.get(now)) throw new Error('bench: another message was visible');
+        const next = randomUUID();
+        const row = previousReceived.get(`${runId}/v${version}`, JSON.stringify({ runId, version }), now + 30_000, next, now, runId) as { id: number };
+        return `${row.id}:${next}`;
+      }),
       {
         name: "this store's commit() (encoding + its SQL)",
         async run(round) {
@@ -148,7 +205,7 @@ async function main(): Promise<void> {
       const xs = results[i]!;
       console.log(c.name.padEnd(64), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floorMs, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
     }
-    floor.close(); one.close(); row.close(); rows.close(); store.close(); engine.close(); oneRow.db.close();
+    floor.close(); one.close(); row.close(); rows.close(); worker.close(); previousQueue.close(); store.close(); engine.close(); oneRow.db.close();
   } finally {
     cleanup();
   }
