@@ -1,9 +1,7 @@
-import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
+import { OLD_RUNS_TABLE, writeOldFile } from '../support/old-files.ts';
 
 describe('the local queue and several agents', () => {
   let db: ReturnType<typeof tempDb>;
@@ -11,12 +9,8 @@ describe('the local queue and several agents', () => {
 
   it('tags the waiting messages of a file from before agents were on the queue, when it is opened', async () => {
     db = tempDb();
-    mkdirSync(dirname(db.path), { recursive: true });
     // The queue and runs tables as the previous release created them, with one waiting message per run.
-    const old = new Database(db.path);
-    old.exec(`
-      CREATE TABLE runs (run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, status TEXT NOT NULL, step INTEGER NOT NULL,
-        agent TEXT NOT NULL, reason TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+    writeOldFile(db.path, `${OLD_RUNS_TABLE}
       CREATE TABLE queue (id INTEGER PRIMARY KEY, dedup_key TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, body TEXT NOT NULL,
         visible_at INTEGER NOT NULL, receive_count INTEGER NOT NULL DEFAULT 0, receipt TEXT, acked_at INTEGER, created_at INTEGER NOT NULL);
       INSERT INTO runs VALUES ('m1', 3, 'running', 2, 'migrate-rows', NULL, 1, 1), ('c1', 1, 'running', 0, 'cleanup-tables', NULL, 1, 1);
@@ -24,7 +18,6 @@ describe('the local queue and several agents', () => {
         ('m1/v3', 'm1', '{"runId":"m1","version":3}', 0, 0), ('c1/v1', 'c1', '{"runId":"c1","version":1}', 0, 0),
         ('raw/1', '', 'not json', 0, 0);
     `);
-    old.close();
 
     const clock = new ManualClock();
     const first = openLocalRuntime({ dbPath: db.path, clock });

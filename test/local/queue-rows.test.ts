@@ -1,9 +1,8 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
+import { OLD_RUNS_TABLE, writeOldFile } from '../support/old-files.ts';
 
 type Row = { dedup_key: string; version: number | null; body: string; acked: number; receive_count: number };
 const rows = (db: Database.Database) =>
@@ -59,12 +58,8 @@ describe('the local queue: one row per run', () => {
 
   it('a file from before has its rows per version folded into one per run when opened, keeping the live message of the newest version', async () => {
     db = tempDb();
-    mkdirSync(dirname(db.path), { recursive: true });
     // The queue as the previous release wrote it: a row per (run, version), tombstones kept for a day.
-    const old = new Database(db.path);
-    old.exec(`
-      CREATE TABLE runs (run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, status TEXT NOT NULL, step INTEGER NOT NULL,
-        agent TEXT NOT NULL, reason TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+    writeOldFile(db.path, `${OLD_RUNS_TABLE}
       CREATE TABLE queue (id INTEGER PRIMARY KEY, dedup_key TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, agent TEXT, body TEXT NOT NULL,
         visible_at INTEGER NOT NULL, receive_count INTEGER NOT NULL DEFAULT 0, receipt TEXT, acked_at INTEGER, created_at INTEGER NOT NULL);
       INSERT INTO runs VALUES ('a', 4, 'running', 3, 'rows', NULL, 1, 1), ('b', 2, 'waiting', 1, 'rows', NULL, 1, 1), ('c', 5, 'running', 4, 'rows', NULL, 1, 1);
@@ -77,7 +72,6 @@ describe('the local queue: one row per run', () => {
         ('c/v3', 'c', 'rows', '{"runId":"c","version":3}', 99999, 0, NULL, 0),
         ('raw/1', '', NULL, 'not json', 0, 0, NULL, 0);
     `);
-    old.close();
 
     const clock = new ManualClock();
     const first = openLocalRuntime({ dbPath: db.path, clock });
