@@ -56,6 +56,31 @@ describe('the local queue: one row per run', () => {
     runtime.close();
   });
 
+  it('a re-drive brings the run\'s row back: at the same version its receive count is kept (a redelivery), at a newer one it starts again; its agent is the run\'s', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    runtime.db.prepare("INSERT INTO runs (run_id, version, status, step, agent, created_at, updated_at) VALUES ('r', 2, 'running', 1, 'rows', 0, 0)").run();
+    const rows = runtime.queue.forAgents(['rows']);
+    await runtime.queue.send({ runId: 'r', version: 2 });
+    const [first] = await rows.receive();
+    expect(await rows.ack(first!)).toBe(true);
+    expect(await runtime.queue.redrive({ runId: 'r', version: 2 })).toBe(true);
+    const [again] = await rows.receive();
+    expect(again!.receiveCount).toBe(2);
+    expect(await rows.ack(again!)).toBe(true);
+    expect(await runtime.queue.redrive({ runId: 'r', version: 3 })).toBe(true);
+    const [newer] = await rows.receive();
+    expect(JSON.parse(newer!.body)).toEqual({ runId: 'r', version: 3 });
+    expect(newer!.receiveCount).toBe(1);
+    // A run with no row yet: the re-drive's row is tagged with the run's agent, for that agent's workers only.
+    runtime.db.prepare("INSERT INTO runs (run_id, version, status, step, agent, created_at, updated_at) VALUES ('s', 1, 'running', 0, 'rows', 0, 0)").run();
+    expect(await runtime.queue.redrive({ runId: 's', version: 1 })).toBe(true);
+    expect(await runtime.queue.forAgents(['another-agent']).receive()).toEqual([]);
+    expect((await rows.receive()).map((d) => JSON.parse(d.body))).toEqual([{ runId: 's', version: 1 }]);
+    runtime.close();
+  });
+
   it('a file from before has its rows per version folded into one per run when opened, keeping the live message of the newest version', async () => {
     db = tempDb();
     // The queue as the previous release wrote it: a row per (run, version), tombstones kept for a day.
