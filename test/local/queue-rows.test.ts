@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
 import { OLD_RUNS_TABLE, writeOldFile } from '../support/old-files.ts';
+import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 
 type Row = { dedup_key: string; version: number | null; body: string; acked: number; receive_count: number };
 const rows = (db: Database.Database) =>
@@ -53,6 +54,30 @@ describe('the local queue: one row per run', () => {
     const [next] = await queue.receive();
     expect(JSON.parse(next!.body)).toEqual({ runId: 'r', version: 2 });
     expect(next!.receiveCount).toBe(1);
+    runtime.close();
+  });
+
+  it('a step\'s commit sends first and acks after: a delivery that is not the run\'s row (a raw copy of its message) is still acked', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue, store } = runtime;
+    await store.create(newState('a'), META);
+    await queue.send({ runId: 'a', version: 1 });
+    const [own] = await queue.receive();
+    expect(await queue.ack(own!)).toBe(true);
+    // Another system put a copy of the run's message on the queue: a row of its own.
+    queue.sendRaw(JSON.stringify({ runId: 'a', version: 1 }));
+    const [copy] = await queue.receive();
+    expect(copy!.receipt.split(':')[0]).not.toBe(own!.receipt.split(':')[0]);
+    await store.commit({
+      runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META,
+      queue: { send: { message: { runId: 'a', version: 2 } }, ack: copy!.receipt },
+    });
+    expect(rows(runtime.db).map(({ dedup_key, version, acked }) => ({ dedup_key, version, acked }))).toEqual([
+      { dedup_key: 'a', version: 2, acked: 0 },
+      { dedup_key: expect.stringMatching(/^raw\//), version: null, acked: 1 },
+    ]);
     runtime.close();
   });
 
