@@ -8,9 +8,11 @@
  *   - the previous layout's rows in raw SQL, the baseline of that change: the run's row updated, the step
  *     record in the steps table, the checkpoint row with the head;
  *   - the worker path's transaction: this store's row, plus the queue work a worker's step folds into it
- *     (the next message sent and received, the delivery acked) by the queue's own functions, which rewrite
- *     the run's one queue row; and, as the baseline of that change, the previous queue's statements in raw
- *     SQL (the delivery's row acked, then a new row per version, received);
+ *     (the delivery acked, the next message sent and received) by the queue's own functions, as its commit
+ *     calls them: the run's one queue row handed to the next version, its lease kept (handOver); as the
+ *     baselines of the last two changes, the same row sent and received anew each step (enqueueReceived,
+ *     which writes the live index too), and the previous queue's statements in raw SQL (the delivery's
+ *     row acked, then a new row per version, received);
  *   - this store's commit() (encoding included), states made before timing;
  *   - the engine step: advance() with a stub model and a no-op tool (load, prompt, tool, commit);
  *   - the same engine step on the one-row prototype (bench/one-row-store.ts, a store of only what these
@@ -28,7 +30,7 @@ import type { EngineDeps } from '../lib/engine/deps.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { preparedOnce } from '../lib/local/database.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
-import { ackReceipt, enqueueReceived } from '../lib/local/sqlite-queue.ts';
+import { ackReceipt, enqueueReceived, handOver } from '../lib/local/sqlite-queue.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
 import { openOneRowStore } from './one-row-store.ts';
 import { benchDeps, codeMeasured, durable, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
@@ -79,6 +81,9 @@ async function main(): Promise<void> {
     const worker = openLocalRuntime({ dbPath: join(dir, 'worker.db') });
     const workerFence = worker.db.prepare(fence.source);
     const workerCheckpoint = worker.db.prepare(checkpoint.source);
+    const sendEach = openLocalRuntime({ dbPath: join(dir, 'send-each.db') });
+    const sendEachFence = sendEach.db.prepare(fence.source);
+    const sendEachCheckpoint = sendEach.db.prepare(checkpoint.source);
     const previousQueue = openLocalRuntime({ dbPath: join(dir, 'previous-queue.db') });
     const previousFence = previousQueue.db.prepare(fence.source);
     const previousCheckpoint = previousQueue.db.prepare(checkpoint.source);
@@ -162,6 +167,16 @@ async function main(): Promise<void> {
       },
       workerCase("worker path's transaction: the row + this queue's work", worker.db, workerFence, workerCheckpoint, (runId, version, receipt) => {
         const sql = preparedOnce(worker.db);
+        const send = { message: { runId, version } };
+        const [handed] = handOver(sql, receipt, send, receive, Date.now()) ?? [];
+        if (handed) return handed.receipt;
+        const [next] = enqueueReceived(sql, send, receive, Date.now()) ?? [];
+        ackReceipt(sql, receipt, Date.now());
+        if (!next) throw new Error('bench: the step did not receive its next message');
+        return next.receipt;
+      }),
+      workerCase('the same, the row sent and received anew each step', sendEach.db, sendEachFence, sendEachCheckpoint, (runId, version, receipt) => {
+        const sql = preparedOnce(sendEach.db);
         const [next] = enqueueReceived(sql, { message: { runId, version } }, receive, Date.now()) ?? [];
         ackReceipt(sql, receipt, Date.now());
         if (!next) throw new Error('bench: the step did not receive its next message');
@@ -205,7 +220,7 @@ async function main(): Promise<void> {
       const xs = results[i]!;
       console.log(c.name.padEnd(64), fmt(median(xs), 3).padStart(8), fmt(median(xs) / floorMs, 2).padStart(8), `${fmt(Math.min(...xs), 3)}..${fmt(Math.max(...xs), 3)}`.padStart(14));
     }
-    floor.close(); one.close(); row.close(); rows.close(); worker.close(); previousQueue.close(); store.close(); engine.close(); oneRow.db.close();
+    floor.close(); one.close(); row.close(); rows.close(); worker.close(); sendEach.close(); previousQueue.close(); store.close(); engine.close(); oneRow.db.close();
   } finally {
     cleanup();
   }

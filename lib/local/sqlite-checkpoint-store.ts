@@ -12,7 +12,7 @@ import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, latestVersionOf, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
-import { ackReceipt, enqueue, enqueueReceived, takeVisible } from './sqlite-queue.ts';
+import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 
@@ -218,14 +218,18 @@ export class SqliteCheckpointStore implements CheckpointStore {
         if (!this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
         const prepare = (text: string) => this.sql(text);
         const { send, ack, receive } = write.queue;
-        // The next step's message, received already when it is what the receive would take. It rewrites
-        // the run's queue row, the delivery's, so the ack after it finds that receipt gone and writes
-        // nothing; it acks the delivery when the send was a duplicate, or there was none.
-        if (send && receive) received = enqueueReceived(prepare, send, receive, now);
-        if (send && !received) enqueue(prepare, send.message, send.delayMs ?? 0, now);
-        if (ack) ackReceipt(prepare, ack, now);
-        // After the send, so the message just sent is taken only if nothing older is visible.
-        if (receive && !received) received = takeVisible(prepare, receive, now);
+        // A busy worker's step: its delivery's row handed to the next version, still held (one page).
+        received = send && receive && ack ? handOver(prepare, ack, send, receive, now) : undefined;
+        if (!received) {
+          // The next step's message, received already when it is what the receive would take. It rewrites
+          // the run's queue row, the delivery's, so the ack after it finds that receipt gone and writes
+          // nothing; it acks the delivery when the send was a duplicate, or there was none.
+          if (send && receive) received = enqueueReceived(prepare, send, receive, now);
+          if (send && !received) enqueue(prepare, send.message, send.delayMs ?? 0, now);
+          if (ack) ackReceipt(prepare, ack, now);
+          // After the send, so the message just sent is taken only if nothing older is visible.
+          if (receive && !received) received = takeVisible(prepare, receive, now);
+        }
       }
       return { version, bytes, head, ...(received ? { received } : {}) };
     });

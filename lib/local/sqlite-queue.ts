@@ -217,6 +217,31 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
 }
 
 /**
+ * A step's ack, send and receive, done as one when the delivery it acks is the run's own row, still held
+ * by that receipt with at least two thirds of the visibility left, and the receive would take the message
+ * just sent (as for enqueueReceived). The row becomes the next version's message, received by this worker
+ * again and hidden until the same moment: visible_at and acked_at stay, so the live index is not written,
+ * and a busy worker's step writes one queue page where a send and receive write two. The lease so kept is
+ * renewed by the worker's heartbeat a third of the way into a step (runWorker), and by the first hand-over
+ * after a third of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
+ */
+export function handOver(sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
+  if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
+  const filter = filterOf(receive);
+  if (anyVisible(sql, filter, now)) return undefined;
+  const { message } = send;
+  const [id, held] = splitReceipt(ack);
+  const token = randomUUID();
+  const body = JSON.stringify(message);
+  // Only columns outside every index are set: SQLite then leaves the indexes' pages as they are.
+  const written = sql(
+    `UPDATE queue SET version = ?, body = ?, receive_count = 1, receipt = ?, created_at = ?
+     WHERE id = ? AND receipt = ? AND acked_at IS NULL AND dedup_key = ? AND version < ? AND visible_at >= ? ${filter.only}`,
+  ).run(message.version, body, token, now, id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args);
+  return written.changes ? [{ body, receiveCount: 1, receipt: `${id}:${token}` }] : undefined;
+}
+
+/**
  * The queue's receive: the oldest visible messages of the consumer's filter (FIFO by visible_at, then by
  * run: a run's row keeps its id, so messages visible in the same millisecond go in the order runs began),
  * hidden for the visibility, their receive counted. One UPDATE ... RETURNING, so two connections never

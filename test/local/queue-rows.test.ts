@@ -81,6 +81,46 @@ describe('the local queue: one row per run', () => {
     runtime.close();
   });
 
+  it('a busy worker\'s step hands its delivery\'s row to the next version: still held until the same moment, renewed once a third has gone', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue, store } = runtime;
+    const VISIBILITY = 30_000;
+    const receive = queue.receiveInCommit(VISIBILITY);
+    await store.create(newState('a'), META);
+    await queue.send({ runId: 'a', version: 1 });
+    const row = () => runtime.db.prepare("SELECT id, version, visible_at, receive_count, receipt, acked_at FROM queue WHERE dedup_key = 'a'").get() as
+      { id: number; version: number; visible_at: number; receive_count: number; receipt: string; acked_at: number | null };
+    const step = async (version: number, held: string) => {
+      const { received } = await store.commit({
+        runId: 'a', expectedVersion: version, state: stateAfter('a', version), appended: recordFor('a', version), ...META,
+        queue: { send: { message: { runId: 'a', version: version + 1 } }, ack: held, receive },
+      });
+      return received![0]!;
+    };
+    const [first] = await queue.receive({ visibilityMs: VISIBILITY });
+    const leaseEnd = clock.now() + VISIBILITY;
+    clock.advance(VISIBILITY / 3); // a third gone: two thirds left, still kept
+    const second = await step(1, first!.receipt);
+    expect(JSON.parse(second.body)).toEqual({ runId: 'a', version: 2 });
+    expect(second.receiveCount).toBe(1);
+    // The same row, now version 2's message, held by the new receipt until the first one's moment.
+    expect(row()).toEqual({ id: Number(first!.receipt.split(':')[0]), version: 2, visible_at: leaseEnd, receive_count: 1, receipt: second.receipt.split(':')[1], acked_at: null });
+    expect(await queue.ack(first!)).toBe(false);
+    expect(await queue.receive({ visibilityMs: VISIBILITY })).toEqual([]);
+    clock.advance(1); // less than two thirds left: the step's receive hides it for the whole visibility again
+    const third = await step(2, second.receipt);
+    expect(row()).toMatchObject({ version: 3, visible_at: clock.now() + VISIBILITY, receive_count: 1, receipt: third.receipt.split(':')[1] });
+    // The holder dies: when the lease ends, the row is delivered again at the run's newest version, as a redelivery.
+    clock.advance(VISIBILITY);
+    const [again] = await queue.receive({ visibilityMs: VISIBILITY });
+    expect(JSON.parse(again!.body)).toEqual({ runId: 'a', version: 3 });
+    expect(again!.receiveCount).toBe(2);
+    expect(await queue.ack(third)).toBe(false);
+    runtime.close();
+  });
+
   it('a re-drive brings the run\'s row back: at the same version its receive count is kept (a redelivery), at a newer one it starts again; its agent is the run\'s', async () => {
     db = tempDb();
     const clock = new ManualClock();
