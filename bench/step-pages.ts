@@ -46,6 +46,14 @@ function emptiedWal(db: Database.Database): void {
   db.pragma('wal_checkpoint(TRUNCATE)');
 }
 
+/** The checkpoints b-tree's pages by kind: their count, cells and payload bytes (dbstat). */
+function checkpointsShape(db: Database.Database): string {
+  const rows = db.prepare("SELECT pagetype, count(*) AS pages, sum(ncell) AS cells, sum(payload) AS payload FROM dbstat WHERE name = 'checkpoints' GROUP BY pagetype ORDER BY pagetype DESC")
+    .all() as { pagetype: string; pages: number; cells: number; payload: number }[];
+  return rows.map((r) => `${r.pages} ${r.pagetype} pages holding ${r.cells} cells of ${Math.round(r.payload / Math.max(1, r.cells))} B`).join(', ');
+}
+const shapes = new Map<string, string>();
+
 async function stepCase(dir: string, path: 'engine' | 'worker', outputBytes: number): Promise<Map<string, number>> {
   const name = `${path}-${outputBytes}`;
   const runtime = openBenchRuntime(dir, name);
@@ -55,6 +63,7 @@ async function stepCase(dir: string, path: 'engine' | 'worker', outputBytes: num
   if (path === 'engine') for (let i = 0; i < STEPS; i++) await advance(deps, 'r');
   else await workerPathMsPerStep(deps, runtime, STEPS);
   const trees = framesByTree(runtime.db, join(dir, `${name}.db`), STEPS);
+  shapes.set(name, checkpointsShape(runtime.db));
   runtime.close();
   return trees;
 }
@@ -96,8 +105,12 @@ try {
   const total = (t: Map<string, number>) => [...t.values()].reduce((a, b) => a + b, 0);
   console.log('total'.padEnd(26), ...cases.map(([, t]) => fmt(total(t), 2).padStart(14)));
   console.log('a b-tree past 1.00 frame is splitting pages: a rowid table appending at its end adds one page and its parent\'s entry;'
-    + ' a WITHOUT ROWID table (checkpoints, steps: keyed by run) rebalances its last pages with their neighbours, several pages at a time;'
+    + ' a WITHOUT ROWID table (checkpoints, steps: keyed by run) rebalances its last pages with their neighbours, several pages at a time, and its interior pages hold whole rows (below), so they split too;'
     + ' a rowid table with the key as a unique index writes the index\'s page besides (rowid+key, 8: eight runs appending by turns)');
+  // Why the keyed table splits so often: an index b-tree's interior cells are whole keys, and a WITHOUT
+  // ROWID table's key is its whole row, so its interior pages hold a few rows each where a rowid table's
+  // hold hundreds of rowids, and a leaf's split soon splits its parent too.
+  for (const [name, shape] of shapes) console.log(`checkpoints after ${name} (${STEPS} steps): ${shape}`);
 } finally {
   cleanup();
 }
