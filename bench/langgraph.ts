@@ -30,7 +30,8 @@ import { fileURLToPath } from 'node:url';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { queryOutput } from './query-output.ts';
-import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
+import { openLocalRuntime } from '../lib/local/runtime.ts';
+import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, walRestarts, workerPathMsPerStep } from './support.ts';
 
 const STEPS = 60;
 const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 5);
@@ -38,8 +39,10 @@ const SIZES = [500, 20_000];
 
 interface RoundResult { ms: number; bytes?: number; uncompressed?: number }
 interface Case { name: string; run(round: number): Promise<RoundResult> }
-const CASES: ((dir: string, bytes: number) => Case)[] = [
-  floorCase, (dir, bytes) => stepwiseCase(dir, bytes, 'engine'), (dir, bytes) => stepwiseCase(dir, bytes, 'worker'), langGraphCase, langGraphTwoNodeCase,
+/** Each case's database file in `dir`, named by the case's index: the parent reads its WAL while warming. */
+const dbPathOf = (dir: string, bytes: number, index: number) => join(dir, `case${index}-${bytes}.db`);
+const CASES: ((path: string, bytes: number) => Case)[] = [
+  floorCase, (path, bytes) => stepwiseCase(path, bytes, 'engine'), (path, bytes) => stepwiseCase(path, bytes, 'worker'), langGraphCase, langGraphTwoNodeCase,
 ];
 
 /** Every TEXT and BLOB value stored in a SQLite database, in bytes. */
@@ -80,8 +83,8 @@ const toolCount = (state: typeof MessagesAnnotation.State) => state.messages.fil
  * LangGraph's loop in the shape its prebuilt ReAct agent and its docs use: a model node and a tools node,
  * so each step is two supersteps and two checkpoints. The one-node loop below is the cheapest shape it has.
  */
-function langGraphTwoNodeCase(dir: string, bytes: number) {
-  const saver = SqliteSaver.fromConnString(join(dir, `langgraph2-${bytes}.db`));
+function langGraphTwoNodeCase(path: string, bytes: number) {
+  const saver = SqliteSaver.fromConnString(path);
   saver.db.pragma('journal_mode = WAL');
   saver.db.pragma('synchronous = FULL');
   const graph = new StateGraph(MessagesAnnotation)
@@ -109,8 +112,7 @@ function langGraphTwoNodeCase(dir: string, bytes: number) {
   };
 }
 
-function langGraphCase(dir: string, bytes: number) {
-  const path = join(dir, `langgraph-${bytes}.db`);
+function langGraphCase(path: string, bytes: number) {
   const saver = SqliteSaver.fromConnString(path);
   saver.db.pragma('journal_mode = WAL');
   saver.db.pragma('synchronous = FULL');
@@ -135,8 +137,8 @@ function langGraphCase(dir: string, bytes: number) {
   };
 }
 
-function stepwiseCase(dir: string, bytes: number, path: 'engine' | 'worker') {
-  const runtime = openBenchRuntime(dir, `stepwise-${path}-${bytes}`);
+function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker') {
+  const runtime = openLocalRuntime({ dbPath });
   const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1, output }), instantModel('noop'));
   return {
     name: path === 'engine' ? 'stepwise, engine step (read-only tool)' : 'stepwise, worker path (receive+step+send+ack)',
@@ -157,8 +159,8 @@ function stepwiseCase(dir: string, bytes: number, path: 'engine' | 'worker') {
   };
 }
 
-function floorCase(dir: string, bytes: number) {
-  const db = new Database(join(dir, `floor-${bytes}.db`));
+function floorCase(path: string, _bytes: number) {
+  const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
@@ -171,6 +173,27 @@ function floorCase(dir: string, bytes: number) {
       return { ms: Number(process.hrtime.bigint() - t0) / 1e6 / STEPS };
     },
   };
+}
+
+/**
+ * Runs each case's loop, untimed, until its database's WAL has started again from its beginning: from
+ * then on every case's commits overwrite WAL pages instead of growing the file (see walRestarts), as in a
+ * database that has been in use for a while. LangGraph writes megabytes a run and gets there in its first;
+ * stepwise and the floor write a few KB a step and, timed from a new file, would pay a file-growing fsync
+ * at every commit that LangGraph pays only at its first ~1,000 pages. Returns the runs each case took.
+ */
+async function warmWals(cases: Case[], dir: string, bytes: number): Promise<number[]> {
+  const taken: number[] = [];
+  let round = -1;
+  for (const [i, c] of cases.entries()) {
+    let runs = 0;
+    while (walRestarts(dbPathOf(dir, bytes, i)) < 1) {
+      if (++runs > 1000) throw new Error(`bench/langgraph.ts: ${c.name}: its WAL never started again`);
+      await c.run(round--);
+    }
+    taken.push(runs);
+  }
+  return taken;
 }
 
 /** `stepwiseUncompressed`: stepwise's bytes with its blobs counted at their own length. */
@@ -201,7 +224,8 @@ function isolatedCase(dir: string, bytes: number, index: number): Case & { close
 
 function serveCase(): void {
   const arg = (name: string) => process.argv[process.argv.indexOf(name) + 1]!;
-  const c = CASES[Number(arg('--case'))]!(arg('--dir'), Number(arg('--bytes')));
+  const index = Number(arg('--case'));
+  const c = CASES[index]!(dbPathOf(arg('--dir'), Number(arg('--bytes')), index), Number(arg('--bytes')));
   process.on('message', ({ round }: { round: number }) => {
     c.run(round).then((r) => process.send!(r), (error: Error) => process.send!({ error: error.stack ?? String(error) }));
   });
@@ -212,10 +236,11 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean } =
   const { dir, cleanup } = tempDir();
   const figures: PeerFigures[] = [];
   const children: { close(): void }[] = [];
+  const warmed: number[] = [];
   try {
     for (const bytes of SIZES) {
       const cases = CASES.map((make, i) => {
-        if (!options.isolated) return make(dir, bytes);
+        if (!options.isolated) return make(dbPathOf(dir, bytes, i), bytes);
         const c = isolatedCase(dir, bytes, i);
         children.push(c);
         return c;
@@ -224,6 +249,7 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean } =
       const stored = cases.map(() => 0);
       let uncompressed = 0;
       for (let round = 0; round <= rounds; round++) {
+        if (round === 1) { warmed.push(...await warmWals(cases, dir, bytes)); if (process.env.DEBUG_WARM) console.error('warm runs', bytes, warmed.slice(-cases.length)); }
         for (const [i, c] of cases.entries()) {
           const r: { ms: number; bytes?: number; uncompressed?: number } = await c.run(round);
           if (round === 0) { // round 0 warms up and measures one run's bytes

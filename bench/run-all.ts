@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 const dir = fileURLToPath(new URL('.', import.meta.url));
 /** Modules of bench/ that benches import, not benches (besides the *support.ts files). */
-const NOT_BENCHES = new Set(['run-all.ts', 'aws-prices.ts', 'query-output.ts', 'one-row-store.ts']);
+const NOT_BENCHES = new Set(['run-all.ts', 'aws-prices.ts', 'query-output.ts']);
 const only = process.argv.slice(2);
 const benches = readdirSync(dir)
   .filter((f) => f.endsWith('.ts') && !NOT_BENCHES.has(f) && !f.endsWith('support.ts'))

@@ -10,7 +10,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, latestVersionOf, preparedOnce, reading, type Db } from './database.ts';
+import { checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible } from './sqlite-queue.ts';
 
@@ -25,9 +25,11 @@ const encoders = (): Promise<typeof Codec> => (codec ??= import('../core/codec.t
 
 interface RunRow { run_id: string; version: number; status: RunStatus; step: number; agent: string; reason: string | null; updated_at: number }
 
-const LATEST_VERSION = `SELECT ${latestVersionOf('?')} AS version`;
-/** What a commit is fenced on: the run's status and reason, and its latest version. */
-const FENCE = `SELECT r.status, r.reason, ${latestVersionOf('r.run_id')} AS version FROM runs r WHERE r.run_id = ?`;
+const LATEST_VERSION = `SELECT ${latestVersionOf('r.run_no')} AS version FROM runs r WHERE r.run_id = ?`;
+/** What a commit is fenced on: the run's status and reason, and its latest version; its number keys the row it inserts. */
+const FENCE = `SELECT r.status, r.reason, r.run_no, ${latestVersionOf('r.run_no')} AS version FROM runs r WHERE r.run_id = ?`;
+/** The run's checkpoint rows, `c`, joined to its runs row, `r`, found by its id: a range of the checkpoints' keys. */
+const ROWS_OF_RUN = `runs r JOIN checkpoints c ON ${checkpointsOfRun('c', 'r.run_no')} WHERE r.run_id = ?`;
 
 /**
  * Checkpoints in SQLite. A write is one transaction: check that the run's newest checkpoint is the version
@@ -71,8 +73,9 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const existing = this.latestVersion(state.runId);
       if (existing !== undefined) return { created: false, version: existing, bytes: 0 };
       const now = this.now;
-      this.sql('INSERT INTO runs (run_id, version, status, step, agent, reason, created_at, updated_at) VALUES (?, 1, ?, ?, ?, NULL, ?, ?)')
-        .run(state.runId, state.status, state.step, state.agent, now, now);
+      // The next number: the largest given so far, from its index (runs are never deleted, so none is reused).
+      const { run_no: runNo } = this.sql('INSERT INTO runs (run_id, run_no, version, status, step, agent, reason, created_at, updated_at) VALUES (?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs), 1, ?, ?, ?, NULL, ?, ?) RETURNING run_no')
+        .get(state.runId, state.status, state.step, state.agent, now, now) as { run_no: number };
       // A fork's first steps become this run's own rows, in the same transaction as its head.
       let bytes = Buffer.byteLength(head);
       for (const record of state.steps) {
@@ -80,7 +83,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
         this.sql('INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?)').run(state.runId, record.step, text);
         bytes += Buffer.byteLength(text);
       }
-      this.insertCheckpoint(state.runId, 1, state, head, bytes, meta, undefined, undefined, now);
+      this.insertCheckpoint(runNo, state.runId, 1, state, head, bytes, meta, undefined, undefined, now);
       return { created: true, version: 1, bytes };
     });
   }
@@ -111,7 +114,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return this.sql(
       'SELECT c.version, r.status, c.step, r.reason, c.created_at AS updated_at, r.restarts, r.restarts_at, r.cancel_requested, c.head, c.worker_id, '
       + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = c.step + 1 AND s.record IS NULL) AS pending '
-      + 'FROM runs r JOIN checkpoints c ON c.run_id = r.run_id WHERE r.run_id = ? ORDER BY c.version DESC LIMIT 1',
+      + `FROM ${ROWS_OF_RUN} ORDER BY c.id DESC LIMIT 1`,
     ).get(runId) as HeadRow | undefined;
   }
 
@@ -132,7 +135,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
    */
   private recordsAfter(runId: string, after: number): string[] {
     const found: { step: number; record: string }[] = [];
-    for (const row of this.sql('SELECT step, record FROM checkpoints WHERE run_id = ? ORDER BY version DESC').iterate(runId) as IterableIterator<{ step: number; record: string | null }>) {
+    for (const row of this.sql(`SELECT c.step, c.record FROM ${ROWS_OF_RUN} ORDER BY c.id DESC`).iterate(runId) as IterableIterator<{ step: number; record: string | null }>) {
       if (row.step <= after) break;
       if (row.record !== null) found.push({ step: row.step, record: row.record });
     }
@@ -142,7 +145,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
 
   /** The run's latest version, its newest checkpoint row (undefined: no such run). */
   private latestVersion(runId: string): number | undefined {
-    return (this.sql(LATEST_VERSION).get(runId) as { version: number | null }).version ?? undefined;
+    return (this.sql(LATEST_VERSION).get(runId) as { version: number | null } | undefined)?.version ?? undefined;
   }
 
   async addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number> {
@@ -188,7 +191,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const now = this.now;
       // The fence: the newest version is the one this writer read. Reads only; the insert below writes.
       const current = this.sql(FENCE)
-        .get(write.runId) as { status: RunStatus; reason: string | null; version: number } | undefined;
+        .get(write.runId) as { status: RunStatus; reason: string | null; run_no: number; version: number } | undefined;
       if (current?.version !== write.expectedVersion) throw new StaleVersionError(write.runId, write.expectedVersion);
       // Most commits are a running run's next step: the runs row, which holds what changes with the
       // status, stays as it is, so the step writes one row of one table. Any other commit writes it too.
@@ -211,7 +214,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       }
       // Before the record that refers to it is visible, in the same transaction: no record without its blob.
       for (const blob of blobs ?? []) writeBlob((text) => this.sql(text), blob, now);
-      this.insertCheckpoint(write.runId, version, write.state, head, bytes, write, write.appended, step, now);
+      this.insertCheckpoint(current.run_no, write.runId, version, write.state, head, bytes, write, write.appended, step, now);
       // The step's queue work, in the same transaction: a crash leaves all of it or none of it.
       let received: Delivery[] | undefined;
       if (write.queue) {
@@ -240,20 +243,21 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const now = this.now;
       this.assertVersion(runId, expectedVersion);
       // The unreadable head is kept as it was: nothing is lost, an operator can inspect or repair it.
-      const previous = this.sql('SELECT step, head FROM checkpoints WHERE run_id = ? AND version = ?').get(runId, expectedVersion) as { step: number; head: string };
+      const previous = this.sql(`SELECT r.run_no, c.step, c.head FROM runs r JOIN checkpoints c ON c.id = ${checkpointKey('r.run_no', '?')} WHERE r.run_id = ?`)
+        .get(expectedVersion, runId) as { run_no: number; step: number; head: string };
       const version = expectedVersion + 1;
       this.sql("UPDATE runs SET version = ?, status = 'failed', step = ?, reason = ?, updated_at = ?, restarts = 0, cancel_requested = NULL WHERE run_id = ?")
         .run(version, previous.step, reason, now, runId);
       this.sql(
-        "INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)",
-      ).run(runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
+        `INSERT INTO checkpoints (id, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)`,
+      ).run(previous.run_no, version, runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
       return { version, bytes: 0 };
     });
   }
 
   async history(runId: string): Promise<CheckpointInfo[]> {
     const rows = this.sql(
-      'SELECT run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, created_at FROM checkpoints WHERE run_id = ? ORDER BY version',
+      `SELECT c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.created_at FROM ${ROWS_OF_RUN} ORDER BY c.id`,
     ).all(runId) as { run_id: string; version: number; step: number; status: RunStatus; tool: string | null; idempotency_key: string | null; worker_id: string; code_version: string; bytes: number; created_at: number }[];
     return rows.map((r) => ({
       runId: r.run_id, version: r.version, step: r.step, status: r.status,
@@ -286,7 +290,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const updated = ended ? 'r.updated_at' : 'c.created_at';
     if (query.updatedBefore !== undefined) { where.push(`${updated} < ?`); args.push(query.updatedBefore); }
     const sql = `SELECT r.run_id, ${ended ? 'r.version, r.step' : 'c.version, c.step'}, r.status, r.agent, r.reason, ${updated} AS updated_at FROM runs r
-      ${ended ? '' : `JOIN checkpoints c ON c.run_id = r.run_id AND c.version = ${latestVersionOf('r.run_id')}`}
+      ${ended ? '' : `JOIN checkpoints c ON c.id = ${newestCheckpointOf('r.run_no')}`}
       ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${updated} DESC LIMIT ?`;
     const rows = this.sql(sql).all(...args, query.limit ?? 100) as RunRow[];
     return rows.map((r) => ({
@@ -303,7 +307,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
    */
   prune(options: { olderThanMs?: number } = {}): number {
     const expired = options.olderThanMs !== undefined ? 'created_at < :before' : 'expires_at < :before';
-    const prunable = `${expired} AND version < ${latestVersionOf('checkpoints.run_id')}`;
+    // A row's run number is its key's high half.
+    const prunable = `${expired} AND id < ${newestCheckpointOf('(checkpoints.id >> 32)')}`;
     const before = options.olderThanMs !== undefined ? this.now - options.olderThanMs : this.now;
     return immediate(this.db, () => {
       this.sql(
@@ -318,10 +323,10 @@ export class SqliteCheckpointStore implements CheckpointStore {
     if (this.latestVersion(runId) !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
   }
 
-  private insertCheckpoint(runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], record: string | undefined, now: number): void {
+  private insertCheckpoint(runNo: number, runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], record: string | undefined, now: number): void {
     this.sql(
-      'INSERT INTO checkpoints (run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-    ).run(runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
+      `INSERT INTO checkpoints (id, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(runNo, version, runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
   }
 }
 

@@ -4,7 +4,7 @@ import type { RunStatus } from '../core/state.ts';
 import type { Clock, Delivery, QueueReceive, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, latestVersionOf, preparedOnce, type Db, type Prepare } from './database.ts';
+import { immediate, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
@@ -33,7 +33,7 @@ const ON_NEWER_VERSION = `ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded
  * run's latest version is its newest checkpoint row (its steps do not write the runs row).
  */
 const STALLED_RUNS = `SELECT r.run_id, c.version, r.status, c.step, r.agent, c.created_at AS updated_at FROM runs r
-  JOIN checkpoints c ON c.run_id = r.run_id AND c.version = ${latestVersionOf('r.run_id')}
+  JOIN checkpoints c ON c.id = ${newestCheckpointOf('r.run_no')}
   WHERE r.status = 'running' AND c.created_at < :before
     AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'c.version')})
   ORDER BY c.created_at LIMIT :limit`;
