@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { closeSync, mkdtempSync, openSync, readSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
@@ -12,6 +12,8 @@ import { silentLogger } from '../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../lib/local/runtime.ts';
 import type { CheckpointStore, Model, ModelReply } from '../lib/ports.ts';
 import { systemClock } from '../lib/ports.ts';
+
+export { walRestarts } from './wal-support.ts';
 
 export function tempDir(): { dir: string; cleanup(): void } {
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-bench-'));
@@ -86,26 +88,6 @@ export const compiledCode = (): boolean => import.meta.resolve('../lib/engine/ad
 export const codeMeasured = (): string => (compiledCode()
   ? 'code: lib/ compiled into dist/ (bench/compiled.mjs)'
   : 'code: the TypeScript sources through tsx (npm run build, then --import ./bench/compiled.mjs, for the compiled code)');
-
-/**
- * How many times the WAL of the SQLite file at `dbPath` has started again from its beginning since it
- * was created: the checkpoint sequence number of its header (0 for a WAL that has only grown, or none).
- * Until it has, every commit appends to the file, and its fsync must write the file's new size too
- * (on ext4 a journal commit: about twice the fsync of a commit that overwrites WAL pages, as every commit
- * does once a checkpoint has let the WAL start again). A long-lived database is in the second state.
- */
-export function walRestarts(dbPath: string): number {
-  let fd: number;
-  try { fd = openSync(`${dbPath}-wal`, 'r'); } catch { return 0; }
-  try {
-    const header = Buffer.alloc(16);
-    if (readSync(fd, header, 0, 16, 0) < 16) return 0;
-    const magic = header.readUInt32BE(0);
-    return magic === 0x377f0682 || magic === 0x377f0683 ? header.readUInt32BE(12) : 0;
-  } finally {
-    closeSync(fd);
-  }
-}
 
 /** A database of its own for a bench case, as durable as the floor's: WAL, synchronous=FULL, `schema` run. */
 export function durable(path: string, schema: string): Database.Database {

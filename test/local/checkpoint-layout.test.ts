@@ -1,3 +1,4 @@
+import Database from 'better-sqlite3';
 import { copyFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
@@ -6,7 +7,9 @@ import { StaleVersionError } from '../../lib/core/errors.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
 import { fixturePath, FIXTURE_EPOCH } from '../fixtures/formats/resume.ts';
+import { emptiedWal, framesByTree } from '../../bench/wal-support.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
+import { keyCheckpointsAsBefore } from '../support/old-files.ts';
 import { decisionFor, META, newState, recordFor, stateAfter } from '../support/states.ts';
 
 const rows = (runtime: LocalRuntime, table: string, runId: string) => runtime.db.prepare(`SELECT * FROM ${table} WHERE run_id = ? ORDER BY 2`).all(runId);
@@ -123,5 +126,75 @@ describe('the SQLite checkpoint layout', () => {
     expect(again.steps.map((s) => JSON.parse(s).step)).toEqual([1, 2, 3]);
     expect(decodeState(again)).toEqual(next);
     expect(runtime.db.prepare("SELECT step FROM steps WHERE run_id = 'running-1' AND record IS NOT NULL ORDER BY step").all()).toEqual([{ step: 1 }, { step: 2 }]);
+  });
+
+  it("appends the newest run's step at the end of the checkpoints b-tree: about one WAL page a step, where keyed (run_id, version) it took two", async () => {
+    db = tempDb();
+    runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    await runtime.store.create(newState('older'), META);
+    await runtime.store.create(newState('r'), META);
+    emptiedWal(runtime.db);
+    for (let n = 1; n <= 300; n++) await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: recordFor('r', n), ...META });
+    // Page counts do not depend on timing: the last leaf a step, its parent when a new leaf begins (every
+    // 9 rows here). The WITHOUT ROWID table of older files wrote 2.07 a step for the same rows.
+    const frames = framesByTree(runtime.db, db.path, 300);
+    expect(frames.get('checkpoints')).toBeLessThan(1.3);
+    expect([...frames.keys()].filter((tree) => tree !== 'checkpoints' && tree !== 'file header (page 1)')).toEqual([]);
+    // Each key is its run's number and its version, so a run's rows are one range, in version order.
+    const keys = runtime.db.prepare('SELECT c.run_id, c.version, c.id >> 32 AS number, c.id & 4294967295 AS low, r.run_no FROM checkpoints c JOIN runs r USING (run_id) ORDER BY c.id').all() as
+      { run_id: string; version: number; number: number; low: number; run_no: number }[];
+    expect(keys.map((k) => k.run_id)).toEqual(['older', ...Array(301).fill('r')]);
+    for (const k of keys) expect([k.number, k.low]).toEqual([k.run_no, k.version]);
+    expect(keys.filter((k) => k.run_id === 'r').map((k) => k.version)).toEqual(Array.from({ length: 301 }, (_, i) => i + 1));
+  });
+
+  it('re-keys the checkpoints of a file keyed (run_id, version) on open: every row kept, each run numbered, the runs go on and new runs take the next numbers', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    runtime = openLocalRuntime({ dbPath: db.path, clock });
+    for (const [runId, steps] of [['a', 3], ['b', 1], ['c', 0]] as const) {
+      await runtime.store.create(newState(runId), META);
+      for (let n = 1; n <= steps; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+    }
+    const snapshot = (r: LocalRuntime | Database.Database) => ('db' in r ? r.db : r).prepare('SELECT run_id, version, step, status, record, head, worker_id, created_at, expires_at FROM checkpoints ORDER BY run_id, version').all();
+    const before = snapshot(runtime);
+    runtime.close();
+    keyCheckpointsAsBefore(db.path);
+    const old = new Database(db.path);
+    expect(old.prepare("SELECT count(*) AS n FROM pragma_table_info('checkpoints') WHERE name = 'id'").get()).toEqual({ n: 0 });
+    expect(snapshot(old)).toEqual(before);
+    old.close();
+
+    runtime = openLocalRuntime({ dbPath: db.path, clock });
+    expect(snapshot(runtime)).toEqual(before);
+    const numbers = runtime.db.prepare('SELECT run_id, run_no FROM runs ORDER BY run_id').all() as { run_id: string; run_no: number }[];
+    expect(new Set(numbers.map((n) => n.run_no)).size).toBe(3);
+    const misplaced = runtime.db.prepare('SELECT count(*) AS n FROM checkpoints c JOIN runs r USING (run_id) WHERE c.id <> r.run_no * 4294967296 + c.version').get();
+    expect(misplaced).toEqual({ n: 0 });
+    expect((await runtime.store.history('a')).map((h) => h.version)).toEqual([1, 2, 3, 4]);
+    expect(decodeState((await runtime.store.load('a'))!)).toEqual(stateAfter('a', 3));
+    // A stale writer is still refused, and the run goes on from its newest row.
+    await expect(runtime.store.commit({ runId: 'a', expectedVersion: 3, state: stateAfter('a', 3), appended: recordFor('a', 3), ...META })).rejects.toBeInstanceOf(StaleVersionError);
+    await runtime.store.commit({ runId: 'a', expectedVersion: 4, state: stateAfter('a', 4), appended: recordFor('a', 4), ...META });
+    expect(decodeState((await runtime.store.load('a'))!)).toEqual(stateAfter('a', 4));
+    await runtime.store.create(newState('d'), META);
+    const d = runtime.db.prepare("SELECT run_no FROM runs WHERE run_id = 'd'").get() as { run_no: number };
+    expect(d.run_no).toBe(Math.max(...numbers.map((n) => n.run_no)) + 1);
+    expect((await runtime.store.list({ status: 'running' })).map((s) => [s.runId, s.version]).sort()).toEqual([['a', 5], ['b', 2], ['c', 1], ['d', 1]]);
+  });
+
+  it('refuses to open an older file holding a checkpoint row of no run, and loses none of its rows', async () => {
+    db = tempDb();
+    runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    await runtime.store.create(newState('a'), META);
+    runtime.close();
+    keyCheckpointsAsBefore(db.path);
+    const old = new Database(db.path);
+    old.prepare("INSERT INTO checkpoints SELECT 'ghost', version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at FROM checkpoints WHERE run_id = 'a'").run();
+    old.close();
+    expect(() => openLocalRuntime({ dbPath: db.path })).toThrow(/1 checkpoint rows of runs this file has no runs row for/);
+    const after = new Database(db.path);
+    expect(after.prepare('SELECT run_id, version FROM checkpoints ORDER BY run_id').all()).toEqual([{ run_id: 'a', version: 1 }, { run_id: 'ghost', version: 1 }]);
+    after.close();
   });
 });

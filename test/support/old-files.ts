@@ -16,3 +16,23 @@ export function writeOldFile(path: string, sql: string): void {
     old.close();
   }
 }
+
+/**
+ * Rewrites a file of today's layout as releases before the numbered checkpoints held it: the checkpoints
+ * in a WITHOUT ROWID table keyed (run_id, version), the runs with no number. Rows and their values stay.
+ */
+export function keyCheckpointsAsBefore(path: string): void {
+  const old = new Database(path);
+  try {
+    old.exec(`CREATE TABLE checkpoints_before (run_id TEXT NOT NULL, version INTEGER NOT NULL, step INTEGER NOT NULL, status TEXT NOT NULL,
+        tool TEXT, idempotency_key TEXT, worker_id TEXT NOT NULL, code_version TEXT NOT NULL, bytes INTEGER NOT NULL, record TEXT,
+        head TEXT NOT NULL, reason TEXT, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (run_id, version)) WITHOUT ROWID;
+      INSERT INTO checkpoints_before SELECT run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at FROM checkpoints;
+      DROP TABLE checkpoints;
+      ALTER TABLE checkpoints_before RENAME TO checkpoints;
+      DROP INDEX runs_by_number;
+      ALTER TABLE runs DROP COLUMN run_no;`);
+  } finally {
+    old.close();
+  }
+}
