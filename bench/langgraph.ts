@@ -17,6 +17,13 @@
  * take does not include collecting the garbage the other's left in a shared heap (LangGraph's messages
  * and checkpoints are far larger than stepwise's rows).
  *
+ * Both on files whose WAL has started again from its beginning (a database in use for a while: every
+ * commit overwrites WAL pages), and a third time with every round on a new file (every commit grows the
+ * WAL, and its fsync writes the file's new size too: about twice the fsync). Before, each case kept one
+ * file from a new one: LangGraph writes megabytes a run and was past its first ~1,000 WAL pages after the
+ * first, while stepwise and the floor, a few KB a step, grew theirs in every timed round, so they were
+ * timed on the slower fsync and LangGraph on the faster one.
+ *
  *   node --import tsx bench/langgraph.ts [rounds]
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/langgraph.ts [rounds]   (the compiled code, as npm run bench runs it)
  */
@@ -38,7 +45,7 @@ const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 5
 const SIZES = [500, 20_000];
 
 interface RoundResult { ms: number; bytes?: number; uncompressed?: number }
-interface Case { name: string; run(round: number): Promise<RoundResult> }
+interface Case { name: string; run(round: number): Promise<RoundResult>; close?(): void }
 /** Each case's database file in `dir`, named by the case's index: the parent reads its WAL while warming. */
 const dbPathOf = (dir: string, bytes: number, index: number) => join(dir, `case${index}-${bytes}.db`);
 const CASES: ((path: string, bytes: number) => Case)[] = [
@@ -109,6 +116,7 @@ function langGraphTwoNodeCase(path: string, bytes: number) {
       if (final.messages.length !== 1 + 2 * STEPS) throw new Error(`LangGraph ran ${final.messages.length} messages`);
       return { ms, ...(round === 0 ? { bytes: storedBytes(saver.db) } : {}) };
     },
+    close: () => saver.db.close(),
   };
 }
 
@@ -134,6 +142,7 @@ function langGraphCase(path: string, bytes: number) {
       if (final.messages.length !== 1 + 2 * STEPS) throw new Error(`LangGraph ran ${final.messages.length} messages`);
       return { ms, ...(round === 0 ? { bytes: storedBytes(saver.db) } : {}) };
     },
+    close: () => saver.db.close(),
   };
 }
 
@@ -156,6 +165,7 @@ function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker') 
       const stored = storedBytes(runtime.db);
       return { ms, bytes: stored, uncompressed: stored + uncompressedBlobExtra(runtime.db) };
     },
+    close: () => runtime.close(),
   };
 }
 
@@ -172,6 +182,7 @@ function floorCase(path: string, _bytes: number) {
       for (let i = 0; i < STEPS; i++) db.transaction(() => insert.run('x'.repeat(500)))();
       return { ms: Number(process.hrtime.bigint() - t0) / 1e6 / STEPS };
     },
+    close: () => db.close(),
   };
 }
 
@@ -200,13 +211,15 @@ async function warmWals(cases: Case[], dir: string, bytes: number): Promise<numb
 export interface PeerFigures {
   bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; langgraph2Ms: number;
   stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number; langgraph2Bytes: number;
+  /** Untimed runs each case took until its WAL started again (none: every round on a new file). */
+  warmRuns?: number[];
 }
 
 /**
  * A case in a process of its own, this file run with `--case`: it builds the case and runs a round each
  * time the parent asks. The child gets the parent's Node options, so it runs the same (compiled) code.
  */
-function isolatedCase(dir: string, bytes: number, index: number): Case & { close(): void } {
+function isolatedCase(dir: string, bytes: number, index: number): Case {
   const child = fork(fileURLToPath(import.meta.url), ['--case', String(index), '--bytes', String(bytes), '--dir', dir], { execArgv: process.execArgv, stdio: 'inherit' });
   const replies: ((r: RoundResult | { error: string }) => void)[] = [];
   child.on('message', (r: RoundResult | { error: string }) => replies.shift()?.(r));
@@ -232,40 +245,44 @@ function serveCase(): void {
   process.on('disconnect', () => process.exit(0));
 }
 
-export async function measure(rounds = ROUNDS, options: { isolated?: boolean } = {}): Promise<PeerFigures[]> {
+/**
+ * The figures at each output size, median of `rounds` timed rounds after one untimed. By default every case
+ * keeps one file, its WAL started again before the timed rounds (warmWals); `fresh`: every round of every
+ * case on a new file, so each commit grows its WAL, as in the first minutes of a new database.
+ */
+export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fresh?: boolean } = {}): Promise<PeerFigures[]> {
   const { dir, cleanup } = tempDir();
   const figures: PeerFigures[] = [];
-  const children: { close(): void }[] = [];
-  const warmed: number[] = [];
+  const opened: { close?(): void }[] = [];
   try {
     for (const bytes of SIZES) {
-      const cases = CASES.map((make, i) => {
-        if (!options.isolated) return make(dbPathOf(dir, bytes, i), bytes);
-        const c = isolatedCase(dir, bytes, i);
-        children.push(c);
-        return c;
-      });
-      const ms = cases.map(() => [] as number[]);
-      const stored = cases.map(() => 0);
+      const kept = options.fresh ? [] : CASES.map((make, i) => (options.isolated ? isolatedCase(dir, bytes, i) : make(dbPathOf(dir, bytes, i), bytes)));
+      opened.push(...kept);
+      const ms = CASES.map(() => [] as number[]);
+      const stored = CASES.map(() => 0);
       let uncompressed = 0;
+      let warmRuns: number[] | undefined;
       for (let round = 0; round <= rounds; round++) {
-        if (round === 1) { warmed.push(...await warmWals(cases, dir, bytes)); if (process.env.DEBUG_WARM) console.error('warm runs', bytes, warmed.slice(-cases.length)); }
+        const cases = options.fresh ? CASES.map((make, i) => make(join(dir, `fresh${round}-case${i}-${bytes}.db`), bytes)) : kept;
+        if (round === 1 && !options.fresh) warmRuns = await warmWals(cases, dir, bytes);
         for (const [i, c] of cases.entries()) {
-          const r: { ms: number; bytes?: number; uncompressed?: number } = await c.run(round);
+          const r: RoundResult = await c.run(round);
           if (round === 0) { // round 0 warms up and measures one run's bytes
             stored[i] = r.bytes ?? 0;
             if (i === 1) uncompressed = r.uncompressed ?? 0;
           } else ms[i]!.push(r.ms);
         }
+        if (options.fresh) for (const c of cases) c.close?.();
       }
       const [floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms] = ms.map(median) as [number, number, number, number, number];
       figures.push({
         bytes, floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms,
         stepwiseBytes: stored[1]!, stepwiseUncompressed: uncompressed, langgraphBytes: stored[3]!, langgraph2Bytes: stored[4]!,
+        ...(warmRuns ? { warmRuns } : {}),
       });
     }
   } finally {
-    for (const c of children) c.close();
+    for (const c of opened) c.close?.();
     cleanup();
   }
   return figures;
@@ -282,13 +299,16 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
     lines.push(`  LangGraph JS, agent + tools (sync)    ${fmt(f.langgraph2Ms, 3)} ms   ${fmt(f.langgraph2Ms / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraph2Ms / f.workerMs, 1)}x worker path`);
     lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x), agent + tools ${f.langgraph2Bytes.toLocaleString('en-US')} B (${fmt(f.langgraph2Bytes / f.stepwiseBytes, 1)}x)`);
     lines.push(`    stepwise with blobs uncompressed    ${f.stepwiseUncompressed.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseUncompressed, 1)}x): compression gives ${fmt(f.stepwiseUncompressed / f.stepwiseBytes, 2)}x`);
+    if (f.warmRuns) lines.push(`  untimed runs until each file's WAL started again: floor ${f.warmRuns[0]}, engine ${f.warmRuns[1]}, worker ${f.warmRuns[2]}, LangGraph ${f.warmRuns[3]} and ${f.warmRuns[4]}`);
   }
   return lines.join('\n');
 }
 
 if (process.argv.includes('--case')) serveCase();
 else if (import.meta.url === `file://${process.argv[1]}`) {
-  console.log(formatPeers(await measure()));
+  console.log(formatPeers(await measure(), "every case in this one process, each on a file whose WAL has started again (a database in use)"));
   console.log();
-  console.log(formatPeers(await measure(ROUNDS, { isolated: true }), 'each case in its own process, rounds interleaved'));
+  console.log(formatPeers(await measure(ROUNDS, { isolated: true }), 'each case in its own process, rounds interleaved, on such a file'));
+  console.log();
+  console.log(formatPeers(await measure(ROUNDS, { fresh: true }), 'every case in this one process, each round on a new file (every commit grows its WAL)'));
 }
