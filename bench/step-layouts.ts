@@ -66,10 +66,10 @@ function checkpointRows(db: Database.Database, keyed: boolean) {
     : `SELECT r.run_no, ${latestVersionOf('r.run_no')} AS version FROM runs r WHERE r.run_id = ?`);
   const insert = db.prepare(keyed
     ? `INSERT INTO checkpoints (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-    : `INSERT INTO checkpoints (id, ${COLUMNS}) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    : `INSERT INTO checkpoints (id, run_no, ${COLUMNS}) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
   const row = (runNo: number, runId: string, version: number, step: number, head: string, record: string | null) => {
     const values = [runId, version, step, 'running', record ? 'noop' : null, null, 'bench', 'bench', head.length + (record?.length ?? 0), record, head, null, step, step + 1];
-    insert.run(...(keyed ? values : [runNo, version, ...values]));
+    insert.run(...(keyed ? values : [runNo, version, runNo, ...values]));
   };
   return {
     begin(runId: string, head: string): void {

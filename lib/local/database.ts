@@ -15,6 +15,9 @@ export type Db = Database.Database;
  */
 const CHECKPOINTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} (
   id              INTEGER PRIMARY KEY,
+  -- The key's two halves again: a row's key can be checked, and an insert that names no run number
+  -- (older code sharing the file, which it must not) fails instead of filing its row under another run.
+  run_no          INTEGER NOT NULL,
   run_id          TEXT NOT NULL,
   version         INTEGER NOT NULL,
   step            INTEGER NOT NULL,
@@ -29,7 +32,8 @@ const CHECKPOINTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} 
   head            TEXT NOT NULL,
   reason          TEXT,
   created_at      INTEGER NOT NULL,
-  expires_at      INTEGER NOT NULL
+  expires_at      INTEGER NOT NULL,
+  CHECK (id = run_no * 4294967296 + version)
 )`;
 
 const SCHEMA = `
@@ -289,8 +293,8 @@ function keyCheckpointsByNumber(db: Db): void {
     const orphans = db.prepare('SELECT count(*) AS n FROM checkpoints c WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = c.run_id)').get() as { n: number };
     if (orphans.n) throw new Error(`stepwise: ${orphans.n} checkpoint rows of runs this file has no runs row for; moving them to the new layout would lose them. Open this file with the release that wrote it.`);
     db.exec(`${CHECKPOINTS_TABLE('checkpoints_keyed')};
-      INSERT INTO checkpoints_keyed (id, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at)
-        SELECT ${checkpointKey('r.run_no', 'c.version')}, c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.record, c.head, c.reason, c.created_at, c.expires_at
+      INSERT INTO checkpoints_keyed (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at)
+        SELECT ${checkpointKey('r.run_no', 'c.version')}, r.run_no, c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.record, c.head, c.reason, c.created_at, c.expires_at
         FROM checkpoints c JOIN runs r ON r.run_id = c.run_id ORDER BY r.run_no, c.version;
       DROP TABLE checkpoints;
       ALTER TABLE checkpoints_keyed RENAME TO checkpoints;`);

@@ -249,8 +249,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
       this.sql("UPDATE runs SET version = ?, status = 'failed', step = ?, reason = ?, updated_at = ?, restarts = 0, cancel_requested = NULL WHERE run_id = ?")
         .run(version, previous.step, reason, now, runId);
       this.sql(
-        `INSERT INTO checkpoints (id, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)`,
-      ).run(previous.run_no, version, runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
+        `INSERT INTO checkpoints (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)`,
+      ).run(previous.run_no, version, previous.run_no, runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
       return { version, bytes: 0 };
     });
   }
@@ -325,8 +325,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
 
   private insertCheckpoint(runNo: number, runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], record: string | undefined, now: number): void {
     this.sql(
-      `INSERT INTO checkpoints (id, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(runNo, version, runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
+      `INSERT INTO checkpoints (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(runNo, version, runNo, runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
   }
 }
 

@@ -197,4 +197,20 @@ describe('the SQLite checkpoint layout', () => {
     expect(after.prepare('SELECT run_id, version FROM checkpoints ORDER BY run_id').all()).toEqual([{ run_id: 'a', version: 1 }, { run_id: 'ghost', version: 1 }]);
     after.close();
   });
+
+  it("refuses a checkpoint row that names no run number, as older code sharing the file would write it, and one whose key is not its run's number and version", async () => {
+    db = tempDb();
+    runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    await runtime.store.create(newState('a'), META);
+    await runtime.store.create(newState('b'), META);
+    const columns = 'run_id, version, step, status, worker_id, code_version, bytes, head, created_at, expires_at';
+    // The previous release's insert: without a key, SQLite would give it the next rowid, in run b's range.
+    expect(() => runtime.db.prepare(`INSERT INTO checkpoints (${columns}) VALUES ('a', 2, 1, 'running', 'w', 'old', 0, '{}', 0, 0)`).run())
+      .toThrow(/NOT NULL constraint failed: checkpoints.run_no/);
+    const b = runtime.db.prepare("SELECT run_no FROM runs WHERE run_id = 'b'").get() as { run_no: number };
+    expect(() => runtime.db.prepare(`INSERT INTO checkpoints (id, run_no, ${columns}) VALUES (? * 4294967296 + 2, ?, 'a', 3, 1, 'running', 'w', 'old', 0, '{}', 0, 0)`).run(b.run_no, b.run_no))
+      .toThrow(/CHECK constraint failed/);
+    expect((await runtime.store.history('a')).map((h) => h.version)).toEqual([1]);
+    expect((await runtime.store.history('b')).map((h) => h.version)).toEqual([1]);
+  });
 });
