@@ -4,14 +4,18 @@ import { dirname } from 'node:path';
 
 export type Db = Database.Database;
 
+/** A run's checkpoint keys are its number times this, plus the version: 2^32 versions a run. */
+const RUN_KEYS = 4294967296;
+
 /**
  * The checkpoints table. Its key is one integer, the run's number (runs.run_no) times 2^32 plus the
- * version (checkpointKey): a rowid table, so a run's next version is appended at the end of its key range
- * and a step writes the leaf page it lands on, and the parent's only when a new leaf begins. Keyed by
- * (run_id, version) WITHOUT ROWID, as older files were, a row was the key itself: interior pages held a few
- * whole rows each and split with the leaves, 2.9 WAL pages a step at 500 B outputs against 1.5 this way
- * (bench/step-pages.ts). run_id and version stay columns, for reading; every query finds a run's rows
- * by the key range (checkpointsOfRun).
+ * version (checkpointKey), in a rowid table: the newest run's next version is appended at the end of the
+ * b-tree, and its step writes the last leaf, and the parent only when a new leaf begins. Keyed by (run_id,
+ * version) WITHOUT ROWID, as older files were, a row was the key itself: interior pages held a few whole
+ * rows each and split with the leaves, 2.86 WAL pages a step at 500 B outputs against 1.50 this way
+ * (bench/step-pages.ts). A run with newer runs after it inserts inside the key range and splits leaves as
+ * any keyed table does. run_id and version stay columns, for reading; every query finds a run's rows by
+ * the key range (checkpointsOfRun).
  */
 const CHECKPOINTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} (
   id              INTEGER PRIMARY KEY,
@@ -33,7 +37,7 @@ const CHECKPOINTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} 
   reason          TEXT,
   created_at      INTEGER NOT NULL,
   expires_at      INTEGER NOT NULL,
-  CHECK (id = run_no * 4294967296 + version)
+  CHECK (id = run_no * ${RUN_KEYS} + version)
 )`;
 
 const SCHEMA = `
@@ -146,9 +150,6 @@ CREATE TABLE IF NOT EXISTS queue (
 -- a step's send, receive and ack touch the same page of it (acked tombstones are only ever pruned).
 CREATE INDEX IF NOT EXISTS queue_live ON queue (visible_at) WHERE acked_at IS NULL;
 `;
-
-/** A run's checkpoint keys are its number times this, plus the version: 2^32 versions a run. */
-const RUN_KEYS = 4294967296;
 
 /**
  * The key of a checkpoint row, from SQL expressions of its run's number and its version. CAST: a bound
