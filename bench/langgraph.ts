@@ -38,7 +38,8 @@ import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { queryOutput } from './query-output.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
-import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, walRestarts, workerPathMsPerStep } from './support.ts';
+import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
+import { walRestarts } from './wal-support.ts';
 
 const STEPS = 60;
 const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 5);

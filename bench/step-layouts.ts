@@ -28,7 +28,8 @@ import { checkpointKey, latestVersionOf, preparedOnce } from '../lib/local/datab
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { ackReceipt, enqueueReceived, handOver } from '../lib/local/sqlite-queue.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
-import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, walRestarts } from './support.ts';
+import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
+import { walRestarts } from './wal-support.ts';
 
 const STEPS = Number(process.argv[2] ?? 300);
 const ROUNDS = Number(process.argv[3] ?? 7);

@@ -13,8 +13,6 @@ import { openLocalRuntime, type LocalRuntime } from '../lib/local/runtime.ts';
 import type { CheckpointStore, Model, ModelReply } from '../lib/ports.ts';
 import { systemClock } from '../lib/ports.ts';
 
-export { walRestarts } from './wal-support.ts';
-
 export function tempDir(): { dir: string; cleanup(): void } {
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-bench-'));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
