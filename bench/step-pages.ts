@@ -12,6 +12,7 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
+import { checkpointKey } from '../lib/local/database.ts';
 import { benchDeps, durable, fmt, instantModel, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 import { emptiedWal, framesByTree } from './wal-support.ts';
 
@@ -61,7 +62,7 @@ const { dir, cleanup } = tempDir();
 try {
   const payload = 'x'.repeat(700);
   const keyed = (runs: number) => appendCase(dir, `keyed-${runs}`, KEYED, 'INSERT INTO t VALUES (?, ?, ?)', (n) => [`run-${turn(n, runs).run}`, turn(n, runs).version, payload]);
-  const numbered = (runs: number) => appendCase(dir, `numbered-${runs}`, NUMBERED, 'INSERT INTO t VALUES (CAST(? AS INTEGER) * 4294967296 + CAST(? AS INTEGER), ?, ?, ?)',
+  const numbered = (runs: number) => appendCase(dir, `numbered-${runs}`, NUMBERED, `INSERT INTO t VALUES (${checkpointKey('?', '?')}, ?, ?, ?)`,
     (n) => [turn(n, runs).run + 1, turn(n, runs).version, `run-${turn(n, runs).run}`, turn(n, runs).version, payload]);
   const cases: [string, Map<string, number>][] = [
     ['floor insert', appendCase(dir, 'floor', 'CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)', 'INSERT INTO t (payload) VALUES (?)', () => ['x'.repeat(500)])],

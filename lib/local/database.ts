@@ -168,7 +168,7 @@ export const checkpointsOfRun = (alias: string, runNo: string): string => `${ali
 export const newestCheckpointOf = (runNo: string): string => `(SELECT n.id FROM checkpoints n WHERE ${checkpointsOfRun('n', runNo)} ORDER BY n.id DESC LIMIT 1)`;
 
 /** The latest version of the run numbered `runNo` (an SQL expression), from its newest checkpoint row. */
-export const latestVersionOf = (runNo: string): string => `(${newestCheckpointOf(runNo)} & ${RUN_KEYS - 1})`;
+export const latestVersionOf = (runNo: string): string => `(SELECT n.version FROM checkpoints n WHERE ${checkpointsOfRun('n', runNo)} ORDER BY n.id DESC LIMIT 1)`;
 
 /** A statement by its text. */
 export type Prepare = (text: string) => Database.Statement;

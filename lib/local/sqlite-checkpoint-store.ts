@@ -307,8 +307,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
    */
   prune(options: { olderThanMs?: number } = {}): number {
     const expired = options.olderThanMs !== undefined ? 'created_at < :before' : 'expires_at < :before';
-    // A row's run number is its key's high half.
-    const prunable = `${expired} AND id < ${newestCheckpointOf('(checkpoints.id >> 32)')}`;
+    const prunable = `${expired} AND id < ${newestCheckpointOf('checkpoints.run_no')}`;
     const before = options.olderThanMs !== undefined ? this.now - options.olderThanMs : this.now;
     return immediate(this.db, () => {
       this.sql(
