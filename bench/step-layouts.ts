@@ -141,9 +141,10 @@ async function main(): Promise<void> {
               receipt = next.receipt;
             })();
           }
-          // The run's queue row goes, so that the next round's run is alone on the queue.
+          const ms = perStep(t0);
+          // The run's queue row goes, untimed, so that the next round's run is alone on the queue.
           worker.db.prepare('DELETE FROM queue WHERE run_id = ?').run(runId);
-          return perStep(t0);
+          return ms;
         },
       };
     };
