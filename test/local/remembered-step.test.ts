@@ -1,0 +1,76 @@
+import Database from 'better-sqlite3';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
+import { META, newState, recordFor, stateAfter } from '../support/states.ts';
+
+/**
+ * A worker's load right after its own step commit is that commit's head row, remembered, while nothing
+ * was written to the file since (SqliteCheckpointStore.lastStep). Every way the row can change after
+ * the commit must be seen: a write by another connection (another process), by this connection through
+ * another store, and a cancel asked for while the step ran.
+ */
+const dir = mkdtempSync(join(tmpdir(), 'stepwise-remembered-'));
+const path = join(dir, 'store.db');
+const runtime = openLocalRuntime({ dbPath: path });
+/** Another process's connection to the same file, as the HTTP API or another worker has. */
+const other = new Database(path);
+other.pragma('busy_timeout = 5000');
+const otherStore = new SqliteCheckpointStore(other);
+/** This connection through another store object, as the runtime's own API handlers may write. */
+const sameConnection = new SqliteCheckpointStore(runtime.db);
+afterAll(() => { other.close(); runtime.close(); rmSync(dir, { recursive: true, force: true }); });
+
+async function runAt(runId: string, steps: number): Promise<void> {
+  await runtime.store.create(newState(runId), META);
+  for (let n = 1; n <= steps; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+}
+
+describe('SQLite load after this connection\'s own step commit', () => {
+  it('is the very checkpoint a read of the file gives', async () => {
+    await runAt('same', 3);
+    const remembered = await runtime.store.load('same', { afterStep: 3 });
+    expect(remembered).toEqual(await otherStore.load('same', { afterStep: 3 }));
+    expect(remembered).toMatchObject({ version: 4, status: 'running', steps: [] });
+  });
+
+  it('sees a cancel another process asked for after the commit', async () => {
+    await runAt('cancel-after', 2);
+    await otherStore.requestCancel('cancel-after', 3, 'by ops');
+    expect((await runtime.store.load('cancel-after', { afterStep: 2 }))?.cancelRequested).toBe('by ops');
+  });
+
+  it('sees a cancel asked for while the step ran, which its commit keeps', async () => {
+    await runAt('cancel-during', 2);
+    await otherStore.requestCancel('cancel-during', 3, 'during');
+    await runtime.store.commit({ runId: 'cancel-during', expectedVersion: 3, state: stateAfter('cancel-during', 3), appended: recordFor('cancel-during', 3), ...META });
+    expect((await runtime.store.load('cancel-during', { afterStep: 3 }))?.cancelRequested).toBe('during');
+  });
+
+  it('sees a decision and restarts another process recorded, and a version it wrote', async () => {
+    await runAt('decided', 2);
+    await otherStore.recordDecision('decided', 3, { step: 3, tool: 'copy_batch', input: { batch: 3 }, at: 5, idempotencyKey: 'decided/step-3' });
+    expect((await runtime.store.load('decided', { afterStep: 2 }))?.pending).toContain('copy_batch');
+    await otherStore.addRestarts('decided', 3, 2);
+    expect((await runtime.store.load('decided', { afterStep: 2 }))?.restarts).toBe(2);
+    await otherStore.commit({ runId: 'decided', expectedVersion: 3, state: stateAfter('decided', 3), appended: recordFor('decided', 3), ...META, workerId: 'other' });
+    expect(await runtime.store.load('decided', { afterStep: 3 })).toMatchObject({ version: 4, workerId: 'other' });
+  });
+
+  it('sees what this connection wrote through another store', async () => {
+    await runAt('same-connection', 2);
+    await sameConnection.requestCancel('same-connection', 3, 'here');
+    expect((await runtime.store.load('same-connection', { afterStep: 2 }))?.cancelRequested).toBe('here');
+  });
+
+  it('forgets a commit that was refused', async () => {
+    await runAt('refused', 2);
+    await otherStore.commit({ runId: 'refused', expectedVersion: 3, state: stateAfter('refused', 3), appended: recordFor('refused', 3), ...META, workerId: 'other' });
+    await expect(runtime.store.commit({ runId: 'refused', expectedVersion: 3, state: stateAfter('refused', 3), appended: recordFor('refused', 3), ...META }))
+      .rejects.toThrow(/stale/i);
+    expect(await runtime.store.load('refused', { afterStep: 3 })).toMatchObject({ version: 4, workerId: 'other' });
+  });
+});
