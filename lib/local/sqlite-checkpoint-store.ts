@@ -205,7 +205,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const bytes = Buffer.byteLength(head) + (step ? Buffer.byteLength(step) : 0) + summaries.reduce((n, s) => n + Buffer.byteLength(s.text), 0);
     if (write.blobs?.length && !this.carriesBlobs) throw new Error('this checkpoint store was not opened with the blobs: it cannot carry them');
     const blobs = write.blobs?.map((b) => encodeBlob(b.ref, b.data));
-    this.lastStep = undefined;
+    // A commit that fails keeps what was remembered: its own rolled-back writes moved total_changes, and
+    // a winner's commit moved data_version, so the marks refuse it where it no longer holds.
     let remembered: { runId: string; row: HeadRow; marks: WriteMarks } | undefined;
     const result = immediate(this.db, () => {
       const now = this.now;

@@ -24,9 +24,14 @@ const otherStore = new SqliteCheckpointStore(other);
 const sameConnection = new SqliteCheckpointStore(runtime.db);
 afterAll(() => { other.close(); runtime.close(); rmSync(dir, { recursive: true, force: true }); });
 
+/** The commit of step `n` of a run, over version n. */
+const stepWrite = (runId: string, n: number, workerId = META.workerId) => ({
+  runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META, workerId,
+});
+
 async function runAt(runId: string, steps: number): Promise<void> {
   await runtime.store.create(newState(runId), META);
-  for (let n = 1; n <= steps; n++) await runtime.store.commit({ runId, expectedVersion: n, state: stateAfter(runId, n), appended: recordFor(runId, n), ...META });
+  for (let n = 1; n <= steps; n++) await runtime.store.commit(stepWrite(runId, n));
 }
 
 describe('SQLite load after this connection\'s own step commit', () => {
@@ -37,16 +42,20 @@ describe('SQLite load after this connection\'s own step commit', () => {
     expect(remembered).toMatchObject({ version: 4, status: 'running', steps: [] });
   });
 
-  it('sees a cancel another process asked for after the commit', async () => {
-    await runAt('cancel-after', 2);
-    await otherStore.requestCancel('cancel-after', 3, 'by ops');
-    expect((await runtime.store.load('cancel-after', { afterStep: 2 }))?.cancelRequested).toBe('by ops');
+  it.each([
+    ['another process', () => otherStore],
+    ['this connection through another store', () => sameConnection],
+  ])('sees a cancel asked for after the commit by %s', async (by, store) => {
+    const runId = `cancel-after/${by}`;
+    await runAt(runId, 2);
+    await store().requestCancel(runId, 3, by);
+    expect((await runtime.store.load(runId, { afterStep: 2 }))?.cancelRequested).toBe(by);
   });
 
   it('sees a cancel asked for while the step ran, which its commit keeps', async () => {
     await runAt('cancel-during', 2);
     await otherStore.requestCancel('cancel-during', 3, 'during');
-    await runtime.store.commit({ runId: 'cancel-during', expectedVersion: 3, state: stateAfter('cancel-during', 3), appended: recordFor('cancel-during', 3), ...META });
+    await runtime.store.commit(stepWrite('cancel-during', 3));
     expect((await runtime.store.load('cancel-during', { afterStep: 3 }))?.cancelRequested).toBe('during');
   });
 
@@ -56,21 +65,14 @@ describe('SQLite load after this connection\'s own step commit', () => {
     expect((await runtime.store.load('decided', { afterStep: 2 }))?.pending).toContain('copy_batch');
     await otherStore.addRestarts('decided', 3, 2);
     expect((await runtime.store.load('decided', { afterStep: 2 }))?.restarts).toBe(2);
-    await otherStore.commit({ runId: 'decided', expectedVersion: 3, state: stateAfter('decided', 3), appended: recordFor('decided', 3), ...META, workerId: 'other' });
+    await otherStore.commit(stepWrite('decided', 3, 'other'));
     expect(await runtime.store.load('decided', { afterStep: 3 })).toMatchObject({ version: 4, workerId: 'other' });
   });
 
-  it('sees what this connection wrote through another store', async () => {
-    await runAt('same-connection', 2);
-    await sameConnection.requestCancel('same-connection', 3, 'here');
-    expect((await runtime.store.load('same-connection', { afterStep: 2 }))?.cancelRequested).toBe('here');
-  });
-
-  it('forgets a commit that was refused', async () => {
+  it('after a commit refused as stale, loads the winner\'s checkpoint', async () => {
     await runAt('refused', 2);
-    await otherStore.commit({ runId: 'refused', expectedVersion: 3, state: stateAfter('refused', 3), appended: recordFor('refused', 3), ...META, workerId: 'other' });
-    await expect(runtime.store.commit({ runId: 'refused', expectedVersion: 3, state: stateAfter('refused', 3), appended: recordFor('refused', 3), ...META }))
-      .rejects.toThrow(/stale/i);
+    await otherStore.commit(stepWrite('refused', 3, 'other'));
+    await expect(runtime.store.commit(stepWrite('refused', 3))).rejects.toThrow(/stale/i);
     expect(await runtime.store.load('refused', { afterStep: 3 })).toMatchObject({ version: 4, workerId: 'other' });
   });
 });
