@@ -1,9 +1,12 @@
+import { readdirSync } from 'node:fs';
+import { join, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { awsServerEnv, startAwsServers } from './aws-servers.ts';
 
 /**
  * Vitest global setup: starts DynamoDB Local and fauxqs once for the whole run and hands their endpoints
  * to every test worker through the SDK's standard environment variables (workers are forked after this
- * runs and inherit process.env). Skipped when the run is clearly limited to other folders
+ * runs and inherit process.env). Skipped when the files a run selects include none that uses them
  * (`vitest run test/local`), or with STEPWISE_AWS_SERVERS=off.
  */
 export default async function setup(): Promise<() => Promise<void>> {
@@ -17,9 +20,27 @@ export default async function setup(): Promise<() => Promise<void>> {
 
 function needed(): boolean {
   if (process.env.STEPWISE_AWS_SERVERS === 'off') return false;
-  // Positional arguments that are all test paths outside test/aws: nothing here needs the servers.
-  // Anything else (no filter, an option value, a file name pattern) starts them, to be safe.
   const positional = process.argv.slice(2).filter((arg) => !arg.startsWith('-') && !['run', 'watch', 'related', 'bench'].includes(arg));
-  const onlyOtherTests = positional.length > 0 && positional.every((arg) => arg.startsWith('test/') && !arg.includes('aws'));
-  return !onlyOtherTests;
+  return serversNeeded(positional, testFiles());
+}
+
+/**
+ * Whether the test files a run selects include one that talks to the servers (an `aws` in its path:
+ * test/aws, test/chaos/aws-*, test/fuzz/aws-*). Vitest selects by its positional filters, each matching
+ * the files whose path contains it: `test/chaos` selects the AWS chaos tests too, where a rule on the
+ * filter's own name once skipped the servers for them. No filter: every file, so the servers start.
+ */
+export function serversNeeded(filters: readonly string[], files: readonly string[]): boolean {
+  if (!filters.length) return true;
+  // `file.test.ts:12` (a line) filters by the file.
+  const paths = filters.map((filter) => filter.replace(/:\d+$/, '').replace(/^\.\//, ''));
+  return files.some((file) => file.includes('aws') && paths.some((path) => file.includes(path)));
+}
+
+/** The repository's test files, as paths from its root (test/...). */
+export function testFiles(): string[] {
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  return (readdirSync(join(root, 'test'), { recursive: true }) as string[])
+    .filter((file) => file.endsWith('.test.ts'))
+    .map((file) => `test/${file.split(sep).join('/')}`);
 }
