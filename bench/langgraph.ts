@@ -42,7 +42,7 @@ import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir,
 import { walRestarts } from './wal-support.ts';
 
 const STEPS = 60;
-const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 5);
+const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 9);
 const SIZES = [500, 20_000];
 
 interface RoundResult { ms: number; bytes?: number; uncompressed?: number }
@@ -214,6 +214,24 @@ export interface PeerFigures {
   stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number; langgraph2Bytes: number;
   /** Untimed runs each case took until its WAL started again (none: every round on a new file). */
   warmRuns?: number[];
+  /**
+   * Each LangGraph case's ms per step over stepwise's, round by round (a round runs every case once, one
+   * after the other): a machine that slows down for a while slows both sides of a round's ratio, where
+   * the medians above come from different rounds.
+   */
+  paired: { langgraphEngine: Spread; langgraphWorker: Spread; langgraph2Engine: Spread; langgraph2Worker: Spread };
+}
+
+/** The median of a figure's rounds, and its lowest and highest. */
+export interface Spread { median: number; min: number; max: number }
+
+function spread(xs: number[]): Spread {
+  return { median: median(xs), min: Math.min(...xs), max: Math.max(...xs) };
+}
+
+/** `over[r] / under[r]` for each round r: a ratio measured within one round. */
+function roundRatios(over: number[], under: number[]): Spread {
+  return spread(over.map((ms, r) => ms / under[r]!));
 }
 
 /**
@@ -280,6 +298,10 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fr
         bytes, floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms,
         stepwiseBytes: stored[1]!, stepwiseUncompressed: uncompressed, langgraphBytes: stored[3]!, langgraph2Bytes: stored[4]!,
         ...(warmRuns ? { warmRuns } : {}),
+        paired: {
+          langgraphEngine: roundRatios(ms[3]!, ms[1]!), langgraphWorker: roundRatios(ms[3]!, ms[2]!),
+          langgraph2Engine: roundRatios(ms[4]!, ms[1]!), langgraph2Worker: roundRatios(ms[4]!, ms[2]!),
+        },
       });
     }
   } finally {
@@ -288,6 +310,9 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fr
   }
   return figures;
 }
+
+/** A ratio's median over the rounds, with its range: `19.6x (17.2-23.4)`. */
+const ratioSpread = (r: Spread): string => `${fmt(r.median, 1)}x (${fmt(r.min, 1)}-${fmt(r.max, 1)})`;
 
 export function formatPeers(figures: PeerFigures[], where = 'every case in this one process'): string {
   const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds; ${where}; ${codeMeasured()}`];
@@ -298,6 +323,8 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
     lines.push(`  stepwise worker path                  ${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
     lines.push(`  LangGraph JS, one node (sync)         ${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
     lines.push(`  LangGraph JS, agent + tools (sync)    ${fmt(f.langgraph2Ms, 3)} ms   ${fmt(f.langgraph2Ms / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraph2Ms / f.workerMs, 1)}x worker path`);
+    const { paired } = f;
+    lines.push(`    paired by round: one node ${ratioSpread(paired.langgraphEngine)} engine step, ${ratioSpread(paired.langgraphWorker)} worker path; agent + tools ${ratioSpread(paired.langgraph2Engine)}, ${ratioSpread(paired.langgraph2Worker)}`);
     lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x), agent + tools ${f.langgraph2Bytes.toLocaleString('en-US')} B (${fmt(f.langgraph2Bytes / f.stepwiseBytes, 1)}x)`);
     lines.push(`    stepwise with blobs uncompressed    ${f.stepwiseUncompressed.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseUncompressed, 1)}x): compression gives ${fmt(f.stepwiseUncompressed / f.stepwiseBytes, 2)}x`);
     if (f.warmRuns) lines.push(`  untimed runs until each file's WAL started again: floor ${f.warmRuns[0]}, engine ${f.warmRuns[1]}, worker ${f.warmRuns[2]}, LangGraph ${f.warmRuns[3]} and ${f.warmRuns[4]}`);
