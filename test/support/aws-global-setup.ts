@@ -21,7 +21,9 @@ export default async function setup(): Promise<() => Promise<void>> {
 function needed(): boolean {
   if (process.env.STEPWISE_AWS_SERVERS === 'off') return false;
   const positional = process.argv.slice(2).filter((arg) => !arg.startsWith('-') && !['run', 'watch', 'related', 'bench'].includes(arg));
-  return serversNeeded(positional, testFiles());
+  // An absolute path selects as the same path from the root does.
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  return serversNeeded(positional.map((arg) => (arg.startsWith(root) ? arg.slice(root.length) : arg)), testFiles());
 }
 
 /**
