@@ -19,7 +19,11 @@ describe('the global setup starts the AWS servers for any run that selects a tes
     [['test/local', 'test/fuzz'], true],
     [['process-chaos'], true],
     [['test/aws/sqs-run-queue.test.ts:12'], true],
+    [['/repo/test/chaos'], true],
+    [['/repo/test/local'], false],
+    // The value of an option given apart (`--reporter json`): it selects no file, so it may not be a filter.
+    [['test/local', 'json'], true],
   ] as [string[], boolean][])('filters %j: %s', (filters, needed) => {
-    expect(serversNeeded(filters, files)).toBe(needed);
+    expect(serversNeeded(filters, files, '/repo/')).toBe(needed);
   });
 });
