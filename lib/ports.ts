@@ -218,7 +218,17 @@ export interface RunQueue {
    * minutes); with one it gets past the earlier send, one copy per token within the window. Says whether
    * it sent (SQS: always).
    */
-  redrive(message: RunMessage, token?: string): Promise<boolean>;
+  redrive(message: RunMessage, options?: RedriveOptions): Promise<boolean>;
+}
+
+export interface RedriveOptions {
+  /** SQS: gets past the deduplication of the earlier send, one copy per token within the window. */
+  token?: string;
+  /**
+   * The receipt of the delivery the caller holds and is about to ack: the local queue does not count that
+   * row as the run's live message (another worker's row it does, whatever version it was received for).
+   */
+  held?: string;
 }
 
 export interface ReceiveOptions {

@@ -3,7 +3,7 @@ import {
   ChangeMessageVisibilityCommand, DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient,
 } from '@aws-sdk/client-sqs';
 import { InvalidInputError } from '../core/errors.ts';
-import type { Clock, Delivery, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
+import type { Clock, Delivery, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { errorName } from './dynamo-errors.ts';
 
@@ -61,8 +61,8 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
    * delivered after that. With a token (the sweeper: one per sweep window) it gets past the deduplication
    * of the earlier send, which may be the message that was lost; the same token within 5 minutes adds no copy.
    */
-  async redrive(message: RunMessage, token?: string): Promise<boolean> {
-    await this.sendMessage(message, deduplicationId(message, token), 0, message.runId);
+  async redrive(message: RunMessage, options: RedriveOptions = {}): Promise<boolean> {
+    await this.sendMessage(message, deduplicationId(message, options.token), 0, message.runId);
     return true;
   }
 

@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
-import type { Delivery, QueueReceive, QueueWork } from '../ports.ts';
+import type { Delivery, QueueReceive, QueueWork, RedriveOptions } from '../ports.ts';
 import { advance, type Advance } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
@@ -74,7 +74,7 @@ export async function handleDelivery(
       deps.log.error({ event: 'unknown-run', runId, version }, error.message);
       return { action: 'ack', runId };
     }
-    if (error instanceof StaleVersionError) return afterStaleWrite(deps, runId, version, delivery.receiveCount);
+    if (error instanceof StaleVersionError) return afterStaleWrite(deps, runId, version, delivery);
     if (error instanceof IdempotencyInProgressError) {
       // A live claim of another attempt: not a failure of the step. Its holder renews it only while it
       // lives, so the wait ends within a lease; the message comes back then, and nothing is written.
@@ -109,7 +109,7 @@ export async function handleDelivery(
     }
     // The latest version's message may have been consumed without a successor: a plain send would be
     // swallowed by its deduplication record.
-    else await deps.queue.redrive({ runId, version: outcome.version });
+    else await deps.queue.redrive({ runId, version: outcome.version }, heldBy(delivery));
   }
   // A waiting run (just saved so, or found so by a redelivery or its timer): emails once, early events,
   // the timer, the deadline. All of it is safe to repeat.
@@ -159,13 +159,19 @@ function leaveForNewerCode(deps: EngineDeps, error: NewerFormatError, runId: str
  * if the winner sent it) before this one is acked. Still at this message's version, the message itself is
  * the way forward: it comes back instead (and the receive count still bounds a loop).
  */
-async function afterStaleWrite(deps: EngineDeps, runId: string, version: number, receiveCount: number): Promise<Handled> {
+async function afterStaleWrite(deps: EngineDeps, runId: string, version: number, delivery: { receiveCount: number; receipt?: string }): Promise<Handled> {
+  const { receiveCount } = delivery;
   const latest = await deps.store.load(runId, resumeLoad(stepCacheOf(deps.store).get(runId)));
   deps.log.warn({ event: 'stale-write', runId, version, latest: latest?.version, status: latest?.status, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run');
   if (!latest || latest.status !== 'running') return { action: 'ack', runId };
   if (latest.version === version) return { action: 'release', delayMs: retryDelayMs(Math.min(receiveCount, 6)), runId };
-  await deps.queue.redrive({ runId, version: latest.version });
+  await deps.queue.redrive({ runId, version: latest.version }, heldBy(delivery));
   return { action: 'ack', runId };
+}
+
+/** The delivery this handler acks after a redrive: its own row is no message that moves the run. */
+function heldBy(delivery: { receipt?: string }): RedriveOptions {
+  return delivery.receipt === undefined ? {} : { held: delivery.receipt };
 }
 
 function parseMessage(body: string): z.ZodSafeParseResult<{ runId: string; version: number }> {

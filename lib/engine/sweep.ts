@@ -48,7 +48,7 @@ export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): 
     if (options.agents && !options.agents.includes(run.agent)) continue;
     const message = { runId: run.runId, version: run.version };
     try {
-      if (!(await deps.queue.redrive(message, token))) continue;
+      if (!(await deps.queue.redrive(message, { token }))) continue;
       requeued.push(message);
       deps.log.warn({ event: 'run-requeued', runId: run.runId, version: run.version, step: run.step, idleMs: now - run.updatedAt }, 'stalled run re-enqueued');
     } catch (error) {

@@ -1,21 +1,33 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RunStatus } from '../core/state.ts';
-import type { Clock, Delivery, QueueReceive, ReceiveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
+import type { Clock, Delivery, QueueReceive, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
+import { immediate, latestVersionOf, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
 const TOMBSTONE_MS = 24 * 3600 * 1000;
 
 /**
- * The run's message, not acked, for this version or a later one: the run has something to move it. A run
- * has one row, keyed by its id in the dedup_key index; `+` keeps SQLite from preferring the index of all
- * live messages instead.
+ * The run's message, not acked, that moves it: one for this version or a later one, or one a worker other
+ * than the caller (`:held`, the receipt token the caller holds, or NULL) has received. Such a row may be
+ * versions behind the run: a worker's hand-over leaves it as it is while the worker steps on (handOver),
+ * and whoever receives it next gets it at the run's newest version (takeVisible). The caller's own row is
+ * not live: it is about to ack it. A run has one row, keyed by its id in the dedup_key index; `+` keeps
+ * SQLite from preferring the index of all live messages instead.
  */
-const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key = :run AND +q.acked_at IS NULL AND q.version >= :version`;
+const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key = :run AND +q.acked_at IS NULL
+  AND (q.version >= :version OR q.receipt IS NOT NULL AND q.receipt IS NOT :held)`;
+
+/**
+ * The newest version of a running run, for its queue row (`queue`) being received; NULL for a row of a run
+ * not running, or of no known run. A waiting run's row is left at its older version: a redelivery of it is
+ * then stale, and the handler drives the wait, whose timer, sent for the waiting version, is newer than the
+ * row and so not taken for a duplicate of it.
+ */
+const NEWEST_VERSION = `(SELECT ${latestVersionOf('r.run_no')} FROM runs r WHERE r.run_id = queue.run_id AND r.status = 'running')`;
 
 /**
  * A run has one queue row, its message for its newest version sent: a send for a newer version rewrites
@@ -35,7 +47,7 @@ const ON_NEWER_VERSION = `ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded
 const STALLED_RUNS = `SELECT r.run_id, c.version, r.status, c.step, r.agent, c.created_at AS updated_at FROM runs r
   JOIN checkpoints c ON c.id = ${newestCheckpointOf('r.run_no')}
   WHERE r.status = 'running' AND c.created_at < :before
-    AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'c.version')})
+    AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'c.version').replace(':held', 'NULL')})
   ORDER BY c.created_at LIMIT :limit`;
 
 /**
@@ -67,15 +79,17 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   }
 
   /**
-   * Makes the run's message live again unless the run has a live message for this version or a later one
-   * (waiting, delayed or in flight). The run's row, acked, stays for a day as the deduplication record,
-   * which would swallow a plain send: it is brought back instead, at this version, its receive count kept
-   * when it was this version's (so a redelivery still counts as one). Checked and written in one
-   * transaction, so two workers re-driving at once make one message. No token is needed.
+   * Makes the run's message live again unless the run has a live message (LIVE_MESSAGE: for this version
+   * or a later one, waiting, delayed or in flight, or in another worker's hands). The run's row, acked,
+   * stays for a day as the deduplication record, which would swallow a plain send: it is brought back
+   * instead, at this version, its receive count kept when it was this version's (so a redelivery still
+   * counts as one). Checked and written in one transaction, so two workers re-driving at once make one
+   * message. No token is needed; `held`, the caller's delivery, is one row the caller is about to ack.
    */
-  async redrive(message: RunMessage): Promise<boolean> {
+  async redrive(message: RunMessage, options: RedriveOptions = {}): Promise<boolean> {
     return immediate(this.db, () => {
-      if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version })) return false;
+      const held = options.held === undefined ? null : splitReceipt(options.held)[1];
+      if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version, held })) return false;
       const now = this.now;
       this.sql(
         `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, ?)
@@ -143,12 +157,19 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   /**
    * Undoes a receive whose delivery was never started (a worker stopping with its next message): visible
-   * now with the receive uncounted, so its step counts no restart. Only the receipt's holder can.
+   * now with the receive uncounted, so its step counts no restart. Only the receipt's holder can. A
+   * delivery a hand-over gave (handOver) is for a newer version than its row says: the row becomes that
+   * version's message, never received.
    */
   async handBack(delivery: Delivery): Promise<boolean> {
     const [id, receipt] = splitReceipt(delivery.receipt);
-    return this.sql('UPDATE queue SET visible_at = ?, receive_count = max(receive_count - 1, 0), receipt = NULL WHERE id = ? AND receipt = ? AND acked_at IS NULL')
-      .run(this.now, id, receipt).changes > 0;
+    const version = versionOf(delivery.body);
+    return this.sql(
+      `UPDATE queue SET visible_at = :now, receipt = NULL,
+         receive_count = CASE WHEN version < :version THEN 0 ELSE max(receive_count - 1, 0) END,
+         body = CASE WHEN version < :version THEN :body ELSE body END, version = max(version, :version)
+       WHERE id = :id AND receipt = :receipt AND acked_at IS NULL`,
+    ).run({ now: this.now, version, body: delivery.body, id, receipt }).changes > 0;
   }
 
   async ack(delivery: Delivery): Promise<boolean> {
@@ -219,11 +240,15 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
 /**
  * A step's ack, send and receive, done as one when the delivery it acks is the run's own row, still held
  * by that receipt with at least two thirds of the visibility left, and the receive would take the message
- * just sent (as for enqueueReceived). The row becomes the next version's message, received by this worker
- * again and hidden until the same moment: visible_at and acked_at stay, so the live index is not written,
- * and a busy worker's step writes one queue page where a send and receive write two. The lease so kept is
- * renewed by the worker's heartbeat a third of the way into a step (runWorker), and by the first hand-over
- * after a third of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
+ * just sent (as for enqueueReceived). The worker keeps the row, and its receipt, for the next version: the
+ * row is only read, so a busy worker's step writes no queue page at all (one WAL page fewer a step, about
+ * 5% of a durable step, bench/step-overhead.ts). The row is left at the version it was received for, so
+ * it can be many versions behind the run while its holder steps on. Nothing reads that as the run's
+ * version: whoever receives the row next gets it at the run's newest version, counted as a redelivery
+ * (takeVisible); a redrive or the sweep takes a row in another worker's hands for a live message
+ * (LIVE_MESSAGE); a send for a newer version still rewrites it. The lease so kept is renewed by the
+ * worker's heartbeat a third of the way into a step (runWorker), and by the first hand-over after a third
+ * of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
  */
 export function handOver(sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
@@ -231,14 +256,10 @@ export function handOver(sql: Prepare, ack: string, send: { message: RunMessage;
   if (anyVisible(sql, filter, now)) return undefined;
   const { message } = send;
   const [id, held] = splitReceipt(ack);
-  const token = randomUUID();
-  const body = JSON.stringify(message);
-  // Only columns outside every index are set: SQLite then leaves the indexes' pages as they are.
-  const written = sql(
-    `UPDATE queue SET version = ?, body = ?, receive_count = 1, receipt = ?, created_at = ?
-     WHERE id = ? AND receipt = ? AND acked_at IS NULL AND dedup_key = ? AND version < ? AND visible_at >= ? ${filter.only}`,
-  ).run(message.version, body, token, now, id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args);
-  return written.changes ? [{ body, receiveCount: 1, receipt: `${id}:${token}` }] : undefined;
+  const kept = sql(
+    `SELECT 1 FROM queue WHERE id = ? AND receipt = ? AND acked_at IS NULL AND dedup_key = ? AND version < ? AND visible_at >= ? ${filter.only}`,
+  ).get(id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args);
+  return kept ? [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack }] : undefined;
 }
 
 /**
@@ -246,6 +267,11 @@ export function handOver(sql: Prepare, ack: string, send: { message: RunMessage;
  * run: a run's row keeps its id, so messages visible in the same millisecond go in the order runs began),
  * hidden for the visibility, their receive counted. One UPDATE ... RETURNING, so two connections never
  * take the same message: run by SqliteQueue.receive, or inside a checkpoint commit (QueueWork.receive).
+ *
+ * A row behind its running run's newest version is brought up to it. A worker that had received it
+ * stepped the run on by hand-overs (handOver) and then let it go, or stopped answering: its try of the
+ * newest version is the first, so this receive is the second, as when a hand-over wrote each version. A row
+ * sent and never received before the run moved on (by another writer) is that version's first receive.
  */
 export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): Delivery[] {
   const token = randomUUID();
@@ -254,8 +280,12 @@ export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): D
   if (!Number.isInteger(max) || max < 1) throw new RangeError(`receive: max must be a whole number of at least 1, not ${max}`);
   // The limit is written into the statement (one prepared statement per limit), not bound: with a bound
   // LIMIT, SQLite took 15 us to find the first live message where a literal one takes 1-4 us, every step.
+  // Every SET expression reads the row as it was.
   const rows = sql(
-    `UPDATE queue SET visible_at = ?, receive_count = receive_count + 1, receipt = ?
+    `UPDATE queue SET visible_at = ?, receipt = ?,
+       receive_count = CASE WHEN version < coalesce(${NEWEST_VERSION}, version) THEN CASE WHEN receipt IS NULL THEN 1 ELSE 2 END ELSE receive_count + 1 END,
+       body = CASE WHEN version < coalesce(${NEWEST_VERSION}, version) AND json_valid(body) THEN json_set(body, '$.version', ${NEWEST_VERSION}) ELSE body END,
+       version = max(version, coalesce(${NEWEST_VERSION}, version))
      WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ${max})
      RETURNING id, body, receive_count, receipt`,
   ).all(now + receive.visibilityMs, token, now, ...filter.args) as { id: number; body: string; receive_count: number; receipt: string }[];
@@ -280,6 +310,16 @@ function filterOf(filter: { runId?: string; agents?: readonly string[] }): { onl
 export function ackReceipt(sql: Prepare, receipt: string, now: number): boolean {
   const [id, token] = splitReceipt(receipt);
   return sql('UPDATE queue SET acked_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(now, id, token).changes > 0;
+}
+
+/** The version a message body names; 0 for a body that names none (it never moves a row back). */
+function versionOf(body: string): number {
+  try {
+    const { version } = JSON.parse(body) as { version?: unknown };
+    return typeof version === 'number' && Number.isInteger(version) ? version : 0;
+  } catch {
+    return 0;
+  }
 }
 
 function splitReceipt(receipt: string): [number, string] {

@@ -65,8 +65,8 @@ describe('SQS FIFO run queue', () => {
     resources = await createTestResources('queue-redrive');
     const queue = resources.runtime().queue;
     await queue.send({ runId: 'r', version: 2 });
-    await queue.redrive({ runId: 'r', version: 2 }, 'sweep-1');
-    await queue.redrive({ runId: 'r', version: 2 }, 'sweep-1');
+    await queue.redrive({ runId: 'r', version: 2 }, { token: 'sweep-1' });
+    await queue.redrive({ runId: 'r', version: 2 }, { token: 'sweep-1' });
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
   });
 

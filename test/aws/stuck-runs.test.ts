@@ -171,8 +171,8 @@ describe('re-driving on SQS', () => {
     expect(await runtime.queue.redrive({ runId: 'again', version: 1 })).toBe(true);
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
     // A token gets past the deduplication of the earlier send (the sweeper's way), once per token.
-    await runtime.queue.redrive({ runId: 'again', version: 1 }, 'sweep-1');
-    await runtime.queue.redrive({ runId: 'again', version: 1 }, 'sweep-1');
+    await runtime.queue.redrive({ runId: 'again', version: 1 }, { token: 'sweep-1' });
+    await runtime.queue.redrive({ runId: 'again', version: 1 }, { token: 'sweep-1' });
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
   });
 });

@@ -42,11 +42,11 @@ describe('a crash at every point of a step', () => {
       const modelB = new StubModel(writeRowsScript(TOTAL));
       const b = workerProcess({ dbPath: db.path, agent, model: modelB, clock, workerId: 'B', queueInCommit: folded });
       const handledByB = await drain(b.deps, b.runtime, clock);
-      // B handles the messages of versions 4, 5 and 6 (steps 4, 5, the completion), plus version 3's message
-      // again (stale after C6-C8), unless the crash came after version 4's message was sent (in a folded
-      // step's transaction, or before C8): that send rewrote the run's queue row, version 3's message too.
-      const sent = folded ? afterTransaction : point === 'C8';
-      expect(handledByB).toBe(sent ? 3 : 4);
+      // B handles the messages of versions 4, 5 and 6 (steps 4, 5, the completion), after version 3's again
+      // when the crash came before the checkpoint (C1-C5). After it (C6-C8), nothing else: the run's queue
+      // row, version 3's message, was rewritten by version 4's send (in a folded step's transaction, or
+      // before C8), or, with no send, is received at the run's newest version, never as a stale message.
+      expect(handledByB).toBe(afterTransaction ? 3 : 4);
 
       // Exactly-once effects.
       expect(rows.rows.size).toBe(TOTAL);

@@ -136,7 +136,7 @@ describe('local worker path: one transaction per step', () => {
     w.runtime.close();
   });
 
-  it('a commit\'s own next message, with nothing older visible, is written received: hidden, counted once, its receipt the queue\'s', async () => {
+  it('a commit\'s own next message, with nothing older visible, is written received: hidden, counted once, its receipt the queue\'s (no delivery to hand over)', async () => {
     db = tempDb();
     const w = worker();
     await start(w.deps, 'a', 'a');
@@ -144,9 +144,11 @@ describe('local worker path: one transaction per step', () => {
     const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     const written = await w.runtime.store.commit({
       runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META,
-      queue: { send: { message: { runId: 'a', version: 2 } }, ack: delivery!.receipt, receive: w.runtime.queue.receiveInCommit(VISIBILITY_MS) },
+      // No ack: the delivery is not handed over (handOver keeps the row as it is), so the send rewrites it.
+      queue: { send: { message: { runId: 'a', version: 2 } }, receive: w.runtime.queue.receiveInCommit(VISIBILITY_MS) },
     });
     const [next] = written.received!;
+    expect(next!.receipt).not.toBe(delivery!.receipt);
     expect(JSON.parse(next!.body)).toEqual({ runId: 'a', version: 2 });
     expect(next!.receiveCount).toBe(1);
     // The row as a send and a receive leave it: tagged with the run's agent, hidden for the visibility.

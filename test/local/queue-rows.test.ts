@@ -81,7 +81,7 @@ describe('the local queue: one row per run', () => {
     runtime.close();
   });
 
-  it('a busy worker\'s step hands its delivery\'s row to the next version: still held until the same moment, renewed once a third has gone', async () => {
+  it('a busy worker\'s step keeps its delivery\'s row for the next version, unwritten, until a third of the lease has gone; received again, the row is at the run\'s newest version', async () => {
     db = tempDb();
     const clock = new ManualClock();
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
@@ -100,24 +100,131 @@ describe('the local queue: one row per run', () => {
       return received![0]!;
     };
     const [first] = await queue.receive({ visibilityMs: VISIBILITY });
+    const received = row();
     const leaseEnd = clock.now() + VISIBILITY;
     clock.advance(VISIBILITY / 3); // a third gone: two thirds left, still kept
     const second = await step(1, first!.receipt);
     expect(JSON.parse(second.body)).toEqual({ runId: 'a', version: 2 });
     expect(second.receiveCount).toBe(1);
-    // The same row, now version 2's message, held by the new receipt until the first one's moment.
-    expect(row()).toEqual({ id: Number(first!.receipt.split(':')[0]), version: 2, visible_at: leaseEnd, receive_count: 1, receipt: second.receipt.split(':')[1], acked_at: null });
-    expect(await queue.ack(first!)).toBe(false);
+    // The row is not written: still version 1's, held by the same receipt until the same moment.
+    expect(second.receipt).toBe(first!.receipt);
+    expect(row()).toEqual(received);
+    expect(received).toMatchObject({ version: 1, visible_at: leaseEnd, receive_count: 1 });
     expect(await queue.receive({ visibilityMs: VISIBILITY })).toEqual([]);
-    clock.advance(1); // less than two thirds left: the step's receive hides it for the whole visibility again
     const third = await step(2, second.receipt);
-    expect(row()).toMatchObject({ version: 3, visible_at: clock.now() + VISIBILITY, receive_count: 1, receipt: third.receipt.split(':')[1] });
-    // The holder dies: when the lease ends, the row is delivered again at the run's newest version, as a redelivery.
+    expect(row()).toEqual(received);
+    clock.advance(1); // less than two thirds left: the step's receive writes the row, hidden for the whole visibility again
+    const fourth = await step(3, third.receipt);
+    expect(row()).toMatchObject({ version: 4, visible_at: clock.now() + VISIBILITY, receive_count: 1, receipt: fourth.receipt.split(':')[1] });
+    expect(await queue.ack(third)).toBe(false); // that receipt is gone with the rewrite
+    const fifth = await step(4, fourth.receipt);
+    const sixth = await step(5, fifth.receipt);
+    expect(row()).toMatchObject({ version: 4, receipt: sixth.receipt.split(':')[1] });
+    // The holder dies: when the lease ends, the row is delivered again at the run's newest version (6, not the
+    // row's 4), as a redelivery: the holder's try of version 6 was the first.
     clock.advance(VISIBILITY);
     const [again] = await queue.receive({ visibilityMs: VISIBILITY });
-    expect(JSON.parse(again!.body)).toEqual({ runId: 'a', version: 3 });
+    expect(JSON.parse(again!.body)).toEqual({ runId: 'a', version: 6 });
     expect(again!.receiveCount).toBe(2);
-    expect(await queue.ack(third)).toBe(false);
+    expect(row()).toMatchObject({ version: 6, receive_count: 2, receipt: again!.receipt.split(':')[1] });
+    expect(await queue.ack(sixth)).toBe(false);
+    runtime.close();
+  });
+
+  /** A run at version 4, its row kept by a worker's hand-overs since version 1 (unwritten: the row says 1). */
+  async function handedOver() {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue, store } = runtime;
+    const receive = queue.receiveInCommit(30_000);
+    await store.create(newState('a'), META);
+    await queue.send({ runId: 'a', version: 1 });
+    let [delivery] = await queue.receive({ visibilityMs: 30_000 });
+    for (let version = 1; version < 4; version++) {
+      const { received } = await store.commit({
+        runId: 'a', expectedVersion: version, state: stateAfter('a', version), appended: recordFor('a', version), ...META,
+        queue: { send: { message: { runId: 'a', version: version + 1 } }, ack: delivery!.receipt, receive },
+      });
+      delivery = received![0]!;
+    }
+    const row = () => runtime.db.prepare("SELECT version, body, receive_count, receipt IS NOT NULL AS held, visible_at, acked_at FROM queue WHERE dedup_key = 'a'").get() as
+      { version: number; body: string; receive_count: number; held: number; visible_at: number; acked_at: number | null };
+    expect(row()).toMatchObject({ version: 1, held: 1 });
+    expect(JSON.parse(delivery!.body)).toEqual({ runId: 'a', version: 4 });
+    return { clock, runtime, delivery: delivery!, row };
+  }
+
+  it('a row kept by another worker\'s hand-overs is the run\'s live message, whatever version it says: a re-drive or the sweep leaves it to its holder', async () => {
+    const { clock, runtime, row } = await handedOver();
+    const before = row();
+    expect(await runtime.queue.redrive({ runId: 'a', version: 4 })).toBe(false);
+    // A stalled run is one with no checkpoint for a while and no live message: this one has its holder's.
+    clock.advance(10 * 60_000);
+    expect(await runtime.queue.stalledRuns(clock.now(), 10)).toEqual([]);
+    expect(row()).toEqual(before);
+    // Its holder gone, the row is visible again: still live (whoever receives it gets version 4).
+    clock.advance(30_000);
+    expect(await runtime.queue.redrive({ runId: 'a', version: 4 })).toBe(false);
+    const [again] = await runtime.queue.receive();
+    expect(JSON.parse(again!.body)).toEqual({ runId: 'a', version: 4 });
+    expect(again!.receiveCount).toBe(2);
+    runtime.close();
+  });
+
+  it('the caller\'s own row is not the live message: its re-drive brings the row to the newest version, so the ack after it leaves the run moved', async () => {
+    const { runtime, delivery, row } = await handedOver();
+    // A handler that found the run moved on (a stale write) re-drives, then acks the delivery it holds.
+    expect(await runtime.queue.redrive({ runId: 'a', version: 4 }, { held: delivery.receipt })).toBe(true);
+    expect(await runtime.queue.ack(delivery)).toBe(false);
+    expect(row()).toMatchObject({ version: 4, receive_count: 0, held: 0, acked_at: null });
+    const [next] = await runtime.queue.receive();
+    expect(JSON.parse(next!.body)).toEqual({ runId: 'a', version: 4 });
+    expect(next!.receiveCount).toBe(1);
+    // Acked by its holder, the row is no live message either.
+    expect(await runtime.queue.ack(next!)).toBe(true);
+    expect(await runtime.queue.redrive({ runId: 'a', version: 4 })).toBe(true);
+    runtime.close();
+  });
+
+  it('a handed-over delivery handed back becomes its version\'s message, never received; released, it comes back as a redelivery', async () => {
+    const { clock, runtime, delivery, row } = await handedOver();
+    expect(await runtime.queue.handBack(delivery)).toBe(true);
+    expect(row()).toMatchObject({ version: 4, body: '{"runId":"a","version":4}', receive_count: 0, held: 0 });
+    const [taken] = await runtime.queue.receive();
+    expect(JSON.parse(taken!.body)).toEqual({ runId: 'a', version: 4 });
+    expect(taken!.receiveCount).toBe(1);
+    runtime.close();
+
+    const second = await handedOver();
+    // Released (a step that failed, a key refused): back after the delay, at version 4, counted again.
+    await second.runtime.queue.release(second.delivery, 1000);
+    expect(await second.runtime.queue.receive()).toEqual([]);
+    second.clock.advance(1000);
+    const [back] = await second.runtime.queue.receive();
+    expect(JSON.parse(back!.body)).toEqual({ runId: 'a', version: 4 });
+    expect(back!.receiveCount).toBe(2);
+    void clock;
+    second.runtime.close();
+  });
+
+  it('a row sent and never received before the run moved on is received at the newest version as its first receive; a row of no run is left as it is', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue, store } = runtime;
+    await store.create(newState('a'), META);
+    await queue.send({ runId: 'a', version: 1 });
+    // Another writer moves the run on without a send (as an operator's command may).
+    await store.commit({ runId: 'a', expectedVersion: 1, state: stateAfter('a', 1), appended: recordFor('a', 1), ...META });
+    const [got] = await queue.receive();
+    expect(JSON.parse(got!.body)).toEqual({ runId: 'a', version: 2 });
+    expect(got!.receiveCount).toBe(1);
+    await queue.ack(got!);
+    runtime.queue.sendRaw('{"runId":"nobody","version":1}');
+    runtime.queue.sendRaw('not json');
+    const raw = await queue.receive({ max: 10 });
+    expect(raw.map((d) => [d.body, d.receiveCount])).toEqual([['{"runId":"nobody","version":1}', 1], ['not json', 1]]);
     runtime.close();
   });
 
