@@ -5,7 +5,7 @@ import { defineAgent, tool } from '../../lib/agent.ts';
 import { decodeState, type StoredCheckpoint } from '../../lib/core/codec.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { advance } from '../../lib/engine/advance.ts';
-import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { handleDelivery, parseMessage, runMessageSchema } from '../../lib/engine/handle-message.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { sleepUntil } from '../../lib/waits/tools.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -51,6 +51,27 @@ beforeAll(async () => {
 afterAll(() => { w.runtime.close(); db.cleanup(); });
 
 const snapshot = async (runId: string) => ({ stored: await w.runtime.store.load(runId), history: await w.runtime.store.history(runId) });
+
+describe('a queue body\'s check', () => {
+  it('accepts and returns exactly what the schema does: the hand-written check of the common case adds nothing', () => {
+    const near = fc.dictionary(
+      fc.constantFrom('runId', 'version', 'x', '__proto__', 'constructor'),
+      fc.oneof(fc.string(), fc.integer(), fc.double(), fc.constantFrom(0, -1, 1, 2 ** 53, 2 ** 53 - 1, 1e300, null, true), fc.jsonValue()),
+    );
+    const message = fc.record({ runId: fc.string(), version: fc.oneof(fc.integer(), fc.double()) });
+    fc.assert(fc.property(fc.oneof(near, message, fc.jsonValue()), (value) => {
+      const body = JSON.stringify(value) ?? 'null';
+      const schema = runMessageSchema.safeParse(JSON.parse(body));
+      const parsed = parseMessage(body);
+      expect(parsed.success).toBe(schema.success);
+      if (schema.success) expect(parsed.data).toEqual(schema.data);
+    }), { numRuns: 3000 });
+    // Valid ones the generators rarely hit, and the bounds.
+    for (const body of ['{"runId":"r","version":1}', '{"version":7,"runId":"r"}', '{"runId":"r","version":9007199254740991}', '{"runId":"r","version":9007199254740992}', '{"runId":"","version":1}', '{"runId":"r","version":1.5}', '{"runId":"r","version":1,"x":1}']) {
+      expect(parseMessage(body).success, body).toBe(runMessageSchema.safeParse(JSON.parse(body)).success);
+    }
+  });
+});
 
 describe('fuzzing the engine', () => {
   it('queue bodies: any body is acked or handed back, never a throw, and no run changes', async () => {
