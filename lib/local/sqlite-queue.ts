@@ -22,12 +22,12 @@ const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key = :run AND +q.acke
   AND (q.version >= :version OR q.receipt IS NOT NULL AND q.receipt IS NOT :held)`;
 
 /**
- * The newest version of a running run, for its queue row (`queue`) being received; NULL for a row of a run
+ * The newest version of a running run, for its queue row (`q`) being received; NULL for a row of a run
  * not running, or of no known run. A waiting run's row is left at its older version: a redelivery of it is
  * then stale, and the handler drives the wait, whose timer, sent for the waiting version, is newer than the
  * row and so not taken for a duplicate of it.
  */
-const NEWEST_VERSION = `(SELECT ${latestVersionOf('r.run_no')} FROM runs r WHERE r.run_id = queue.run_id AND r.status = 'running')`;
+const NEWEST_VERSION = `(SELECT ${latestVersionOf('r.run_no')} FROM runs r WHERE r.run_id = q.run_id AND r.status = 'running')`;
 
 /**
  * A run has one queue row, its message for its newest version sent: a send for a newer version rewrites
@@ -280,14 +280,15 @@ export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): D
   if (!Number.isInteger(max) || max < 1) throw new RangeError(`receive: max must be a whole number of at least 1, not ${max}`);
   // The limit is written into the statement (one prepared statement per limit), not bound: with a bound
   // LIMIT, SQLite took 15 us to find the first live message where a literal one takes 1-4 us, every step.
-  // Every SET expression reads the row as it was.
+  // The rows and each one's newest version are found once (t); every SET expression reads the row as it was.
   const rows = sql(
     `UPDATE queue SET visible_at = ?, receipt = ?,
-       receive_count = CASE WHEN version < coalesce(${NEWEST_VERSION}, version) THEN CASE WHEN receipt IS NULL THEN 1 ELSE 2 END ELSE receive_count + 1 END,
-       body = CASE WHEN version < coalesce(${NEWEST_VERSION}, version) AND json_valid(body) THEN json_set(body, '$.version', ${NEWEST_VERSION}) ELSE body END,
-       version = max(version, coalesce(${NEWEST_VERSION}, version))
-     WHERE id IN (SELECT id FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ${max})
-     RETURNING id, body, receive_count, receipt`,
+       receive_count = CASE WHEN t.newest > queue.version THEN CASE WHEN queue.receipt IS NULL THEN 1 ELSE 2 END ELSE queue.receive_count + 1 END,
+       body = CASE WHEN t.newest > queue.version AND json_valid(queue.body) THEN json_set(queue.body, '$.version', t.newest) ELSE queue.body END,
+       version = max(queue.version, coalesce(t.newest, queue.version))
+     FROM (SELECT q.id, ${NEWEST_VERSION} AS newest FROM queue q WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ${max}) AS t
+     WHERE queue.id = t.id
+     RETURNING queue.id, queue.body, queue.receive_count, queue.receipt`,
   ).all(now + receive.visibilityMs, token, now, ...filter.args) as { id: number; body: string; receive_count: number; receipt: string }[];
   return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
 }

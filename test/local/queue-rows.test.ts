@@ -188,7 +188,7 @@ describe('the local queue: one row per run', () => {
   });
 
   it('a handed-over delivery handed back becomes its version\'s message, never received; released, it comes back as a redelivery', async () => {
-    const { clock, runtime, delivery, row } = await handedOver();
+    const { runtime, delivery, row } = await handedOver();
     expect(await runtime.queue.handBack(delivery)).toBe(true);
     expect(row()).toMatchObject({ version: 4, body: '{"runId":"a","version":4}', receive_count: 0, held: 0 });
     const [taken] = await runtime.queue.receive();
@@ -204,7 +204,6 @@ describe('the local queue: one row per run', () => {
     const [back] = await second.runtime.queue.receive();
     expect(JSON.parse(back!.body)).toEqual({ runId: 'a', version: 4 });
     expect(back!.receiveCount).toBe(2);
-    void clock;
     second.runtime.close();
   });
 
