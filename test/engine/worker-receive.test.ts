@@ -3,6 +3,7 @@ import type { CrashPoint } from '../../lib/engine/deps.ts';
 import type { Handled } from '../../lib/engine/handle-message.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { runWorker, type WorkerOptions } from '../../lib/engine/worker-loop.ts';
+import type { Delivery } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, SimulatedCrash, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -118,6 +119,74 @@ describe('worker loop: the next delivery comes with the step\'s checkpoint', () 
     expect(b.runtime.queue.depth()).toBe(0);
     a.runtime.close(); b.runtime.close();
   });
+
+  /**
+   * A worker back from a freeze redrives the run's newest version before it acks, since its delivery may
+   * have been the run's only message. If another worker has since taken the run, the row in its hands is
+   * that message, whatever version the row still says: the redrive must leave its receipt and lease
+   * alone, or the run's next step would be open to a third worker while the holder works it.
+   */
+  for (const path of ['stale message', 'stale write'] as const) {
+    it(`a frozen worker back while another holds the run (${path}): its redrive takes nothing from the holder, every step once`, async () => {
+      db = tempDb();
+      const rows = new FakeRows();
+      const clock = new ManualClock();
+      const a = worker(rows, clock.process(), 'A');
+      const b = worker(rows, clock.process(), 'B');
+      await start(a.deps, 'a', 'a');
+      const receiveA = a.runtime.queue.receiveInCommit(VISIBILITY_MS);
+      const receiveB = b.runtime.queue.receiveInCommit(VISIBILITY_MS);
+      /** B takes the run after A's lease ran out and steps it once, holding the run's next delivery. */
+      let bHeld: Delivery | undefined;
+      const takeOver = async () => {
+        clock.advance(VISIBILITY_MS + 1);
+        const [taken] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+        const handled = await handleDelivery(b.deps, taken!, { receive: receiveB });
+        expect(handled).toMatchObject({ action: 'ack', acked: true, outcome: { kind: 'advanced' } });
+        bHeld = handled.action === 'ack' ? handled.next?.[0] : undefined;
+        expect(bHeld).toBeDefined();
+      };
+
+      const [first] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      let late: Delivery;
+      if (path === 'stale message') {
+        // A steps once and holds the delivery of version 2; it freezes, and B steps version 2.
+        const handled = await handleDelivery(a.deps, first!, { receive: receiveA });
+        late = (handled.action === 'ack' ? handled.next?.[0] : undefined)!;
+        expect(JSON.parse(late.body)).toEqual({ runId: 'a', version: 2 });
+        await takeOver();
+        expect(await handleDelivery(a.deps, late, { receive: receiveA })).toMatchObject({ action: 'ack', outcome: { kind: 'stale-message', status: 'running', version: 3 } });
+      } else {
+        // A freezes after its tool ran, before its commit; B steps version 1 (the tool's result is reused).
+        late = first!;
+        const inner = a.deps.probe;
+        a.deps.probe = async (point) => { if (point === 'C4') { a.deps.probe = inner; await takeOver(); } };
+        const handled = await handleDelivery(a.deps, late, { receive: receiveA });
+        expect(handled).toEqual({ action: 'ack', runId: 'a' });
+      }
+      // A acks what it held: the row is B's now. Nothing is visible to a third worker either.
+      expect(await a.runtime.queue.ack(late)).toBe(false);
+      expect(await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS })).toEqual([]);
+
+      // B works on from what it holds, each step's commit taking the next: the run ends, every step once.
+      const order: string[] = [];
+      for (let d = bHeld; d;) {
+        const handled: Handled = await handleDelivery(b.deps, d, { receive: receiveB });
+        expect(handled).toMatchObject({ action: 'ack', acked: true });
+        stepped(order)(handled);
+        d = handled.action === 'ack' ? handled.next?.[0] : undefined;
+      }
+      expect(order).toEqual(path === 'stale message' ? ['a:3', 'a:3'] : ['a:2', 'a:3', 'a:3']);
+      expect((await loadState(b.runtime, 'a')).status).toBe('completed');
+      expect([...rows.rows.values()]).toEqual([1, 2, 3]);
+      // Each row applied once; B's retry of A's uncommitted step sent the same key again, as it must.
+      const retried = path === 'stale write' ? ['a/step-1'] : [];
+      expect(rows.received).toEqual(['a/step-1', ...retried, 'a/step-2', 'a/step-3']);
+      expect((await b.runtime.store.history('a')).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+      expect(b.runtime.queue.depth()).toBe(0);
+      a.runtime.close(); b.runtime.close();
+    });
+  }
 
   for (const point of ['C6', 'C7', 'C8'] as const) {
     it(`a worker killed at ${point}, after the commit that took its next message: the message comes back after the visibility timeout and the run completes, every step once`, async () => {
