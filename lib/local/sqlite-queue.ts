@@ -247,8 +247,8 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
  * version: whoever receives the row next gets it at the run's newest version, counted as a redelivery
  * (takeVisible); a redrive or the sweep takes a row in another worker's hands for a live message
  * (LIVE_MESSAGE); a send for a newer version still rewrites it. The lease so kept is renewed by the
- * worker's heartbeat a third of the way into a step (runWorker), and by the first hand-over after a third
- * of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
+ * worker's heartbeat within a third of the visibility of a step's start (runWorker), and by the first
+ * hand-over after a third of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
  */
 export function handOver(sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;

@@ -6,7 +6,7 @@ import { startRun } from '../../lib/engine/start.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
-import { systemClock } from '../../lib/ports.ts';
+import { systemClock, type RunQueueConsumer } from '../../lib/ports.ts';
 import { tempDb } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
@@ -63,5 +63,30 @@ describe('the worker heartbeat', () => {
     expect(calls).toEqual([1]);
     expect((await runtime.store.load('slow'))?.status).toBe('completed');
     runtime.close(); other.close();
+  });
+
+  it('is one timer for the loop, gone when the loop returns or throws (a stopped worker process can exit)', async () => {
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
+    const stop = new AbortController();
+    let armed = -1;
+    let receives = 0;
+    // An empty queue that takes no timer of its own: what is armed while the loop polls is the heartbeat.
+    const empty: RunQueueConsumer = {
+      receive: async () => {
+        if (++receives === 3) { armed = timers() - before; stop.abort(); }
+        return [];
+      },
+      ack: async () => true,
+      release: async () => {},
+    };
+    const deps = { clock: systemClock, log: silentLogger } as unknown as EngineDeps;
+    await runWorker(deps, empty, { waitMs: 0, sweepEveryMs: 0, signal: stop.signal });
+    expect(armed).toBe(1);
+    expect(timers()).toBe(before);
+
+    const broken: RunQueueConsumer = { ...empty, receive: async () => { throw new Error('queue gone'); } };
+    await expect(runWorker(deps, broken, { waitMs: 0, sweepEveryMs: 0 })).rejects.toThrow('queue gone');
+    expect(timers()).toBe(before);
   });
 });
