@@ -64,14 +64,14 @@ const PHASES = ['before the load', 'load', 'decode + prompt', 'model (stub)', 'i
 type Phase = (typeof PHASES)[number];
 
 /**
- * The fsync-off engine step again, its phases timed: the store's load and commit, the model's decide and
- * the tool's run are wrapped to mark where each begins and ends. A case of its own, so the wrappers' own
- * cost (a clock read a phase) stays out of the figures above; `phases()`: microseconds per step by phase,
- * in its last round.
+ * The engine step again, its phases timed: the store's load and commit, the model's decide and the tool's
+ * run are wrapped to mark where each begins and ends. A case of its own, so the wrappers' own cost (a clock
+ * read a phase) stays out of the figures above; `phases()`: microseconds per step by phase, in its last
+ * round. With the fsync on as well as off: the same work, timed right after each fsync's wait.
  */
-function phasedEngineCase(dir: string): Case & { phases(): number[] } {
-  const runtime = openBenchRuntime(dir, 'engine-phases');
-  runtime.db.pragma('synchronous = OFF');
+function phasedEngineCase(dir: string, fsyncOff: boolean): Case & { phases(): number[] } {
+  const runtime = openBenchRuntime(dir, `engine-phases${fsyncOff ? '-nosync' : ''}`);
+  if (fsyncOff) runtime.db.pragma('synchronous = OFF');
   const agent = noopAgent({ sideEffect: false });
   const model = instantModel('noop');
   const spent = new Array<bigint>(PHASES.length).fill(0n);
@@ -90,9 +90,9 @@ function phasedEngineCase(dir: string): Case & { phases(): number[] } {
   store.commit = around(store.commit.bind(store), 'record + next state', 'commit');
   const deps = benchDeps(runtime, agent, model);
   return {
-    name: 'engine step, read-only tool, fsync off, timed by phase',
+    name: `engine step, read-only tool${fsyncOff ? ', fsync off' : ''}, timed by phase`,
     async run(round) {
-      const runId = `p${round}`;
+      const runId = `p${fsyncOff ? 'n' : ''}${round}`;
       await startRun(deps, { goal: 'bench', runId });
       spent.fill(0n);
       const t0 = process.hrtime.bigint();
@@ -145,15 +145,17 @@ async function main(): Promise<void> {
     const latest = (name: string): number => results.get(name)?.at(-1) ?? 0;
     const engineOff = engineCase(dir, false, true);
     const insertOff = floorWithoutFsyncCase(dir);
-    const phased = phasedEngineCase(dir);
+    const phased = phasedEngineCase(dir, true);
     const phases: number[][] = [];
+    const phasedSync = phasedEngineCase(dir, false);
+    const phasesSync: number[][] = [];
     const workerOff = workerCase(dir, true);
     const workerCommits: number[] = [];
     // The engine step's work beyond the insert's own, in this round (measured just before: the cases run in order).
     const engineWork = () => Math.max(0, (latest(engineOff.name) - latest(insertOff.name)) * 1000);
     const cases = [
       floorCase(dir), engineCase(dir, false), engineCase(dir, true), workerCase(dir),
-      engineOff, insertOff, phased, workerOff,
+      engineOff, insertOff, phased, phasedSync, workerOff,
       floorAfterWorkCase(dir, 'floor after 25 us of allocating JavaScript work', 'allocating', () => 25),
       floorAfterWorkCase(dir, 'floor after 100 us of allocating JavaScript work', 'allocating', () => 100),
       floorAfterWorkCase(dir, 'floor after 100 us of a bare loop (no allocation)', 'bare', () => 100),
@@ -168,6 +170,7 @@ async function main(): Promise<void> {
         if (round) results.get(c.name)!.push(ms);
         if (round && c.work) work.set(c.name, [...work.get(c.name) ?? [], c.work()]);
         if (round && c === phased) phases.push(phased.phases());
+        if (round && c === phasedSync) phasesSync.push(phasedSync.phases());
         if (round && c === workerOff) workerCommits.push(workerOff.commitUs());
       }
     }
@@ -186,11 +189,17 @@ async function main(): Promise<void> {
     const afterWork = median(results.get(last)!);
     const engineWorkUs = (median(results.get(engineOff.name)!) - median(results.get(insertOff.name)!)) * 1000;
     console.log(`the read-only engine step does ${fmt(engineWorkUs, 0)} us of work beyond the insert's (fsync off); one durable insert after ${fmt(median(work.get(last)!), 0)} us`
-      + ` of work takes ${fmt(afterWork, 3)} ms, ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that,`
-      + ' the rest being the pages it writes beyond the insert\'s one (bench/step-pages.ts counts them)');
+      + ` of work takes ${fmt(afterWork, 3)} ms, ${fmt(afterWork / floor, 2)}x the tight-loop floor: the engine step is ${fmt(engine / afterWork, 2)}x that`
+      + ' (its pages are the insert\'s, bench/step-pages.ts: the rest is its own work taking longer after an fsync, below)');
     const byPhase = PHASES.map((_, i) => median(phases.map((round) => round[i]!)));
     console.log(`where the fsync-off step's ${fmt(byPhase.reduce((a, b) => a + b, 0), 0)} us go (median of rounds, us/step; one fsync-off insert: ${fmt(median(results.get(insertOff.name)!) * 1000, 0)} us): `
       + PHASES.map((name, i) => `${name} ${fmt(byPhase[i]!, 1)}`).join(', '));
+    const byPhaseSync = PHASES.map((_, i) => median(phasesSync.map((round) => round[i]!)));
+    const commit = PHASES.indexOf('commit');
+    const outside = (xs: number[]) => xs.reduce((a, b, i) => a + (i === commit ? 0 : b), 0);
+    console.log(`the same phases with the fsync on: ${PHASES.map((name, i) => `${name} ${fmt(byPhaseSync[i]!, 1)}`).join(', ')};`
+      + ` the work outside the commit takes ${fmt(outside(byPhaseSync), 0)} us after an fsync against ${fmt(outside(byPhase), 0)} us without (${fmt(outside(byPhaseSync) / outside(byPhase), 2)}x),`
+      + ` the commit ${fmt(byPhaseSync[commit]!, 0)} us against ${fmt(byPhase[commit]!, 0)} us plus the floor's fsync wait (${fmt((floor - median(results.get(insertOff.name)!)) * 1000, 0)} us)`);
     const workerOffUs = median(results.get(workerOff.name)!) * 1000;
     console.log(`the worker path with the fsync off: ${fmt(workerOffUs, 0)} us a step, ${fmt(workerOffUs - median(results.get(engineOff.name)!) * 1000, 0)} more than the engine step's;`
       + ` its commit (with the queue's ack, send and receive) ${fmt(median(workerCommits), 0)} us, the engine step's ${fmt(byPhase[PHASES.indexOf('commit')]!, 0)} us`);
