@@ -57,17 +57,42 @@ export interface HeldSteps {
 }
 
 /**
- * A head this code has just encoded and written, decoded for the writer to hold: its text came from a
- * state of this code's own making, in the current format, so it is parsed without the format checks and
- * schema a stored record of unknown origin needs (the next process to load it does those).
+ * A head this code has just encoded and written, held for the writer's next load: the state's own head as
+ * decoding its text would give it (no undefined field, a wait without its format, keys in the text's order),
+ * so it is neither parsed nor checked (the next process to load it does both). Keys in order, the states
+ * made from it keep them so (transitions copy them in place), and encoding the next head sorts nothing.
+ * Nothing is copied that need not be: states are never changed in place (lib/core/transitions.ts makes
+ * new ones), so the held head can share their parts.
  */
-export function heldHead(text: string): { text: string; value: RunHead } {
-  const value = JSON.parse(text) as RunHead & { wait?: Record<string, unknown> };
-  if (value.wait && 'formatVersion' in value.wait) {
-    const { formatVersion: _format, ...wait } = value.wait;
-    value.wait = wait as typeof value.wait;
+export function heldHead(text: string, state: RunState): { text: string; value: RunHead } {
+  return { text, value: asStored(headOf(state)) as RunHead };
+}
+
+/**
+ * A value as its canonical JSON would bring it back: undefined fields gone, undefined array items null,
+ * every plain object's keys in order. Itself when already so (canonical-json.ts sorts the same way).
+ */
+function asStored(value: unknown): unknown {
+  if (Array.isArray(value)) {
+    let copy: unknown[] | undefined;
+    for (let i = 0; i < value.length; i++) {
+      const item = value[i] === undefined ? null : asStored(value[i]);
+      if (item !== value[i]) (copy ??= value.slice())[i] = item;
+    }
+    return copy ?? value;
   }
-  return { text, value };
+  if (!value || typeof value !== 'object' || (value as object).constructor !== Object) return value;
+  const object = value as Record<string, unknown>;
+  const keys = Object.keys(object);
+  let same = true;
+  for (let i = 0; i < keys.length && same; i++) {
+    const field = object[keys[i]!];
+    same = field !== undefined && (i === 0 || keys[i - 1]! < keys[i]!) && asStored(field) === field;
+  }
+  if (same) return value;
+  const copy: Record<string, unknown> = {};
+  for (const key of keys.sort()) if (object[key] !== undefined) copy[key] = asStored(object[key]);
+  return copy;
 }
 
 /** A record as stored: with its kind's format, which format 1 leaves out (so its bytes are as they always were). */
@@ -92,7 +117,11 @@ export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord
   // Holding nothing, the state starts where the load did; holding records, the load must continue them.
   const from = held.steps.length || held.from ? held.from : after;
   if (after !== from + held.steps.length) throw new Error(`decodeState: ${from + held.steps.length} known steps, but the load skipped ${after}`);
-  const steps = [...held.steps, ...stored.steps.map((text, i) => read('step', text, `step ${after + i + 1}`, stepRecordSchema))];
+  // Held records with none after them (a worker's next step) are the state's as they are: records and the
+  // arrays of them are never changed in place.
+  const steps = stored.steps.length
+    ? [...held.steps, ...stored.steps.map((text, i) => read('step', text, `step ${after + i + 1}`, stepRecordSchema))]
+    : held.steps as StepRecord[];
   if (from + steps.length !== head.step || steps.some((s, i) => s.step !== from + i + 1)) {
     throw new UnreadableCheckpointError(runId, version, `head says ${head.step} steps, found ${from + steps.length}`);
   }

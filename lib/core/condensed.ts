@@ -43,7 +43,7 @@ export function heldAfter(state: RunState, written: readonly CondensedBlock[], k
   const condensed = [...(state.condensed ?? []), ...written];
   const from = state.stepsFrom ?? 0;
   const to = keepRecords ? from : Math.max(from, condensed.length * CONDENSE_BLOCK);
-  return { from: to, steps: state.steps.slice(to - from), condensed };
+  return { from: to, steps: to === from ? state.steps : state.steps.slice(to - from), condensed };
 }
 
 /** The usage the step records carry, held or condensed. */

@@ -70,7 +70,34 @@ function completedStepBlocks(state: Pick<RunState, 'steps' | 'stepsFrom' | 'cond
     out.push({ text: b === 0 ? line : `\n${line}` });
   }
   const first = Math.max(0, blocks * CONDENSE_BLOCK - from);
-  for (let i = first; i < steps.length; i++) out.push(i === 0 && !blocks ? { text: stepLine(steps[i]!) } : stepBlock(steps[i]!));
+  if (first < steps.length) out.push(...listedBlocks(steps, first, first === 0 && !blocks));
+}
+
+/** The blocks of the steps a prompt lists in full, by the last of them: `first` is the first one listed. */
+const listed = new WeakMap<StepRecord, { first: StepRecord; blocks: readonly PromptBlock[] }>();
+
+/**
+ * The blocks of steps[first..], each step's line once per record (stepBlock). A worker's next prompt lists
+ * the same steps and one more, so its list is the last one's with a block added: no lookup per listed step
+ * (up to CONDENSE_AFTER of them at every step). `opensList`: steps[first] is the list's first line, with no
+ * newline before it (stepBlock's lines have one).
+ */
+function listedBlocks(steps: readonly StepRecord[], first: number, opensList: boolean): readonly PromptBlock[] {
+  const last = steps[steps.length - 1]!;
+  const start = steps[first]!;
+  const known = listed.get(last);
+  if (known?.first === start) return known.blocks;
+  const before = steps.length - 1 > first ? listed.get(steps[steps.length - 2]!) : undefined;
+  let blocks: PromptBlock[];
+  if (before?.first === start) {
+    blocks = [...before.blocks, stepBlock(last)];
+    // One list kept per run, the newest: a run's records would otherwise hold one each (up to 200 blocks).
+    listed.delete(steps[steps.length - 2]!);
+  } else {
+    blocks = steps.slice(first).map((record, i) => (i === 0 && opensList ? { text: stepLine(record) } : stepBlock(record)));
+  }
+  listed.set(last, { first: start, blocks });
+  return blocks;
 }
 
 /** Characters of the first and the last step's line a summary shows. */

@@ -22,8 +22,10 @@ export function outputText(output: unknown): string {
 }
 
 export function shapeResult(text: string, ok: boolean, inlineLimit = DEFAULT_INLINE_LIMIT): ShapedResult {
+  // Counted without a copy: only an output that goes to the blob store needs its bytes.
+  const bytes = Buffer.byteLength(text, 'utf8');
+  if (bytes <= inlineLimit) return { result: { ok, text, bytes } };
   const data = Buffer.from(text, 'utf8');
-  if (data.length <= inlineLimit) return { result: { ok, text, bytes: data.length } };
   const ref = blobRef(data);
   return { result: { ok, text: excerpt(text, LARGE_OUTPUT_EXCERPT), bytes: data.length, ref }, blob: { ref, data } };
 }

@@ -22,7 +22,8 @@ export const usageSchema = z.strictObject({
   cacheReadTokens: z.number().int().nonnegative(),
 });
 export type Usage = z.infer<typeof usageSchema>;
-export const ZERO_USAGE: Usage = { inputTokens: 0, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 };
+// Keys in order here and in addUsage: a head's usage is then stored without a sorted copy (canonical-json.ts).
+export const ZERO_USAGE: Usage = { cacheReadTokens: 0, cacheWriteTokens: 0, inputTokens: 0, outputTokens: 0 };
 
 /** A tool's output as stored: inline when small, otherwise an excerpt plus a content-addressed blob ref. */
 export const stepResultSchema = z.strictObject({
@@ -170,9 +171,9 @@ export function headOf(state: RunState): RunHead {
 export function addUsage(a: Usage, b: Usage | undefined): Usage {
   if (!b) return a;
   return {
+    cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
+    cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
     inputTokens: a.inputTokens + b.inputTokens,
     outputTokens: a.outputTokens + b.outputTokens,
-    cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
-    cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
   };
 }

@@ -292,7 +292,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   });
   if (next.status === 'running') {
     const held = heldAfter(next, summaries, next.budget?.usd !== undefined);
-    stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? withFields(held, { head: heldHead(written.head) }) : held);
+    stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? withFields(held, { head: heldHead(written.head, next) }) : held);
   }
   else stepCacheOf(deps.store).delete(next.runId);
   deps.log.info({

@@ -3,7 +3,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { STEP_PROMPT, promptText, renderStepPrompt, stepLine } from '../../lib/core/prompt.ts';
-import type { RunState } from '../../lib/core/state.ts';
+import type { RunState, StepRecord } from '../../lib/core/state.ts';
+import { heldAfter, summariesDue } from '../../lib/core/condensed.ts';
 import { condensedBlocks } from '../../lib/core/condense.ts';
 import { shapeResult } from '../../lib/core/result.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
@@ -58,7 +59,7 @@ describe('the Step prompt', () => {
   it('marks only each prompt\'s own last step, when the next states hold the very same records (a worker\'s step cache)', () => {
     let state = newState('r3b');
     let previous: ReturnType<typeof renderStepPrompt> | undefined;
-    for (let n = 1; n <= 250; n++) {
+    for (let n = 1; n <= 450; n++) {
       state = completeStep(state, recordFor('r3b', n), n);
       const blocks = renderStepPrompt(state);
       expect(blocks.filter((b) => b.cache)).toHaveLength(1);
@@ -71,6 +72,9 @@ describe('the Step prompt', () => {
       // Rendered afresh from copies of the records, the same prompt: nothing carried over but the text.
       const fresh = renderStepPrompt({ ...state, steps: state.steps.map((s) => ({ ...s })) });
       expect(fresh).toEqual(blocks);
+      // As a worker holds the run past a condensation (the summaries, the records after them): the same prompt.
+      const held = heldAfter(state, summariesDue(state));
+      expect(renderStepPrompt({ ...state, steps: held.steps as StepRecord[], stepsFrom: held.from, condensed: [...held.condensed] })).toEqual(blocks);
       previous = blocks;
     }
   });

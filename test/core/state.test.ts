@@ -37,12 +37,16 @@ describe('run state', () => {
       beginWait(base, waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop old_rows' }, decision, 'wait-0001', 2), 2),
       beginWait(base, waitRecordFor({ kind: 'event', type: 'order.paid', key: 'o-7' }, decision, 'wait-0002', 2), 2),
       complete(base, 'all done', usage, 3),
+      // Fields set to undefined, in the head and inside its wait: its text has none of them.
+      { ...base, lastError: undefined, retryNote: undefined },
+      beginWait(base, { ...waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'r' }, decision, 'wait-0003', 2), request: undefined, model: undefined }, 2),
     ];
     for (const state of heads) {
       const text = encodeHead(state);
       const loaded = decodeState(stored(text, state.steps.map(encodeStep)));
-      const held = decodeState({ ...stored(text), stepsAfter: 3 }, { from: 0, steps: state.steps, condensed: [], head: heldHead(text) });
-      expect(held).toEqual(loaded);
+      const held = decodeState({ ...stored(text), stepsAfter: 3 }, { from: 0, steps: state.steps, condensed: [], head: heldHead(text, state) });
+      // Strictly: an undefined field anywhere in the held head, or a part of another class, fails it.
+      expect(held).toStrictEqual(loaded);
       // Equal as stored, too: no key the decoder leaves out (an undefined field, a wait's format) is held.
       expect(canonicalJson(held)).toBe(canonicalJson(loaded));
       expect(Object.keys(held).sort()).toEqual(Object.keys(loaded).sort());
@@ -52,7 +56,7 @@ describe('run state', () => {
   it('a held head is used only for its own text: any other head at the load is decoded (and checked)', () => {
     const state = stateAfter('r', 3);
     const after3 = (head: string) => ({ ...stored(head), stepsAfter: 3 });
-    const held = { from: 0, steps: state.steps, condensed: [], head: { ...heldHead(encodeHead(state)), value: { ...heldHead(encodeHead(state)).value, goal: 'held' } } };
+    const held = { from: 0, steps: state.steps, condensed: [], head: { ...heldHead(encodeHead(state), state), value: { ...heldHead(encodeHead(state), state).value, goal: 'held' } } };
     expect(decodeState(after3(encodeHead(state)), held).goal).toBe('held');
     const other = encodeHead({ ...state, goal: 'written by another worker' });
     expect(decodeState(after3(other), held).goal).toBe('written by another worker');

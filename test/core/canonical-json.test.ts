@@ -1,0 +1,45 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { canonicalJson } from '../../lib/core/canonical-json.ts';
+
+/** What canonicalJson has always written: every plain object copied with its keys sorted. */
+function byCopying(value: unknown): string {
+  const sort = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(sort);
+    if (v && typeof v === 'object' && (v as object).constructor === Object) {
+      const out: Record<string, unknown> = {};
+      for (const key of Object.keys(v).sort()) out[key] = sort((v as Record<string, unknown>)[key]);
+      return out;
+    }
+    return v;
+  };
+  return JSON.stringify(sort(value));
+}
+
+/** Keys that sort differently as strings and as array indexes ("10" before "9"), and ones that only look like indexes. */
+const key = fc.oneof(fc.string({ maxLength: 4 }), fc.constantFrom('0', '1', '9', '10', '01', '-1', '4294967295', 'a', 'b', 'B', '__proto__x'));
+const json = fc.letrec((tie) => ({
+  value: fc.oneof({ depthSize: 'small' }, fc.jsonValue({ maxDepth: 1 }), tie('object'), tie('array')),
+  object: fc.dictionary(key, tie('value'), { maxKeys: 6 }),
+  array: fc.array(tie('value'), { maxLength: 4 }),
+})).value;
+
+describe('canonical JSON', () => {
+  it('writes the bytes the copying sort wrote, for any JSON value, in order or not', () => {
+    fc.assert(fc.property(json, (value) => {
+      expect(canonicalJson(value)).toBe(byCopying(value));
+    }), { numRuns: 2000 });
+  });
+
+  it('sorts an object in order outside and out of order inside, and leaves the value it was given as it was', () => {
+    const value = { a: 1, b: { d: [{ z: 1, y: 2 }], c: 3 }, c: { '10': 1, '9': 2 } };
+    const before = JSON.stringify(value);
+    expect(canonicalJson(value)).toBe('{"a":1,"b":{"c":3,"d":[{"y":2,"z":1}]},"c":{"9":2,"10":1}}');
+    expect(JSON.stringify(value)).toBe(before);
+  });
+
+  it('keeps what JSON.stringify does with values that are not plain objects', () => {
+    const at = new Date(0);
+    expect(canonicalJson({ b: at, a: undefined, c: [undefined, () => 1] })).toBe('{"b":"1970-01-01T00:00:00.000Z","c":[null,null]}');
+  });
+});
