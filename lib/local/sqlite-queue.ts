@@ -253,13 +253,13 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
 export function handOver(sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
   const filter = filterOf(receive);
-  if (anyVisible(sql, filter, now)) return undefined;
   const { message } = send;
   const [id, held] = splitReceipt(ack);
-  const kept = sql(
-    `SELECT 1 FROM queue WHERE id = ? AND receipt = ? AND acked_at IS NULL AND dedup_key = ? AND version < ? AND visible_at >= ? ${filter.only}`,
-  ).get(id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args);
-  return kept ? [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack }] : undefined;
+  // Nothing older visible to the filter (else the receive takes that), and the row still held: one read.
+  const { visible, kept } = sql(filter.handOver).get(
+    now, ...filter.args, id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args,
+  ) as { visible: number; kept: number };
+  return !visible && kept ? [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack }] : undefined;
 }
 
 /**
@@ -294,17 +294,41 @@ export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): D
 }
 
 /** Whether the consumer's filter has a message visible now (a read: it takes no lock). */
-function anyVisible(sql: Prepare, { only, args }: { only: string; args: unknown[] }, now: number): boolean {
-  return sql(`SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`).get(now, ...args) !== undefined;
+function anyVisible(sql: Prepare, { visible, args }: Filter, now: number): boolean {
+  return sql(visible).get(now, ...args) !== undefined;
 }
 
 /** The SQL of a consumer's filter: one run's messages, or its agents' and those of no known run. */
-function filterOf(filter: { runId?: string; agents?: readonly string[] }): { only: string; args: unknown[] } {
-  const { runId, agents } = filter;
-  return {
-    only: `${runId ? 'AND run_id = ?' : ''} ${agents ? `AND (agent IS NULL OR agent IN (${agents.map(() => '?').join(', ')}))` : ''}`,
-    args: [...(runId ? [runId] : []), ...(agents ?? [])],
-  };
+interface Filter {
+  /** The condition, to follow others with AND, and its arguments. */
+  only: string;
+  args: unknown[];
+  /** anyVisible's statement, and handOver's (both of its reads in one). */
+  visible: string;
+  handOver: string;
+}
+
+const filters = new WeakMap<object, Filter>();
+
+/**
+ * A consumer's filter, built once per filter object: a worker's lives as long as the worker, so its
+ * statements' texts are the same strings at every step, found in the statement cache without being built
+ * and hashed again.
+ */
+function filterOf(filter: { runId?: string; agents?: readonly string[] }): Filter {
+  let built = filters.get(filter);
+  if (!built) {
+    const { runId, agents } = filter;
+    const only = `${runId ? 'AND run_id = ?' : ''} ${agents ? `AND (agent IS NULL OR agent IN (${agents.map(() => '?').join(', ')}))` : ''}`;
+    const visible = `SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`;
+    built = {
+      only, args: [...(runId ? [runId] : []), ...(agents ?? [])], visible,
+      handOver: `SELECT EXISTS (${visible}) AS visible, EXISTS (SELECT 1 FROM queue WHERE id = ? AND receipt = ? AND acked_at IS NULL
+        AND dedup_key = ? AND version < ? AND visible_at >= ? ${only}) AS kept`,
+    };
+    filters.set(filter, built);
+  }
+  return built;
 }
 
 /** False if the receipt expired: another worker received the message since. */
