@@ -24,10 +24,11 @@ export function outputText(output: unknown): string {
 export function shapeResult(text: string, ok: boolean, inlineLimit = DEFAULT_INLINE_LIMIT): ShapedResult {
   // Counted without a copy: only an output that goes to the blob store needs its bytes.
   const bytes = Buffer.byteLength(text, 'utf8');
-  if (bytes <= inlineLimit) return { result: { ok, text, bytes } };
+  // Keys in order: a record's result is then stored without a sorted copy (canonical-json.ts).
+  if (bytes <= inlineLimit) return { result: { bytes, ok, text } };
   const data = Buffer.from(text, 'utf8');
   const ref = blobRef(data);
-  return { result: { ok, text: excerpt(text, LARGE_OUTPUT_EXCERPT), bytes: data.length, ref }, blob: { ref, data } };
+  return { result: { bytes: data.length, ok, ref, text: excerpt(text, LARGE_OUTPUT_EXCERPT) }, blob: { ref, data } };
 }
 
 /** Content-addressed: the same output always has the same ref, so a retried upload is harmless. */

@@ -39,6 +39,8 @@ const FENCE = `SELECT r.status, r.reason, r.run_no, r.cancel_requested, ${latest
  */
 const WRITE_MARKS = 'SELECT total_changes() AS changes, (SELECT data_version FROM pragma_data_version) AS version';
 interface WriteMarks { changes: number; version: number }
+/** A checkpoint row; one string, so the statement cache finds it at every step without building and hashing it anew. */
+const INSERT_CHECKPOINT = `INSERT INTO checkpoints (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 /** The run's checkpoint rows, `c`, joined to its runs row, `r`, found by its id: a range of the checkpoints' keys. */
 const ROWS_OF_RUN = `runs r JOIN checkpoints c ON ${checkpointsOfRun('c', 'r.run_no')} WHERE r.run_id = ?`;
 
@@ -359,9 +361,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   }
 
   private insertCheckpoint(runNo: number, runId: string, version: number, state: RunState, head: string, bytes: number, meta: WriteMeta, appended: CheckpointWrite['appended'], record: string | undefined, now: number): void {
-    this.sql(
-      `INSERT INTO checkpoints (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(runNo, version, runNo, runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
+    this.sql(INSERT_CHECKPOINT).run(runNo, version, runNo, runId, version, state.step, state.status, appended?.tool ?? null, appended?.idempotencyKey ?? null, meta.workerId, meta.codeVersion, bytes, record ?? null, head, state.reason ?? null, now, now + this.retentionMs);
   }
 }
 
@@ -370,13 +370,15 @@ interface HeadRow { version: number; status: RunStatus; step: number; reason: st
 function stored(runId: string, row: HeadRow, steps: string[], after: number, summaries?: string[]): StoredCheckpoint {
   // Restarts count for the version they were counted at (addRestarts).
   const restarts = row.restarts_at === row.version ? row.restarts : 0;
-  return {
-    runId, version: row.version, status: row.status, head: row.head, steps, ...(after ? { stepsAfter: after } : {}),
-    ...(summaries ? { summaries } : {}),
-    ...(row.pending ? { pending: row.pending } : {}), workerId: row.worker_id, updatedAt: row.updated_at,
-    ...(row.reason ? { reason: row.reason } : {}), ...(restarts ? { restarts } : {}),
-    ...(row.cancel_requested !== null ? { cancelRequested: row.cancel_requested } : {}),
-  };
+  // Fields set one by one, not spread from conditional objects: this runs at every step's load.
+  const checkpoint: StoredCheckpoint = { runId, version: row.version, status: row.status, head: row.head, steps, workerId: row.worker_id, updatedAt: row.updated_at };
+  if (after) checkpoint.stepsAfter = after;
+  if (summaries) checkpoint.summaries = summaries;
+  if (row.pending) checkpoint.pending = row.pending;
+  if (row.reason) checkpoint.reason = row.reason;
+  if (restarts) checkpoint.restarts = restarts;
+  if (row.cancel_requested !== null) checkpoint.cancelRequested = row.cancel_requested;
+  return checkpoint;
 }
 
 const sameMarks = (a: WriteMarks, b: WriteMarks): boolean => a.changes === b.changes && a.version === b.version;
