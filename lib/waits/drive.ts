@@ -1,5 +1,5 @@
 import { decodeState } from '../core/codec.ts';
-import { StaleVersionError, errorMessage } from '../core/errors.ts';
+import { StaleVersionError, UnreadableCheckpointError, errorMessage } from '../core/errors.ts';
 import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { deadlineAnswer } from '../core/waits.ts';
@@ -25,7 +25,14 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links
   const none = { links: [] };
   const stored = await deps.store.load(runId);
   if (!stored || stored.status !== 'waiting') return none;
-  const state = decodeState(stored);
+  let state: RunState;
+  try {
+    state = decodeState(stored);
+  } catch (error) {
+    if (!(error instanceof UnreadableCheckpointError)) throw error;
+    await failUnreadable(deps, runId, stored.version, error.message);
+    return none;
+  }
   // A cancel asked for while the step that began this wait was running: applied now the wait is saved.
   if (stored.cancelRequested !== undefined) {
     try {
@@ -51,6 +58,19 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links
     await deps.queue.send({ runId, version: stored.version }, { delayMs, timer: true });
   }
   return { links };
+}
+
+/**
+ * A waiting run whose checkpoint this code cannot read fails, as a step fails it (advance): with the reason,
+ * its unreadable head kept for an operator. Fenced: an answer that came first (a newer version) stands.
+ */
+async function failUnreadable(deps: DriveDeps, runId: string, version: number, reason: string): Promise<void> {
+  try {
+    const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
+    deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, status: 'failed', reason }, 'waiting run failed: unreadable checkpoint');
+  } catch (error) {
+    if (!(error instanceof StaleVersionError)) throw error;
+  }
 }
 
 /** Emails each approver once; returns their links. */

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { emitEvent, waitEventOf } from '../../lib/waits/events.ts';
@@ -26,6 +27,27 @@ function worker(clock: ManualClock, workerId: string, first: ModelReply) {
 }
 
 describe('a run that waits for an event (SQLite)', () => {
+  it('a waiting run whose head cannot be read: its delivery fails it with the reason and keeps the head; no throw', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', waitFor('order-5'));
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    const waiting = (await w.runtime.store.load('run'))!;
+    expect(waiting.status).toBe('waiting');
+    // Found so by a fuzzer: the head's first character replaced, so its text is no JSON.
+    const head = ` ${waiting.head.slice(1)}`;
+    w.runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = ?').run(head, 'run', waiting.version);
+    const handled = await handleDelivery(w.deps, { body: JSON.stringify({ runId: 'run', version: waiting.version }), receiveCount: 1 });
+    expect(handled.action).toBe('ack');
+    const after = (await w.runtime.store.load('run'))!;
+    expect(after).toMatchObject({ status: 'failed', version: waiting.version + 1 });
+    expect(after.reason).toMatch(/unreadable: head is not valid JSON/);
+    const kept = w.runtime.db.prepare('SELECT head FROM checkpoints WHERE run_id = ? AND version = ?').get('run', waiting.version) as { head: string };
+    expect(kept.head).toBe(head);
+    w.runtime.close();
+  });
+
   it('a matching event resumes it with the event as the result; another key does not', async () => {
     db = tempDb();
     const clock = new ManualClock();
