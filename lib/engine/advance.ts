@@ -94,7 +94,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   // Another agent's run: its goal under this agent's tools could do anything. Before any write or call.
   if (!worksRunsOf(deps.agent, state.agent)) throw new WrongAgentError(runId, state.agent, deps.agent.name);
   const n = state.step + 1;
-  await deps.probe?.('C1', { runId, step: n });
+  if (deps.probe) await deps.probe('C1', { runId, step: n });
 
   // A step boundary: a cancel asked for since the last checkpoint stops the run before anything else
   // happens. The step that was running when it came has committed (its commit kept the request).
@@ -151,7 +151,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       }
       return commit(deps, base, recordFailure(state, asStepError(error), now()));
     }
-    await deps.probe?.('C2', { runId, step: n });
+    if (deps.probe) await deps.probe('C2', { runId, step: n });
 
     if (reply.kind === 'done') return commit(deps, base, complete(state, reply.summary, reply.usage, now()));
     if (atCap) return commit(deps, base, cap(state, now(), reply.usage));
@@ -181,7 +181,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {
       await deps.store.recordDecision(runId, version, decision);
-      await deps.probe?.('C3', { runId, step: n });
+      if (deps.probe) await deps.probe('C3', { runId, step: n });
     }
   }
 
@@ -206,7 +206,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     output = error.message;
     ok = false;
   }
-  await deps.probe?.('C4', { runId, step: n });
+  if (deps.probe) await deps.probe('C4', { runId, step: n });
   if (isWaitRequest(output)) return beginWaitStep(deps, state, base, decision, output);
 
   const shaped = shapeResult(outputText(output), ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
@@ -215,7 +215,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   const carried = shaped.blob && deps.store.carriesBlobs ? [shaped.blob] : undefined;
   if (shaped.blob) {
     if (!carried) await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
-    await deps.probe?.('C5', { runId, step: n });
+    if (deps.probe) await deps.probe('C5', { runId, step: n });
   }
   const { atVersion: _v, ...chosen } = decision;
   const record: StepRecord = withFields(chosen, { result: shaped.result, workerId: deps.workerId });
@@ -300,7 +300,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
     bytes: written.bytes, status: next.status, ...(appended ? { tool: appended.tool } : {}),
     ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
   }, 'checkpoint written');
-  await deps.probe?.('C6', { runId: next.runId, step: next.step });
+  if (deps.probe) await deps.probe('C6', { runId: next.runId, step: next.step });
   return {
     kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), queued: queue,
     ...(written.received ? { received: written.received } : {}),

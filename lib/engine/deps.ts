@@ -19,7 +19,8 @@ export interface EngineDeps {
   log: Logger;
   /**
    * Called as a step passes each crash point; a test throws here (or kills the process) to crash exactly
-   * there. Absent in production.
+   * there. Absent in production, where the step does not await it (`if (deps.probe) await ...`): an await
+   * of nothing still costs a turn of the microtask queue, six a step.
    */
   probe?: (point: CrashPoint, at: { runId: string; step: number }) => void | Promise<void>;
   signal?: AbortSignal;

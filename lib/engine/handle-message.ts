@@ -104,7 +104,7 @@ export async function handleDelivery(
   }
   const status = outcome.kind === 'advanced' ? outcome.state.status : outcome.status;
   if (status === 'running' && outcome.kind !== 'idle') {
-    await deps.probe?.('C7', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
+    if (deps.probe) await deps.probe('C7', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
     if (outcome.kind === 'advanced') {
       if (!outcome.queued?.send) await deps.queue.send({ runId, version: outcome.version }, { delayMs: retryDelayMs(outcome.state.failures) });
     }
@@ -123,7 +123,7 @@ export async function handleDelivery(
       throw error;
     }
   }
-  await deps.probe?.('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
+  if (deps.probe) await deps.probe('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
   return {
     action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}),
     ...(outcome.kind === 'advanced' && outcome.queued?.ack ? { acked: true as const } : {}),
