@@ -219,7 +219,9 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   }
   const { atVersion: _v, ...chosen } = decision;
   const record: StepRecord = withFields(chosen, { result: shaped.result, workerId: deps.workerId });
-  return commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record, carried);
+  // Awaited, not returned: an async function that returns a promise takes two more turns of the
+  // microtask queue to settle with it, at every step.
+  return await commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record, carried);
 }
 
 /** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
