@@ -3,19 +3,22 @@
  * across steps (prompt caching) and argument hashes do not depend on key order.
  */
 export function canonicalJson(value: unknown): string {
-  return JSON.stringify(sortKeys(value));
+  return JSON.stringify(canonicalValue(value));
 }
 
 /**
- * The value with every plain object's keys in order. An object already in order, with every value in it
- * too, is itself, not a copy: a head decoded from its stored text is, and copying it was most of its encoding.
+ * The value as its canonical JSON reads back: every plain object's keys in order, undefined fields gone,
+ * undefined array items null. Itself, not a copy, where it is so already, and so is everything in it: a
+ * head decoded from its stored text is, and copying it was most of its encoding.
  */
-function sortKeys(value: unknown): unknown {
+export function canonicalValue(value: unknown): unknown {
+  // JSON writes -0 as 0, and NaN and the infinities as null.
+  if (typeof value === 'number') return Number.isFinite(value) ? value + 0 : null;
   if (Array.isArray(value)) {
     let copy: unknown[] | undefined;
     for (let i = 0; i < value.length; i++) {
-      const sorted = sortKeys(value[i]);
-      if (sorted !== value[i]) (copy ??= value.slice())[i] = sorted;
+      const item = value[i] === undefined ? null : canonicalValue(value[i]);
+      if (!Object.is(item, value[i])) (copy ??= value.slice())[i] = item;
     }
     return copy ?? value;
   }
@@ -23,19 +26,25 @@ function sortKeys(value: unknown): unknown {
   const object = value as Record<string, unknown>;
   const keys = Object.keys(object);
   let inOrder = true;
-  for (let i = 1; i < keys.length && inOrder; i++) inOrder = keys[i - 1]! < keys[i]!;
+  // Array-index keys come first in any object, in numeric order ("9" before "10"), whatever was sorted.
+  for (let i = 1; i < keys.length && inOrder; i++) inOrder = keys[i - 1]! < keys[i]! || isArrayIndex(keys[i - 1]!);
   if (!inOrder) keys.sort();
   let out: Record<string, unknown> | undefined = inOrder ? undefined : {};
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i]!;
-    const sorted = sortKeys(object[key]);
-    if (out) out[key] = sorted;
-    else if (sorted !== object[key]) {
-      // In order, but this value is not: a copy from here, the keys before it as they are.
+    const field = object[key];
+    const canonical = field === undefined ? undefined : canonicalValue(field);
+    if (out) {
+      if (canonical !== undefined) out[key] = canonical;
+    } else if (!Object.is(canonical, field) || field === undefined) {
+      // In order, but this field is not as stored: a copy from here, the fields before it as they are.
       out = {};
       for (let j = 0; j < i; j++) out[keys[j]!] = object[keys[j]!];
-      out[key] = sorted;
+      if (canonical !== undefined) out[key] = canonical;
     }
   }
   return out ?? value;
 }
+
+/** A key JavaScript keeps as an array index (0 to 2^32 - 2, written plainly): objects list those first. */
+const isArrayIndex = (key: string): boolean => /^(?:0|[1-9]\d{0,9})$/.test(key) && Number(key) <= 4294967294;

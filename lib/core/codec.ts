@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { canonicalJson } from './canonical-json.ts';
+import { canonicalJson, canonicalValue } from './canonical-json.ts';
 import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from './errors.ts';
 import { formatOf, migrateRecord } from './migrations.ts';
 import { withFields } from './objects.ts';
@@ -65,34 +65,7 @@ export interface HeldSteps {
  * new ones), so the held head can share their parts.
  */
 export function heldHead(text: string, state: RunState): { text: string; value: RunHead } {
-  return { text, value: asStored(headOf(state)) as RunHead };
-}
-
-/**
- * A value as its canonical JSON would bring it back: undefined fields gone, undefined array items null,
- * every plain object's keys in order. Itself when already so (canonical-json.ts sorts the same way).
- */
-function asStored(value: unknown): unknown {
-  if (Array.isArray(value)) {
-    let copy: unknown[] | undefined;
-    for (let i = 0; i < value.length; i++) {
-      const item = value[i] === undefined ? null : asStored(value[i]);
-      if (item !== value[i]) (copy ??= value.slice())[i] = item;
-    }
-    return copy ?? value;
-  }
-  if (!value || typeof value !== 'object' || (value as object).constructor !== Object) return value;
-  const object = value as Record<string, unknown>;
-  const keys = Object.keys(object);
-  let same = true;
-  for (let i = 0; i < keys.length && same; i++) {
-    const field = object[keys[i]!];
-    same = field !== undefined && (i === 0 || keys[i - 1]! < keys[i]!) && asStored(field) === field;
-  }
-  if (same) return value;
-  const copy: Record<string, unknown> = {};
-  for (const key of keys.sort()) if (object[key] !== undefined) copy[key] = asStored(object[key]);
-  return copy;
+  return { text, value: canonicalValue(headOf(state)) as RunHead };
 }
 
 /** A record as stored: with its kind's format, which format 1 leaves out (so its bytes are as they always were). */

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalJson } from '../../lib/core/canonical-json.ts';
+import { canonicalJson, canonicalValue } from '../../lib/core/canonical-json.ts';
 
 /** What canonicalJson has always written: every plain object copied with its keys sorted. */
 function byCopying(value: unknown): string {
@@ -20,7 +20,7 @@ function byCopying(value: unknown): string {
 const key = fc.oneof(fc.string({ maxLength: 4 }), fc.constantFrom('0', '1', '9', '10', '01', '-1', '4294967295', 'a', 'b', 'B', '__proto__x'));
 const json = fc.letrec((tie) => ({
   value: fc.oneof({ depthSize: 'small' }, fc.jsonValue({ maxDepth: 1 }), tie('object'), tie('array')),
-  object: fc.dictionary(key, tie('value'), { maxKeys: 6 }),
+  object: fc.dictionary(key, tie('value'), { maxKeys: 6, noNullPrototype: true }),
   array: fc.array(tie('value'), { maxLength: 4 }),
 })).value;
 
@@ -28,6 +28,25 @@ describe('canonical JSON', () => {
   it('writes the bytes the copying sort wrote, for any JSON value, in order or not', () => {
     fc.assert(fc.property(json, (value) => {
       expect(canonicalJson(value)).toBe(byCopying(value));
+    }), { numRuns: 2000 });
+  });
+
+  it('gives the value its canonical JSON reads back, keys in that order, and the very value where it is that already', () => {
+    const withUndefined = fc.letrec((tie) => ({
+      value: fc.oneof({ depthSize: 'small' }, fc.jsonValue({ maxDepth: 1 }), fc.constant(undefined), tie('object'), tie('array')),
+      object: fc.dictionary(key, tie('value'), { maxKeys: 6, noNullPrototype: true }),
+      array: fc.array(tie('value'), { maxLength: 4 }),
+    })).value;
+    fc.assert(fc.property(withUndefined, (value) => {
+      fc.pre(value !== undefined);
+      const canonical = canonicalValue(value);
+      const text = canonicalJson(value);
+      expect(canonical).toStrictEqual(JSON.parse(text));
+      // Keys in the order the text has them, at every depth.
+      expect(JSON.stringify(canonical)).toBe(text);
+      // Canonical already: itself.
+      const read = JSON.parse(text);
+      expect(canonicalValue(read)).toBe(read);
     }), { numRuns: 2000 });
   });
 
