@@ -35,15 +35,25 @@ export function canonicalValue(value: unknown): unknown {
     const field = object[key];
     const canonical = field === undefined ? undefined : canonicalValue(field);
     if (out) {
-      if (canonical !== undefined) out[key] = canonical;
+      if (canonical !== undefined) setField(out, key, canonical);
     } else if (!Object.is(canonical, field) || field === undefined) {
       // In order, but this field is not as stored: a copy from here, the fields before it as they are.
       out = {};
-      for (let j = 0; j < i; j++) out[keys[j]!] = object[keys[j]!];
-      if (canonical !== undefined) out[key] = canonical;
+      for (let j = 0; j < i; j++) setField(out, keys[j]!, object[keys[j]!]);
+      if (canonical !== undefined) setField(out, key, canonical);
     }
   }
   return out ?? value;
+}
+
+/**
+ * `out[key] = value`, except for a `__proto__` key (JSON.parse makes it an own field, as any other): an
+ * assignment would set the copy's prototype instead, and the field would be gone from the copy's JSON
+ * only, so the same value written in another key order would give other bytes.
+ */
+function setField(out: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === '__proto__') Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+  else out[key] = value;
 }
 
 /** A key JavaScript keeps as an array index (0 to 2^32 - 2, written plainly): objects list those first. */

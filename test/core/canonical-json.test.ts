@@ -2,13 +2,18 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson, canonicalValue } from '../../lib/core/canonical-json.ts';
 
-/** What canonicalJson has always written: every plain object copied with its keys sorted. */
+/**
+ * What canonicalJson has always written: every plain object copied with its keys sorted. Its fields are
+ * defined, not assigned, so that a `__proto__` field stays one (the copy had dropped it).
+ */
 function byCopying(value: unknown): string {
   const sort = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(sort);
     if (v && typeof v === 'object' && (v as object).constructor === Object) {
       const out: Record<string, unknown> = {};
-      for (const key of Object.keys(v).sort()) out[key] = sort((v as Record<string, unknown>)[key]);
+      for (const key of Object.keys(v).sort()) {
+        Object.defineProperty(out, key, { value: sort((v as Record<string, unknown>)[key]), enumerable: true, writable: true, configurable: true });
+      }
       return out;
     }
     return v;
@@ -16,8 +21,8 @@ function byCopying(value: unknown): string {
   return JSON.stringify(sort(value));
 }
 
-/** Keys that sort differently as strings and as array indexes ("10" before "9"), and ones that only look like indexes. */
-const key = fc.oneof(fc.string({ maxLength: 4 }), fc.constantFrom('0', '1', '9', '10', '01', '-1', '4294967295', 'a', 'b', 'B', '__proto__x'));
+/** Keys that sort differently as strings and as array indexes ("10" before "9"), ones that only look like indexes, and `__proto__`. */
+const key = fc.oneof(fc.string({ maxLength: 4 }), fc.constantFrom('0', '1', '9', '10', '01', '-1', '4294967295', 'a', 'b', 'B', '__proto__', '__proto__x'));
 const json = fc.letrec((tie) => ({
   value: fc.oneof({ depthSize: 'small' }, fc.jsonValue({ maxDepth: 1 }), tie('object'), tie('array')),
   object: fc.dictionary(key, tie('value'), { maxKeys: 6, noNullPrototype: true }),
@@ -55,6 +60,19 @@ describe('canonical JSON', () => {
     const before = JSON.stringify(value);
     expect(canonicalJson(value)).toBe('{"a":1,"b":{"c":3,"d":[{"y":2,"z":1}]},"c":{"9":2,"10":1}}');
     expect(JSON.stringify(value)).toBe(before);
+  });
+
+  it('keeps a __proto__ field (JSON.parse makes it an own one) in any key order, and sets no prototype', () => {
+    const inOrder = JSON.parse('{"__proto__":{"x":1},"b":1}') as object;
+    const outOfOrder = JSON.parse('{"b":1,"__proto__":{"x":1}}') as object;
+    const expected = '{"__proto__":{"x":1},"b":1}';
+    expect(canonicalJson(inOrder)).toBe(expected);
+    expect(canonicalJson(outOfOrder)).toBe(expected);
+    // In order, copied from a later field on (an undefined one, dropped): the fields before it are copied too.
+    expect(canonicalJson({ ...JSON.parse('{"__proto__":{"x":1}}') as object, a: undefined, b: 1 })).toBe(expected);
+    const copy = canonicalValue(outOfOrder) as object;
+    expect(Object.getPrototypeOf(copy)).toBe(Object.prototype);
+    expect(Object.keys(copy)).toEqual(['__proto__', 'b']);
   });
 
   it('keeps what JSON.stringify does with values that are not plain objects', () => {
