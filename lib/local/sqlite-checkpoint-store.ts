@@ -35,9 +35,12 @@ const LATEST_VERSION = `SELECT ${latestVersionOf('r.run_no')} AS version FROM ru
 const FENCE = `SELECT r.status, r.reason, r.run_no, r.cancel_requested, ${latestVersionOf('r.run_no')} AS version FROM runs r WHERE r.run_id = ?`;
 /**
  * Whether anything was written to the file since: rows this connection changed (any table), and
- * data_version, which moves when another connection commits. No table is read.
+ * data_version, which moves when another connection commits. No table is read. Two statements, not one
+ * SELECT of both: the table-valued pragma_data_version took 3.8 us outside a transaction and 1.5 us in
+ * one, the two statements 2.8 us and 0.5 us (this machine, a loop of 200,000).
  */
-const WRITE_MARKS = 'SELECT total_changes() AS changes, (SELECT data_version FROM pragma_data_version) AS version';
+const TOTAL_CHANGES = 'SELECT total_changes() AS changes';
+const DATA_VERSION = 'PRAGMA data_version';
 interface WriteMarks { changes: number; version: number }
 /** A checkpoint row; one string, so the statement cache finds it at every step without building and hashing it anew. */
 const INSERT_CHECKPOINT = `INSERT INTO checkpoints (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
@@ -79,6 +82,13 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return preparedOnce(this.db)(text);
   }
 
+  /** The file's write marks now (WriteMarks). */
+  private marks(): WriteMarks {
+    const { data_version: version } = this.sql(DATA_VERSION).get() as { data_version: number };
+    const { changes } = this.sql(TOTAL_CHANGES).get() as { changes: number };
+    return { changes, version };
+  }
+
   private get now(): number {
     return (this.options.clock ?? systemClock).now();
   }
@@ -114,7 +124,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     // statement, a moment of the file by itself: no read transaction to open and close.
     if (!options.recent) {
       const written = this.lastStep?.runId === runId ? this.lastStep : undefined;
-      const row = written && sameMarks(written.marks, this.sql(WRITE_MARKS).get() as WriteMarks) ? written.row : this.headRow(runId);
+      const row = written && sameMarks(written.marks, this.marks()) ? written.row : this.headRow(runId);
       if (!row) return undefined;
       if (row.step <= (options.afterStep ?? 0)) return stored(runId, row, [], options.afterStep ?? 0);
     }
@@ -267,7 +277,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
           version, status: 'running', step: write.state.step, reason: null, updated_at: now, restarts: 0, restarts_at: null,
           cancel_requested: null, head, worker_id: write.workerId, pending: null,
         };
-        remembered = { runId: write.runId, row, marks: this.sql(WRITE_MARKS).get() as WriteMarks };
+        remembered = { runId: write.runId, row, marks: this.marks() };
       }
       return { version, bytes, head, ...(received ? { received } : {}) };
     });
