@@ -192,6 +192,11 @@ export interface Delivery {
   receiveCount: number;
   /** Backend handle for ack/release. */
   receipt: string;
+  /**
+   * The body as the message this code sent, when the queue made the delivery from that message itself (a
+   * step's commit receiving the next step's message): the handler takes it instead of parsing the body.
+   */
+  message?: RunMessage;
 }
 
 export interface SendOptions {

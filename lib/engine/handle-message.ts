@@ -2,7 +2,7 @@ import * as z from 'zod';
 import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
 import type { Delivery, QueueReceive, QueueWork, RedriveOptions } from '../ports.ts';
-import { advance, type Advance } from './advance.ts';
+import { advance, type Advance, type AdvanceOptions } from './advance.ts';
 import type { EngineDeps } from './deps.ts';
 import { driveWait } from '../waits/drive.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
@@ -54,22 +54,26 @@ export function retryDelayMs(failures: number): number {
  */
 export async function handleDelivery(
   deps: EngineDeps,
-  delivery: Pick<Delivery, 'body' | 'receiveCount'> & { receipt?: string },
-  options: { maxReceives?: number; receive?: QueueReceive } = {},
+  delivery: Pick<Delivery, 'body' | 'receiveCount' | 'message'> & { receipt?: string },
+  options: { maxReceives?: number | undefined; receive?: QueueReceive | undefined } = {},
 ): Promise<Handled> {
-  const message = parseMessage(delivery.body);
-  if (!message.success) {
-    deps.log.error({ event: 'malformed-message', body: delivery.body.slice(0, 2000), error: message.error }, 'malformed message dropped');
-    return { action: 'ack' };
+  let message = delivery.message;
+  if (!message) {
+    const parsed = parseMessage(delivery.body);
+    if (!parsed.success) {
+      deps.log.error({ event: 'malformed-message', body: delivery.body.slice(0, 2000), error: parsed.error }, 'malformed message dropped');
+      return { action: 'ack' };
+    }
+    message = parsed.data;
   }
-  const { runId, version } = message.data;
+  const { runId, version } = message;
   const maxReceives = options.maxReceives ?? DEFAULT_MAX_RECEIVES;
   let outcome: Advance;
   try {
-    outcome = await advance(deps, runId, {
-      expectVersion: version, receiveCount: delivery.receiveCount, maxTries: maxReceives,
-      ...(delivery.receipt && deps.store.carriesQueueWork ? { queueWork: queueWorkOf(delivery.receipt, options.receive) } : {}),
-    });
+    // Built with its fields set, not spread from conditional objects: this runs at every step.
+    const advanceOptions: AdvanceOptions = { expectVersion: version, receiveCount: delivery.receiveCount, maxTries: maxReceives };
+    if (delivery.receipt && deps.store.carriesQueueWork) advanceOptions.queueWork = queueWorkOf(delivery.receipt, options.receive);
+    outcome = await advance(deps, runId, advanceOptions);
   } catch (error) {
     if (error instanceof UnknownRunError) {
       deps.log.error({ event: 'unknown-run', runId, version }, error.message);
@@ -124,11 +128,13 @@ export async function handleDelivery(
     }
   }
   if (deps.probe) await deps.probe('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
-  return {
-    action: 'ack', outcome, runId, ...(driven?.links.length ? { approvalLinks: driven.links } : {}),
-    ...(outcome.kind === 'advanced' && outcome.queued?.ack ? { acked: true as const } : {}),
-    ...(outcome.kind === 'advanced' && outcome.received?.length ? { next: outcome.received } : {}),
-  };
+  const handled: Handled = { action: 'ack', outcome, runId };
+  if (driven?.links.length) handled.approvalLinks = driven.links;
+  if (outcome.kind === 'advanced') {
+    if (outcome.queued?.ack) handled.acked = true;
+    if (outcome.received?.length) handled.next = outcome.received;
+  }
+  return handled;
 }
 
 /**

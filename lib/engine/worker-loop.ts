@@ -70,11 +70,8 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
       current = delivery;
       let handled: Handled;
       try {
-        handled = await handleDelivery(deps, delivery, {
-          ...(options.maxReceives !== undefined ? { maxReceives: options.maxReceives } : {}),
-          // One delivery in hand at a time: the rest of a batch comes first.
-          ...(receive && !held.length ? { receive } : {}),
-        });
+        // One delivery in hand at a time: the rest of a batch comes first.
+        handled = await handleDelivery(deps, delivery, { maxReceives: options.maxReceives, receive: held.length ? undefined : receive });
       } catch (error) {
         deps.log.error({ event: 'step-error', workerId: deps.workerId, error: errorMessage(error), body: delivery.body }, 'step did not finish; the message will be delivered again');
         handled = { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)) };

@@ -234,7 +234,7 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
   if (!written.changes) return undefined;
   // The row's id from the dedup_key index alone: RETURNING cost a step 8-12 us more (measured).
   const { id } = sql('SELECT id FROM queue WHERE dedup_key = ?').get(message.runId) as { id: number };
-  return [{ body, receiveCount: 1, receipt: `${id}:${token}` }];
+  return [{ body, receiveCount: 1, receipt: `${id}:${token}`, message }];
 }
 
 /**
@@ -259,7 +259,7 @@ export function handOver(sql: Prepare, ack: string, send: { message: RunMessage;
   const { visible, kept } = sql(filter.handOver).get(
     now, ...filter.args, id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args,
   ) as { visible: number; kept: number };
-  return !visible && kept ? [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack }] : undefined;
+  return !visible && kept ? [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack, message }] : undefined;
 }
 
 /**

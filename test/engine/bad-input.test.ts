@@ -28,6 +28,14 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(await handleDelivery(deps, { body: JSON.stringify({ runId: 'nobody', version: 1 }), receiveCount: 1 })).toEqual({ action: 'ack', runId: 'nobody' });
   });
 
+  it('a delivery carrying its message is handled by it, its body not parsed again (the queue made both from it)', async () => {
+    const { deps, runtime } = setup();
+    await start(deps, 'go', 'r1');
+    const handled = await handleDelivery(deps, { body: 'not parsed', receiveCount: 1, message: { runId: 'r1', version: 1 } });
+    expect(handled).toMatchObject({ action: 'ack', runId: 'r1', outcome: { kind: 'advanced', version: 2 } });
+    expect((await runtime.store.load('r1'))!.version).toBe(2);
+  });
+
   it('an empty, blank or oversized goal, or a malformed run id, is refused before anything is written', async () => {
     const { deps, runtime } = setup();
     await expect(startRun(deps, { goal: '' })).rejects.toThrow(/goal is empty/);

@@ -115,6 +115,33 @@ describe('local worker path: one transaction per step', () => {
     w.runtime.close();
   });
 
+  it('a delivery made from the commit\'s own message carries it, so the handler parses nothing; one taken from the table carries the body alone', async () => {
+    db = tempDb();
+    const w = worker();
+    await start(w.deps, 'a', 'a');
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const receive = w.runtime.queue.receiveInCommit(VISIBILITY_MS);
+    const commit = (version: number, queue: import('../../lib/ports.ts').QueueWork) => w.runtime.store.commit({
+      runId: 'a', expectedVersion: version, state: stateAfter('a', version), appended: recordFor('a', version), ...META, queue,
+    });
+    // The delivery's row handed over (send, ack and receive as one read).
+    const [handed] = (await commit(1, { send: { message: { runId: 'a', version: 2 } }, ack: delivery!.receipt, receive })).received!;
+    expect(handed!.receipt).toBe(delivery!.receipt);
+    expect(handed!.message).toEqual({ runId: 'a', version: 2 });
+    expect(JSON.parse(handed!.body)).toEqual(handed!.message);
+    // Written received (a send and a receive, no delivery to hand over).
+    const [written] = (await commit(2, { send: { message: { runId: 'a', version: 3 } }, receive })).received!;
+    expect(written!.receipt).not.toBe(delivery!.receipt);
+    expect(written!.message).toEqual({ runId: 'a', version: 3 });
+    expect(JSON.parse(written!.body)).toEqual(written!.message);
+    // Received from the table, as any receive: the body is all there is.
+    await start(w.deps, 'b', 'b');
+    const [taken] = (await commit(3, { ack: written!.receipt, receive })).received!;
+    expect(JSON.parse(taken!.body)).toEqual({ runId: 'b', version: 1 });
+    expect(taken!.message).toBeUndefined();
+    w.runtime.close();
+  });
+
   it('a commit\'s receive takes only what its consumer would: one run\'s messages, or its agents\'', async () => {
     db = tempDb();
     const w = worker();
