@@ -2,7 +2,7 @@ import { errorMessage, isPermanent } from './errors.ts';
 import { withFields } from './objects.ts';
 import {
   DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
-  type Budget, type RunState, type StepRecord, type Usage,
+  type Budget, type Decision, type RunState, type StepRecord, type StepResult, type Usage,
 } from './state.ts';
 
 /** Pure state transitions: given a state and what happened, the next state. No I/O. */
@@ -26,6 +26,28 @@ export function initialState(input: {
     steps: [],
   };
 }
+
+/**
+ * The record of a step done as decided: the decision's fields but its version, then the result and the
+ * worker. Set in key order, so the record's canonical JSON, written at every step, copies nothing.
+ */
+export function stepRecordOf(decision: Decision, result: StepResult, workerId: string): StepRecord {
+  const record = { at: decision.at } as StepRecord;
+  if (decision.idempotencyKey !== undefined) record.idempotencyKey = decision.idempotencyKey;
+  record.input = decision.input;
+  if (decision.model !== undefined) record.model = decision.model;
+  record.result = result;
+  record.step = decision.step;
+  record.tool = decision.tool;
+  if (decision.usage !== undefined) record.usage = decision.usage;
+  record.workerId = workerId;
+  return record;
+}
+
+/** Every field of a decision, by what stepRecordOf does with it: a field added to Decision fails to compile here until it is. */
+export const DECISION_FIELDS_IN_RECORD: Record<keyof Decision, 'kept' | 'dropped'> = {
+  at: 'kept', idempotencyKey: 'kept', input: 'kept', model: 'kept', step: 'kept', tool: 'kept', usage: 'kept', atVersion: 'dropped',
+};
 
 /** `countUsage: false` when a failed attempt of this step already counted the usage of its decision. */
 export function completeStep(state: RunState, record: StepRecord, now: number, options: { countUsage?: boolean } = {}): RunState {

@@ -14,10 +14,10 @@ import { renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
 import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
-import { cap, capReached, complete, completeStep, recordFailure } from '../core/transitions.ts';
+import { cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
-import type { CheckpointWrite, Delivery, ModelReply, QueueWork } from '../ports.ts';
+import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
 
@@ -138,10 +138,9 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     const atCap = capReached(state);
     let reply: ModelReply;
     try {
-      reply = await deps.model.decide({
-        runId, step: n, prompt: renderStepPrompt(state), tools: toolSpecs(deps.agent),
-        settings: deps.agent.settings ?? {}, ...(deps.signal ? { signal: deps.signal } : {}),
-      });
+      const request: ModelRequest = { runId, step: n, prompt: renderStepPrompt(state), tools: toolSpecs(deps.agent), settings: deps.agent.settings ?? {} };
+      if (deps.signal) request.signal = deps.signal;
+      reply = await deps.model.decide(request);
     } catch (error) {
       if (error instanceof ModelKeyError) {
         // Not a try of the step: the work waits for a valid key. Taking this delivery's start back keeps
@@ -170,12 +169,11 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       return commitStep(deps, state, base, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
     }
     input = parsed.data;
-    decision = {
-      step: n, tool: tool.name, input: parsed.data, at: now(), atVersion: version,
-      ...(tool.sideEffect ? { idempotencyKey: idempotencyKey(runId, n) } : {}),
-      ...(reply.usage ? { usage: reply.usage } : {}),
-      ...(reply.model ? { model: reply.model } : {}),
-    };
+    // Fields set one by one, not spread from conditional objects: this runs at every step.
+    decision = { step: n, tool: tool.name, input: parsed.data, at: now(), atVersion: version };
+    if (tool.sideEffect) decision.idempotencyKey = idempotencyKey(runId, n);
+    if (reply.usage) decision.usage = reply.usage;
+    if (reply.model) decision.model = reply.model;
     uncounted = reply.usage;
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
@@ -217,8 +215,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (!carried) await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
     if (deps.probe) await deps.probe('C5', { runId, step: n });
   }
-  const { atVersion: _v, ...chosen } = decision;
-  const record: StepRecord = withFields(chosen, { result: shaped.result, workerId: deps.workerId });
+  const record = stepRecordOf(decision, shaped.result, deps.workerId);
   // Awaited, not returned: an async function that returns a promise takes two more turns of the
   // microtask queue to settle with it, at every step.
   return await commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record, carried);
@@ -288,10 +285,11 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   // The checkpoint that condenses a block writes its summary (lib/core/condensed.ts): a few hundred bytes
   // once per CONDENSE_BLOCK steps, so that no resume has to read the block's records again.
   const summaries = summariesDue(next);
-  const written = await deps.store.commit({
-    runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
-    ...(appended ? { appended } : {}), ...(summaries.length ? { summaries } : {}), ...(blobs ? { blobs } : {}), queue,
-  });
+  const write: CheckpointWrite = { runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion, queue };
+  if (appended) write.appended = appended;
+  if (summaries.length) write.summaries = summaries;
+  if (blobs) write.blobs = blobs;
+  const written = await deps.store.commit(write);
   if (next.status === 'running') {
     const held = heldAfter(next, summaries, next.budget?.usd !== undefined);
     stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? withFields(held, { head: heldHead(written.head, next) }) : held);

@@ -255,12 +255,13 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
   return invalid(trimmed ? `no tool call and no DONE; the reply said: ${excerpt(trimmed.replace(/\s+/g, ' '), 200)}` : 'an empty reply: no tool call and no DONE');
 }
 
+/** In key order, as the step record holding it is (stepRecordOf): its canonical JSON then copies nothing. */
 export function usageOf(usage: Anthropic.Usage): Usage {
   return {
+    cacheReadTokens: usage.cache_read_input_tokens ?? 0,
+    cacheWriteTokens: usage.cache_creation_input_tokens ?? 0,
     inputTokens: usage.input_tokens ?? 0,
     outputTokens: usage.output_tokens ?? 0,
-    cacheWriteTokens: usage.cache_creation_input_tokens ?? 0,
-    cacheReadTokens: usage.cache_read_input_tokens ?? 0,
   };
 }
 

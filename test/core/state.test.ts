@@ -5,7 +5,9 @@ import { NewerFormatError, PermanentError, UnreadableCheckpointError } from '../
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { MIGRATIONS, migrateHead } from '../../lib/core/migrations.ts';
 import { FORMAT_VERSION } from '../../lib/core/state.ts';
-import { cap, capReached, complete, recordFailure } from '../../lib/core/transitions.ts';
+import { DECISION_FIELDS_IN_RECORD, cap, capReached, complete, recordFailure, stepRecordOf } from '../../lib/core/transitions.ts';
+import type { Decision } from '../../lib/core/state.ts';
+import { canonicalValue } from '../../lib/core/canonical-json.ts';
 import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
 import { stateAfter } from '../support/states.ts';
 
@@ -18,6 +20,24 @@ describe('run state', () => {
 
   it('serializes the same value to the same bytes whatever the key order', () => {
     expect(canonicalJson({ b: 1, a: { d: [2, { z: 1, y: 2 }], c: 3 } })).toBe('{"a":{"c":3,"d":[2,{"y":2,"z":1}]},"b":1}');
+  });
+
+  it('a step\'s record is its decision but the version, with its result and worker, in key order: its canonical value is itself', () => {
+    const full: Decision = {
+      step: 4, tool: 'copy', input: { b: 1, a: 2 }, idempotencyKey: 'r/step-4', model: 'm',
+      usage: { cacheReadTokens: 3, cacheWriteTokens: 0, inputTokens: 1, outputTokens: 2 }, at: 9, atVersion: 5,
+    };
+    const result = { bytes: 4, ok: true, text: 'done' };
+    for (const decision of [full, { step: 1, tool: 't', input: {}, at: 2 } satisfies Decision]) {
+      const record = stepRecordOf(decision, result, 'w');
+      const kept = Object.fromEntries(Object.entries(decision).filter(([key]) => DECISION_FIELDS_IN_RECORD[key as keyof Decision] === 'kept'));
+      expect(record).toStrictEqual({ ...kept, result, workerId: 'w' });
+      // Keys in order at the top: canonicalValue copies only the tool's input, which the model chose.
+      expect(Object.keys(record)).toEqual(Object.keys(record).sort());
+      expect(canonicalJson(record)).toBe(canonicalJson({ ...decision, atVersion: undefined, result, workerId: 'w' }));
+    }
+    const inOrder = stepRecordOf({ ...full, input: { a: 2, b: 1 } }, result, 'w');
+    expect(canonicalValue(inOrder)).toBe(inOrder);
   });
 
   it('decodes what it encodes', () => {
