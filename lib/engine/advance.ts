@@ -295,16 +295,21 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
     stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? withFields(held, { head: heldHead(written.head, next) }) : held);
   }
   else stepCacheOf(deps.store).delete(next.runId);
-  deps.log.info({
-    event: 'checkpoint', runId: next.runId, step: next.step, version: written.version, workerId: deps.workerId,
-    bytes: written.bytes, status: next.status, ...(appended ? { tool: appended.tool } : {}),
-    ...(next.failures ? { failures: next.failures, error: next.lastError } : {}),
-  }, 'checkpoint written');
-  if (deps.probe) await deps.probe('C6', { runId: next.runId, step: next.step });
-  return {
-    kind: 'advanced', version: written.version, state: next, bytes: written.bytes, ...(appended ? { appended } : {}), queued: queue,
-    ...(written.received ? { received: written.received } : {}),
+  // Both objects have their fields set, not spread from conditional objects: this runs at every step.
+  const line: Record<string, unknown> = {
+    event: 'checkpoint', runId: next.runId, step: next.step, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: next.status,
   };
+  if (appended) line.tool = appended.tool;
+  if (next.failures) {
+    line.failures = next.failures;
+    line.error = next.lastError;
+  }
+  deps.log.info(line, 'checkpoint written');
+  if (deps.probe) await deps.probe('C6', { runId: next.runId, step: next.step });
+  const advanced: Advance & { kind: 'advanced' } = { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, queued: queue };
+  if (appended) advanced.appended = appended;
+  if (written.received) advanced.received = written.received;
+  return advanced;
 }
 
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {
