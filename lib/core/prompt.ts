@@ -155,7 +155,7 @@ export function stepLine(record: StepRecord): string {
 
 function renderStepLine(record: StepRecord): string {
   const outcome = record.result.ok ? 'ok' : 'error';
-  const text = excerpt(record.result.text.replace(/\s+/g, ' ').trim(), STEP_LINE_EXCERPT);
+  const text = foldedExcerpt(record.result.text, STEP_LINE_EXCERPT);
   const ref = record.result.ref ? ` [full output ${record.result.bytes} bytes: ${record.result.ref}]` : '';
   const input = canonicalJson(record.input ?? {});
   const inputText = input.length <= STEP_INPUT_EXCERPT
@@ -188,6 +188,22 @@ function lastResult(state: Pick<RunState, 'steps' | 'retryNote'>): string {
     : '';
   const result = `step ${last.step} ${last.tool} -> ${last.result.ok ? 'ok' : 'error'}:\n${last.result.text}${ref}`;
   return state.retryNote ? `${result}\n\n${state.retryNote}` : result;
+}
+
+/**
+ * `excerpt(text.replace(/\s+/g, ' ').trim(), max)`, folding only as much of the text as the excerpt needs:
+ * folding a prefix gives a prefix of the whole text's folding (a run of whitespace across the cut folds
+ * to the one space either way), so once a prefix's folding is longer than `max` past its leading
+ * whitespace, its first `max` characters are the excerpt's. Each step's line folds its output once.
+ */
+export function foldedExcerpt(text: string, max: number): string {
+  // Twice the excerpt, and a little: enough unless the output is mostly whitespace, then the whole of it.
+  const cut = 2 * max + 16;
+  if (text.length > cut) {
+    const folded = text.slice(0, cut).replace(/\s+/g, ' ').trimStart();
+    if (folded.length > max + 1) return `${folded.slice(0, max)}…`;
+  }
+  return excerpt(text.replace(/\s+/g, ' ').trim(), max);
 }
 
 export function excerpt(text: string, max: number): string {
