@@ -51,7 +51,8 @@ export const DECISION_FIELDS_IN_RECORD: Record<keyof Decision, 'kept' | 'dropped
 
 /** `countUsage: false` when a failed attempt of this step already counted the usage of its decision. */
 export function completeStep(state: RunState, record: StepRecord, now: number, options: { countUsage?: boolean } = {}): RunState {
-  const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
+  // Most steps follow a step that went well: nothing to leave out, so the state is copied once, not twice.
+  const rest = 'pending' in state || 'lastError' in state || 'retryNote' in state ? withoutAttemptFields(state) : state;
   return withFields(rest, {
     step: record.step,
     failures: 0,
@@ -59,6 +60,12 @@ export function completeStep(state: RunState, record: StepRecord, now: number, o
     usage: options.countUsage === false ? state.usage : addUsage(state.usage, record.usage),
     updatedAt: now,
   });
+}
+
+/** The state without what belonged to the attempts of the step now done: its decision, its last error, the retry note. */
+function withoutAttemptFields(state: RunState): Omit<RunState, 'pending' | 'lastError' | 'retryNote'> {
+  const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
+  return rest;
 }
 
 export function complete(state: RunState, summary: string, usage: Usage | undefined, now: number): RunState {

@@ -79,6 +79,24 @@ describe('the Step prompt', () => {
     }
   });
 
+  it('keeps one step list per run, the newest: a state rendered again after the next one builds its list afresh', () => {
+    const one = completeStep(newState('r3c'), recordFor('r3c', 1), 3_001);
+    const two = completeStep(one, recordFor('r3c', 2), 3_002);
+    const three = completeStep(two, recordFor('r3c', 3), 3_003);
+    renderStepPrompt(one);
+    const second = renderStepPrompt(two);
+    const third = renderStepPrompt(three);
+    // Block 1 is the list's first line, the one block a list makes itself (no newline before it; the
+    // others are each record's shared block): the same object only in a list carried over from the last.
+    expect(third[1]).toBe(second[1]);
+    // The newest list is kept: step 3's prompt again is the same list.
+    expect(renderStepPrompt(three)[1]).toBe(third[1]);
+    // Step 2's list went when step 3's extended it: its prompt again builds a new one, with the same text.
+    const secondAgain = renderStepPrompt(two);
+    expect(secondAgain[1]).not.toBe(second[1]);
+    expect(secondAgain).toEqual(second);
+  });
+
   it('shows a large output as a bounded excerpt plus its reference, in the step list and as the last result', () => {
     const big = 'y'.repeat(50_000);
     const shaped = shapeResult(big, true);

@@ -5,11 +5,11 @@ import { NewerFormatError, PermanentError, UnreadableCheckpointError } from '../
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { MIGRATIONS, migrateHead } from '../../lib/core/migrations.ts';
 import { FORMAT_VERSION } from '../../lib/core/state.ts';
-import { DECISION_FIELDS_IN_RECORD, cap, capReached, complete, recordFailure, stepRecordOf } from '../../lib/core/transitions.ts';
+import { DECISION_FIELDS_IN_RECORD, cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../../lib/core/transitions.ts';
 import type { Decision } from '../../lib/core/state.ts';
 import { canonicalValue } from '../../lib/core/canonical-json.ts';
 import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
-import { stateAfter } from '../support/states.ts';
+import { recordFor, stateAfter } from '../support/states.ts';
 
 const stored = (head: string, steps: string[] = []) => ({ runId: 'r', version: 3, status: 'running' as const, head, steps, workerId: 'w', updatedAt: 0 });
 
@@ -38,6 +38,24 @@ describe('run state', () => {
     }
     const inOrder = stepRecordOf({ ...full, input: { a: 2, b: 1 } }, result, 'w');
     expect(canonicalValue(inOrder)).toBe(inOrder);
+  });
+
+  it('a completed step leaves its attempts behind (decision, last error, retry note) and changes neither state it was given', () => {
+    const base = stateAfter('r', 2);
+    const failed = recordFailure({ ...base, pending: { step: 3, tool: 'write_row', input: {}, at: 1 } }, new Error('boom'), 5, { retryNote: 'call one tool' });
+    expect(failed).toMatchObject({ lastError: 'boom', retryNote: 'call one tool', pending: { step: 3 } });
+    const before = JSON.stringify(failed);
+    const done = completeStep(failed, recordFor('r', 3), 6);
+    expect(Object.keys(done)).not.toEqual(expect.arrayContaining(['pending']));
+    for (const field of ['pending', 'lastError', 'retryNote']) expect(field in done).toBe(false);
+    expect(done).toMatchObject({ step: 3, failures: 0, updatedAt: 6 });
+    expect(JSON.stringify(failed)).toBe(before);
+    // With nothing to leave behind: a new state all the same, the old one as it was.
+    const next = completeStep(done, recordFor('r', 4), 7);
+    expect(next).not.toBe(done);
+    expect(done.step).toBe(3);
+    expect(done.steps).toHaveLength(3);
+    expect(next.steps).toHaveLength(4);
   });
 
   it('decodes what it encodes', () => {

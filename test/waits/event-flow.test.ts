@@ -1,10 +1,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
+import { StaleVersionError } from '../../lib/core/errors.ts';
+import { resolveWait } from '../../lib/core/waits.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { ModelReply } from '../../lib/ports.ts';
-import { emitEvent, waitEventOf } from '../../lib/waits/events.ts';
+import { driveWait } from '../../lib/waits/drive.ts';
+import { emitEvent, eventAnswer, waitEventOf } from '../../lib/waits/events.ts';
 import { runIdForEvent, startFromEvent } from '../../lib/engine/start-from-event.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -45,6 +48,42 @@ describe('a run that waits for an event (SQLite)', () => {
     expect(after.reason).toMatch(/unreadable: head is not valid JSON/);
     const kept = w.runtime.db.prepare('SELECT head FROM checkpoints WHERE run_id = ? AND version = ?').get('run', waiting.version) as { head: string };
     expect(kept.head).toBe(head);
+    w.runtime.close();
+  });
+
+  it('a waiting run whose head cannot be read, answered before its failure is written: the answer stands, no throw', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', waitFor('order-6'));
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    const waiting = (await w.runtime.store.load('run'))!;
+    expect(waiting.status).toBe('waiting');
+    // The answer another process resumes the run with: computed from the head while it was readable.
+    const answered = resolveWait(decodeState(waiting), eventAnswer({ type: 'order.paid', key: 'order-6', id: 'evt-6', payload: { amount: 6 }, receivedAt: clock.now() }), clock.now(), 'worker-B');
+    w.runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = ?').run(` ${waiting.head.slice(1)}`, 'run', waiting.version);
+    // The race: the answer commits the next version just before the failure is written on the waiting one.
+    const store = w.runtime.store;
+    const markUnreadable = store.markUnreadable.bind(store);
+    const failures: unknown[] = [];
+    let raced = false;
+    store.markUnreadable = async (...args) => {
+      if (!raced) {
+        raced = true;
+        await store.commit({ runId: 'run', expectedVersion: waiting.version, state: answered.state, appended: answered.record, workerId: 'worker-B', codeVersion: 'test' });
+      }
+      return markUnreadable(...args).catch((error: unknown) => { failures.push(error); throw error; });
+    };
+    expect(await driveWait(w.deps, 'run')).toEqual({ links: [] });
+    // The stale write was tried and refused by the fence; driveWait swallowed only that.
+    expect(failures).toHaveLength(1);
+    expect(failures[0]).toBeInstanceOf(StaleVersionError);
+    // The answer's version is the latest: running with the event as the step's result, not failed.
+    const after = (await w.runtime.store.load('run'))!;
+    expect(after).toMatchObject({ status: 'running', version: waiting.version + 1 });
+    expect(after.reason).toBeUndefined();
+    expect(decodeState(after).steps[0]).toMatchObject({ waitId: answered.record.waitId, workerId: 'worker-B' });
+    expect((await w.runtime.store.history('run')).map((c) => c.status)).not.toContain('failed');
     w.runtime.close();
   });
 
