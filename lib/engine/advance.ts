@@ -256,12 +256,11 @@ function toolContext(deps: EngineDeps, runId: string, step: number, attempt: num
 
 /** A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. */
 function errorStep(deps: EngineDeps, step: number, reply: { tool: string; input: unknown; usage?: Usage; model?: string }, message: string): StepRecord {
-  return {
-    step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now(),
-    result: shapeResult(message, false).result, workerId: deps.workerId,
-    ...(reply.usage ? { usage: reply.usage } : {}),
-    ...(reply.model ? { model: reply.model } : {}),
-  };
+  // The call as the model made it, no idempotency key: nothing ran under one.
+  const call: Decision = { step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now() };
+  if (reply.usage) call.usage = reply.usage;
+  if (reply.model) call.model = reply.model;
+  return stepRecordOf(call, shapeResult(message, false).result, deps.workerId);
 }
 
 function asStepError(error: unknown): unknown {

@@ -5,7 +5,7 @@ import type { Middleware } from '@anthropic-ai/sdk';
 import { BaseAnthropic } from '@anthropic-ai/sdk/client';
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk/core/error';
 import { ModelKeyError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
-import { excerpt, type PromptBlock } from '../core/prompt.ts';
+import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
 import { DEFAULT_DEADLINE_MS } from '../settings.ts';
@@ -252,7 +252,7 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
   if (DONE.test(trimmed)) {
     return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, model };
   }
-  return invalid(trimmed ? `no tool call and no DONE; the reply said: ${excerpt(trimmed.replace(/\s+/g, ' '), 200)}` : 'an empty reply: no tool call and no DONE');
+  return invalid(trimmed ? `no tool call and no DONE; the reply said: ${foldedExcerpt(trimmed, 200)}` : 'an empty reply: no tool call and no DONE');
 }
 
 /** In key order, as the step record holding it is (stepRecordOf): its canonical JSON then copies nothing. */

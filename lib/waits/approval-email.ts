@@ -1,13 +1,13 @@
 import type { Notification } from '../ports.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
-import { excerpt } from '../core/prompt.ts';
+import { excerpt, foldedExcerpt } from '../core/prompt.ts';
 
 /** What the approver receives: the request, the run, and the link to the page that decides. */
 export function approvalEmail(input: { state: RunState; wait: WaitRecord; approver: string; link: string }): Notification {
   const { state, wait, approver, link } = input;
   const request = wait.request ?? wait.tool;
-  const subject = `Approval needed: ${excerpt(request.replace(/\s+/g, ' '), 120)}`;
+  const subject = `Approval needed: ${foldedExcerpt(request, 120)}`;
   const args = excerpt(canonicalJson(wait.input ?? {}), 2000);
   const text = [
     `A run needs your approval before it continues.`,

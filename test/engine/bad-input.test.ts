@@ -69,6 +69,8 @@ describe('bad input gets a clear error and nothing is lost', () => {
     const state = await loadState(runtime);
     expect(state.status).toBe('completed');
     expect(state.steps[0]).toMatchObject({ tool: 'drop_table', result: { ok: false } });
+    // The call as made, with no idempotency key: nothing ran under one.
+    expect(state.steps[0]).not.toHaveProperty('idempotencyKey');
     expect(state.steps.slice(1).map((s) => s.input)).toEqual([{ row: 1 }, { row: 2 }]);
   });
 

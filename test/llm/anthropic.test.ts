@@ -71,6 +71,8 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
       },
     });
     expect(reported.input_tokens + reported.cache_creation_input_tokens).toBeGreaterThan(0);
+    // In key order, as the step record that keeps it: its canonical JSON copies nothing.
+    expect(Object.keys(reply.kind === 'tool' ? reply.usage! : {})).toEqual(['cacheReadTokens', 'cacheWriteTokens', 'inputTokens', 'outputTokens']);
   });
 
   it('asks for at most one tool call per reply (disable_parallel_tool_use), and sends no tool_choice without tools', async () => {
