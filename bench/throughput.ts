@@ -17,7 +17,7 @@
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/throughput.ts ...   (the compiled code, workers too, as npm run bench runs it)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -45,7 +45,29 @@ const WORKER_ENTRY = compiledCode()
   ? ['--import', 'tsx', '--import', join(ROOT, 'bench/compiled.mjs'), join(ROOT, 'bench/compiled-cli.mjs')]
   : [join(ROOT, 'bin/stepwise.js')];
 
-interface Measured { stepsPerSecond: number; problems: string[]; cpu: string; failures: number }
+interface Measured { stepsPerSecond: number; problems: string[]; cpu: string; failures: number; lock?: WriteLock }
+
+/**
+ * The worker processes' write transactions in one case (bench/write-lock.mjs): how many, and their summed
+ * waits for the file's write lock and holds of it (from BEGIN IMMEDIATE taking it to COMMIT's return, the
+ * fsync included). Autocommit writes outside a transaction are not among them: a busy worker's queue work
+ * rides in its checkpoints' transactions, so they are its first receive and a stopping worker's hand-back.
+ */
+interface WriteLock { transactions: number; waitUs: number; holdUs: number; waitsOver1ms: number; longestWaitUs: number; seconds: number }
+
+function writeLockOf(file: string, seconds: number): WriteLock | undefined {
+  if (!existsSync(file)) return undefined;
+  const lock: WriteLock = { transactions: 0, waitUs: 0, holdUs: 0, waitsOver1ms: 0, longestWaitUs: 0, seconds };
+  for (const line of readFileSync(file, 'utf8').split('\n').filter(Boolean)) {
+    const p = JSON.parse(line) as Omit<WriteLock, 'seconds'>;
+    lock.transactions += p.transactions;
+    lock.waitUs += p.waitUs;
+    lock.holdUs += p.holdUs;
+    lock.waitsOver1ms += p.waitsOver1ms;
+    lock.longestWaitUs = Math.max(lock.longestWaitUs, p.longestWaitUs);
+  }
+  return lock;
+}
 
 /** CPU seconds used so far by a process and everything under it (Linux /proc; nothing elsewhere). */
 function cpuSeconds(pid: number, self = true): number {
@@ -69,11 +91,11 @@ const share = (cpu: number, seconds: number) => `${fmt((100 * cpu) / seconds, 0)
 
 const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
 
-/** One `stepwise worker` process; resolves once it printed its ready line. */
-function spawnWorker(dbPath: string): { child: ChildProcess; ready: Promise<void> } {
-  const env: NodeJS.ProcessEnv = { ...process.env, THROUGHPUT_STEPS: String(STEPS), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json' };
+/** One `stepwise worker` process, its write transactions timed into `lockFile`; resolves once it printed its ready line. */
+function spawnWorker(dbPath: string, lockFile: string): { child: ChildProcess; ready: Promise<void> } {
+  const env: NodeJS.ProcessEnv = { ...process.env, THROUGHPUT_STEPS: String(STEPS), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json', BENCH_WRITE_LOCK: lockFile };
   delete env.ANTHROPIC_API_KEY; // the agent's offline (instant) model, whatever this shell holds
-  const child = spawn(process.execPath, [...WORKER_ENTRY, 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', join(ROOT, 'bench/write-lock.mjs'), ...WORKER_ENTRY, 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stderr!.resume();
   const ready = new Promise<void>((res, rej) => {
     const lines = createInterface({ input: child.stdout! });
@@ -89,7 +111,8 @@ async function sqliteCase(workers: number): Promise<Measured> {
   const runtime = openLocalRuntime({ dbPath });
   const children: ChildProcess[] = [];
   try {
-    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath));
+    const lockFile = join(dir, 'write-lock.jsonl');
+    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath, lockFile));
     children.push(...spawned.map((s) => s.child));
     await Promise.all(spawned.map((s) => s.ready));
     const { agent, model } = benchAgent({ steps: STEPS });
@@ -108,7 +131,9 @@ async function sqliteCase(workers: number): Promise<Measured> {
     const problems = await missingSteps(runtime.store, ids, STEPS);
     const left = runtime.queue.depth();
     if (left) problems.push(`${left} messages left on the queue`);
-    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, cpu, failures: 0 };
+    const lock = writeLockOf(lockFile, seconds);
+    if (!lock) problems.push('the worker processes wrote no write-lock figures');
+    return { stepsPerSecond: (RUNS * STEPS) / seconds, problems, cpu, failures: 0, ...(lock ? { lock } : {}) };
   } finally {
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     runtime.close();
@@ -185,6 +210,19 @@ try {
   await stopServers();
 }
 
+/** The worker processes' write transactions by worker count, summed over the rounds (WriteLock). */
+function printWriteLock(results: Map<number, { m: Measured }[]>): void {
+  console.log('  the write lock, the worker processes\' write transactions (bench/write-lock.mjs), summed over the rounds:');
+  console.log(`  ${'workers'.padStart(7)} ${'per step'.padStart(8)} ${'held'.padStart(9)} ${'waited'.padStart(9)} ${'waits > 1 ms'.padStart(12)} ${'longest wait'.padStart(12)}  held, share of the case's time`);
+  for (const [workers, rs] of results) {
+    const locks = rs.flatMap((r) => (r.m.lock ? [r.m.lock] : []));
+    if (!locks.length) continue;
+    const sum = (f: (l: WriteLock) => number) => locks.reduce((n, l) => n + f(l), 0);
+    const n = sum((l) => l.transactions);
+    console.log(`  ${String(workers).padStart(7)} ${fmt(n / (RUNS * STEPS * locks.length), 2).padStart(8)} ${`${fmt(sum((l) => l.holdUs) / n, 0)} us`.padStart(9)} ${`${fmt(sum((l) => l.waitUs) / n, 0)} us`.padStart(9)} ${`${fmt((100 * sum((l) => l.waitsOver1ms)) / n)}%`.padStart(12)} ${`${fmt(Math.max(...locks.map((l) => l.longestWaitUs)) / 1000)} ms`.padStart(12)}  ${fmt((100 * sum((l) => l.holdUs)) / (sum((l) => l.seconds) * 1e6), 0)}%`);
+  }
+}
+
 const range = (xs: number[]) => `${fmt(Math.min(...xs))}..${fmt(Math.max(...xs))}`;
 let failed = false;
 for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLITE_ROUNDS], ['AWS, handler containers', aws, AWS_ROUNDS]] as const) {
@@ -196,6 +234,7 @@ for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLIT
     const floors = rs.flatMap((r) => (r.floor !== undefined ? [r.floor] : []));
     console.log(`  ${String(workers).padStart(7)} ${fmt(median(rates)).padStart(8)} ${range(rates).padStart(14)} ${fmt(median(rates) / one, 2).padStart(10)} ${floors.length ? `${fmt(median(floors), 0).padStart(8)} ` : ''} ${rs.map((r) => r.m.cpu).join(' | ')}`);
   }
+  if (name.startsWith('SQLite')) printWriteLock(results);
   const problems = [...results.values()].flat().flatMap((r) => r.m.problems);
   const failures = [...results.values()].flat().reduce((n, r) => n + r.m.failures, 0);
   failed ||= problems.length > 0;
@@ -204,10 +243,14 @@ for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLIT
     : `  check: every round, all ${RUNS} runs completed with their ${STEPS} steps, each once, no version missing, queue empty${failures ? `; ${failures} batch item failures, redelivered` : ''}`);
 }
 console.log(`\nfloor/s: one durable SQLite insert per transaction (WAL, synchronous=FULL) on this disk, just before the case.`);
-console.log(`All workers write one file, one transaction at a time, each with its fsync: a read-only step is one (its`);
-console.log(`checkpoint, with the queue's send, ack and next receive in it), a side-effecting step four (its decision, the`);
-console.log(`ledger's claim and completion, its checkpoint). More workers add no fsyncs a second; with more processes than`);
-console.log(`${cores} cores they also wait for CPU. The AWS containers share one Node process with fauxqs, and DynamoDB`);
+console.log(`All workers write one file, one transaction at a time, each holding its write lock through its fsync: a`);
+console.log(`read-only step is one transaction (its checkpoint, with the queue's send, ack and next receive in it), a`);
+console.log(`side-effecting step four (its decision, the ledger's claim and completion, its checkpoint). One worker`);
+console.log(`process already holds the lock most of the time (the write lock's last column), so more processes add no`);
+console.log(`transactions a second; each of their holds is longer (another process's commit makes this connection read`);
+console.log(`its pages again, and with more processes than ${cores} cores a holder can wait for CPU). A process that finds the`);
+console.log(`lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... 100 ms between tries) while the others take it`);
+console.log(`in turn: the waits over 1 ms, and the longest. The AWS containers share one Node process with fauxqs, and DynamoDB`);
 console.log(`Local runs on the same ${cores} cores: on AWS each container has its own CPU, and the services scale apart.`);
 console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
 if (failed) process.exitCode = 1;
