@@ -7,7 +7,8 @@ import type { Model, ModelReply } from '../lib/ports.ts';
  * recorded), even steps read (no decision); every `largeEvery`-th step returns `largeBytes` of output,
  * which goes to the blob store. The model answers instantly, so what is measured is the runtime.
  */
-export function benchAgent(options: { steps: number; largeEvery?: number; largeBytes?: number }): { agent: AgentDefinition; model: () => Model } {
+/** `modelMs`: how long the model takes to decide (0, the default: at once), as a remote model's reply would. */
+export function benchAgent(options: { steps: number; largeEvery?: number; largeBytes?: number; modelMs?: number }): { agent: AgentDefinition; model: () => Model } {
   const agent = defineAgent({
     name: 'aws-bench',
     settings: { stepCap: options.steps + 10 },
@@ -29,6 +30,7 @@ export function benchAgent(options: { steps: number; largeEvery?: number; largeB
   const model = (): Model => ({
     name: 'instant',
     decide: async (request): Promise<ModelReply> => {
+      if (options.modelMs) await new Promise((resolve) => setTimeout(resolve, options.modelMs));
       if (request.step > options.steps) return { kind: 'done', summary: `did ${options.steps} steps` };
       return request.step % 2
         ? { kind: 'tool', tool: 'write_row', input: { batch: request.step } }

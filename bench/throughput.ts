@@ -6,6 +6,9 @@
  *   - AWS: 1, 4 or 16 WorkerProcess containers (their own SDK clients and handler, one message per
  *     invocation as the stack's batch size of 1) polling one FIFO queue concurrently, on DynamoDB Local +
  *     fauxqs. The containers share this Node process, the servers share the machine.
+ *   - SQLite again with a model that takes 50 ms to decide (model-ms), one round: steps that wait on their
+ *     model, as every real one does, where the instant model's steps wait on the file's write lock.
+ * The worker processes' write transactions are timed (bench/write-lock.mjs): their share of the write lock.
  * Baselines in the same run: each runtime's 1-worker figure (the scaling factor), and the durable-insert
  * floor of this disk, measured just before each SQLite case (a shared disk's fsync time drifts tenfold
  * within minutes). Rounds alternate the order of the cases (1, 4, 16, then 16, 4, 1) so that drift hits
@@ -13,7 +16,7 @@
  * (from /proc: the worker processes; this process, which holds the containers and fauxqs; DynamoDB
  * Local's JVM). Every run is checked to have completed with every step once. Printed, never asserted.
  *
- *   node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers,...] [sqlite-rounds] [aws-rounds]
+ *   node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers,...] [sqlite-rounds] [aws-rounds] [model-ms] [model-ms-rounds]
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/throughput.ts ...   (the compiled code, workers too, as npm run bench runs it)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -34,6 +37,12 @@ const RUNS = Number(process.argv[2] ?? 32);
 const STEPS = Number(process.argv[3] ?? 20);
 const WORKERS = (process.argv[4] ?? '1,4,16').split(',').map(Number);
 const SQLITE_ROUNDS = Number(process.argv[5] ?? 3);
+/**
+ * The SQLite cases again with a model that takes this long to decide (a remote model's reply, shortened), in
+ * this many rounds: where a step waits on its model, not on the file's write lock.
+ */
+const MODEL_MS = Number(process.argv[7] ?? 50);
+const SLOW_MODEL_ROUNDS = Number(process.argv[8] ?? 1);
 const AWS_ROUNDS = Number(process.argv[6] ?? 2);
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const AGENT = join(ROOT, 'bench/throughput-support.ts');
@@ -92,8 +101,10 @@ const share = (cpu: number, seconds: number) => `${fmt((100 * cpu) / seconds, 0)
 const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
 
 /** One `stepwise worker` process, its write transactions timed into `lockFile`; resolves once it printed its ready line. */
-function spawnWorker(dbPath: string, lockFile: string): { child: ChildProcess; ready: Promise<void> } {
-  const env: NodeJS.ProcessEnv = { ...process.env, THROUGHPUT_STEPS: String(STEPS), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json', BENCH_WRITE_LOCK: lockFile };
+function spawnWorker(dbPath: string, lockFile: string, modelMs: number): { child: ChildProcess; ready: Promise<void> } {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env, THROUGHPUT_STEPS: String(STEPS), THROUGHPUT_MODEL_MS: String(modelMs), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json', BENCH_WRITE_LOCK: lockFile,
+  };
   delete env.ANTHROPIC_API_KEY; // the agent's offline (instant) model, whatever this shell holds
   const child = spawn(process.execPath, ['--import', join(ROOT, 'bench/write-lock.mjs'), ...WORKER_ENTRY, 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stderr!.resume();
@@ -105,14 +116,14 @@ function spawnWorker(dbPath: string, lockFile: string): { child: ChildProcess; r
   return { child, ready };
 }
 
-async function sqliteCase(workers: number): Promise<Measured> {
+async function sqliteCase(workers: number, modelMs = 0): Promise<Measured> {
   const { dir, cleanup } = tempDir();
   const dbPath = join(dir, 'throughput.db');
   const runtime = openLocalRuntime({ dbPath });
   const children: ChildProcess[] = [];
   try {
     const lockFile = join(dir, 'write-lock.jsonl');
-    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath, lockFile));
+    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath, lockFile, modelMs));
     children.push(...spawned.map((s) => s.child));
     await Promise.all(spawned.map((s) => s.ready));
     const { agent, model } = benchAgent({ steps: STEPS });
@@ -180,7 +191,7 @@ async function awsCase(workers: number): Promise<Measured> {
 }
 
 const cores = availableParallelism();
-console.log(`steps per second, ${RUNS} runs x ${STEPS} steps, instant model, half the steps side-effecting (decision + ledger); ${codeMeasured()}, the worker processes too`);
+console.log(`steps per second, ${RUNS} runs x ${STEPS} steps, instant model${MODEL_MS > 0 && SLOW_MODEL_ROUNDS > 0 ? ` (and one taking ${MODEL_MS} ms, in the second SQLite table)` : ''}, half the steps side-effecting (decision + ledger); ${codeMeasured()}, the worker processes too`);
 console.log(`machine: ${cores} cores, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the start`);
 
 /** Rounds of every worker count, in alternating order; each measurement with the floor taken just before it. */
@@ -199,6 +210,7 @@ const { dir, cleanup } = tempDir();
 const insertFloor = durableInsertFloor(join(dir, 'floor.db'));
 insertFloor.msPerInsert(100); // warm-up
 const sqlite = await rounds(SQLITE_ROUNDS, sqliteCase, () => 1000 / insertFloor.msPerInsert(300));
+const slowModel = await rounds(MODEL_MS > 0 ? SLOW_MODEL_ROUNDS : 0, (workers) => sqliteCase(workers, MODEL_MS), () => 1000 / insertFloor.msPerInsert(300));
 insertFloor.close();
 cleanup();
 
@@ -225,7 +237,10 @@ function printWriteLock(results: Map<number, { m: Measured }[]>): void {
 
 const range = (xs: number[]) => `${fmt(Math.min(...xs))}..${fmt(Math.max(...xs))}`;
 let failed = false;
-for (const [name, results, count] of [['SQLite, worker processes', sqlite, SQLITE_ROUNDS], ['AWS, handler containers', aws, AWS_ROUNDS]] as const) {
+const sections: [string, Awaited<ReturnType<typeof rounds>>, number][] = [['SQLite, worker processes', sqlite, SQLITE_ROUNDS]];
+if (MODEL_MS > 0 && SLOW_MODEL_ROUNDS > 0) sections.push([`SQLite, worker processes, the model taking ${MODEL_MS} ms a step`, slowModel, SLOW_MODEL_ROUNDS]);
+sections.push(['AWS, handler containers', aws, AWS_ROUNDS]);
+for (const [name, results, count] of sections) {
   const one = median(results.get(1)?.map((r) => r.m.stepsPerSecond) ?? [NaN]);
   console.log(`\n${name}, median of ${count} round${count === 1 ? '' : 's'}:`);
   console.log(`  ${'workers'.padStart(7)} ${'steps/s'.padStart(8)} ${'range'.padStart(14)} ${'x 1 worker'.padStart(10)} ${name.startsWith('SQLite') ? `${'floor/s'.padStart(8)} ` : ''} CPU during the case (% of one core; ${cores} cores), per round`);
@@ -250,7 +265,9 @@ console.log(`process already holds the lock most of the time (the write lock's l
 console.log(`transactions a second; each of their holds is longer (another process's commit makes this connection read`);
 console.log(`its pages again, and with more processes than ${cores} cores a holder can wait for CPU). A process that finds the`);
 console.log(`lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... 100 ms between tries) while the others take it`);
-console.log(`in turn: the waits over 1 ms, and the longest. The AWS containers share one Node process with fauxqs, and DynamoDB`);
+console.log(`in turn: the waits over 1 ms, and the longest. Where each step waits on its model instead (the second SQLite`);
+console.log(`table; a remote model takes seconds), the lock is free most of the time and each worker process adds its own`);
+console.log(`steps a second. The AWS containers share one Node process with fauxqs, and DynamoDB`);
 console.log(`Local runs on the same ${cores} cores: on AWS each container has its own CPU, and the services scale apart.`);
 console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
 if (failed) process.exitCode = 1;
