@@ -5,9 +5,9 @@ import type { Model, ModelReply } from '../lib/ports.ts';
 /**
  * The benchmark agent: odd steps write a row through the idempotency ledger (side effect, decision
  * recorded), even steps read (no decision); every `largeEvery`-th step returns `largeBytes` of output,
- * which goes to the blob store. The model answers instantly, so what is measured is the runtime.
+ * which goes to the blob store. The model answers instantly, so what is measured is the runtime; with
+ * `modelMs` it takes that long to decide, as a remote model's reply would.
  */
-/** `modelMs`: how long the model takes to decide (0, the default: at once), as a remote model's reply would. */
 export function benchAgent(options: { steps: number; largeEvery?: number; largeBytes?: number; modelMs?: number }): { agent: AgentDefinition; model: () => Model } {
   const agent = defineAgent({
     name: 'aws-bench',

@@ -37,13 +37,13 @@ const RUNS = Number(process.argv[2] ?? 32);
 const STEPS = Number(process.argv[3] ?? 20);
 const WORKERS = (process.argv[4] ?? '1,4,16').split(',').map(Number);
 const SQLITE_ROUNDS = Number(process.argv[5] ?? 3);
+const AWS_ROUNDS = Number(process.argv[6] ?? 2);
 /**
  * The SQLite cases again with a model that takes this long to decide (a remote model's reply, shortened), in
  * this many rounds: where a step waits on its model, not on the file's write lock.
  */
 const MODEL_MS = Number(process.argv[7] ?? 50);
 const SLOW_MODEL_ROUNDS = Number(process.argv[8] ?? 1);
-const AWS_ROUNDS = Number(process.argv[6] ?? 2);
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const AGENT = join(ROOT, 'bench/throughput-support.ts');
 /**
@@ -59,8 +59,10 @@ interface Measured { stepsPerSecond: number; problems: string[]; cpu: string; fa
 /**
  * The worker processes' write transactions in one case (bench/write-lock.mjs): how many, and their summed
  * waits for the file's write lock and holds of it (from BEGIN IMMEDIATE taking it to COMMIT's return, the
- * fsync included). Autocommit writes outside a transaction are not among them: a busy worker's queue work
- * rides in its checkpoints' transactions, so they are its first receive and a stopping worker's hand-back.
+ * fsync included). Autocommit writes outside a transaction are not among them, and are few: a busy worker's
+ * queue work rides in its checkpoints' transactions, so they are its first receive, the ledger's lease
+ * renewals of a long effect, and a stopping worker's hand-back. A worker's transactions at its start (the
+ * prune) are among them, a few against thousands.
  */
 interface WriteLock { transactions: number; waitUs: number; holdUs: number; waitsOver1ms: number; longestWaitUs: number; seconds: number }
 
