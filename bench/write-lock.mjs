@@ -9,7 +9,7 @@
  *
  * It wraps better-sqlite3's transaction() in this process (the module the runtime loads, from the same
  * node_modules): its deferred, immediate and exclusive forms are read-only properties, so the function
- * handed back is a wrapper with the same three forms, only `immediate` timed.
+ * handed back is a wrapper with the same three forms and its `database`, only `immediate` timed.
  */
 import { appendFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -42,6 +42,7 @@ if (out) {
     wrapper.deferred = made.deferred;
     wrapper.immediate = timed;
     wrapper.exclusive = made.exclusive;
+    wrapper.database = made.database;
     return wrapper;
   };
   process.on('exit', () => appendFileSync(out, `${JSON.stringify({ pid: process.pid, ...totals })}\n`));
