@@ -22,6 +22,8 @@ const insert = db.prepare('INSERT INTO t (x) VALUES (?)');
 console.log(\`ready \${run.immediate.name} \${run.database === db}\`);
 require('node:readline').createInterface({ input: process.stdin }).once('line', () => {
   for (let i = 0; i < 3; i++) run.immediate(() => insert.run(i));
+  // With "throw": one more that fails inside, rolled back, as a write refused by its fence is.
+  if (process.argv[3] === 'throw') try { run.immediate(() => { insert.run(99); throw new Error('stale'); }); } catch {}
   run(() => insert.run(10));
   run.deferred(() => insert.run(11));
   run.exclusive(() => insert.run(12));
@@ -90,6 +92,25 @@ describe('bench/write-lock.mjs (the write lock of throughput.ts\'s worker proces
     expect(figures.longestWaitUs).toBeGreaterThan(1000);
     expect(figures.waitUs).toBeGreaterThanOrEqual(figures.longestWaitUs);
     expect(figures.holdUs).toBeGreaterThan(0);
+  });
+
+  it('counts a transaction that throws inside it, which held the lock as well', async () => {
+    db = tempDb();
+    const setup = new (await import('better-sqlite3')).default(db.path);
+    setup.exec('CREATE TABLE t (x INTEGER)');
+    setup.close();
+    const dir = resolve(db.path, '..');
+    const timedScript = join(dir, 'timed.cjs');
+    writeFileSync(timedScript, TIMED);
+    const out = join(dir, 'lock.jsonl');
+    const timed = child(['--import', join(ROOT, 'bench/write-lock.mjs'), timedScript, db.path, 'throw'], { BENCH_WRITE_LOCK: out });
+    expect(await timed.next()).toBe('ready timed true');
+    timed.proc.stdin!.write('go\n');
+    // The failed one's row rolled back: the same six rows.
+    expect(await timed.next()).toBe('6');
+    expect(await timed.exited).toBe(0);
+    const figures = JSON.parse(readFileSync(out, 'utf8').trim()) as { transactions: number };
+    expect(figures.transactions).toBe(4);
   });
 
   it('leaves better-sqlite3 as it is without BENCH_WRITE_LOCK', async () => {
