@@ -58,7 +58,8 @@ describe('bench/write-lock.mjs (the write lock of throughput.ts\'s worker proces
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
 
-  it('counts each immediate transaction once, with a wait that covers another process\'s hold, and leaves the other forms out', async () => {
+  /** A new file in WAL with the table, TIMED written beside it; `out`: where the figures go. */
+  async function timedFile() {
     db = tempDb();
     const setup = new (await import('better-sqlite3')).default(db.path);
     setup.pragma('journal_mode = WAL');
@@ -66,10 +67,14 @@ describe('bench/write-lock.mjs (the write lock of throughput.ts\'s worker proces
     setup.close();
     const dir = resolve(db.path, '..');
     const timedScript = join(dir, 'timed.cjs');
-    const holderScript = join(dir, 'holder.cjs');
     writeFileSync(timedScript, TIMED);
+    return { dir, timedScript, out: join(dir, 'lock.jsonl') };
+  }
+
+  it('counts each immediate transaction once, with a wait that covers another process\'s hold, and leaves the other forms out', async () => {
+    const { dir, timedScript, out } = await timedFile();
+    const holderScript = join(dir, 'holder.cjs');
     writeFileSync(holderScript, HOLDER);
-    const out = join(dir, 'lock.jsonl');
 
     const timed = child(['--import', join(ROOT, 'bench/write-lock.mjs'), timedScript, db.path], { BENCH_WRITE_LOCK: out });
     expect(await timed.next()).toBe('ready timed true');
@@ -95,14 +100,7 @@ describe('bench/write-lock.mjs (the write lock of throughput.ts\'s worker proces
   });
 
   it('counts a transaction that throws inside it, which held the lock as well', async () => {
-    db = tempDb();
-    const setup = new (await import('better-sqlite3')).default(db.path);
-    setup.exec('CREATE TABLE t (x INTEGER)');
-    setup.close();
-    const dir = resolve(db.path, '..');
-    const timedScript = join(dir, 'timed.cjs');
-    writeFileSync(timedScript, TIMED);
-    const out = join(dir, 'lock.jsonl');
+    const { timedScript, out } = await timedFile();
     const timed = child(['--import', join(ROOT, 'bench/write-lock.mjs'), timedScript, db.path, 'throw'], { BENCH_WRITE_LOCK: out });
     expect(await timed.next()).toBe('ready timed true');
     timed.proc.stdin!.write('go\n');
@@ -114,13 +112,7 @@ describe('bench/write-lock.mjs (the write lock of throughput.ts\'s worker proces
   });
 
   it('leaves better-sqlite3 as it is without BENCH_WRITE_LOCK', async () => {
-    db = tempDb();
-    const setup = new (await import('better-sqlite3')).default(db.path);
-    setup.exec('CREATE TABLE t (x INTEGER)');
-    setup.close();
-    const dir = resolve(db.path, '..');
-    const timedScript = join(dir, 'timed.cjs');
-    writeFileSync(timedScript, TIMED);
+    const { timedScript } = await timedFile();
     const env = { ...process.env };
     delete env.BENCH_WRITE_LOCK;
     const timed = spawn(process.execPath, ['--import', join(ROOT, 'bench/write-lock.mjs'), timedScript, db.path], { env, stdio: ['pipe', 'pipe', 'inherit'] });
