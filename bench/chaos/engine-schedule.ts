@@ -89,6 +89,8 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   handedBack?: number;
   /** Writes the run's version refused because their worker was stale (real worker processes back from a pause). */
   staleWrites?: number;
+  /** Real worker processes started to run several steps at once (`stepwise worker --concurrency`, 2 or 3). */
+  concurrentWorkers?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }

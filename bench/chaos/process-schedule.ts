@@ -1,6 +1,7 @@
 /**
  * One seeded schedule of real worker processes (`stepwise worker`) on one SQLite file, or on DynamoDB
  * Local and fauxqs (`--backend aws`, bench/chaos/process-backends.ts): several runs, two or three workers,
+ * some of them running two or three steps at once (`--concurrency`),
  * SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits), each killed worker
  * replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's lease, so another
  * worker takes its step over, and SIGCONTs that bring it back to finish what it was doing (an effect, a
@@ -33,6 +34,8 @@ export async function processSchedule(
   options: { timeoutMs?: number; backend?: ProcessBackendKind; sabotage?: 'effect-ignores-key' } = {},
 ): Promise<ScheduleReport> {
   const r = rng(seed);
+  // Its own sequence, so the kills and pauses a seed gave before workers had a concurrency stay the same.
+  const concurrencyOf = rng(seed ^ 0x2c1b3c6d);
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-proc-'));
   const backend = await openProcessBackend(options.backend ?? 'local', dir, seed);
   const effectsDb = join(dir, 'effects.db');
@@ -40,7 +43,7 @@ export async function processSchedule(
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
   const report: ScheduleReport = {
     seed, runs: runs.length, steps: runs.length * steps, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0,
-    longEffects: 0, modelFaults: 0, modelCalls: 0, staleWrites: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    longEffects: 0, modelFaults: 0, modelCalls: 0, staleWrites: 0, concurrentWorkers: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
   // Warnings too: a worker back from a pause logs the stale write its run's version refused.
   const env = {
@@ -70,7 +73,9 @@ export async function processSchedule(
     const spawnWorker = () => {
       // A stall window of 3 s: a run whose message was lost is re-driven by a worker's sweep (SQLite; on
       // AWS the sweeper is a function of the stack, and SQS counts visibility in whole seconds).
-      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', backend.kind === 'local' ? '900' : '1000', '--stall-ms', '3000']);
+      const concurrency = concurrencyOf.pick([1, 1, 2, 3]);
+      if (concurrency > 1) report.concurrentWorkers!++;
+      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', backend.kind === 'local' ? '900' : '1000', '--stall-ms', '3000', '--concurrency', String(concurrency)]);
       for (const input of [c.stdout!, c.stderr!]) {
         createInterface({ input }).on('line', (line) => {
           // Faults go to workers that are working: one still starting up has nothing to lose.

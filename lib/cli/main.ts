@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { StepwiseError } from '../core/errors.ts';
 import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, setLogFormat } from '../log-format.ts';
+import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -11,6 +12,7 @@ usage:
                    [--budget-tokens <n>] [--budget-usd <x>]   stop the run before it spends more (run and start)
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
                    [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
+                   [--concurrency <n>] steps at once in this process, each on its own run (default 1)
   stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
   stepwise history <runId> [--json]                                                the checkpoint timeline
   stepwise prune   [--older-than-days <n>]                                         drop checkpoint versions past the
@@ -61,6 +63,7 @@ const OPTIONS = {
   as: { type: 'string' },
   id: { type: 'string' },
   'stall-ms': { type: 'string' },
+  concurrency: { type: 'string' },
   'older-than-days': { type: 'string' },
   step: { type: 'string' },
   'from-step': { type: 'string' },
@@ -116,13 +119,17 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   const visibilityMs = positiveInt('visibility-ms', values['visibility-ms']);
   const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
   const stallMs = positiveInt('stall-ms', values['stall-ms']);
+  const concurrency = positiveInt('concurrency', values.concurrency);
+  if (concurrency !== undefined && (concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY)) {
+    throw new StepwiseUsageError(`--concurrency must be from 1 to ${MAX_WORKER_CONCURRENCY}, got ${concurrency}`);
+  }
   const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}) };
   // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
   // HTTP app or the logger that other commands need.
   switch (command) {
     case 'run': return (await import('./commands/run.ts')).runCommand({ ...start, ...(visibilityMs ? { visibilityMs } : {}) }, out);
     case 'start': return (await import('./commands/start.ts')).startCommand(start, out);
-    case 'worker': return (await import('./commands/worker.ts')).workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}) }, out);
+    case 'worker': return (await import('./commands/worker.ts')).workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}), ...(concurrency ? { concurrency } : {}) }, out);
     case 'status': return (await import('./commands/read.ts')).statusCommand(arg, read, out);
     case 'history': return (await import('./commands/read.ts')).historyCommand(arg, read, out);
     case 'serve': return (await import('./commands/serve.ts')).serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);

@@ -3,6 +3,7 @@ import type { EngineDeps } from './deps.ts';
 import { errorMessage } from '../core/errors.ts';
 import { handleDelivery, retryDelayMs, type Handled } from './handle-message.ts';
 import { sweepStalledRuns } from './sweep.ts';
+import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 
 /** A running run with no checkpoint and no live message for this long is re-driven by a worker loop. */
 export const DEFAULT_STALL_MS = 60_000;
@@ -22,6 +23,11 @@ export interface WorkerOptions {
   stallMs?: number;
   /** Look for them this often, ±20% (default 30 s; 0: never). Only queues that can see the runs (local). */
   sweepEveryMs?: number;
+  /**
+   * Steps run at once, each on its own message (default 1, at most MAX_WORKER_CONCURRENCY). A step spends most of
+   * its time awaiting the model: n loops let one process keep n runs moving.
+   */
+  concurrency?: number;
 }
 
 /**
@@ -34,40 +40,92 @@ export interface WorkerOptions {
  * On a queue in the checkpoints' database (receiveInCommit), a step's checkpoint also receives this
  * worker's next message, FIFO as a receive would: a busy worker then makes no receive of its own, one
  * write transaction per step. A message so received and not started when the loop stops is handed back.
+ *
+ * With `concurrency` n, n such loops share the process, its connection and its heartbeat: while one step
+ * awaits its model, the others run. Each holds one delivery, so no two of them step the same message, and
+ * the version check on every write settles a duplicate as between processes. The worker stops when the
+ * signal aborts, when `onHandled` says so, or when a loop fails (the others finish their step and stop,
+ * then the error is thrown); with `idleExitMs`, when no loop is stepping and none has started a step for
+ * that long.
  */
 export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions = {}): Promise<void> {
+  const concurrency = options.concurrency ?? 1;
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY) {
+    throw new RangeError(`concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}, not ${String(concurrency)}`);
+  }
+  const visibilityMs = options.visibilityMs ?? 30_000;
+  /** The deliveries whose steps are in progress, for the heartbeat. */
+  const inFlight = new Set<Delivery>();
+  // One heartbeat for the worker's life, not a timer armed and cleared each step: that cost 10 us of a
+  // 100 us step (fsync off). A tick renews every step in progress, so a step's delivery is renewed within
+  // a third of the visibility of its start and every third after, however long the step runs.
+  const heartbeat = setInterval(() => {
+    for (const delivery of inFlight) {
+      consumer.release(delivery, visibilityMs).catch((error: unknown) => deps.log.warn({ event: 'heartbeat-failed', error: errorMessage(error) }, 'heartbeat failed'));
+    }
+  }, Math.max(50, visibilityMs / 3));
+  const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: Date.now(), inFlight };
+  try {
+    if (concurrency === 1) return await stepLoop(deps, consumer, options, shared);
+    const stop = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+    const { onHandled } = options;
+    const loopOptions: WorkerOptions = {
+      ...options, signal,
+      onHandled: (handled) => {
+        if (!onHandled?.(handled)) return false;
+        stop.abort();
+        return true;
+      },
+    };
+    const loops = Array.from({ length: concurrency }, () => stepLoop(deps, consumer, loopOptions, shared).catch((error: unknown) => {
+      stop.abort();
+      throw error;
+    }));
+    const failed = (await Promise.allSettled(loops)).find((loop) => loop.status === 'rejected');
+    if (failed) throw failed.reason;
+  } finally {
+    clearInterval(heartbeat);
+  }
+}
+
+/**
+ * What a worker's loops share: when the next sweep is due (one loop does it), when a loop last started a
+ * step, and the steps in progress.
+ */
+interface Shared { nextSweepAt: number; lastActivity: number; inFlight: Set<Delivery> }
+
+async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions, shared: Shared): Promise<void> {
   const visibilityMs = options.visibilityMs ?? 30_000;
   const sweepEveryMs = options.sweepEveryMs ?? DEFAULT_SWEEP_EVERY_MS;
   const stalled = sweepEveryMs > 0 ? consumer.stalledRuns?.bind(consumer) : undefined;
   // Only with a way to give back what a last step received: a worker stopping must not sit on it.
   const receive = consumer.handBack ? consumer.receiveInCommit?.(visibilityMs) : undefined;
-  let nextSweepAt = deps.clock.now();
-  let lastActivity = Date.now();
-  /** Received for this worker and not started yet: the next step's delivery, or the rest of a batch. */
+  /** Received for this loop and not started yet: the next step's delivery, or the rest of a batch. */
   let held: Delivery[] = [];
-  /** The delivery whose step is in progress, for the heartbeat. */
-  let current: Delivery | undefined;
-  // One heartbeat for the loop's life, not a timer armed and cleared each step: that cost 10 us of a
-  // 100 us step (fsync off). A tick renews the step in progress, if any, so a step's delivery is renewed
-  // within a third of the visibility of its start and every third after, however long the step runs.
-  const heartbeat = setInterval(() => {
-    if (current) consumer.release(current, visibilityMs).catch((error: unknown) => deps.log.warn({ event: 'heartbeat-failed', error: errorMessage(error) }, 'heartbeat failed'));
-  }, Math.max(50, visibilityMs / 3));
   try {
     while (!options.signal?.aborted) {
-      if (stalled && deps.clock.now() >= nextSweepAt) {
-        nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
+      if (stalled && deps.clock.now() >= shared.nextSweepAt) {
+        shared.nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
         await sweepStalledRuns({ store: deps.store, queue: deps.queue, clock: deps.clock, log: deps.log, stalled }, { stallMs: options.stallMs ?? DEFAULT_STALL_MS })
           .catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'stalled-run sweep failed; the next one retries'));
       }
-      if (!held.length) held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
+      if (!held.length) {
+        held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
+        // Stopped while it waited: what came is handed back (below), not started.
+        if (options.signal?.aborted) break;
+      }
       const delivery = held.shift();
       if (!delivery) {
-        if (options.idleExitMs !== undefined && Date.now() - lastActivity >= options.idleExitMs) return;
+        // Idle is the worker's, not this loop's: a loop leaves only when none has started a step for that long.
+        if (options.idleExitMs !== undefined && !shared.inFlight.size && Date.now() - shared.lastActivity >= options.idleExitMs) return;
+        // A receive that waits for nothing (waitMs 0) resolves at once: without this, a loop polling an
+        // empty queue would hold the event loop, and the other loops' steps (their model, their timers) with it.
+        await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
-      lastActivity = Date.now();
-      current = delivery;
+      shared.lastActivity = Date.now();
+      shared.inFlight.add(delivery);
       let handled: Handled;
       try {
         // One delivery in hand at a time: the rest of a batch comes first.
@@ -76,7 +134,7 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
         deps.log.error({ event: 'step-error', workerId: deps.workerId, error: errorMessage(error), body: delivery.body }, 'step did not finish; the message will be delivered again');
         handled = { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)) };
       } finally {
-        current = undefined;
+        shared.inFlight.delete(delivery);
       }
       if (handled.action === 'ack') {
         if (handled.next) held.push(...handled.next);
@@ -86,7 +144,6 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
       if (options.onHandled?.(handled)) return;
     }
   } finally {
-    clearInterval(heartbeat);
     // Not started, so not a try of its step: another worker takes it now, and its step counts no restart.
     for (const delivery of held) {
       await (consumer.handBack ? consumer.handBack(delivery) : consumer.release(delivery, 0))

@@ -86,6 +86,8 @@ describe('the stepwise command', () => {
     [['fly'], 'stepwise: unknown command "fly"'],
     [['status', '--bogus'], "stepwise: Unknown option '--bogus'"],
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
+    [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be from 1 to 256, got 0'],
+    [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be from 1 to 256, got 1000'],
   ])('%j fails with exit code 2 and a one-line reason', (args, message) => {
     const r = stepwise(...args);
     expect(r.code).toBe(2);

@@ -45,8 +45,10 @@ describe('real worker processes, killed with SIGKILL at random moments', () => {
     const workers: ChildProcess[] = [];
     // Kills go to workers that printed their ready line: one still starting up holds nothing to lose.
     const ready = new Set<ChildProcess>();
+    let spawned = 0;
     const spawnWorker = () => {
-      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', '800']);
+      // Every other worker runs three steps at once (--concurrency): a kill then lands in several steps.
+      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', '800', ...(spawned++ % 2 ? ['--concurrency', '3'] : [])]);
       createInterface({ input: c.stdout! }).on('line', (line) => { if (/^worker \S+ ready: /.test(line)) ready.add(c); });
       c.stderr!.resume();
       children.add(c); workers.push(c);

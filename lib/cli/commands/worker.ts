@@ -7,6 +7,8 @@ export interface WorkerCommandOptions extends CliOptions {
   visibilityMs?: number;
   idleExitMs?: number;
   stallMs?: number;
+  /** Steps at once in this process, each on its own run (runWorker's option; default 1). */
+  concurrency?: number;
 }
 
 /** Works every run on the queue, one step per message, until SIGINT/SIGTERM (or idle, if asked). */
@@ -40,13 +42,14 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   }
   // The ready line is a stable, documented form (README): supervisors and scripts wait for it.
   out(`worker ${id} ready: agent ${agent.name}, model ${label}`);
-  deps.log.info({ event: 'worker-ready', workerId: id, agent: agent.name, model: label, backend: runtime.kind }, 'worker ready');
+  deps.log.info({ event: 'worker-ready', workerId: id, agent: agent.name, model: label, backend: runtime.kind, concurrency: options.concurrency ?? 1 }, 'worker ready');
   try {
     await runWorker(deps, consumer, {
       signal: stop.signal,
       ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
       ...(options.idleExitMs !== undefined ? { idleExitMs: options.idleExitMs } : {}),
       ...(options.stallMs ? { stallMs: options.stallMs } : {}),
+      ...(options.concurrency ? { concurrency: options.concurrency } : {}),
       onHandled: (handled) => {
         const line = progressLine(handled);
         if (line) out(line);

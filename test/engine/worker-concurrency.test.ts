@@ -1,0 +1,137 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Handled } from '../../lib/engine/handle-message.ts';
+import { runWorker, type WorkerOptions } from '../../lib/engine/worker-loop.ts';
+import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
+import { MAX_WORKER_CONCURRENCY } from '../../lib/settings.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+const RUNS = 8;
+const ROWS = 3;
+
+/** A model that takes `ms` to answer (real time), and counts how many of its calls were awaited at once. */
+class SlowModel implements Model {
+  readonly name = 'slow-stub';
+  private readonly inner = new StubModel(writeRowsScript(ROWS));
+  inFlight = 0;
+  most = 0;
+  /** Called as each call begins, before it waits. */
+  onCall?: () => Promise<void>;
+  constructor(private readonly ms: number) {}
+  async decide(request: ModelRequest): Promise<ModelReply> {
+    this.most = Math.max(this.most, ++this.inFlight);
+    try {
+      await this.onCall?.();
+      await sleep(this.ms);
+      return await this.inner.decide(request);
+    } finally {
+      this.inFlight--;
+    }
+  }
+}
+
+/** Works the queue until nothing is visible: no sweep, no wait, heartbeats that never fire this fast. */
+const drainOptions = (extra: WorkerOptions = {}): WorkerOptions => ({ visibilityMs: VISIBILITY_MS, waitMs: 0, idleExitMs: 0, sweepEveryMs: 0, ...extra });
+/** `run-0:2` for a step a worker checkpointed, undefined for anything else. */
+const stepOf = (h: Handled): string | undefined => (h.action === 'ack' && h.outcome?.kind === 'advanced' ? `${h.runId}:${h.outcome.state.step}` : undefined);
+
+describe('a worker running several steps at once (concurrency)', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  const setUp = async (modelMs: number, runsAtStart = RUNS) => {
+    db = tempDb();
+    const rows = new FakeRows();
+    const clock = new ManualClock();
+    const model = new SlowModel(modelMs);
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+    for (let i = 0; i < runsAtStart; i++) await start(w.deps, `write ${ROWS} rows`, `run-${i}`);
+    return { rows, clock, model, w };
+  };
+
+  /** Every run completed its rows once each, in order, and nothing is left on the queue. */
+  const expectAllDone = async (rows: FakeRows, w: ReturnType<typeof workerProcess>) => {
+    for (let i = 0; i < RUNS; i++) {
+      const state = await loadState(w.runtime, `run-${i}`);
+      expect(state.status).toBe('completed');
+      expect(state.steps.map((s) => s.input)).toEqual(Array.from({ length: ROWS }, (_, r) => ({ row: r + 1 })));
+    }
+    const keys = Array.from({ length: RUNS }, (_, i) => Array.from({ length: ROWS }, (_, s) => `run-${i}/step-${s + 1}`)).flat();
+    expect([...rows.rows.keys()].sort()).toEqual(keys.sort());
+    expect(rows.received).toHaveLength(RUNS * ROWS);
+    expect(w.runtime.queue.depth()).toBe(0);
+  };
+
+  it.each([1, 4])('at concurrency %i, eight runs complete, every row written once, and that many steps await the model at once', async (concurrency) => {
+    const { rows, model, w } = await setUp(25);
+    const steps: string[] = [];
+    await runWorker(w.deps, w.runtime.queue, drainOptions({
+      concurrency,
+      onHandled: (h) => { const step = stepOf(h); if (step) steps.push(step); },
+    }));
+    await expectAllDone(rows, w);
+    // Each run's steps one at a time and in order, whichever loop took them.
+    for (let i = 0; i < RUNS; i++) expect(steps.filter((s) => s.startsWith(`run-${i}:`))).toEqual(['1', '2', '3', '3'].map((n) => `run-${i}:${n}`));
+    expect(model.most).toBe(concurrency);
+    w.runtime.close();
+  });
+
+  for (const how of ['signal', 'onHandled', 'a failing loop'] as const) {
+    it(`stopped by ${how}, every loop finishes its step and hands back what it received: another worker takes it at once`, async () => {
+      const { rows, clock, w } = await setUp(20);
+      const stop = new AbortController();
+      let handled = 0;
+      const run = runWorker(w.deps, w.runtime.queue, drainOptions({
+        concurrency: 4,
+        signal: stop.signal,
+        onHandled: () => {
+          if (++handled < 6) return false;
+          if (how === 'signal') stop.abort();
+          if (how === 'a failing loop') throw new Error('the progress printer broke');
+          return true;
+        },
+      }));
+      if (how === 'a failing loop') await expect(run).rejects.toThrow('the progress printer broke');
+      else await run;
+      // No step was left half-done: the stopped loops' steps all committed (each loop had one in hand).
+      expect(handled).toBeGreaterThanOrEqual(6);
+      expect(handled).toBeLessThanOrEqual(6 + 3);
+      for (const key of rows.rows.keys()) expect(rows.timesReceived(key)).toBe(1);
+      w.runtime.close();
+
+      // No time passes: a delivery held and not handed back would be invisible for 30 s, and this drain
+      // would end with runs still running.
+      const b = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: new SlowModel(1), clock: clock.process(), workerId: 'B' });
+      await runWorker(b.deps, b.runtime.queue, drainOptions({ concurrency: 2 }));
+      await expectAllDone(rows, b);
+      b.runtime.close();
+    });
+  }
+
+  it('with idleExitMs, a loop with nothing to do stays while another steps: runs started meanwhile are taken at once', async () => {
+    const { rows, model, w } = await setUp(15, 1);
+    // One run at first, so three of the four loops find nothing; the rest start during its first step.
+    // A loop that left when it alone found nothing would leave the new runs to the one busy loop.
+    let started = false;
+    model.onCall = async () => {
+      if (started) return;
+      started = true;
+      for (let i = 1; i < RUNS; i++) await start(w.deps, `write ${ROWS} rows`, `run-${i}`);
+    };
+    await runWorker(w.deps, w.runtime.queue, drainOptions({ concurrency: 4, idleExitMs: 0 }));
+    await expectAllDone(rows, w);
+    expect(model.most).toBe(4);
+    w.runtime.close();
+  });
+
+  it.each([0, 1.5, -1, MAX_WORKER_CONCURRENCY + 1, Number.NaN])('refuses concurrency %s with a clear error, before it receives anything', async (concurrency) => {
+    const { w } = await setUp(1);
+    await expect(runWorker(w.deps, w.runtime.queue, drainOptions({ concurrency }))).rejects.toThrow(`concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}`);
+    expect(w.runtime.queue.depth()).toBe(RUNS);
+    const [first] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(first!.receiveCount).toBe(1);
+    w.runtime.close();
+  });
+});
