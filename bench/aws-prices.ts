@@ -11,6 +11,12 @@ export interface Price { usd: number; quantity: number; unit: string; source: st
 
 const LIST = 'AWS price page, us-east-1, as known in 2025; not re-checked online';
 const RECALLED = 'recalled, not verified (launched late 2025); not re-checked online';
+/**
+ * The durable operation's price as the AWS Lambda price page's worked example gave it when a public
+ * transcription of that page (api-evangelist/aws-lambda, plans/aws-lambda-plans-pricing.yml, read
+ * 2026-09-20) quoted it; found in a stored copy of that file, not on the page itself.
+ */
+const TRANSCRIBED = 'as quoted from the AWS price page (its worked example) in a public transcription read 2026-09-20; not re-checked online';
 const MILLION = 1e6;
 
 export const PRICES = {
@@ -22,7 +28,7 @@ export const PRICES = {
   logsGb: { usd: 0.5, quantity: 1, unit: 'GB of CloudWatch logs ingested', source: LIST },
   s3Put: { usd: 0.005, quantity: 1000, unit: 'S3 PUTs (standard)', source: LIST },
   stepFunctionsTransition: { usd: 0.025, quantity: 1000, unit: 'Step Functions standard state transitions', source: LIST },
-  durableOperation: { usd: 8, quantity: MILLION, unit: 'Lambda durable operations', source: RECALLED },
+  durableOperation: { usd: 8, quantity: MILLION, unit: 'Lambda durable operations', source: TRANSCRIBED },
   durableWrittenGb: { usd: 0.25, quantity: 1, unit: 'GB written by durable operations', source: RECALLED },
 } satisfies Record<string, Price>;
 

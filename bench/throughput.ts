@@ -8,6 +8,8 @@
  *     fauxqs. The containers share this Node process, the servers share the machine.
  *   - SQLite again with a model that takes 50 ms to decide (model-ms), one round: steps that wait on their
  *     model, as every real one does, where the instant model's steps wait on the file's write lock.
+ *   - SQLite with one worker process running 1, 4 or 16 steps at once (`stepwise worker --concurrency n`),
+ *     with each model: where n processes are n connections contending for the lock, this is one.
  * The worker processes' write transactions are timed (bench/write-lock.mjs): their share of the write lock.
  * Baselines in the same run: each runtime's 1-worker figure (the scaling factor), and the durable-insert
  * floor of this disk, measured just before each SQLite case (a shared disk's fsync time drifts tenfold
@@ -103,12 +105,12 @@ const share = (cpu: number, seconds: number) => `${fmt((100 * cpu) / seconds, 0)
 const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
 
 /** One `stepwise worker` process, its write transactions timed into `lockFile`; resolves once it printed its ready line. */
-function spawnWorker(dbPath: string, lockFile: string, modelMs: number): { child: ChildProcess; ready: Promise<void> } {
+function spawnWorker(dbPath: string, lockFile: string, modelMs: number, concurrency: number): { child: ChildProcess; ready: Promise<void> } {
   const env: NodeJS.ProcessEnv = {
     ...process.env, THROUGHPUT_STEPS: String(STEPS), THROUGHPUT_MODEL_MS: String(modelMs), STEPWISE_LOG_LEVEL: 'error', STEPWISE_LOG_FORMAT: 'json', BENCH_WRITE_LOCK: lockFile,
   };
   delete env.ANTHROPIC_API_KEY; // the agent's offline (instant) model, whatever this shell holds
-  const child = spawn(process.execPath, ['--import', join(ROOT, 'bench/write-lock.mjs'), ...WORKER_ENTRY, 'worker', '--agent', AGENT, '--db', dbPath], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', join(ROOT, 'bench/write-lock.mjs'), ...WORKER_ENTRY, 'worker', '--agent', AGENT, '--db', dbPath, '--concurrency', String(concurrency)], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stderr!.resume();
   const ready = new Promise<void>((res, rej) => {
     const lines = createInterface({ input: child.stdout! });
@@ -118,14 +120,15 @@ function spawnWorker(dbPath: string, lockFile: string, modelMs: number): { child
   return { child, ready };
 }
 
-async function sqliteCase(workers: number, modelMs = 0): Promise<Measured> {
+/** `workers` worker processes, each running `concurrency` steps at once (`stepwise worker --concurrency`). */
+async function sqliteCase(workers: number, modelMs = 0, concurrency = 1): Promise<Measured> {
   const { dir, cleanup } = tempDir();
   const dbPath = join(dir, 'throughput.db');
   const runtime = openLocalRuntime({ dbPath });
   const children: ChildProcess[] = [];
   try {
     const lockFile = join(dir, 'write-lock.jsonl');
-    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath, lockFile, modelMs));
+    const spawned = Array.from({ length: workers }, () => spawnWorker(dbPath, lockFile, modelMs, concurrency));
     children.push(...spawned.map((s) => s.child));
     await Promise.all(spawned.map((s) => s.ready));
     const { agent, model } = benchAgent({ steps: STEPS });
@@ -213,6 +216,9 @@ const insertFloor = durableInsertFloor(join(dir, 'floor.db'));
 insertFloor.msPerInsert(100); // warm-up
 const sqlite = await rounds(SQLITE_ROUNDS, sqliteCase, () => 1000 / insertFloor.msPerInsert(300));
 const slowModel = await rounds(MODEL_MS > 0 ? SLOW_MODEL_ROUNDS : 0, (workers) => sqliteCase(workers, MODEL_MS), () => 1000 / insertFloor.msPerInsert(300));
+// One worker process running 1, 4 or 16 steps at once (--concurrency), the same counts as the processes above.
+const oneProcess = await rounds(SQLITE_ROUNDS, (steps) => sqliteCase(1, 0, steps), () => 1000 / insertFloor.msPerInsert(300));
+const oneProcessSlowModel = await rounds(MODEL_MS > 0 ? SLOW_MODEL_ROUNDS : 0, (steps) => sqliteCase(1, MODEL_MS, steps), () => 1000 / insertFloor.msPerInsert(300));
 insertFloor.close();
 cleanup();
 
@@ -225,9 +231,9 @@ try {
 }
 
 /** The worker processes' write transactions by worker count, summed over the rounds (WriteLock). */
-function printWriteLock(results: Map<number, { m: Measured }[]>): void {
+function printWriteLock(results: Map<number, { m: Measured }[]>, column: string): void {
   console.log('  the write lock, the worker processes\' write transactions (bench/write-lock.mjs), summed over the rounds:');
-  console.log(`  ${'workers'.padStart(7)} ${'per step'.padStart(8)} ${'held'.padStart(9)} ${'waited'.padStart(9)} ${'waits > 1 ms'.padStart(12)} ${'longest wait'.padStart(12)}  held, share of the case's time`);
+  console.log(`  ${column.padStart(7)} ${'per step'.padStart(8)} ${'held'.padStart(9)} ${'waited'.padStart(9)} ${'waits > 1 ms'.padStart(12)} ${'longest wait'.padStart(12)}  held, share of the case's time`);
   for (const [workers, rs] of results) {
     const locks = rs.flatMap((r) => (r.m.lock ? [r.m.lock] : []));
     if (!locks.length) continue;
@@ -239,19 +245,23 @@ function printWriteLock(results: Map<number, { m: Measured }[]>): void {
 
 const range = (xs: number[]) => `${fmt(Math.min(...xs))}..${fmt(Math.max(...xs))}`;
 let failed = false;
-const sections: [string, Awaited<ReturnType<typeof rounds>>, number][] = [['SQLite, worker processes', sqlite, SQLITE_ROUNDS]];
-if (MODEL_MS > 0 && SLOW_MODEL_ROUNDS > 0) sections.push([`SQLite, worker processes, the model taking ${MODEL_MS} ms a step`, slowModel, SLOW_MODEL_ROUNDS]);
-sections.push(['AWS, handler containers', aws, AWS_ROUNDS]);
-for (const [name, results, count] of sections) {
+/** A table's title, its figures, its rounds, and what its first column counts. */
+const sections: [string, Awaited<ReturnType<typeof rounds>>, number, string][] = [['SQLite, worker processes', sqlite, SQLITE_ROUNDS, 'workers']];
+if (MODEL_MS > 0 && SLOW_MODEL_ROUNDS > 0) sections.push([`SQLite, worker processes, the model taking ${MODEL_MS} ms a step`, slowModel, SLOW_MODEL_ROUNDS, 'workers']);
+sections.push(['SQLite, one worker process running n steps at once (--concurrency n)', oneProcess, SQLITE_ROUNDS, 'n']);
+if (MODEL_MS > 0 && SLOW_MODEL_ROUNDS > 0) sections.push([`SQLite, one worker process running n steps at once, the model taking ${MODEL_MS} ms a step`, oneProcessSlowModel, SLOW_MODEL_ROUNDS, 'n']);
+sections.push(['AWS, handler containers', aws, AWS_ROUNDS, 'workers']);
+for (const [name, results, count, column] of sections) {
+  if (!count) continue;
   const one = median(results.get(1)?.map((r) => r.m.stepsPerSecond) ?? [NaN]);
   console.log(`\n${name}, median of ${count} round${count === 1 ? '' : 's'}:`);
-  console.log(`  ${'workers'.padStart(7)} ${'steps/s'.padStart(8)} ${'range'.padStart(14)} ${'x 1 worker'.padStart(10)} ${name.startsWith('SQLite') ? `${'floor/s'.padStart(8)} ` : ''} CPU during the case (% of one core; ${cores} cores), per round`);
+  console.log(`  ${column.padStart(7)} ${'steps/s'.padStart(8)} ${'range'.padStart(14)} ${`x ${column === 'n' ? 'n = 1' : '1 worker'}`.padStart(10)} ${name.startsWith('SQLite') ? `${'floor/s'.padStart(8)} ` : ''} CPU during the case (% of one core; ${cores} cores), per round`);
   for (const [workers, rs] of results) {
     const rates = rs.map((r) => r.m.stepsPerSecond);
     const floors = rs.flatMap((r) => (r.floor !== undefined ? [r.floor] : []));
     console.log(`  ${String(workers).padStart(7)} ${fmt(median(rates)).padStart(8)} ${range(rates).padStart(14)} ${fmt(median(rates) / one, 2).padStart(10)} ${floors.length ? `${fmt(median(floors), 0).padStart(8)} ` : ''} ${rs.map((r) => r.m.cpu).join(' | ')}`);
   }
-  if (name.startsWith('SQLite')) printWriteLock(results);
+  if (name.startsWith('SQLite')) printWriteLock(results, column);
   const problems = [...results.values()].flat().flatMap((r) => r.m.problems);
   const failures = [...results.values()].flat().reduce((n, r) => n + r.m.failures, 0);
   failed ||= problems.length > 0;
@@ -269,7 +279,10 @@ console.log(`its pages again, and with more processes than ${cores} cores a hold
 console.log(`lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... 100 ms between tries) while the others take it`);
 console.log(`in turn: the waits over 1 ms, and the longest. Where each step waits on its model instead (the second SQLite`);
 console.log(`table; a remote model takes seconds), the lock is free most of the time and each worker process adds its own`);
-console.log(`steps a second. The AWS containers share one Node process with fauxqs, and DynamoDB`);
+console.log(`steps a second. One process running n steps at once (--concurrency n) has one connection: its steps`);
+console.log(`take the lock in turn, with no busy handler's sleeps between them, and while one step awaits its model the`);
+console.log(`others run: with a model that takes time, one process moves as many steps a second as n processes, on less`);
+console.log(`CPU. The AWS containers share one Node process with fauxqs, and DynamoDB`);
 console.log(`Local runs on the same ${cores} cores: on AWS each container has its own CPU, and the services scale apart.`);
 console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
 if (failed) process.exitCode = 1;
