@@ -35,6 +35,7 @@ export const CODE_VERSION_ENV = 'STEPWISE_CODE_VERSION';
 
 /** The most steps one worker process runs at once (`stepwise worker --concurrency`, runWorker's option). */
 export const MAX_WORKER_CONCURRENCY = 256;
+
 /**
  * Tries of one step beyond this fail its run: the step keeps killing its worker. The queue's dead-letter
  * receive count must stay above it, so the engine fails such a run with a reason before SQS moves its
