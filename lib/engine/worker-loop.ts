@@ -66,12 +66,14 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
   }, Math.max(50, visibilityMs / 3));
   const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: Date.now(), inFlight };
   try {
-    if (concurrency === 1) return await stepLoop(deps, consumer, options, shared);
+    // The loops take the visibility the heartbeat renews, not a default of their own.
+    const resolved: LoopOptions = { ...options, visibilityMs };
+    if (concurrency === 1) return await stepLoop(deps, consumer, resolved, shared);
     const stop = new AbortController();
     const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
     const { onHandled } = options;
-    const loopOptions: WorkerOptions = {
-      ...options, signal,
+    const loopOptions: LoopOptions = {
+      ...resolved, signal,
       onHandled: (handled) => {
         if (!onHandled?.(handled)) return false;
         stop.abort();
@@ -95,8 +97,11 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
  */
 interface Shared { nextSweepAt: number; lastActivity: number; inFlight: Set<Delivery> }
 
-async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions, shared: Shared): Promise<void> {
-  const visibilityMs = options.visibilityMs ?? 30_000;
+/** A step loop's options: the worker's, with the visibility resolved once for the loops and the heartbeat. */
+type LoopOptions = WorkerOptions & { visibilityMs: number };
+
+async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: LoopOptions, shared: Shared): Promise<void> {
+  const { visibilityMs } = options;
   const sweepEveryMs = options.sweepEveryMs ?? DEFAULT_SWEEP_EVERY_MS;
   const stalled = sweepEveryMs > 0 ? consumer.stalledRuns?.bind(consumer) : undefined;
   // Only with a way to give back what a last step received: a worker stopping must not sit on it.

@@ -6,7 +6,7 @@ import { startRun } from '../../lib/engine/start.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
-import { systemClock, type RunQueueConsumer } from '../../lib/ports.ts';
+import { systemClock, type Delivery, type RunQueueConsumer } from '../../lib/ports.ts';
 import { tempDb } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
@@ -63,6 +63,76 @@ describe('the worker heartbeat', () => {
     expect(calls).toEqual([1]);
     expect((await runtime.store.load('slow'))?.status).toBe('completed');
     runtime.close(); other.close();
+  });
+
+  it('at concurrency 2, renews both steps in progress: neither outlasting the visibility timeout is taken by another worker', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path });
+    const other = openLocalRuntime({ dbPath: db.path });
+    const calls: string[] = [];
+    let running = 0;
+    let most = 0;
+    const agent = defineAgent({
+      name: 'slow', tools: [tool({
+        name: 'write_row', description: 'takes 3 visibility timeouts', input: z.object({ row: z.number() }), sideEffect: true,
+        run: async (_input, ctx) => {
+          calls.push(ctx.runId);
+          most = Math.max(most, ++running);
+          await new Promise((r) => setTimeout(r, 3000));
+          running--;
+          return 'ok';
+        },
+      })],
+    });
+    const deps: EngineDeps = {
+      store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue, model: new StubModel(writeRowsScript(1)),
+      agent, clock: systemClock, workerId: 'slow-worker', codeVersion: 'test', log: silentLogger,
+    };
+    await startRun(deps, { goal: 'one slow row', runId: 'slow-a' });
+    await startRun(deps, { goal: 'one slow row', runId: 'slow-b' });
+
+    const stolen: string[] = [];
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        if (running) {
+          const [d] = await other.queue.receive({ visibilityMs: 1000 });
+          if (d) { stolen.push(d.body); await other.queue.release(d, 0); }
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    let finished = 0;
+    await runWorker(deps, runtime.queue, {
+      visibilityMs: 1000, waitMs: 50, concurrency: 2,
+      onHandled: (h) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status !== 'running' && ++finished === 2,
+    });
+    polling = false;
+    await poller;
+
+    expect(most).toBe(2);
+    expect(stolen).toEqual([]);
+    expect(calls.sort()).toEqual(['slow-a', 'slow-b']);
+    for (const runId of ['slow-a', 'slow-b']) expect((await runtime.store.load(runId))?.status).toBe('completed');
+    runtime.close(); other.close();
+  });
+
+  it('a delivery that arrives after the worker was stopped is handed back, not started', async () => {
+    const stop = new AbortController();
+    const delivery = { body: JSON.stringify({ runId: 'r', version: 1 }), receipt: 'x', receiveCount: 1 } as Delivery;
+    const handedBack: Delivery[] = [];
+    let stepped = false;
+    // The stop comes while the receive waits: SIGTERM during a long poll.
+    const consumer: RunQueueConsumer = {
+      receive: async () => { stop.abort(); return [delivery]; },
+      ack: async () => true,
+      release: async () => { stepped = true; },
+      handBack: async (d) => { handedBack.push(d); return true; },
+    };
+    const deps = { clock: systemClock, log: silentLogger, store: { load: async () => { stepped = true; return undefined; } } } as unknown as EngineDeps;
+    await runWorker(deps, consumer, { waitMs: 0, sweepEveryMs: 0, signal: stop.signal });
+    expect(handedBack).toEqual([delivery]);
+    expect(stepped).toBe(false);
   });
 
   it('is one timer for the loop, gone when the loop returns or throws (a stopped worker process can exit)', async () => {
