@@ -5,10 +5,29 @@ import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
 import { silentLogger } from '../../lib/log.ts';
-import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
 import { systemClock, type Delivery, type RunQueueConsumer } from '../../lib/ports.ts';
 import { tempDb } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+/**
+ * Another worker polling the queue every 20 ms while `busy()` says a step is in progress: what it got (and
+ * released at once) is what a heartbeat failed to keep hidden.
+ */
+function stealWhile(other: LocalRuntime, busy: () => boolean): { stop(): Promise<string[]> } {
+  const stolen: string[] = [];
+  let polling = true;
+  const loop = (async () => {
+    while (polling) {
+      if (busy()) {
+        const [d] = await other.queue.receive({ visibilityMs: 1000 });
+        if (d) { stolen.push(d.body); await other.queue.release(d, 0); }
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  })();
+  return { stop: async () => { polling = false; await loop; return stolen; } };
+}
 
 describe('the worker heartbeat', () => {
   let db: ReturnType<typeof tempDb>;
@@ -39,25 +58,14 @@ describe('the worker heartbeat', () => {
     await startRun(deps, { goal: 'one slow row', runId: 'slow' });
 
     // Another worker polls all the while; it must never get the message of the step in progress.
-    const stolen: string[] = [];
-    let polling = true;
-    const poller = (async () => {
-      while (polling) {
-        if (stepRunning) {
-          const [d] = await other.queue.receive({ visibilityMs: 1000 });
-          if (d) { stolen.push(d.body); await other.queue.release(d, 0); }
-        }
-        await new Promise((r) => setTimeout(r, 20));
-      }
-    })();
+    const poller = stealWhile(other, () => stepRunning);
     // Real timers: the heartbeat renews every third of the visibility timeout. A second of visibility
     // leaves room for a loaded machine's event-loop stalls (each durable commit blocks the thread).
     await runWorker(deps, runtime.queue, {
       visibilityMs: 1000, waitMs: 50,
       onHandled: (h) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status !== 'running',
     });
-    polling = false;
-    await poller;
+    const stolen = await poller.stop();
 
     expect(stolen).toEqual([]);
     expect(calls).toEqual([1]);
@@ -91,24 +99,13 @@ describe('the worker heartbeat', () => {
     await startRun(deps, { goal: 'one slow row', runId: 'slow-a' });
     await startRun(deps, { goal: 'one slow row', runId: 'slow-b' });
 
-    const stolen: string[] = [];
-    let polling = true;
-    const poller = (async () => {
-      while (polling) {
-        if (running) {
-          const [d] = await other.queue.receive({ visibilityMs: 1000 });
-          if (d) { stolen.push(d.body); await other.queue.release(d, 0); }
-        }
-        await new Promise((r) => setTimeout(r, 20));
-      }
-    })();
+    const poller = stealWhile(other, () => running > 0);
     let finished = 0;
     await runWorker(deps, runtime.queue, {
       visibilityMs: 1000, waitMs: 50, concurrency: 2,
       onHandled: (h) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status !== 'running' && ++finished === 2,
     });
-    polling = false;
-    await poller;
+    const stolen = await poller.stop();
 
     expect(most).toBe(2);
     expect(stolen).toEqual([]);
