@@ -36,7 +36,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
-import { queryOutput } from './query-output.ts';
+import { cachedQueryOutput } from './query-output.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
 import { walRestarts } from './wal-support.ts';
@@ -68,17 +68,10 @@ export function storedBytes(db: Database.Database): number {
 }
 
 /**
- * Both sides' tool output: JSON rows of a query result, varied, the same bytes for the same step. Made
- * once per step and size (in the warm-up round) and then handed out as it is: making 20 KB of rows takes
- * about 0.3 ms, the tool's own work, which is neither runtime's overhead.
+ * Both sides' tool output: JSON rows of a query result, varied, the same bytes for the same step, made in
+ * the warm-up round and handed out as it is after (cachedQueryOutput).
  */
-const outputs = new Map<string, string>();
-const output = (step: number, bytes: number): string => {
-  const key = `${step}/${bytes}`;
-  let text = outputs.get(key);
-  if (text === undefined) outputs.set(key, (text = queryOutput(step, bytes)));
-  return text;
-};
+const output = cachedQueryOutput;
 
 /** stepwise's blobs counted at their own length, as if stored uncompressed: how much compression gives. */
 function uncompressedBlobExtra(db: Database.Database): number {

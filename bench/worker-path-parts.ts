@@ -15,7 +15,7 @@ import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { runWorker } from '../lib/engine/worker-loop.ts';
 import type { RunQueueConsumer } from '../lib/ports.ts';
-import { queryOutput } from './query-output.ts';
+import { cachedQueryOutput } from './query-output.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = 60;
@@ -23,14 +23,6 @@ const ROUNDS = Number(process.argv[2] ?? 40);
 const BYTES = Number(process.argv[3] ?? 500);
 const WARM_ROUNDS = 10;
 const fsyncOff = process.env.STEPWISE_BENCH_FSYNC === 'off';
-
-/** The tool's output, made once per step: making it is the tool's work, neither path's. */
-const outputs = new Map<number, string>();
-const output = (step: number, bytes: number): string => {
-  let text = outputs.get(step);
-  if (text === undefined) outputs.set(step, (text = queryOutput(step, bytes)));
-  return text;
-};
 
 const us = (from: bigint, to: bigint) => Number(to - from) / 1e3;
 const parts = new Map<string, number[]>();
@@ -44,7 +36,7 @@ const { dir, cleanup } = tempDir();
 const open = (name: string) => {
   const runtime = openBenchRuntime(dir, name);
   if (fsyncOff) runtime.db.pragma('synchronous = OFF');
-  return { runtime, deps: benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: BYTES, stepCap: STEPS + 1, output }), instantModel('noop')) };
+  return { runtime, deps: benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: BYTES, stepCap: STEPS + 1, output: cachedQueryOutput }), instantModel('noop')) };
 };
 const worker = open('worker');
 const engine = open('engine');
