@@ -403,13 +403,21 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
         inFlight.set(m.ReceiptHandle!, { messageId: m.MessageId!, receipt: m.ReceiptHandle!, receivedAt });
         messages.push(m);
       }
-      if (Messages.length && !messages.length) continue;
+      if (Messages.length && !messages.length) {
+        // A run just lost its message: the sweeper's wait for it starts now (see the idle rule below).
+        idleSince = undefined;
+        continue;
+      }
       if (!messages.length) {
         const ended = await Promise.all(runs.map(async (run) => isTerminal((await reader.store.load(run.runId))!.status)));
         const waiting = [...inFlight.values()];
         if (!parked && waiting.length === 0 && Messages.length === 0) {
           if (ended.every(Boolean)) break;
-          // Nothing on its way: only the sweeper can move the rest. Give it its stall window and two sweeps.
+          // Nothing on its way: only the sweeper can move the rest. Give it its stall window and two sweeps,
+          // counted from the last message lost. A re-driven message lost again is sent again only with the
+          // sweeper's next deduplication token (one per stall window): fauxqs keeps a deduplication id for 5
+          // minutes of real time, the whole schedule on the manual clock. Seed 2414154359 lost its re-drive
+          // at 34:51; counted from the run's first idle moment, the schedule ended there, before 45:00's.
           idleSince ??= root.now();
           if (root.now() - idleSince > STALL_MS + 2 * SWEEP_EVERY_MS) break;
         } else idleSince = undefined;
