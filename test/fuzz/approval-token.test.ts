@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { describe, expect, it } from 'vitest';
 import { signApproval, verifyApproval } from '../../lib/waits/approval-token.ts';
 
@@ -13,7 +14,7 @@ describe('fuzzing approval tokens', () => {
     fc.assert(fc.property(fc.oneof(fc.string({ maxLength: 1000 }), fc.string({ unit: 'binary', maxLength: 200 })), (token) => {
       const checked = verifyApproval(token, key, 0);
       if (!checked.ok) expect(checked.message).toEqual(expect.any(String));
-    }), { numRuns: 300 });
+    }), fuzzRuns(300));
   });
 
   it('a token verifies only exactly as issued: any change, even one base64 decoding would ignore, is refused', () => {
@@ -24,7 +25,7 @@ describe('fuzzing approval tokens', () => {
       const changed = how === 'replace' ? token.slice(0, i) + s + token.slice(i + 1) : how === 'insert' ? token.slice(0, i) + s + token.slice(i) : token + s;
       fc.pre(changed !== token);
       expect(verifyApproval(changed, key, 0).ok, changed).toBe(false);
-    }), { numRuns: 1000 });
+    }), fuzzRuns(1000));
   });
 
   it('the last character of a signature carries unused bits: a variant that decodes to the same bytes is refused', () => {

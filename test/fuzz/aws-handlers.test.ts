@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import fc from 'fast-check';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 import type { APIGatewayProxyEventV2, APIGatewayProxyResult, EventBridgeEvent } from 'aws-lambda';
 import { handle } from 'hono/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -87,7 +88,7 @@ describe('fuzzing the AWS entry points', () => {
         expect(result.failures).toHaveLength(later ? 1 : 0);
         if (later) hidden++;
         else if (!isRunMessage(text)) malformed++;
-      }), { numRuns: 60 });
+      }), fuzzRuns(60));
     } finally {
       w.close();
     }
@@ -128,7 +129,7 @@ describe('fuzzing the AWS entry points', () => {
         // EventBridge delivers at least once: the same event again starts nothing new.
         expect(await handler(e, { awsRequestId: randomUUID() })).toEqual({ started: [{ runId: runIdForEvent(e, 0), created: false }], resumed: [] });
       }
-    }), { numRuns: 80 });
+    }), fuzzRuns(80));
     expect(lines.filter((l) => l.event === 'trigger-error')).toHaveLength(triggerErrors);
     expect(lines.filter((l) => l.event === 'event-key-error').length).toBeGreaterThan(0);
   });
@@ -165,7 +166,7 @@ describe('fuzzing the AWS entry points', () => {
       const response = await lambda(apiEvent(r.method, r.path, r.query, r.contentType, encoded, r.base64), { awsRequestId: randomUUID() });
       expect(response.statusCode, `${r.method} ${r.path}?${r.query} ${r.body?.slice(0, 100)} -> ${response.body?.slice(0, 200)}`).toBeLessThan(500);
       if (response.statusCode >= 400 && r.method !== 'HEAD' && /json/.test(String(response.headers?.['content-type'] ?? ''))) expect(JSON.parse(response.body).error).toEqual(expect.any(String));
-    }), { numRuns: 150 });
+    }), fuzzRuns(150));
     expect(refused.mock.calls.every(([message]) => message === 'Error processing request:')).toBe(true);
     refused.mockRestore();
     expect(await snapshot(DONE)).toEqual(before);

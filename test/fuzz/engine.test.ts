@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
@@ -65,7 +66,7 @@ describe('a queue body\'s check', () => {
       const parsed = parseMessage(body);
       expect(parsed.success).toBe(schema.success);
       if (schema.success) expect(parsed.data).toEqual(schema.data);
-    }), { numRuns: 3000 });
+    }), fuzzRuns(3000));
     // Valid ones the generators rarely hit, and the bounds.
     for (const body of ['{"runId":"r","version":1}', '{"version":7,"runId":"r"}', '{"runId":"r","version":9007199254740991}', '{"runId":"r","version":9007199254740992}', '{"runId":"","version":1}', '{"runId":"r","version":1.5}', '{"runId":"r","version":1,"x":1}']) {
       expect(parseMessage(body).success, body).toBe(runMessageSchema.safeParse(JSON.parse(body)).success);
@@ -90,7 +91,7 @@ describe('fuzzing the engine', () => {
         const handled = await handleDelivery(w.deps, { body, receiveCount });
         expect(['ack', 'release']).toContain(handled.action);
       },
-    ), { numRuns: 300 });
+    ), fuzzRuns(300));
     expect(await snapshot('running')).toEqual(before);
     expect(rows.received.length).toBe(received);
   });
@@ -118,7 +119,7 @@ describe('fuzzing the engine', () => {
         }
         expect(rows.rows.size).toBe(applied + (valid ? 1 : 0));
       },
-    ), { numRuns: 150 });
+    ), fuzzRuns(150));
   });
 
   it('stored checkpoints of every kind, mutated: decoded, or refused as unreadable or newer, never another error', async () => {
@@ -155,7 +156,7 @@ describe('fuzzing the engine', () => {
           expect(error.message.length).toBeGreaterThan(10);
         }
       },
-    ), { numRuns: 1500 });
+    ), fuzzRuns(1500));
   });
 
   it('a mutated head in the store: the run is failed with the reason and the data kept, or left for newer code, or worked; never a throw', async () => {
@@ -187,6 +188,6 @@ describe('fuzzing the engine', () => {
           expect(kept.head).toBe(head);
         }
       },
-    ), { numRuns: 60 });
+    ), fuzzRuns(60));
   });
 });

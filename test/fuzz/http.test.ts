@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
@@ -61,7 +62,7 @@ describe('fuzzing the HTTP app', () => {
         expect(r.status, `${method} ${path} ${body.slice(0, 200)} -> ${r.text.slice(0, 300)}`).toBeLessThan(500);
         if (r.status >= 400) expect(JSON.parse(r.text).error).toEqual(expect.any(String));
       },
-    ), { numRuns: 150 });
+    ), fuzzRuns(150));
     expect(await version()).toBe(before);
     expect(decodeState((await app.runtime.store.load('run'))!).wait?.id).toBe(waitId);
   });
@@ -81,7 +82,7 @@ describe('fuzzing the HTTP app', () => {
         expect(r.status, `${body} -> ${r.text}`).toBe(400);
         expect(JSON.parse(r.text).error).toEqual(expect.any(String));
       },
-    ), { numRuns: 100 });
+    ), fuzzRuns(100));
     expect(await version()).toBe(before);
   });
 
@@ -105,7 +106,7 @@ describe('fuzzing the HTTP app', () => {
         // An altered token never verifies as some other claim.
         expect(verifyApproval(bad, await app.signingKey(), app.clock.now()).ok).toBe(false);
       },
-    ), { numRuns: 150 });
+    ), fuzzRuns(150));
     expect(await version()).toBe(before);
   });
 
@@ -118,7 +119,7 @@ describe('fuzzing the HTTP app', () => {
         await response.text();
         expect(response.status).toBe(400);
       },
-    ), { numRuns: 60 });
+    ), fuzzRuns(60));
     expect(await version()).toBe(before);
   });
 
@@ -135,6 +136,6 @@ describe('fuzzing the HTTP app', () => {
         expect([202, 400], `${JSON.stringify(event).slice(0, 200)} -> ${r.text.slice(0, 300)}`).toContain(r.status);
         if (r.status === 400) expect(JSON.parse(r.text).error).toEqual(expect.any(String));
       },
-    ), { numRuns: 120 });
+    ), fuzzRuns(120));
   });
 });
