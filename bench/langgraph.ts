@@ -318,6 +318,8 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
     lines.push(`  LangGraph JS, agent + tools (sync)    ${fmt(f.langgraph2Ms, 3)} ms   ${fmt(f.langgraph2Ms / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraph2Ms / f.workerMs, 1)}x worker path`);
     const { paired } = f;
     lines.push(`    paired by round: one node ${ratioSpread(paired.langgraphEngine)} engine step, ${ratioSpread(paired.langgraphWorker)} worker path; agent + tools ${ratioSpread(paired.langgraph2Engine)}, ${ratioSpread(paired.langgraph2Worker)}`);
+    // LangGraph's step in durable inserts of the same run: 20x it is a stepwise step of that many / 20 inserts.
+    lines.push(`    in floors: one node ${fmt(f.langgraphMs / f.floorMs, 1)}, agent + tools ${fmt(f.langgraph2Ms / f.floorMs, 1)}; 20x the agent + tools loop is a step of ${fmt(f.langgraph2Ms / f.floorMs / 20, 2)} floors or less`);
     lines.push(`  bytes stored per 60-step run          stepwise ${f.stepwiseBytes.toLocaleString('en-US')} B, LangGraph ${f.langgraphBytes.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseBytes, 1)}x), agent + tools ${f.langgraph2Bytes.toLocaleString('en-US')} B (${fmt(f.langgraph2Bytes / f.stepwiseBytes, 1)}x)`);
     lines.push(`    stepwise with blobs uncompressed    ${f.stepwiseUncompressed.toLocaleString('en-US')} B (${fmt(f.langgraphBytes / f.stepwiseUncompressed, 1)}x): compression gives ${fmt(f.stepwiseUncompressed / f.stepwiseBytes, 2)}x`);
     if (f.warmRuns) lines.push(`  untimed runs until each file's WAL started again: floor ${f.warmRuns[0]}, engine ${f.warmRuns[1]}, worker ${f.warmRuns[2]}, LangGraph ${f.warmRuns[3]} and ${f.warmRuns[4]}`);
