@@ -1,7 +1,7 @@
 import fc from 'fast-check';
-import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { describe, expect, it } from 'vitest';
 import { signApproval, verifyApproval } from '../../lib/waits/approval-token.ts';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 
 const key = Buffer.alloc(32, 7);
 const claim = fc.record({

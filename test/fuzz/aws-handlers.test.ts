@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import fc from 'fast-check';
-import { fuzzRuns } from '../support/fuzz-runs.ts';
 import type { APIGatewayProxyEventV2, APIGatewayProxyResult, EventBridgeEvent } from 'aws-lambda';
 import { handle } from 'hono/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -17,6 +16,7 @@ import { createTestResources, queueDepth, startTestRun, type TestResources } fro
 import { WorkerProcess, driveRun, pollOnce } from '../aws/lambda-harness.ts';
 import { captureLogs } from '../aws/log-capture.ts';
 import { FakeDatabase, ScriptedModel, writeRowsAgent } from '../aws/write-rows-agent.ts';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 
 /**
  * The AWS entry points fed arbitrary input, on DynamoDB Local and fauxqs: the worker Lambda's queue

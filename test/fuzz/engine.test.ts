@@ -1,5 +1,4 @@
 import fc from 'fast-check';
-import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
@@ -10,6 +9,7 @@ import { handleDelivery, parseMessage, runMessageSchema } from '../../lib/engine
 import type { ModelReply } from '../../lib/ports.ts';
 import { sleepUntil } from '../../lib/waits/tools.ts';
 import { FakeRows } from '../support/fake-tool.ts';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { ManualClock, SimulatedCrash, drain, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel } from '../support/stub-model.ts';
 

@@ -1,9 +1,9 @@
 import fc from 'fast-check';
-import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { verifyApproval } from '../../lib/waits/approval-token.ts';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
 import { start } from '../support/harness.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
 import { outboxEmails } from '../support/outbox.ts';
