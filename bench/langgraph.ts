@@ -36,6 +36,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
+// Both sides' tool output, made in the warm-up round and handed out as it is after: the same bytes for the same step.
 import { cachedQueryOutput } from './query-output.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
@@ -67,12 +68,6 @@ export function storedBytes(db: Database.Database): number {
   return total;
 }
 
-/**
- * Both sides' tool output: JSON rows of a query result, varied, the same bytes for the same step, made in
- * the warm-up round and handed out as it is after (cachedQueryOutput).
- */
-const output = cachedQueryOutput;
-
 /** stepwise's blobs counted at their own length, as if stored uncompressed: how much compression gives. */
 function uncompressedBlobExtra(db: Database.Database): number {
   return (db.prepare('SELECT coalesce(sum(bytes - length(data)), 0) AS n FROM blobs').get() as { n: number }).n;
@@ -95,7 +90,7 @@ function langGraphTwoNodeCase(path: string, bytes: number) {
     })
     .addNode('tools', (state) => {
       const n = toolCount(state) + 1;
-      return { messages: [new ToolMessage({ content: output(n, bytes), tool_call_id: `call_${n}` })] };
+      return { messages: [new ToolMessage({ content: cachedQueryOutput(n, bytes), tool_call_id: `call_${n}` })] };
     })
     .addEdge(START, 'agent')
     .addEdge('agent', 'tools')
@@ -122,7 +117,7 @@ function langGraphCase(path: string, bytes: number) {
     .addNode('agent', (state) => {
       const n = state.messages.filter((m) => m.getType() === 'tool').length + 1;
       const id = `call_${n}`;
-      return { messages: [new AIMessage({ content: '', tool_calls: [{ name: 'noop', args: {}, id, type: 'tool_call' }] }), new ToolMessage({ content: output(n, bytes), tool_call_id: id })] };
+      return { messages: [new AIMessage({ content: '', tool_calls: [{ name: 'noop', args: {}, id, type: 'tool_call' }] }), new ToolMessage({ content: cachedQueryOutput(n, bytes), tool_call_id: id })] };
     })
     .addEdge(START, 'agent')
     .addConditionalEdges('agent', (state) => (state.messages.filter((m) => m.getType() === 'tool').length >= STEPS ? END : 'agent'))
@@ -142,7 +137,7 @@ function langGraphCase(path: string, bytes: number) {
 
 function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker') {
   const runtime = openLocalRuntime({ dbPath });
-  const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1, output }), instantModel('noop'));
+  const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1, output: cachedQueryOutput }), instantModel('noop'));
   return {
     name: path === 'engine' ? 'stepwise, engine step (read-only tool)' : 'stepwise, worker path (receive+step+send+ack)',
     async run(round: number): Promise<{ ms: number; bytes?: number; uncompressed?: number }> {
