@@ -133,7 +133,7 @@ async function main(): Promise<void> {
             worker.db.transaction(() => {
               rows.write(runId, n, head, record);
               const send = { message: { runId, version: n + 1 } };
-              const [handed] = handOver(sql, receipt, send, receive, Date.now()) ?? [];
+              const [handed] = handOver(sql, receipt, send, receive, Date.now())?.received ?? [];
               if (handed) { receipt = handed.receipt; return; }
               const [next] = enqueueReceived(sql, send, receive, Date.now()) ?? [];
               ackReceipt(sql, receipt, Date.now());

@@ -12,7 +12,7 @@ import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
-import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible } from './sqlite-queue.ts';
+import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible, type HeldRow } from './sqlite-queue.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 
@@ -74,7 +74,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
    * join of the head row and the pending decision: the load phase went from 24-25 us to 17 with the fsync
    * off, bench/step-overhead.ts; most of what is left is the read transaction data_version needs).
    */
-  private lastStep: { runId: string; row: HeadRow; marks: WriteMarks } | undefined;
+  private lastStep: LastStep | undefined;
   /** `carriesBlobs`: the runtime's blob store reads this file's blobs table, so a commit may write the step's blob. */
   readonly carriesBlobs: boolean;
 
@@ -85,8 +85,11 @@ export class SqliteCheckpointStore implements CheckpointStore {
   /** The file's write marks now (WriteMarks). */
   private marks(): WriteMarks {
     const { data_version: version } = this.sql(DATA_VERSION).get() as { data_version: number };
-    const { changes } = this.sql(TOTAL_CHANGES).get() as { changes: number };
-    return { changes, version };
+    return { changes: this.totalChanges(), version };
+  }
+
+  private totalChanges(): number {
+    return (this.sql(TOTAL_CHANGES).get() as { changes: number }).changes;
   }
 
   private get now(): number {
@@ -221,12 +224,19 @@ export class SqliteCheckpointStore implements CheckpointStore {
     const blobs = write.blobs?.map((b) => encodeBlob(b.ref, b.data));
     // A commit that fails keeps what was remembered: its own rolled-back writes moved total_changes, and
     // a winner's commit moved data_version, so the marks refuse it where it no longer holds.
-    let remembered: { runId: string; row: HeadRow; marks: WriteMarks } | undefined;
+    let remembered: LastStep | undefined;
     const result = immediate(this.db, () => {
       const now = this.now;
+      // This connection's last step of the run, with the marks read under the write lock: unmoved, nothing
+      // was written since, so the run is as that commit left it, and the fence needs no read. Inside the
+      // transaction, reading the marks costs less than the fence's join (one statement, no table).
+      const last = this.lastStep?.runId === write.runId ? this.lastStep : undefined;
+      const startMarks = last ? this.marks() : undefined;
+      const unchanged = last && sameMarks(last.marks, startMarks!) ? last : undefined;
       // The fence: the newest version is the one this writer read. Reads only; the insert below writes.
-      const current = this.sql(FENCE)
-        .get(write.runId) as { status: RunStatus; reason: string | null; run_no: number; cancel_requested: string | null; version: number } | undefined;
+      const current: Fence | undefined = unchanged
+        ? { status: 'running', reason: null, run_no: unchanged.runNo, cancel_requested: null, version: unchanged.row.version }
+        : this.sql(FENCE).get(write.runId) as Fence | undefined;
       if (current?.version !== write.expectedVersion) throw new StaleVersionError(write.runId, write.expectedVersion);
       // Most commits are a running run's next step: the runs row, which holds what changes with the
       // status, stays as it is, so the step writes one row of one table. Any other commit writes it too.
@@ -252,12 +262,16 @@ export class SqliteCheckpointStore implements CheckpointStore {
       this.insertCheckpoint(current.run_no, write.runId, version, write.state, head, bytes, write, write.appended, step, now);
       // The step's queue work, in the same transaction: a crash leaves all of it or none of it.
       let received: Delivery[] | undefined;
+      let held: HeldRow | undefined;
       if (write.queue) {
         if (!this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
         const prepare = (text: string) => this.sql(text);
         const { send, ack, receive } = write.queue;
-        // A busy worker's step: its delivery's row handed to the next version, still held (one page).
-        received = send && receive && ack ? handOver(prepare, ack, send, receive, now) : undefined;
+        // A busy worker's step: its delivery's row handed to the next version, still held, no page written.
+        // With nothing written since this connection's last hand-over of it, what that one read still holds.
+        const handed = send && receive && ack ? handOver(prepare, ack, send, receive, now, unchanged?.held) : undefined;
+        held = handed?.held;
+        received = handed?.received;
         if (!received) {
           // The next step's message, received already when it is what the receive would take. It rewrites
           // the run's queue row, the delivery's, so the ack after it finds that receipt gone and writes
@@ -271,13 +285,15 @@ export class SqliteCheckpointStore implements CheckpointStore {
       }
       // A running run's next step, written by this commit with nothing pending: its head row is known
       // (no decision for the step after a completed one can exist before this version does). The marks
-      // are taken last, inside the transaction, so any later write moves them.
+      // are taken last, inside the transaction, so any later write moves them. data_version cannot have
+      // moved since the start: no other connection commits while this one holds the write lock.
       if (stillRunning && write.appended && current.cancel_requested === null) {
         const row: HeadRow = {
           version, status: 'running', step: write.state.step, reason: null, updated_at: now, restarts: 0, restarts_at: null,
           cancel_requested: null, head, worker_id: write.workerId, pending: null,
         };
-        remembered = { runId: write.runId, row, marks: this.marks() };
+        const marks = startMarks ? { changes: this.totalChanges(), version: startMarks.version } : this.marks();
+        remembered = { runId: write.runId, row, runNo: current.run_no, marks, ...(held ? { held } : {}) };
       }
       return { version, bytes, head, ...(received ? { received } : {}) };
     });
@@ -390,6 +406,15 @@ function stored(runId: string, row: HeadRow, steps: string[], after: number, sum
   if (row.cancel_requested !== null) checkpoint.cancelRequested = row.cancel_requested;
   return checkpoint;
 }
+
+/**
+ * A running run's step as this connection's commit wrote it, with the file's write marks taken after its
+ * writes: its head row, its number, and the queue row it handed over (HeldRow), if it did.
+ */
+interface LastStep { runId: string; row: HeadRow; runNo: number; marks: WriteMarks; held?: HeldRow }
+
+/** What a commit is fenced on (FENCE). */
+interface Fence { status: RunStatus; reason: string | null; run_no: number; cancel_requested: string | null; version: number }
 
 const sameMarks = (a: WriteMarks, b: WriteMarks): boolean => a.changes === b.changes && a.version === b.version;
 

@@ -238,6 +238,26 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
 }
 
 /**
+ * What a hand-over read (handOver) found, for the next one: the row held, when its lease ends, and when the
+ * consumer's filter next has another message visible. It stays true while nothing is written to the file,
+ * which the checkpoint store's write marks tell: a worker stepping one run alone then hands over without
+ * a read.
+ */
+export interface HeldRow {
+  receipt: string;
+  runId: string;
+  /** The receive it was read for: the same object, so the same filter. */
+  receive: QueueReceive;
+  /** The row's visible_at: its lease. */
+  leaseUntil: number;
+  /**
+   * When another message of the filter is visible: the earliest visible_at of the live messages up to a
+   * third of the visibility ahead, else that horizon (nothing further was read).
+   */
+  othersVisibleAt: number;
+}
+
+/**
  * A step's ack, send and receive, done as one when the delivery it acks is the run's own row, still held
  * by that receipt with at least two thirds of the visibility left, and the receive would take the message
  * just sent (as for enqueueReceived). The worker keeps the row, and its receipt, for the next version: the
@@ -249,17 +269,30 @@ export function enqueueReceived(sql: Prepare, send: { message: RunMessage; delay
  * (LIVE_MESSAGE); a send for a newer version still rewrites it. The lease so kept is renewed by the
  * worker's heartbeat within a third of the visibility of a step's start (runWorker), and by the first
  * hand-over after a third of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
+ *
+ * `known`: what the last hand-over of this row read, which the caller vouches nothing was written since.
+ * The same two conditions are then answered from it (the same values the read would find): no read.
  */
-export function handOver(sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number): Delivery[] | undefined {
+export function handOver(
+  sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number, known?: HeldRow,
+): { received: Delivery[]; held: HeldRow } | undefined {
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
-  const filter = filterOf(receive);
   const { message } = send;
-  const [id, held] = splitReceipt(ack);
-  // Nothing older visible to the filter (else the receive takes that), and the row still held: one read.
-  const { visible, kept } = sql(filter.handOver).get(
-    now, ...filter.args, id, held, message.runId, message.version, now + Math.ceil((receive.visibilityMs * 2) / 3), ...filter.args,
-  ) as { visible: number; kept: number };
-  return !visible && kept ? [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack, message }] : undefined;
+  const keepUntil = now + Math.ceil((receive.visibilityMs * 2) / 3);
+  let held = known?.receipt === ack && known.runId === message.runId && known.receive === receive ? known : undefined;
+  if (!held) {
+    const filter = filterOf(receive);
+    const [id, token] = splitReceipt(ack);
+    const horizon = now + Math.ceil(receive.visibilityMs / 3);
+    // Nothing older visible to the filter (else the receive takes that), and the row still held: one read.
+    const { next, lease } = sql(filter.handOver).get(
+      horizon, id, ...filter.args, horizon, id, token, message.runId, message.version, ...filter.args,
+    ) as { next: number; lease: number | null };
+    if (lease === null) return undefined;
+    held = { receipt: ack, runId: message.runId, receive, leaseUntil: lease, othersVisibleAt: next };
+  }
+  if (held.othersVisibleAt <= now || held.leaseUntil < keepUntil) return undefined;
+  return { received: [{ body: JSON.stringify(message), receiveCount: 1, receipt: ack, message }], held };
 }
 
 /**
@@ -303,8 +336,12 @@ interface Filter {
   /** The condition, to follow others with AND, and its arguments. */
   only: string;
   args: unknown[];
-  /** anyVisible's statement, and handOver's (both of its reads in one). */
+  /** anyVisible's statement. */
   visible: string;
+  /**
+   * handOver's, both of its reads in one: when another message of the filter is next visible (up to a
+   * horizon, else the horizon), and the held row's lease (NULL: no longer held as it was).
+   */
   handOver: string;
 }
 
@@ -323,8 +360,8 @@ function filterOf(filter: { runId?: string; agents?: readonly string[] }): Filte
     const visible = `SELECT 1 FROM queue WHERE acked_at IS NULL AND visible_at <= ? ${only} LIMIT 1`;
     built = {
       only, args: [...(runId ? [runId] : []), ...(agents ?? [])], visible,
-      handOver: `SELECT EXISTS (${visible}) AS visible, EXISTS (SELECT 1 FROM queue WHERE id = ? AND receipt = ? AND acked_at IS NULL
-        AND dedup_key = ? AND version < ? AND visible_at >= ? ${only}) AS kept`,
+      handOver: `SELECT coalesce((SELECT min(visible_at) FROM queue WHERE acked_at IS NULL AND visible_at <= ? AND id <> ? ${only}), ?) AS next,
+        (SELECT visible_at FROM queue WHERE id = ? AND receipt = ? AND acked_at IS NULL AND dedup_key = ? AND version < ? ${only}) AS lease`,
     };
     filters.set(filter, built);
   }

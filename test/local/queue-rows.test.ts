@@ -131,6 +131,55 @@ describe('the local queue: one row per run', () => {
     runtime.close();
   });
 
+  /**
+   * A worker stepping run a, its row handed over at each step, and run b's message, to come or sent
+   * meanwhile. `step` commits a's next version with the hand-over and returns the delivery it received.
+   */
+  async function busyWithAnother() {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const { queue, store } = runtime;
+    const receive = queue.receiveInCommit(30_000);
+    await store.create(newState('a'), META);
+    await store.create(newState('b'), META);
+    await queue.send({ runId: 'a', version: 1 });
+    const [first] = await queue.receive({ visibilityMs: 30_000 });
+    const step = async (version: number, held: string) => (await store.commit({
+      runId: 'a', expectedVersion: version, state: stateAfter('a', version), appended: recordFor('a', version), ...META,
+      queue: { send: { message: { runId: 'a', version: version + 1 } }, ack: held, receive },
+    })).received![0]!;
+    return { clock, runtime, first: first!, step };
+  }
+
+  it('a hand-over answered from what the last one read (nothing written since) still yields to a message that has become visible by time alone', async () => {
+    const { clock, runtime, first, step } = await busyWithAnother();
+    await runtime.queue.send({ runId: 'b', version: 1 }, { delayMs: 5000 });
+    const second = await step(1, first.receipt);
+    const third = await step(2, second.receipt);
+    expect([second.receipt, third.receipt]).toEqual([first.receipt, first.receipt]);
+    clock.advance(5001); // no write: b's message is visible now, and older than a's next
+    const taken = await step(3, third.receipt);
+    expect(JSON.parse(taken.body)).toEqual({ runId: 'b', version: 1 });
+    runtime.close();
+  });
+
+  it('a message another connection sends between two hand-overs is seen: the next step takes it, the older one', async () => {
+    const { clock, runtime, first, step } = await busyWithAnother();
+    const second = await step(1, first.receipt);
+    const third = await step(2, second.receipt);
+    expect(third.receipt).toBe(first.receipt);
+    // Another process's connection, as the HTTP API that starts a run has.
+    const other = new Database(db.path);
+    other.prepare("INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES ('b', 'b', 'rows-agent', 1, ?, ?, ?)")
+      .run(JSON.stringify({ runId: 'b', version: 1 }), clock.now(), clock.now());
+    other.close();
+    clock.advance(1);
+    const taken = await step(3, third.receipt);
+    expect(JSON.parse(taken.body)).toEqual({ runId: 'b', version: 1 });
+    runtime.close();
+  });
+
   /** A run at version 4, its row kept by a worker's hand-overs since version 1 (unwritten: the row says 1). */
   async function handedOver() {
     db = tempDb();

@@ -11,7 +11,8 @@ import { META, newState, recordFor, stateAfter } from '../support/states.ts';
  * A worker's load right after its own step commit is that commit's head row, remembered, while nothing
  * was written to the file since (SqliteCheckpointStore.lastStep). Every way the row can change after
  * the commit must be seen: a write by another connection (another process), by this connection through
- * another store, and a cancel asked for while the step ran.
+ * another store, and a cancel asked for while the step ran. The next commit's fence is answered from the
+ * same row while nothing was written, and read again when anything was.
  */
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-remembered-'));
 const path = join(dir, 'store.db');
@@ -67,6 +68,25 @@ describe('SQLite load after this connection\'s own step commit', () => {
     expect((await runtime.store.load('decided', { afterStep: 2 }))?.restarts).toBe(2);
     await otherStore.commit(stepWrite('decided', 3, 'other'));
     expect(await runtime.store.load('decided', { afterStep: 3 })).toMatchObject({ version: 4, workerId: 'other' });
+  });
+
+  it.each([
+    ['another process', () => otherStore],
+    ['this connection through another store', () => sameConnection],
+  ])('the next commit reads its fence again after a write by %s: a cancel asked for between two steps is kept, and the load after it sees it', async (by, store) => {
+    const runId = `cancel-between/${by}`;
+    await runAt(runId, 2);
+    await store().requestCancel(runId, 3, by);
+    await runtime.store.commit(stepWrite(runId, 3));
+    expect((await runtime.store.load(runId, { afterStep: 3 }))?.cancelRequested).toBe(by);
+  });
+
+  it('a commit fenced on what it remembers still refuses a version it did not read, and writes nothing', async () => {
+    await runAt('remembered-stale', 3);
+    await expect(runtime.store.commit(stepWrite('remembered-stale', 3))).rejects.toThrow(/stale/i);
+    expect(await otherStore.load('remembered-stale', { afterStep: 3 })).toMatchObject({ version: 4, workerId: META.workerId });
+    await runtime.store.commit(stepWrite('remembered-stale', 4));
+    expect(await otherStore.load('remembered-stale', { afterStep: 4 })).toMatchObject({ version: 5 });
   });
 
   it('after a commit refused as stale, loads the winner\'s checkpoint', async () => {
