@@ -132,17 +132,16 @@ describe('the local queue: one row per run', () => {
   });
 
   /**
-   * A worker stepping run a, its row handed over at each step, and run b's message, to come or sent
-   * meanwhile. `step` commits a's next version with the hand-over and returns the delivery it received.
+   * A worker holding run a's row, received at version 1, and `step`, which commits a's next version with
+   * the hand-over and returns the delivery it received. `others`: more runs, created with no message.
    */
-  async function busyWithAnother() {
+  async function holdingA(others: string[] = []) {
     db = tempDb();
     const clock = new ManualClock();
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
     const { queue, store } = runtime;
     const receive = queue.receiveInCommit(30_000);
-    await store.create(newState('a'), META);
-    await store.create(newState('b'), META);
+    for (const runId of ['a', ...others]) await store.create(newState(runId), META);
     await queue.send({ runId: 'a', version: 1 });
     const [first] = await queue.receive({ visibilityMs: 30_000 });
     const step = async (version: number, held: string) => (await store.commit({
@@ -153,7 +152,7 @@ describe('the local queue: one row per run', () => {
   }
 
   it('a hand-over answered from what the last one read (nothing written since) still yields to a message that has become visible by time alone', async () => {
-    const { clock, runtime, first, step } = await busyWithAnother();
+    const { clock, runtime, first, step } = await holdingA(['b']);
     await runtime.queue.send({ runId: 'b', version: 1 }, { delayMs: 5000 });
     const second = await step(1, first.receipt);
     const third = await step(2, second.receipt);
@@ -165,7 +164,7 @@ describe('the local queue: one row per run', () => {
   });
 
   it('a message another connection sends between two hand-overs is seen: the next step takes it, the older one', async () => {
-    const { clock, runtime, first, step } = await busyWithAnother();
+    const { clock, runtime, first, step } = await holdingA(['b']);
     const second = await step(1, first.receipt);
     const third = await step(2, second.receipt);
     expect(third.receipt).toBe(first.receipt);
@@ -182,26 +181,14 @@ describe('the local queue: one row per run', () => {
 
   /** A run at version 4, its row kept by a worker's hand-overs since version 1 (unwritten: the row says 1). */
   async function handedOver() {
-    db = tempDb();
-    const clock = new ManualClock();
-    const runtime = openLocalRuntime({ dbPath: db.path, clock });
-    const { queue, store } = runtime;
-    const receive = queue.receiveInCommit(30_000);
-    await store.create(newState('a'), META);
-    await queue.send({ runId: 'a', version: 1 });
-    let [delivery] = await queue.receive({ visibilityMs: 30_000 });
-    for (let version = 1; version < 4; version++) {
-      const { received } = await store.commit({
-        runId: 'a', expectedVersion: version, state: stateAfter('a', version), appended: recordFor('a', version), ...META,
-        queue: { send: { message: { runId: 'a', version: version + 1 } }, ack: delivery!.receipt, receive },
-      });
-      delivery = received![0]!;
-    }
+    const { clock, runtime, first, step } = await holdingA();
+    let delivery = first;
+    for (let version = 1; version < 4; version++) delivery = await step(version, delivery.receipt);
     const row = () => runtime.db.prepare("SELECT version, body, receive_count, receipt IS NOT NULL AS held, visible_at, acked_at FROM queue WHERE dedup_key = 'a'").get() as
       { version: number; body: string; receive_count: number; held: number; visible_at: number; acked_at: number | null };
     expect(row()).toMatchObject({ version: 1, held: 1 });
-    expect(JSON.parse(delivery!.body)).toEqual({ runId: 'a', version: 4 });
-    return { clock, runtime, delivery: delivery!, row };
+    expect(JSON.parse(delivery.body)).toEqual({ runId: 'a', version: 4 });
+    return { clock, runtime, delivery, row };
   }
 
   it('a row kept by another worker\'s hand-overs is the run\'s live message, whatever version it says: a re-drive or the sweep leaves it to its holder', async () => {

@@ -23,6 +23,11 @@ other.pragma('busy_timeout = 5000');
 const otherStore = new SqliteCheckpointStore(other);
 /** This connection through another store object, as the runtime's own API handlers may write. */
 const sameConnection = new SqliteCheckpointStore(runtime.db);
+/** Who writes to the file between this connection's commit and its next load or commit. */
+const WRITERS: [string, () => SqliteCheckpointStore][] = [
+  ['another process', () => otherStore],
+  ['this connection through another store', () => sameConnection],
+];
 afterAll(() => { other.close(); runtime.close(); rmSync(dir, { recursive: true, force: true }); });
 
 /** The commit of step `n` of a run, over version n. */
@@ -43,10 +48,7 @@ describe('SQLite load after this connection\'s own step commit', () => {
     expect(remembered).toMatchObject({ version: 4, status: 'running', steps: [] });
   });
 
-  it.each([
-    ['another process', () => otherStore],
-    ['this connection through another store', () => sameConnection],
-  ])('sees a cancel asked for after the commit by %s', async (by, store) => {
+  it.each(WRITERS)('sees a cancel asked for after the commit by %s', async (by, store) => {
     const runId = `cancel-after/${by}`;
     await runAt(runId, 2);
     await store().requestCancel(runId, 3, by);
@@ -70,10 +72,7 @@ describe('SQLite load after this connection\'s own step commit', () => {
     expect(await runtime.store.load('decided', { afterStep: 3 })).toMatchObject({ version: 4, workerId: 'other' });
   });
 
-  it.each([
-    ['another process', () => otherStore],
-    ['this connection through another store', () => sameConnection],
-  ])('the next commit reads its fence again after a write by %s: a cancel asked for between two steps is kept, and the load after it sees it', async (by, store) => {
+  it.each(WRITERS)('the next commit reads its fence again after a write by %s: a cancel asked for between two steps is kept, and the load after it sees it', async (by, store) => {
     const runId = `cancel-between/${by}`;
     await runAt(runId, 2);
     await store().requestCancel(runId, 3, by);
