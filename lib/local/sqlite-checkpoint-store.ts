@@ -72,7 +72,9 @@ export class SqliteCheckpointStore implements CheckpointStore {
    * inside that transaction. While the marks have not moved, nothing was written since, by this
    * connection or another: a worker's next load of that run is this row, without reading it (the load's
    * join of the head row and the pending decision: the load phase went from 24-25 us to 17 with the fsync
-   * off, bench/step-overhead.ts; most of what is left is the read transaction data_version needs).
+   * off, bench/step-overhead.ts; most of what is left is the read transaction data_version needs). Its
+   * next commit of the run, finding the marks unmoved under the write lock, takes its fence and its
+   * queue hand-over from here too (10-12 us a worker-path step, bench/HISTORY.md).
    */
   private lastStep: LastStep | undefined;
   /** `carriesBlobs`: the runtime's blob store reads this file's blobs table, so a commit may write the step's blob. */
