@@ -170,7 +170,7 @@ describe('the local queue: one row per run', () => {
     expect(third.receipt).toBe(first.receipt);
     // Another process's connection, as the HTTP API that starts a run has.
     const other = new Database(db.path);
-    other.prepare("INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES ('b', 'b', 'rows-agent', 1, ?, ?, ?)")
+    other.prepare("INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES ('b', 'b', 'test-agent', 1, ?, ?, ?)")
       .run(JSON.stringify({ runId: 'b', version: 1 }), clock.now(), clock.now());
     other.close();
     clock.advance(1);
