@@ -271,7 +271,8 @@ export interface HeldRow {
  * hand-over after a third of it has gone, which falls back to enqueueReceived. Undefined when it does not apply.
  *
  * `known`: what the last hand-over of this row read, which the caller vouches nothing was written since.
- * The same two conditions are then answered from it (the same values the read would find): no read.
+ * While it says the row is kept and nothing else is visible, that is the answer, with no read; else the
+ * read gives it.
  */
 export function handOver(
   sql: Prepare, ack: string, send: { message: RunMessage; delayMs?: number }, receive: QueueReceive, now: number, known?: HeldRow,
@@ -279,7 +280,10 @@ export function handOver(
   if ((send.delayMs ?? 0) !== 0 || (receive.max ?? 1) !== 1) return undefined;
   const { message } = send;
   const keepUntil = now + Math.ceil((receive.visibilityMs * 2) / 3);
-  let held = known?.receipt === ack && known.runId === message.runId && known.receive === receive ? known : undefined;
+  // What the last read found answers only while it still says yes: past its horizon (it read nothing
+  // beyond), or once the lease is short, the read decides.
+  let held = known?.receipt === ack && known.runId === message.runId && known.receive === receive
+    && now < known.othersVisibleAt && known.leaseUntil >= keepUntil ? known : undefined;
   if (!held) {
     const filter = filterOf(receive);
     const [id, token] = splitReceipt(ack);

@@ -163,6 +163,22 @@ describe('the local queue: one row per run', () => {
     runtime.close();
   });
 
+  it('past what the last hand-over read ahead (a third of the visibility), the next one reads again: the row stays held, and a message due later is still taken when due', async () => {
+    const { clock, runtime, first, step } = await holdingA(['b']);
+    const row = () => runtime.db.prepare("SELECT version, visible_at, receipt FROM queue WHERE dedup_key = 'a'").get();
+    await runtime.queue.send({ runId: 'b', version: 1 }, { delayMs: 20_000 }); // beyond the first read's 10 s
+    const held = row();
+    const second = await step(1, first.receipt);
+    clock.advance(10_000); // the first read's horizon; two thirds of the lease still left
+    const third = await step(2, second.receipt);
+    expect(third.receipt).toBe(first.receipt);
+    expect(row()).toEqual(held); // handed over again, unwritten
+    clock.advance(10_001); // no write: b's message is visible now
+    const taken = await step(3, third.receipt);
+    expect(JSON.parse(taken.body)).toEqual({ runId: 'b', version: 1 });
+    runtime.close();
+  });
+
   it('a message another connection sends between two hand-overs is seen: the next step takes it, the older one', async () => {
     const { clock, runtime, first, step } = await holdingA(['b']);
     const second = await step(1, first.receipt);
