@@ -40,6 +40,7 @@ import { startRun } from '../lib/engine/start.ts';
 import { cachedQueryOutput } from './query-output.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
+import { pinMainThreadFromEnv } from './idle-core-support.ts';
 import { walRestarts } from './wal-support.ts';
 
 const STEPS = 60;
@@ -243,6 +244,7 @@ function isolatedCase(dir: string, bytes: number, index: number): Case {
 }
 
 function serveCase(): void {
+  pinMainThreadFromEnv(); // bench/idle-core.ts
   const arg = (name: string) => process.argv[process.argv.indexOf(name) + 1]!;
   const index = Number(arg('--case'));
   const c = CASES[index]!(dbPathOf(arg('--dir'), Number(arg('--bytes')), index), Number(arg('--bytes')));
@@ -253,16 +255,17 @@ function serveCase(): void {
 }
 
 /**
- * The figures at each output size, median of `rounds` timed rounds after one untimed. By default every case
- * keeps one file, its WAL started again before the timed rounds (warmWals); `fresh`: every round of every
- * case on a new file, so each commit grows its WAL, as in the first minutes of a new database.
+ * The figures at each output size (`sizes`, default 500 B and 20 KB), median of `rounds` timed rounds after
+ * one untimed. By default every case keeps one file, its WAL started again before the timed rounds
+ * (warmWals); `fresh`: every round of every case on a new file, so each commit grows its WAL, as in the
+ * first minutes of a new database.
  */
-export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fresh?: boolean } = {}): Promise<PeerFigures[]> {
+export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fresh?: boolean; sizes?: readonly number[] } = {}): Promise<PeerFigures[]> {
   const { dir, cleanup } = tempDir();
   const figures: PeerFigures[] = [];
   const opened: { close?(): void }[] = [];
   try {
-    for (const bytes of SIZES) {
+    for (const bytes of options.sizes ?? SIZES) {
       const kept = options.fresh ? [] : CASES.map((make, i) => (options.isolated ? isolatedCase(dir, bytes, i) : make(dbPathOf(dir, bytes, i), bytes)));
       opened.push(...kept);
       const ms = CASES.map(() => [] as number[]);

@@ -1,0 +1,35 @@
+/**
+ * bench/idle-core.ts's means: an idle-priority spinner on a core, and a process's main thread pinned to it.
+ * Linux only, with taskset and chrt (util-linux).
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+
+/** Set by bench/idle-core.ts: the core whose spinner a bench case's main thread runs beside. */
+export const MAIN_THREAD_CORE_ENV = 'BENCH_MAIN_THREAD_CORE';
+
+/** Why this machine cannot pin and spin, or undefined when it can. */
+export function cannotPin(): string | undefined {
+  if (process.platform !== 'linux') return `needs Linux (this is ${process.platform})`;
+  // SCHED_IDLE needs no privilege: a process may always lower its own priority.
+  const tried = spawnSync('taskset', ['-c', '0', 'chrt', '-i', '0', 'true']);
+  if (tried.error || tried.status !== 0) return `needs taskset and chrt (util-linux) able to pin a process and give it SCHED_IDLE: ${tried.error?.message ?? tried.stderr.toString().trim()}`;
+  return undefined;
+}
+
+/** A busy loop on `core` at SCHED_IDLE, until killed: it runs only when nothing else on that core can. */
+export function idleSpinner(core: string): ChildProcess {
+  return spawn('taskset', ['-c', core, 'chrt', '-i', '0', process.execPath, '-e', 'for (;;) {}'], { stdio: 'ignore' });
+}
+
+/**
+ * Pins this process's main thread to the core named by MAIN_THREAD_CORE_ENV, if it is set. `taskset -p`
+ * without `-a` sets one thread's affinity, and a process's main thread has the process's id: the threads
+ * Node started already (the garbage collector's, the compiler's) keep every core, so a case with a large
+ * heap is not slowed by collecting it on the one core its steps run on.
+ */
+export function pinMainThreadFromEnv(): void {
+  const core = process.env[MAIN_THREAD_CORE_ENV];
+  if (core === undefined) return;
+  const r = spawnSync('taskset', ['-p', '-c', core, String(process.pid)]);
+  if (r.error || r.status !== 0) throw new Error(`could not pin the main thread to core ${core}: ${r.error?.message ?? r.stderr.toString().trim()}`);
+}
