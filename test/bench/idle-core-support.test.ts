@@ -1,0 +1,71 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { cannotPin, MAIN_THREAD_CORE_ENV } from '../../bench/idle-core-support.ts';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const SUPPORT = JSON.stringify(resolve(ROOT, 'bench/idle-core-support.ts'));
+
+/** Why the machine cannot run these, said in the test's name when it cannot (they need Linux and util-linux). */
+const why = cannotPin();
+
+/** A field of /proc/<pid>/task/<tid>/status. */
+const statusField = (pid: number, tid: string, field: string) =>
+  readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8').split('\n').find((line) => line.startsWith(`${field}:`))?.split(':')[1]?.trim();
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** A Node process running `code` (an ES module, with tsx), its first line of output, and the process. */
+async function startNode(code: string, env: NodeJS.ProcessEnv = process.env) {
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] });
+  const [line] = await new Promise<string[]>((done) => createInterface({ input: child.stdout! }).once('line', (l) => done([l])));
+  return { child, line: line! };
+}
+
+describe(`bench/idle-core-support.ts${why ? ` (not run here: ${why})` : ''}`, () => {
+  it.skipIf(why)('spins at SCHED_IDLE on its core, and ends when the bench that started it is gone', async () => {
+    const { child: bench, line } = await startNode(`import { idleSpinner } from ${SUPPORT}; console.log(idleSpinner('0').pid); setInterval(() => {}, 1000);`);
+    const spinner = Number(line);
+    try {
+      // taskset and chrt exec it: once its command line is the loop, the policy and the core are set.
+      await expect.poll(() => readFileSync(`/proc/${spinner}/cmdline`, 'utf8').includes('process.argv[1]'), { timeout: 5000 }).toBe(true);
+      expect(spawnSync('chrt', ['-p', String(spinner)]).stdout.toString()).toMatch(/SCHED_IDLE/);
+      expect(statusField(spinner, String(spinner), 'Cpus_allowed_list')).toBe('0');
+      expect(alive(spinner)).toBe(true);
+      bench.kill('SIGKILL'); // no finally of its own runs: the spinner must notice by itself
+      await expect.poll(() => alive(spinner) && !readFileSync(`/proc/${spinner}/stat`, 'utf8').includes(') Z '), { timeout: 5000, interval: 50 }).toBe(false);
+    } finally {
+      if (alive(spinner)) process.kill(spinner, 'SIGKILL');
+      bench.kill('SIGKILL');
+    }
+  });
+
+  it.skipIf(why)("pins only the main thread when the variable is set, and nothing when it is not", async () => {
+    const code = `import { pinMainThreadFromEnv } from ${SUPPORT}; pinMainThreadFromEnv(); console.log('pinned'); setInterval(() => {}, 1000);`;
+    const { child: pinned } = await startNode(code, { ...process.env, [MAIN_THREAD_CORE_ENV]: '0' });
+    const { child: free } = await startNode(code, { ...process.env, [MAIN_THREAD_CORE_ENV]: undefined });
+    try {
+      const everyCore = statusField(process.pid, String(process.pid), 'Cpus_allowed_list');
+      const threads = (pid: number) => readdirSync(`/proc/${pid}/task`).map((tid) => ({ main: tid === String(pid), cores: statusField(pid, tid, 'Cpus_allowed_list') }));
+      const mine = threads(pinned.pid!);
+      expect(mine.find((t) => t.main)?.cores).toBe('0');
+      // Node's other threads (the garbage collector's, the compiler's) started before it and keep every core.
+      expect(mine.filter((t) => !t.main).length).toBeGreaterThan(0);
+      for (const t of mine.filter((thread) => !thread.main)) expect(t.cores).toBe(everyCore);
+      for (const t of threads(free.pid!)) expect(t.cores).toBe(everyCore);
+    } finally {
+      pinned.kill('SIGKILL');
+      free.kill('SIGKILL');
+    }
+  });
+});
