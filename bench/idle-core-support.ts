@@ -3,6 +3,7 @@
  * Linux only, with taskset and chrt (util-linux).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 
 /** Set by bench/idle-core.ts: the core whose spinner a bench case's main thread runs beside. */
 export const MAIN_THREAD_CORE_ENV = 'BENCH_MAIN_THREAD_CORE';
@@ -39,4 +40,31 @@ export function pinMainThreadFromEnv(): void {
   if (core === undefined) return;
   const r = spawnSync('taskset', ['-p', '-c', core, String(process.pid)]);
   if (r.error || r.status !== 0) throw new Error(`could not pin the main thread to core ${core}: ${r.error?.message ?? r.stderr.toString().trim()}`);
+}
+
+/** A file of sysfs, trimmed, or undefined where it is absent or unreadable. */
+function sysfs(root: string, path: string): string | undefined {
+  try {
+    return readFileSync(`${root}/${path}`, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What this machine's cores do when they have nothing to run, as Linux reports it: the cpuidle driver and
+ * governor, and, under the haltpoll driver of a KVM guest, how long an idle core polls before it halts.
+ * An fsync's wait leaves the step's core idle, and a core that halts at once must be woken when the disk
+ * answers (bench/idle-core.ts measures what that costs), so readings from machines that differ here are
+ * not comparable. `root` is where sysfs is mounted (a test's own folder, in tests).
+ */
+export function idlePolicy(root = '/sys'): string {
+  const driver = sysfs(root, 'devices/system/cpu/cpuidle/current_driver');
+  if (!driver) return 'cpuidle not reported';
+  const governor = sysfs(root, 'devices/system/cpu/cpuidle/current_governor') ?? sysfs(root, 'devices/system/cpu/cpuidle/current_governor_ro');
+  const poll = driver === 'haltpoll' ? sysfs(root, 'module/haltpoll/parameters/guest_halt_poll_ns') : undefined;
+  const polling = poll === undefined ? '' : poll === '0'
+    ? ', guest_halt_poll_ns 0: an idle core halts at once (the kernel\'s default polls up to 200,000 ns first)'
+    : `, guest_halt_poll_ns ${Number(poll).toLocaleString('en-US')}: an idle core polls that long before it halts`;
+  return `cpuidle driver ${driver}${governor ? `, governor ${governor}` : ''}${polling}`;
 }

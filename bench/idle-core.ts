@@ -20,7 +20,7 @@
 import { spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { cannotPin, idleSpinner, MAIN_THREAD_CORE_ENV } from './idle-core-support.ts';
+import { cannotPin, idlePolicy, idleSpinner, MAIN_THREAD_CORE_ENV } from './idle-core-support.ts';
 import { fmt, median } from './support.ts';
 
 const SIZE = 500;
@@ -66,6 +66,7 @@ async function main(rounds: number, pairs: number): Promise<void> {
     }
   }
   console.log(`60-step loop at ${SIZE} B as in bench/langgraph.ts, each case in a process of its own, its main thread on core ${core} (of ${cpus().length}); median of ${rounds} rounds; ${pairs} readings each, alternating`);
+  console.log(`idle cores: ${idlePolicy()}`);
   console.log(`${''.padEnd(38)}${'core idle in an fsync'.padEnd(28)}core kept busy (idle-priority spinner)`);
   const row = (label: string, pick: (r: Reading) => number, digits = 3, unit = ' ms') => {
     const values = (xs: Reading[]) => `${xs.map((r) => fmt(pick(r), digits)).join(' / ')}${unit}`;

@@ -40,7 +40,7 @@ import { startRun } from '../lib/engine/start.ts';
 import { cachedQueryOutput } from './query-output.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
-import { pinMainThreadFromEnv } from './idle-core-support.ts';
+import { idlePolicy, pinMainThreadFromEnv } from './idle-core-support.ts';
 import { walRestarts } from './wal-support.ts';
 
 const STEPS = 60;
@@ -327,6 +327,8 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
 
 if (process.argv.includes('--case')) serveCase();
 else if (import.meta.url === `file://${process.argv[1]}`) {
+  // Every step here waits for an fsync on an idle core: what that core does then moves the ratios (bench/idle-core.ts).
+  console.log(`idle cores: ${idlePolicy()}\n`);
   console.log(formatPeers(await measure(), "every case in this one process, each on a file whose WAL has started again (a database in use)"));
   console.log();
   console.log(formatPeers(await measure(ROUNDS, { isolated: true }), 'each case in its own process, rounds interleaved, on such a file'));

@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem, type } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { idlePolicy } from './idle-core-support.ts';
 
 const dir = fileURLToPath(new URL('.', import.meta.url));
 /** Modules of bench/ that benches import, not benches (besides the *support.ts files). */
@@ -38,6 +39,8 @@ const header = [
   `- date: ${new Date().toISOString()}`,
   `- command: \`npm run bench${only.length ? ` -- ${only.join(' ')}` : ''}\``,
   `- machine: ${type()} ${process.arch}, ${cpu.length} x ${cpu[0]?.model ?? 'unknown CPU'}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`,
+  // A step's fsync waits on an idle core; what an idle core does then moves the step figures (bench/idle-core.ts).
+  `- idle cores: ${idlePolicy()}`,
   `- node ${process.version}`,
   '- code: lib/ compiled by tsc into dist/, as an installed package runs it (bench/compiled.mjs), in the worker processes of throughput.ts too (bench/compiled-cli.mjs)',
   '',

@@ -1,10 +1,11 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
-import { cannotPin, MAIN_THREAD_CORE_ENV } from '../../bench/idle-core-support.ts';
+import { afterAll, describe, expect, it } from 'vitest';
+import { cannotPin, idlePolicy, MAIN_THREAD_CORE_ENV } from '../../bench/idle-core-support.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const SUPPORT = JSON.stringify(resolve(ROOT, 'bench/idle-core-support.ts'));
@@ -67,5 +68,40 @@ describe(`bench/idle-core-support.ts${why ? ` (not run here: ${why})` : ''}`, ()
       pinned.kill('SIGKILL');
       free.kill('SIGKILL');
     }
+  });
+});
+
+describe('idlePolicy', () => {
+  /** A folder laid out as sysfs, holding `files` (path under it: contents, with the newline sysfs ends them with). */
+  function fakeSysfs(files: Record<string, string>): string {
+    const root = mkdtempSync(join(tmpdir(), 'sysfs-'));
+    for (const [path, text] of Object.entries(files)) {
+      mkdirSync(dirname(join(root, path)), { recursive: true });
+      writeFileSync(join(root, path), `${text}\n`);
+    }
+    return root;
+  }
+  const roots: string[] = [];
+  const read = (files: Record<string, string>) => {
+    roots.push(fakeSysfs(files));
+    return idlePolicy(roots.at(-1));
+  };
+  afterAll(() => roots.forEach((root) => rmSync(root, { recursive: true, force: true })));
+  const haltpoll = (ns: string) => ({
+    'devices/system/cpu/cpuidle/current_driver': 'haltpoll',
+    'devices/system/cpu/cpuidle/current_governor': 'haltpoll',
+    'module/haltpoll/parameters/guest_halt_poll_ns': ns,
+  });
+
+  it('says when a KVM guest\'s idle core halts at once, and how long it polls otherwise', () => {
+    expect(read(haltpoll('0'))).toBe("cpuidle driver haltpoll, governor haltpoll, guest_halt_poll_ns 0: an idle core halts at once (the kernel's default polls up to 200,000 ns first)");
+    expect(read(haltpoll('200000'))).toBe('cpuidle driver haltpoll, governor haltpoll, guest_halt_poll_ns 200,000: an idle core polls that long before it halts');
+  });
+
+  it('names another driver and its governor, read-only where the kernel offers no choice, and says when there is none', () => {
+    expect(read({ 'devices/system/cpu/cpuidle/current_driver': 'intel_idle', 'devices/system/cpu/cpuidle/current_governor_ro': 'menu' })).toBe('cpuidle driver intel_idle, governor menu');
+    // A haltpoll parameter left from a module that is not the driver in use says nothing of this machine.
+    expect(read({ 'devices/system/cpu/cpuidle/current_driver': 'acpi_idle', 'module/haltpoll/parameters/guest_halt_poll_ns': '0' })).toBe('cpuidle driver acpi_idle');
+    expect(read({})).toBe('cpuidle not reported');
   });
 });
