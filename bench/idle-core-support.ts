@@ -63,8 +63,12 @@ export function idlePolicy(root = '/sys'): string {
   if (!driver) return 'cpuidle not reported';
   const governor = sysfs(root, 'devices/system/cpu/cpuidle/current_governor') ?? sysfs(root, 'devices/system/cpu/cpuidle/current_governor_ro');
   const poll = driver === 'haltpoll' ? sysfs(root, 'module/haltpoll/parameters/guest_halt_poll_ns') : undefined;
-  const polling = poll === undefined ? '' : poll === '0'
-    ? ', guest_halt_poll_ns 0: an idle core halts at once (the kernel\'s default polls up to 200,000 ns first)'
-    : `, guest_halt_poll_ns ${Number(poll).toLocaleString('en-US')}: an idle core polls that long before it halts`;
-  return `cpuidle driver ${driver}${governor ? `, governor ${governor}` : ''}${polling}`;
+  return `cpuidle driver ${driver}${governor ? `, governor ${governor}` : ''}${poll === undefined ? '' : `, ${haltPolling(poll)}`}`;
+}
+
+/** What haltpoll's guest_halt_poll_ns, as sysfs gives it, makes an idle core do. */
+function haltPolling(ns: string): string {
+  if (!/^\d+$/.test(ns)) return `guest_halt_poll_ns unreadable (${JSON.stringify(ns)})`;
+  if (ns === '0') return "guest_halt_poll_ns 0: an idle core halts at once (the kernel's default polls up to 200,000 ns first)";
+  return `guest_halt_poll_ns ${Number(ns).toLocaleString('en-US')}: an idle core polls that long before it halts`;
 }

@@ -96,6 +96,8 @@ describe('idlePolicy', () => {
   it('says when a KVM guest\'s idle core halts at once, and how long it polls otherwise', () => {
     expect(read(haltpoll('0'))).toBe("cpuidle driver haltpoll, governor haltpoll, guest_halt_poll_ns 0: an idle core halts at once (the kernel's default polls up to 200,000 ns first)");
     expect(read(haltpoll('200000'))).toBe('cpuidle driver haltpoll, governor haltpoll, guest_halt_poll_ns 200,000: an idle core polls that long before it halts');
+    // Not a number: said as it is, not read as 0 (Number('') is 0).
+    expect(read(haltpoll(''))).toBe('cpuidle driver haltpoll, governor haltpoll, guest_halt_poll_ns unreadable ("")');
   });
 
   it('names another driver and its governor, read-only where the kernel offers no choice, and says when there is none', () => {
