@@ -6,7 +6,9 @@
  * when nothing else on the core can, so it takes no time from the case; but while the case waits for an
  * fsync, its core runs the spinner instead of halting. On a virtual machine a halted core goes back to the
  * host, and the fsync's completion must wake it: a cost the insert and a step each pay once, and LangGraph's
- * step once per checkpoint it writes, before work that then runs on caches the host has cooled.
+ * step once per checkpoint it writes, before work that then runs on caches the host has cooled. Whether an
+ * idle core halts at once is the guest's halt polling (haltpoll's guest_halt_poll_ns; this machine boots
+ * with 0), printed above the figures (idlePolicy): where it polls, the two readings come out the same.
  *
  * The difference between the two readings is that cost. It belongs to the machine, not to either system,
  * and stepwise does not spin: a worker that kept a core busy would take it from every other process of a
