@@ -51,6 +51,10 @@ interface RoundResult { ms: number; bytes?: number; uncompressed?: number }
 interface Case { name: string; run(round: number): Promise<RoundResult>; close?(): void }
 /** Each case's database file in `dir`, named by the case's index: the parent reads its WAL while warming. */
 const dbPathOf = (dir: string, bytes: number, index: number) => join(dir, `case${index}-${bytes}.db`);
+/** CASES' names in the figures below, in their order (bench/fsync-count.ts runs each case by its index). */
+export const CASE_LABELS = [
+  'floor (one durable insert)', 'stepwise engine step (read-only)', 'stepwise worker path', 'LangGraph JS, one node (sync)', 'LangGraph JS, agent + tools (sync)',
+] as const;
 const CASES: ((path: string, bytes: number) => Case)[] = [
   floorCase, (path, bytes) => stepwiseCase(path, bytes, 'engine'), (path, bytes) => stepwiseCase(path, bytes, 'worker'), langGraphCase, langGraphTwoNodeCase,
 ];
@@ -243,11 +247,20 @@ function isolatedCase(dir: string, bytes: number, index: number): Case {
   };
 }
 
-function serveCase(): void {
+/**
+ * A case in this process (`--case`): it runs a round each time the parent asks, or with `--runs n`, n
+ * rounds one after the other and then exits (bench/fsync-count.ts counts a whole process's fsyncs).
+ */
+async function serveCase(): Promise<void> {
   pinMainThreadFromEnv(); // bench/idle-core.ts
   const arg = (name: string) => process.argv[process.argv.indexOf(name) + 1]!;
   const index = Number(arg('--case'));
   const c = CASES[index]!(dbPathOf(arg('--dir'), Number(arg('--bytes')), index), Number(arg('--bytes')));
+  if (process.argv.includes('--runs')) {
+    for (let round = 0; round < Number(arg('--runs')); round++) await c.run(round);
+    c.close?.();
+    return;
+  }
   process.on('message', ({ round }: { round: number }) => {
     c.run(round).then((r) => process.send!(r), (error: Error) => process.send!({ error: error.stack ?? String(error) }));
   });
@@ -325,7 +338,7 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
   return lines.join('\n');
 }
 
-if (process.argv.includes('--case')) serveCase();
+if (process.argv.includes('--case')) await serveCase();
 else if (import.meta.url === `file://${process.argv[1]}`) {
   // Every step here waits for an fsync on an idle core: what that core does then moves the ratios (bench/idle-core.ts).
   console.log(`idle cores: ${idlePolicy()}\n`);

@@ -1,0 +1,39 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { cannotTrace, syncCalls } from '../../bench/fsync-count-support.ts';
+
+/** Why the machine cannot run the traced test, said in its name when it cannot (it needs strace: npm run setup). */
+const why = cannotTrace();
+const dir = mkdtempSync(join(tmpdir(), 'fsync-count-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('bench/fsync-count-support.ts', () => {
+  it('sums the calls column of the sync calls in a strace summary, errors column or not, and nothing else', () => {
+    const summary = [
+      '% time     seconds  usecs/call     calls    errors syscall',
+      '------ ----------- ----------- --------- --------- ----------------',
+      ' 71.02    0.097474          64      1518         1 fsync',
+      ' 20.00    0.020000          50       400           fdatasync',
+      '  8.98    0.010000          10      1000           pwrite64',
+      '------ ----------- ----------- --------- --------- ----------------',
+      '100.00    0.127474          43      2918         1 total',
+    ].join('\n');
+    expect(syncCalls(summary)).toBe(1918);
+    expect(syncCalls('')).toBe(0);
+  });
+
+  it('says which line it cannot read instead of counting it as nothing', () => {
+    expect(() => syncCalls(' 10.00    0.010000          64      many           fsync')).toThrow(/no call count in "10\.00 .* fsync"/);
+  });
+
+  it.skipIf(why)(`counts the fsyncs a real process makes${why ? ` (not run here: ${why})` : ''}`, () => {
+    const summary = join(dir, 'summary.txt');
+    const code = "const fs = require('node:fs'); const fd = fs.openSync(process.argv[1], 'w'); for (let i = 0; i < 3; i++) { fs.writeSync(fd, 'x'); fs.fsyncSync(fd); } fs.fdatasyncSync(fd);";
+    const r = spawnSync('strace', ['-f', '-c', '-o', summary, '-e', 'trace=fsync,fdatasync', process.execPath, '-e', code, join(dir, 'file')]);
+    expect(r.status).toBe(0);
+    expect(syncCalls(readFileSync(summary, 'utf8'))).toBe(4);
+  });
+});
