@@ -9,7 +9,8 @@ export const SYNC_CALLS = ['fsync', 'fdatasync', 'sync_file_range'] as const;
 
 /** Why strace cannot count here (not installed, or not allowed to trace), or undefined when it can. */
 export function cannotTrace(): string | undefined {
-  const r = spawnSync('strace', ['-f', '-c', '-o', '/dev/null', 'true'], { encoding: 'utf8' });
+  // With the options bench/fsync-count.ts traces with (--seccomp-bpf needs strace 5.3 or later).
+  const r = spawnSync('strace', ['-f', '--seccomp-bpf', '-c', '-o', '/dev/null', 'true'], { encoding: 'utf8' });
   if (r.error) return `strace not found (${(r.error as NodeJS.ErrnoException).code ?? r.error.message}; apt-get install strace)`;
   if (r.status !== 0) return `strace cannot trace here: ${(r.stderr || `exit ${r.status}`).trim().split('\n')[0]}`;
   return undefined;

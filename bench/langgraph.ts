@@ -322,11 +322,12 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
   const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds; ${where}; ${codeMeasured()}`];
   for (const f of figures) {
     lines.push(`tool output ${f.bytes} B:`);
-    lines.push(`  floor (one durable insert)            ${fmt(f.floorMs, 3)} ms`);
-    lines.push(`  stepwise engine step (read-only)      ${fmt(f.engineMs, 3)} ms   ${fmt(f.engineMs / f.floorMs, 2)}x floor`);
-    lines.push(`  stepwise worker path                  ${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
-    lines.push(`  LangGraph JS, one node (sync)         ${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
-    lines.push(`  LangGraph JS, agent + tools (sync)    ${fmt(f.langgraph2Ms, 3)} ms   ${fmt(f.langgraph2Ms / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraph2Ms / f.workerMs, 1)}x worker path`);
+    const [floor, engine, worker, oneNode, twoNodes] = CASE_LABELS.map((label) => `  ${label.padEnd(38)}`);
+    lines.push(`${floor}${fmt(f.floorMs, 3)} ms`);
+    lines.push(`${engine}${fmt(f.engineMs, 3)} ms   ${fmt(f.engineMs / f.floorMs, 2)}x floor`);
+    lines.push(`${worker}${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
+    lines.push(`${oneNode}${fmt(f.langgraphMs, 3)} ms   ${fmt(f.langgraphMs / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraphMs / f.workerMs, 1)}x worker path`);
+    lines.push(`${twoNodes}${fmt(f.langgraph2Ms, 3)} ms   ${fmt(f.langgraph2Ms / f.engineMs, 1)}x stepwise engine step, ${fmt(f.langgraph2Ms / f.workerMs, 1)}x worker path`);
     const { paired } = f;
     lines.push(`    paired by round: one node ${ratioSpread(paired.langgraphEngine)} engine step, ${ratioSpread(paired.langgraphWorker)} worker path; agent + tools ${ratioSpread(paired.langgraph2Engine)}, ${ratioSpread(paired.langgraph2Worker)}`);
     // LangGraph's step in durable inserts of the same run: 20x it is a stepwise step of that many / 20 inserts.
