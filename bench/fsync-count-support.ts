@@ -3,17 +3,35 @@
  * kernel's own count of what a durable step asks of the disk, which no timing on a noisy machine gives.
  */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 
 /** The calls that wait for the disk: SQLite at synchronous=FULL makes one of them per commit. */
 export const SYNC_CALLS = ['fsync', 'fdatasync', 'sync_file_range'] as const;
 
+/**
+ * strace's options for counting the sync calls of `command` and every thread and process it starts into
+ * a summary at `summaryPath`. --seccomp-bpf stops the traced process only at those calls (strace 5.3 on):
+ * a LangGraph run makes millions of others.
+ */
+const straceArgs = (summaryPath: string, command: readonly string[]) =>
+  ['-f', '--seccomp-bpf', '-c', '-o', summaryPath, '-e', `trace=${SYNC_CALLS.join(',')}`, ...command];
+
 /** Why strace cannot count here (not installed, or not allowed to trace), or undefined when it can. */
 export function cannotTrace(): string | undefined {
-  // With the options bench/fsync-count.ts traces with (--seccomp-bpf needs strace 5.3 or later).
-  const r = spawnSync('strace', ['-f', '--seccomp-bpf', '-c', '-o', '/dev/null', 'true'], { encoding: 'utf8' });
+  const r = spawnSync('strace', straceArgs('/dev/null', ['true']), { encoding: 'utf8' });
   if (r.error) return `strace not found (${(r.error as NodeJS.ErrnoException).code ?? r.error.message}; apt-get install strace)`;
   if (r.status !== 0) return `strace cannot trace here: ${(r.stderr || `exit ${r.status}`).trim().split('\n')[0]}`;
   return undefined;
+}
+
+/**
+ * Runs `command` under strace and returns its sync calls, summed over its threads and child processes;
+ * throws if it fails. `summaryPath`: where strace writes its summary.
+ */
+export function countSyncCalls(command: readonly string[], summaryPath: string): number {
+  const r = spawnSync('strace', straceArgs(summaryPath, command), { stdio: ['ignore', 'inherit', 'inherit'] });
+  if (r.error || r.status !== 0) throw new Error(`${command.join(' ')} under strace: ${r.error?.message ?? `exited ${r.status ?? r.signal}`}`);
+  return syncCalls(readFileSync(summaryPath, 'utf8'));
 }
 
 /**

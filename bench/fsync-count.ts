@@ -8,11 +8,10 @@
  *
  *   node --import tsx bench/fsync-count.ts [many] [few]
  */
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cannotTrace, SYNC_CALLS, syncCalls } from './fsync-count-support.ts';
+import { cannotTrace, countSyncCalls, SYNC_CALLS } from './fsync-count-support.ts';
 import { CASE_LABELS } from './langgraph.ts';
 import { codeMeasured, fmt, tempDir } from './support.ts';
 
@@ -24,18 +23,16 @@ const LANGGRAPH = fileURLToPath(new URL('./langgraph.ts', import.meta.url));
 
 /** The sync calls of one process running `runs` runs of case `index` on a new file in `dir`. */
 function countRuns(dir: string, index: number, bytes: number, runs: number): number {
-  const summary = join(dir, `strace-${index}-${bytes}-${runs}.txt`);
   const files = join(dir, `runs-${runs}`);
   mkdirSync(files, { recursive: true });
-  const r = spawnSync('strace', [
-    '-f', '--seccomp-bpf', '-c', '-o', summary, '-e', `trace=${SYNC_CALLS.join(',')}`,
-    // The same Node options as this process: the compiled code under bench/compiled.mjs, as npm run bench runs it.
-    process.execPath, ...process.execArgv, LANGGRAPH, '--case', String(index), '--bytes', String(bytes), '--dir', files, '--runs', String(runs),
-  ], { stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.status !== 0) throw new Error(`bench/fsync-count.ts: case ${CASE_LABELS[index]} (${runs} runs) exited ${r.status ?? r.signal}`);
-  return syncCalls(readFileSync(summary, 'utf8'));
+  // The same Node options as this process: the compiled code under bench/compiled.mjs, as npm run bench runs it.
+  const command = [process.execPath, ...process.execArgv, LANGGRAPH, '--case', String(index), '--bytes', String(bytes), '--dir', files, '--runs', String(runs)];
+  return countSyncCalls(command, join(dir, `strace-${index}-${bytes}-${runs}.txt`));
 }
 
+if (!(Number.isInteger(FEW) && Number.isInteger(MANY) && FEW >= 1 && MANY > FEW)) {
+  throw new Error(`bench/fsync-count.ts [many] [few]: whole numbers of runs with many > few >= 1, not ${process.argv[2]} and ${process.argv[3]}`);
+}
 const why = cannotTrace();
 if (why) {
   console.log(`fsync calls per step: not counted, ${why}`);

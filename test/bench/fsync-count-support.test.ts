@@ -1,9 +1,8 @@
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cannotTrace, syncCalls } from '../../bench/fsync-count-support.ts';
+import { cannotTrace, countSyncCalls, syncCalls } from '../../bench/fsync-count-support.ts';
 
 /** Why the machine cannot run the traced test, said in its name when it cannot (it needs strace: npm run setup). */
 const why = cannotTrace();
@@ -30,10 +29,14 @@ describe('bench/fsync-count-support.ts', () => {
   });
 
   it.skipIf(why)(`counts the fsyncs a real process makes${why ? ` (not run here: ${why})` : ''}`, () => {
-    const summary = join(dir, 'summary.txt');
-    const code = "const fs = require('node:fs'); const fd = fs.openSync(process.argv[1], 'w'); for (let i = 0; i < 3; i++) { fs.writeSync(fd, 'x'); fs.fsyncSync(fd); } fs.fdatasyncSync(fd);";
-    const r = spawnSync('strace', ['-f', '-c', '-o', summary, '-e', 'trace=fsync,fdatasync', process.execPath, '-e', code, join(dir, 'file')]);
-    expect(r.status).toBe(0);
-    expect(syncCalls(readFileSync(summary, 'utf8'))).toBe(4);
+    // Three fsyncs in the process, one fdatasync in a worker thread of it (strace -f follows threads).
+    const code = "const fs = require('node:fs'); const { Worker } = require('node:worker_threads'); const fd = fs.openSync(process.argv[1], 'w');"
+      + " for (let i = 0; i < 3; i++) { fs.writeSync(fd, 'x'); fs.fsyncSync(fd); }"
+      + " new Worker('require(\"node:fs\").fdatasyncSync(require(\"node:worker_threads\").workerData)', { eval: true, workerData: fd });";
+    expect(countSyncCalls([process.execPath, '-e', code, join(dir, 'file')], join(dir, 'summary.txt'))).toBe(4);
+  });
+
+  it.skipIf(why)(`says which command failed under strace${why ? ` (not run here: ${why})` : ''}`, () => {
+    expect(() => countSyncCalls([process.execPath, '-e', 'process.exit(3)'], join(dir, 'failed.txt'))).toThrow(/-e process\.exit\(3\) under strace: exited 3/);
   });
 });
