@@ -4,17 +4,18 @@
  *   npm run chaos -- [--seed n] [--schedules n] [--aws n] [--processes n] [--aws-processes n] [--verbose]
  *
  * Without --seed a seed is drawn and printed; schedule i of a run uses scheduleSeed(seed, i), printed for
- * any schedule that breaks an invariant, and `--seed s --schedules 1 --exact` replays that one schedule.
- * `--aws n` (default 1000) adds n schedules over the AWS runtime on DynamoDB Local and fauxqs
- * (bench/chaos/aws-schedule.ts; the servers start unless the environment points at running ones), with
- * seeds scheduleSeed(seed, 2_000_000 + i); `--schedules 0 --aws 1 --seed s --exact` replays one.
- * `--processes n` adds n schedules of real worker processes SIGKILLed and SIGSTOPped at random moments on one
- * SQLite file (bench/chaos/process-schedule.ts), `--aws-processes n` the same with `stepwise worker --backend
- * aws` on DynamoDB Local and fauxqs.
- * Exits 1 if any invariant broke.
+ * any schedule that breaks an invariant with the command that replays it (`--exact --seed s --schedules 1`,
+ * or `--aws 1`, `--processes 1`, `--aws-processes 1`: with --exact only the kind named runs).
+ * `--schedules n` (default 1000) engine schedules on SQLite with in-process workers; `--aws n` (default
+ * 1000) schedules over the AWS runtime on DynamoDB Local and fauxqs (bench/chaos/aws-schedule.ts; the
+ * servers start unless the environment points at running ones), seeds scheduleSeed(seed, 2_000_000 + i);
+ * `--processes n` (default 20) schedules of real worker processes SIGKILLed and SIGSTOPped at random moments
+ * on one SQLite file (bench/chaos/process-schedule.ts), `--aws-processes n` (default 10) the same with
+ * `stepwise worker --backend aws` on DynamoDB Local and fauxqs (bench/chaos/options.ts).
+ * Exits 1 if any invariant broke, 2 for arguments it cannot take.
  */
-import { parseArgs } from 'node:util';
 import { engineSchedule } from './engine-schedule.ts';
+import { chaosOptions, replayCommand } from './options.ts';
 import { stopChaosModelServer } from './model-server.ts';
 import { scheduleSeed } from './random.ts';
 import { add, emptyTotals, formatTotals } from './totals.ts';
@@ -22,29 +23,24 @@ import { add, emptyTotals, formatTotals } from './totals.ts';
 // The SDK's notice that its releases after early 2027 need Node 22 (we pin older ones) is noise here.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
-const { values } = parseArgs({
-  options: {
-    seed: { type: 'string' }, schedules: { type: 'string', default: '1000' }, exact: { type: 'boolean', default: false },
-    aws: { type: 'string', default: '1000' }, processes: { type: 'string', default: '0' }, 'aws-processes': { type: 'string', default: '0' }, verbose: { type: 'boolean', default: false },
-  },
-});
-const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
-const schedules = Number(values.schedules);
-const awsSchedules = Number(values.aws);
-if (![seed, schedules, awsSchedules].every((n) => Number.isInteger(n) && n >= 0)) {
-  console.error('--seed, --schedules and --aws take non-negative integers');
+let options;
+try {
+  options = chaosOptions(process.argv.slice(2));
+} catch (error) {
+  console.error(`npm run chaos: ${(error as Error).message}`);
   process.exit(2);
 }
-console.log(`chaos: seed ${seed}, ${schedules} engine schedules, ${awsSchedules} AWS schedules${values.exact ? ' (exact seed)' : ''}; replay with --seed ${seed}`);
+const { seed, exact, verbose, schedules, aws: awsSchedules } = options;
+console.log(`chaos: seed ${seed}, ${schedules} engine schedules, ${awsSchedules} AWS schedules, ${options.processes} of SQLite worker processes, ${options.awsProcesses} of AWS worker processes${exact ? ' (exact seed)' : ''}; replay with --seed ${seed}`);
 
 const totals = emptyTotals();
 const t0 = Date.now();
 for (let i = 0; i < schedules; i++) {
-  const s = values.exact ? seed : scheduleSeed(seed, i);
+  const s = exact ? seed : scheduleSeed(seed, i);
   const report = await engineSchedule(s);
   add(totals, report);
-  if (report.violations.length || report.unexpected.length || values.verbose) {
-    console.log(`schedule ${i} (seed ${s}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
+  if (report.violations.length || report.unexpected.length || verbose) {
+    console.log(`schedule ${i} (seed ${s}; replay: ${replayCommand('engine', s)}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
   }
   if ((i + 1) % 100 === 0) console.log(`  ${i + 1} schedules, ${totals.violations} violations, ${((Date.now() - t0) / 1000).toFixed(0)} s`);
 }
@@ -58,11 +54,11 @@ if (awsSchedules > 0) {
   const a0 = Date.now();
   try {
     for (let i = 0; i < awsSchedules; i++) {
-      const s = values.exact ? seed : scheduleSeed(seed, 2_000_000 + i);
+      const s = exact ? seed : scheduleSeed(seed, 2_000_000 + i);
       const report = await awsSchedule(s);
       add(atotals, report);
-      if (report.violations.length || report.unexpected.length || values.verbose) {
-        console.log(`aws schedule ${i} (seed ${s}; replay: --schedules 0 --aws 1 --exact --seed ${s}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
+      if (report.violations.length || report.unexpected.length || verbose) {
+        console.log(`aws schedule ${i} (seed ${s}; replay: ${replayCommand('aws', s)}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected, crashes: report.crashesByPoint }));
       }
       if ((i + 1) % 100 === 0) console.log(`  ${i + 1} AWS schedules, ${atotals.violations} violations, ${((Date.now() - a0) / 1000).toFixed(0)} s`);
     }
@@ -81,10 +77,10 @@ async function processSchedules(backend: 'local' | 'aws', count: number, base: n
   const ptotals = emptyTotals();
   const p0 = Date.now();
   for (let i = 0; i < count; i++) {
-    const report = await processSchedule(scheduleSeed(seed, base + i), { backend });
+    const report = await processSchedule(exact ? seed : scheduleSeed(seed, base + i), { backend });
     add(ptotals, report);
-    if (report.violations.length || report.unexpected.length || values.verbose) {
-      console.log(`${backend} process schedule ${i} (seed ${report.seed}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected }));
+    if (report.violations.length || report.unexpected.length || verbose) {
+      console.log(`${backend} process schedule ${i} (seed ${report.seed}; replay: ${replayCommand(backend === 'local' ? 'processes' : 'aws-processes', report.seed)}):`, JSON.stringify({ violations: report.violations, unexpected: report.unexpected }));
     }
     if ((i + 1) % 10 === 0) console.log(`  ${i + 1} ${backend} process schedules, ${ptotals.violations} violations, ${((Date.now() - p0) / 1000).toFixed(0)} s`);
   }
@@ -96,12 +92,12 @@ async function processSchedules(backend: 'local' | 'aws', count: number, base: n
 }
 
 let processBad = 0;
-if (Number(values.processes) > 0) processBad += await processSchedules('local', Number(values.processes), 1_000_000);
-if (Number(values['aws-processes']) > 0) {
+if (options.processes > 0) processBad += await processSchedules('local', options.processes, 1_000_000);
+if (options.awsProcesses > 0) {
   const { useAwsServers } = await import('../../test/support/aws-servers.ts');
   const stopServers = await useAwsServers();
   try {
-    processBad += await processSchedules('aws', Number(values['aws-processes']), 3_000_000);
+    processBad += await processSchedules('aws', options.awsProcesses, 3_000_000);
   } finally {
     await stopServers();
   }
