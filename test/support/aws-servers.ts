@@ -50,15 +50,26 @@ export function awsServerEnv(servers: Pick<AwsServers, 'dynamodb' | 'sqs' | 's3'
 
 /**
  * Makes sure the servers are reachable through the environment: the global setup normally started them;
- * a script run on its own (a benchmark) starts its own. Returns a stop function for what it started.
+ * a script run on its own (a benchmark) starts its own. Returns a stop function for what it started, which
+ * also gives the environment back as it found it: left pointing at stopped servers, a later call in the
+ * same process (npm run chaos: the AWS schedules, then the AWS worker processes) would take them for
+ * running ones.
  */
 export async function useAwsServers(): Promise<() => Promise<void>> {
   if (process.env.AWS_ENDPOINT_URL_DYNAMODB && process.env.AWS_ENDPOINT_URL_SQS && process.env.AWS_ENDPOINT_URL_S3) {
     return async () => undefined;
   }
   const servers = await startAwsServers();
-  Object.assign(process.env, awsServerEnv(servers));
-  return servers.stop;
+  const env = awsServerEnv(servers);
+  const before = Object.fromEntries(Object.keys(env).map((name) => [name, process.env[name]]));
+  Object.assign(process.env, env);
+  return async () => {
+    await servers.stop();
+    for (const [name, value] of Object.entries(before)) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  };
 }
 
 export async function startFauxqsServer(): Promise<RunningServer> {
