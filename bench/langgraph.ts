@@ -24,6 +24,9 @@
  * first, while stepwise and the floor, a few KB a step, grew theirs in every timed round, so they were
  * timed on the slower fsync and LangGraph on the faster one.
  *
+ * A fourth time with every case's database at synchronous=OFF: what each side computes per step. With the
+ * first, it says how fast a disk 20x needs (formatBreakEven, bench/langgraph-break-even.ts).
+ *
  *   node --import tsx bench/langgraph.ts [rounds]
  *   npm run build && node --import tsx --import ./bench/compiled.mjs bench/langgraph.ts [rounds]   (the compiled code, as npm run bench runs it)
  */
@@ -42,6 +45,7 @@ import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
 import { idlePolicy, pinMainThreadFromEnv } from './idle-core-support.ts';
 import { walRestarts } from './wal-support.ts';
+import { formatBreakEven } from './langgraph-break-even.ts';
 
 const STEPS = 60;
 const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 9);
@@ -55,9 +59,12 @@ const dbPathOf = (dir: string, bytes: number, index: number) => join(dir, `case$
 export const CASE_LABELS = [
   'floor (one durable insert)', 'stepwise engine step (read-only)', 'stepwise worker path', 'LangGraph JS, one node (sync)', 'LangGraph JS, agent + tools (sync)',
 ] as const;
-const CASES: ((path: string, bytes: number) => Case)[] = [
-  floorCase, (path, bytes) => stepwiseCase(path, bytes, 'engine'), (path, bytes) => stepwiseCase(path, bytes, 'worker'), langGraphCase, langGraphTwoNodeCase,
+/** `fsyncOff`: the case's database at synchronous=OFF, so its steps time its own work alone (measure's fsyncOff). */
+const CASES: ((path: string, bytes: number, fsyncOff?: boolean) => Case)[] = [
+  floorCase, (path, bytes, fsyncOff) => stepwiseCase(path, bytes, 'engine', fsyncOff), (path, bytes, fsyncOff) => stepwiseCase(path, bytes, 'worker', fsyncOff), langGraphCase, langGraphTwoNodeCase,
 ];
+/** The durability each case's database gets: LangGraph's, stepwise's and the floor's alike. */
+const synchronous = (fsyncOff = false) => `synchronous = ${fsyncOff ? 'OFF' : 'FULL'}`;
 
 /** Every TEXT and BLOB value stored in a SQLite database, in bytes. */
 export function storedBytes(db: Database.Database): number {
@@ -84,10 +91,10 @@ const toolCount = (state: typeof MessagesAnnotation.State) => state.messages.fil
  * LangGraph's loop in the shape its prebuilt ReAct agent and its docs use: a model node and a tools node,
  * so each step is two supersteps and two checkpoints. The one-node loop below is the cheapest shape it has.
  */
-function langGraphTwoNodeCase(path: string, bytes: number) {
+function langGraphTwoNodeCase(path: string, bytes: number, fsyncOff?: boolean) {
   const saver = SqliteSaver.fromConnString(path);
   saver.db.pragma('journal_mode = WAL');
-  saver.db.pragma('synchronous = FULL');
+  saver.db.pragma(synchronous(fsyncOff));
   const graph = new StateGraph(MessagesAnnotation)
     .addNode('agent', (state) => {
       const id = `call_${toolCount(state) + 1}`;
@@ -114,10 +121,10 @@ function langGraphTwoNodeCase(path: string, bytes: number) {
   };
 }
 
-function langGraphCase(path: string, bytes: number) {
+function langGraphCase(path: string, bytes: number, fsyncOff?: boolean) {
   const saver = SqliteSaver.fromConnString(path);
   saver.db.pragma('journal_mode = WAL');
-  saver.db.pragma('synchronous = FULL');
+  saver.db.pragma(synchronous(fsyncOff));
   const graph = new StateGraph(MessagesAnnotation)
     .addNode('agent', (state) => {
       const n = state.messages.filter((m) => m.getType() === 'tool').length + 1;
@@ -140,8 +147,10 @@ function langGraphCase(path: string, bytes: number) {
   };
 }
 
-function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker') {
+function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker', fsyncOff?: boolean) {
   const runtime = openLocalRuntime({ dbPath });
+  // The checkpoints' connection: the one whose commits fsync (the queue's never does at each commit).
+  runtime.db.pragma(synchronous(fsyncOff));
   const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1, output: cachedQueryOutput }), instantModel('noop'));
   return {
     name: path === 'engine' ? 'stepwise, engine step (read-only tool)' : 'stepwise, worker path (receive+step+send+ack)',
@@ -163,10 +172,10 @@ function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker') 
   };
 }
 
-function floorCase(path: string, _bytes: number) {
+function floorCase(path: string, _bytes: number, fsyncOff?: boolean) {
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
+  db.pragma(synchronous(fsyncOff));
   db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
   const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
   return {
@@ -273,13 +282,14 @@ async function serveCase(): Promise<void> {
  * (warmWals); `fresh`: every round of every case on a new file, so each commit grows its WAL, as in the
  * first minutes of a new database.
  */
-export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fresh?: boolean; sizes?: readonly number[] } = {}): Promise<PeerFigures[]> {
+export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fresh?: boolean; fsyncOff?: boolean; sizes?: readonly number[] } = {}): Promise<PeerFigures[]> {
+  if (options.fsyncOff && (options.isolated || options.fresh)) throw new Error('bench/langgraph.ts: fsyncOff is measured in this one process, on kept files');
   const { dir, cleanup } = tempDir();
   const figures: PeerFigures[] = [];
   const opened: { close?(): void }[] = [];
   try {
     for (const bytes of options.sizes ?? SIZES) {
-      const kept = options.fresh ? [] : CASES.map((make, i) => (options.isolated ? isolatedCase(dir, bytes, i) : make(dbPathOf(dir, bytes, i), bytes)));
+      const kept = options.fresh ? [] : CASES.map((make, i) => (options.isolated ? isolatedCase(dir, bytes, i) : make(dbPathOf(dir, bytes, i), bytes, options.fsyncOff)));
       opened.push(...kept);
       const ms = CASES.map(() => [] as number[]);
       const stored = CASES.map(() => 0);
@@ -318,11 +328,13 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fr
 /** A ratio's median over the rounds, with its range: `19.6x (17.2-23.4)`. */
 const ratioSpread = (r: Spread): string => `${fmt(r.median, 1)}x (${fmt(r.min, 1)}-${fmt(r.max, 1)})`;
 
-export function formatPeers(figures: PeerFigures[], where = 'every case in this one process'): string {
-  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + synchronous=FULL; median of ${ROUNDS} rounds; ${where}; ${codeMeasured()}`];
+export function formatPeers(figures: PeerFigures[], where = 'every case in this one process', durability = 'synchronous=FULL'): string {
+  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + ${durability}; median of ${ROUNDS} rounds; ${where}; ${codeMeasured()}`];
   for (const f of figures) {
     lines.push(`tool output ${f.bytes} B:`);
-    const [floor, engine, worker, oneNode, twoNodes] = CASE_LABELS.map((label) => `  ${label.padEnd(38)}`);
+    // With the fsync off the floor is one insert, not a durable one.
+    const labels = durability === 'synchronous=FULL' ? CASE_LABELS : CASE_LABELS.map((label) => label.replace('one durable insert', 'one insert, fsync off'));
+    const [floor, engine, worker, oneNode, twoNodes] = labels.map((label) => `  ${label.padEnd(38)}`);
     lines.push(`${floor}${fmt(f.floorMs, 3)} ms`);
     lines.push(`${engine}${fmt(f.engineMs, 3)} ms   ${fmt(f.engineMs / f.floorMs, 2)}x floor`);
     lines.push(`${worker}${fmt(f.workerMs, 3)} ms   ${fmt(f.workerMs / f.floorMs, 2)}x floor`);
@@ -343,9 +355,15 @@ if (process.argv.includes('--case')) await serveCase();
 else if (import.meta.url === `file://${process.argv[1]}`) {
   // Every step here waits for an fsync on an idle core: what that core does then moves the ratios (bench/idle-core.ts).
   console.log(`idle cores: ${idlePolicy()}\n`);
-  console.log(formatPeers(await measure(), "every case in this one process, each on a file whose WAL has started again (a database in use)"));
+  const durable = await measure();
+  console.log(formatPeers(durable, "every case in this one process, each on a file whose WAL has started again (a database in use)"));
   console.log();
   console.log(formatPeers(await measure(ROUNDS, { isolated: true }), 'each case in its own process, rounds interleaved, on such a file'));
   console.log();
   console.log(formatPeers(await measure(ROUNDS, { fresh: true }), 'every case in this one process, each round on a new file (every commit grows its WAL)'));
+  console.log();
+  const workAlone = await measure(ROUNDS, { fsyncOff: true });
+  console.log(formatPeers(workAlone, 'every case in this one process, on such a file, the fsync off: what each side computes per step', 'synchronous=OFF'));
+  console.log();
+  console.log(formatBreakEven(durable, workAlone));
 }
