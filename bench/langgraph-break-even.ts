@@ -6,7 +6,6 @@
  * off + k * (on - off), and the ratio is LangGraph's over stepwise's: at k = 0 it is the ratio of the work
  * alone, and as k grows it tends to the ratio of what the fsync adds (about 4x: bench/fsync-count.ts).
  */
-import type { PeerFigures } from './langgraph.ts';
 import { fmt } from './support.ts';
 
 /** One side's ms per step with the fsync on and off. */
@@ -36,12 +35,15 @@ export function fsyncScaleFor(target: number, langgraph: OnOff, stepwise: OnOff)
   return { holds: atZero ? 'below' : 'above', k: (langgraph.off - target * stepwise.off) / (target * addedS - addedL) };
 }
 
+/** What formatBreakEven reads of one output size's figures in bench/langgraph.ts (its PeerFigures), ms per step. */
+export interface StepTimes { bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraph2Ms: number }
+
 /**
  * bench/langgraph.ts's closing lines: from its in-process figures with the fsync on and off, the scale of
  * this disk's fsync cost at which each stepwise path meets 20x LangGraph's two-node loop, and what that
  * is in what the fsync adds to the floor's insert (on less off), the figure a disk can be compared by.
  */
-export function formatBreakEven(durable: PeerFigures[], workAlone: PeerFigures[]): string {
+export function formatBreakEven(durable: readonly StepTimes[], workAlone: readonly StepTimes[]): string {
   const lines = ['20x LangGraph JS, agent + tools, as the disk\'s fsync cost scales (a step = its work alone + k x what the fsync adds to it here; in-process figures above, fsync on and off):'];
   for (const [i, on] of durable.entries()) {
     const off = workAlone[i]!;

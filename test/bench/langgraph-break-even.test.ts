@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatBreakEven, fsyncScaleFor, ratioAt } from '../../bench/langgraph-break-even.ts';
-import type { PeerFigures } from '../../bench/langgraph.ts';
+import { formatBreakEven, fsyncScaleFor, ratioAt, type StepTimes } from '../../bench/langgraph-break-even.ts';
 
 // Figures of the shape bench/langgraph.ts measures: LangGraph's step mostly its own work, stepwise's mostly the fsync.
 const langgraph = { on: 3.9, off: 3.1 };
@@ -40,10 +39,7 @@ describe('bench/langgraph-break-even.ts', () => {
   });
 
   it('prints, from bench/langgraph.ts\'s figures, where each path meets 20x in k and in what the fsync adds to an insert', () => {
-    const figures = (bytes: number, ms: Pick<PeerFigures, 'floorMs' | 'engineMs' | 'workerMs' | 'langgraph2Ms'>): PeerFigures => ({
-      bytes, ...ms, langgraphMs: 1, stepwiseBytes: 1, stepwiseUncompressed: 1, langgraphBytes: 1, langgraph2Bytes: 1,
-      paired: {} as PeerFigures['paired'],
-    });
+    const figures = (bytes: number, ms: Omit<StepTimes, 'bytes'>): StepTimes => ({ bytes, ...ms });
     const text = formatBreakEven(
       [figures(500, { floorMs: 0.158, engineMs: 0.252, workerMs: 0.266, langgraph2Ms: 4.304 }), figures(20_000, { floorMs: 0.12, engineMs: 0.2, workerMs: 0.2, langgraph2Ms: 0.15 })],
       [figures(500, { floorMs: 0.017, engineMs: 0.041, workerMs: 0.044, langgraph2Ms: 2.691 }), figures(20_000, { floorMs: 0.02, engineMs: 0.1, workerMs: 0.1, langgraph2Ms: 0.16 })],
