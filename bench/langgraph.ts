@@ -63,7 +63,7 @@ export const CASE_LABELS = [
 const CASES: ((path: string, bytes: number, fsyncOff?: boolean) => Case)[] = [
   floorCase, (path, bytes, fsyncOff) => stepwiseCase(path, bytes, 'engine', fsyncOff), (path, bytes, fsyncOff) => stepwiseCase(path, bytes, 'worker', fsyncOff), langGraphCase, langGraphTwoNodeCase,
 ];
-/** The durability each case's database gets: LangGraph's, stepwise's and the floor's alike. */
+/** The durability the floor's and LangGraph's databases get, and stepwise's in the fsync-off pass. */
 const synchronous = (fsyncOff = false) => `synchronous = ${fsyncOff ? 'OFF' : 'FULL'}`;
 
 /** Every TEXT and BLOB value stored in a SQLite database, in bytes. */
@@ -149,8 +149,9 @@ function langGraphCase(path: string, bytes: number, fsyncOff?: boolean) {
 
 function stepwiseCase(dbPath: string, bytes: number, path: 'engine' | 'worker', fsyncOff?: boolean) {
   const runtime = openLocalRuntime({ dbPath });
-  // The checkpoints' connection: the one whose commits fsync (the queue's never does at each commit).
-  runtime.db.pragma(synchronous(fsyncOff));
+  // Only the fsync-off pass changes the checkpoints' connection (the one whose commits fsync; the queue's
+  // never does at each commit): otherwise stepwise runs at the durability its runtime gives it.
+  if (fsyncOff) runtime.db.pragma(synchronous(true));
   const deps = benchDeps(runtime, noopAgent({ sideEffect: false, outputBytes: bytes, stepCap: STEPS + 1, output: cachedQueryOutput }), instantModel('noop'));
   return {
     name: path === 'engine' ? 'stepwise, engine step (read-only tool)' : 'stepwise, worker path (receive+step+send+ack)',

@@ -47,5 +47,4 @@ describe('npm run chaos: its command line (bench/chaos/options.ts)', () => {
       expect(options[key]).toBe(1);
     }
   });
-
 });
