@@ -4,7 +4,10 @@
  * off: its waits, and the work after each wait running on cold caches) scales with the disk; what is left
  * (off) is each side's own work. On a disk whose fsync costs k times this one's, a step takes
  * off + k * (on - off), and the ratio is LangGraph's over stepwise's: at k = 0 it is the ratio of the work
- * alone, and as k grows it tends to the ratio of what the fsync adds (about 4x: bench/fsync-count.ts).
+ * alone, and as k grows it tends to the ratio of what the fsync adds here (6-8x in the runs of 2026-12-05).
+ * The model is a local one: it scales the cold-cache work after each wait with the wait, which holds near
+ * this disk, where it answers where 20x is crossed. On a disk far slower the waits are all a step costs,
+ * and the ratio tends to that of the fsync counts instead (about 4x: bench/fsync-count.ts).
  */
 import { fmt } from './support.ts';
 

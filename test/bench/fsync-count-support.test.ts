@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,5 +39,14 @@ describe('bench/fsync-count-support.ts', () => {
 
   it.skipIf(why)(`says which command failed under strace${why ? ` (not run here: ${why})` : ''}`, () => {
     expect(() => countSyncCalls([process.execPath, '-e', 'process.exit(3)'], join(dir, 'failed.txt'))).toThrow(/-e process\.exit\(3\) under strace: exited 3/);
+  });
+
+  it('bench/fsync-count.ts refuses runs that are not many > few >= 1 before it counts anything, rather than dividing by 0', () => {
+    for (const args of [['2', '3'], ['2', '2'], ['6', '0'], ['x', '1']]) {
+      const r = spawnSync(process.execPath, ['--import', 'tsx', 'bench/fsync-count.ts', ...args], { encoding: 'utf8' });
+      expect(r.status).not.toBe(0);
+      expect(r.stderr).toContain(`whole numbers of runs with many > few >= 1, not ${args[0]} and ${args[1]}`);
+      expect(r.stdout).not.toContain('fsync calls per step');
+    }
   });
 });
