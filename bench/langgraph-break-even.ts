@@ -19,6 +19,11 @@ export function ratioAt(k: number, langgraph: OnOff, stepwise: OnOff): number {
   return (langgraph.off + k * (langgraph.on - langgraph.off)) / (stepwise.off + k * (stepwise.on - stepwise.off));
 }
 
+/** The ratio's limit as k grows: what the fsync adds to LangGraph's step over what it adds to stepwise's. */
+export function fsyncAddedRatio(langgraph: OnOff, stepwise: OnOff): number {
+  return (langgraph.on - langgraph.off) / (stepwise.on - stepwise.off);
+}
+
 /**
  * Where the ratio meets `target` as the disk's fsync cost scales: `always` or `never` when it is on one
  * side of it at every k, else the k where it crosses, and whether it holds below that k (a faster disk) or
@@ -33,7 +38,7 @@ export function fsyncScaleFor(target: number, langgraph: OnOff, stepwise: OnOff)
     throw new RangeError(`each side's step must take longer with the fsync than without: LangGraph ${langgraph.on} against ${langgraph.off} ms, stepwise ${stepwise.on} against ${stepwise.off} ms`);
   }
   const atZero = langgraph.off / stepwise.off >= target;
-  const inLimit = addedL / addedS >= target;
+  const inLimit = fsyncAddedRatio(langgraph, stepwise) >= target;
   if (atZero === inLimit) return { holds: atZero ? 'always' : 'never' };
   return { holds: atZero ? 'below' : 'above', k: (langgraph.off - target * stepwise.off) / (target * addedS - addedL) };
 }
@@ -61,7 +66,7 @@ export function formatBreakEven(durable: readonly StepTimes[], workAlone: readon
         const where = 'k' in scale
           ? `met at k ${scale.holds === 'below' ? '<=' : '>='} ${fmt(scale.k, 2)}, an insert's fsync adding ${scale.holds === 'below' ? 'at most' : 'at least'} ${fmt(scale.k * insertFsyncUs, 0)} us`
           : `${scale.holds} met`;
-        return `${name} ${where} (${fmt(ratioAt(0, langgraph, stepwise), 1)}x on its work alone, ${fmt(ratioAt(1, langgraph, stepwise), 1)}x here, ${fmt((langgraph.on - langgraph.off) / (stepwise.on - stepwise.off), 1)}x on what the fsync adds)`;
+        return `${name} ${where} (${fmt(ratioAt(0, langgraph, stepwise), 1)}x on its work alone, ${fmt(ratioAt(1, langgraph, stepwise), 1)}x here, ${fmt(fsyncAddedRatio(langgraph, stepwise), 1)}x on what the fsync adds)`;
       } catch (error) {
         return `${name}: not measured (${(error as Error).message})`;
       }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { formatBreakEven, fsyncScaleFor, ratioAt, type StepTimes } from '../../bench/langgraph-break-even.ts';
+import { formatBreakEven, fsyncAddedRatio, fsyncScaleFor, ratioAt, type StepTimes } from '../../bench/langgraph-break-even.ts';
+import { measure } from '../../bench/langgraph.ts';
 
 // Figures of the shape bench/langgraph.ts measures: LangGraph's step mostly its own work, stepwise's mostly the fsync.
 const langgraph = { on: 3.9, off: 3.1 };
@@ -10,6 +11,7 @@ describe('bench/langgraph-break-even.ts', () => {
     expect(ratioAt(0, langgraph, stepwise)).toBeCloseTo(62);
     expect(ratioAt(1, langgraph, stepwise)).toBeCloseTo(15);
     expect(ratioAt(1e9, langgraph, stepwise)).toBeCloseTo(0.8 / 0.21, 3);
+    expect(fsyncAddedRatio(langgraph, stepwise)).toBeCloseTo(0.8 / 0.21, 9);
   });
 
   it('finds the fsync scale where the ratio crosses the target, and the ratio there is the target', () => {
@@ -50,5 +52,11 @@ describe('bench/langgraph-break-even.ts', () => {
     expect(text).toContain('k = 1 is this disk: the fsync adds 141 us to the insert\'s 158 us here');
     // LangGraph's step faster with the fsync than without: noise, said, not a figure.
     expect(text).toContain('tool output 20000 B: engine step: not measured (each side\'s step must take longer with the fsync than without');
+  });
+
+  it('bench/langgraph.ts measures the fsync-off pass only in one process on kept files, and refuses it otherwise', async () => {
+    // The break-even pairs it with the in-process pass on kept files: another setting would pair unlike figures.
+    await expect(measure(1, { fsyncOff: true, isolated: true })).rejects.toThrow('fsyncOff is measured in this one process, on kept files');
+    await expect(measure(1, { fsyncOff: true, fresh: true })).rejects.toThrow('fsyncOff is measured in this one process, on kept files');
   });
 });
