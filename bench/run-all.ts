@@ -7,15 +7,11 @@ import { readdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem, type } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { idlePolicy } from './idle-core-support.ts';
+import { benchFiles, benchSection } from './run-all-support.ts';
 
 const dir = fileURLToPath(new URL('.', import.meta.url));
-/** Modules of bench/ that benches import, not benches (besides the *support.ts files). */
-const NOT_BENCHES = new Set(['run-all.ts', 'aws-prices.ts', 'query-output.ts', 'langgraph-break-even.ts']);
 const only = process.argv.slice(2);
-const benches = readdirSync(dir)
-  .filter((f) => f.endsWith('.ts') && !NOT_BENCHES.has(f) && !f.endsWith('support.ts'))
-  .filter((f) => !only.length || only.some((o) => f.startsWith(o)))
-  .sort();
+const benches = benchFiles(readdirSync(dir), only);
 // The benches measure the code an installed package runs: lib/ compiled to dist/ (bench/compiled.mjs).
 const build = spawnSync(process.execPath, [fileURLToPath(new URL('../node_modules/typescript/bin/tsc', import.meta.url)), '-p', fileURLToPath(new URL('../tsconfig.build.json', import.meta.url))], { stdio: 'inherit' });
 if (build.status !== 0) throw new Error('bench: `tsc -p tsconfig.build.json` failed; the benches need dist/');
@@ -29,10 +25,9 @@ for (const file of benches) {
   const r = spawnSync(process.execPath, ['--import', 'tsx', '--import', `${dir}compiled.mjs`, `${dir}${file}`], { stdio: ['inherit', 'pipe', 'inherit'], env, maxBuffer: 64 * 1024 * 1024 });
   const out = r.stdout?.toString() ?? '';
   process.stdout.write(out);
-  // A bench that prints no figure is a module this list should skip, or a bench that lost its output.
-  const silent = r.status === 0 && !out.trim();
-  if (r.status !== 0 || silent) failed++;
-  sections.push(`## ${file}${r.status !== 0 ? ' (FAILED)' : silent ? ' (printed nothing)' : ''}\n\n${((Date.now() - t0) / 1000).toFixed(0)} s\n\n\`\`\`\n${out.trimEnd()}\n\`\`\`\n`);
+  const section = benchSection(file, r.status, out, (Date.now() - t0) / 1000);
+  if (section.failed) failed++;
+  sections.push(section.text);
 }
 const cpu = cpus();
 const header = [
