@@ -6,7 +6,7 @@ import { decodeState, type StoredCheckpoint } from '../../lib/core/codec.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery, parseMessage, runMessageSchema } from '../../lib/engine/handle-message.ts';
-import { newestCheckpointOf } from '../../lib/local/database.ts';
+import { checkpointKey } from '../../lib/local/database.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { sleepUntil } from '../../lib/waits/tools.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -168,10 +168,8 @@ describe('fuzzing the engine', () => {
         const runId = `mut-${i++}`;
         await start(w.deps, 'g', runId);
         await advance(w.deps, runId);
-        // By the key range of the run's number, as the store reads: a scan by run_id would grow with every case.
-        const { run_no: runNo } = w.runtime.db.prepare('SELECT run_no FROM runs WHERE run_id = ?').get(runId) as { run_no: number };
-        const row = w.runtime.db.prepare(`SELECT c.id, c.version, c.head FROM checkpoints c WHERE c.id = ${newestCheckpointOf('@runNo')}`).get({ runNo }) as { id: number; version: number; head: string };
-        let head = row.head;
+        const { version, head: stored } = (await w.runtime.store.load(runId))!;
+        let head = stored;
         const json = JSON.parse(head) as Record<string, unknown>;
         const keys = Object.keys(json);
         if (kind === 'char') { const p = at % head.length; head = head.slice(0, p) + s + head.slice(p + 1); } else {
@@ -179,16 +177,16 @@ describe('fuzzing the engine', () => {
           if (kind === 'delete') delete json[k]; else json[k] = value;
           head = JSON.stringify(json);
         }
-        expect(w.runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE id = ?').run(head, row.id).changes).toBe(1);
-        const version = (await w.runtime.store.load(runId))!.version;
-        expect(row.version).toBe(version);
+        // The row by its key, as the store finds it: a scan by run_id would grow with every case.
+        const key = checkpointKey('(SELECT run_no FROM runs WHERE run_id = @runId)', '@version');
+        expect(w.runtime.db.prepare(`UPDATE checkpoints SET head = @head WHERE id = ${key}`).run({ head, runId, version }).changes).toBe(1);
         const handled = await handleDelivery(w.deps, { body: JSON.stringify({ runId, version }), receiveCount: 1 });
         expect(['ack', 'release']).toContain(handled.action);
         const after = await w.runtime.store.load(runId);
         if (after!.status === 'failed' && after!.version > version) {
           expect(after!.reason).toMatch(/unreadable/);
           // The unreadable data is kept as it was.
-          const kept = w.runtime.db.prepare('SELECT head FROM checkpoints WHERE id = ?').get(row.id) as { head: string };
+          const kept = w.runtime.db.prepare(`SELECT head FROM checkpoints WHERE id = ${key}`).get({ runId, version }) as { head: string };
           expect(kept.head).toBe(head);
         }
       },
