@@ -137,7 +137,8 @@ async function main(): Promise<void> {
 
   const db = openMigrationDb(migrateDb);
   const check = checkMigration(db);
-  const redo = db.prepare('SELECT count(*) AS n FROM applied_keys').get() as { n: number };
+  // The ledger holds one row per idempotency key applied: the batches, and the drop of the source table.
+  const applied = db.prepare("SELECT count(*) AS n, count(json_extract(result, '$.dropped')) AS dropped FROM applied_keys").get() as { n: number; dropped: number };
   db.close();
   const run = JSON.parse((await finish(stepwise(['status', runId, '--json']))).out) as { steps: { step: number; idempotencyKey?: string; workerId: string; result: { text: string } }[] };
   const redone = run.steps.find((s) => s.step === KILL_AT_STEP);
@@ -145,7 +146,8 @@ async function main(): Promise<void> {
   say(`  ${redone?.result.text}`);
 
   say('\n9. check');
-  say(`  source rows ${check.sourceRows}, target rows ${check.targetRows}, distinct ${check.distinctCopied}, duplicates ${check.duplicates}, missing ${check.missing}, mismatched ${check.mismatched}, batches applied ${redo.n}`);
+  say(`  source rows ${check.sourceRows}, target rows ${check.targetRows}, distinct ${check.distinctCopied}, duplicates ${check.duplicates}, missing ${check.missing}, mismatched ${check.mismatched}`);
+  say(`  effects applied ${applied.n}, once each: ${applied.n - applied.dropped} batches copied, ${applied.dropped} table dropped`);
   say(check.exactlyOnce ? '  every row was copied exactly once: yes' : '  every row was copied exactly once: NO');
   if (!check.exactlyOnce || statusOf() !== 'completed') process.exitCode = 1;
 }

@@ -13,7 +13,8 @@ describe('npm run demo', () => {
     expect(r.stdout).toContain('model: offline scripted model (no ANTHROPIC_API_KEY)');
     expect(r.stdout).toMatch(/worker A \(pid \d+\) killed with SIGKILL in the middle of step 6/);
     expect(r.stdout).toMatch(/"applied":false,.*"note":"already applied under this idempotency key"/);
-    expect(r.stdout).toContain('source rows 1000, target rows 1000, distinct 1000, duplicates 0, missing 0, mismatched 0, batches applied 11');
+    expect(r.stdout).toContain('source rows 1000, target rows 1000, distinct 1000, duplicates 0, missing 0, mismatched 0');
+    expect(r.stdout).toContain('effects applied 11, once each: 10 batches copied, 1 table dropped');
     expect(r.stdout).toContain('every row was copied exactly once: yes');
     // The risky step waited for approval with no process running; the link points at stepwise serve.
     expect(r.stdout).toMatch(/its link: http:\/\/127\.0\.0\.1:\d+\/approvals\/v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/);
