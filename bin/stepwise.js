@@ -16,8 +16,11 @@ if (existsSync(sources)) {
   register(`data:text/javascript,${encodeURIComponent(
     'export const resolve = (specifier, context, next) => next(specifier, { ...context, conditions: [...context.conditions, "stepwise-source"] });',
   )}`);
-  const { register: registerTsx } = await import('tsx/esm/api');
-  registerTsx();
+  // Both of tsx's hooks, as the built CLI registers them for a TypeScript agent (lib/cli/context.ts): an
+  // agent outside an ES module package is CommonJS, which the ESM hook alone would require as an ES module.
+  const [esm, cjs] = await Promise.all([import('tsx/esm/api'), import('tsx/cjs/api')]);
+  esm.register();
+  cjs.register();
   cli = await import(sources.href);
 } else {
   cli = await import('../dist/lib/cli/main.js');

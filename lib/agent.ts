@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as z from 'zod';
@@ -130,7 +131,17 @@ const isAgentLike = (value: unknown): boolean => Boolean(value && typeof value =
 
 /** Loads an agent module (TypeScript or JavaScript): its default export, or an export named `agent`. */
 export async function loadAgent(path: string): Promise<AgentDefinition> {
-  const mod = (await import(pathToFileURL(resolve(path)).href)) as { default?: unknown; agent?: unknown };
+  const file = resolve(path);
+  if (!existsSync(file)) throw new InvalidInputError(`no agent module at ${path} (${file} does not exist)`);
+  let mod: { default?: unknown; agent?: unknown };
+  try {
+    mod = (await import(pathToFileURL(file).href)) as typeof mod;
+  } catch (error) {
+    // The module is the user's input: its syntax error, a missing import or a throw at load is theirs to
+    // fix, so it is a bad-input error on one line, not a crash of stepwise (the original stays as cause).
+    const reason = String((error as Error)?.message ?? error).split('\n').map((line) => line.trim()).filter(Boolean).join(' ');
+    throw new InvalidInputError(`cannot load agent ${path}: ${reason}`, { cause: error });
+  }
   // A module compiled to CommonJS (a .ts agent in a CommonJS package) arrives as { default: exports }.
   const compiled = mod.default as { default?: unknown; agent?: unknown } | undefined;
   const candidate = (mod.agent ?? (isAgentLike(mod.default) ? mod.default : compiled?.agent ?? compiled?.default)) as AgentDefinition | undefined;

@@ -1,4 +1,6 @@
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -8,7 +10,13 @@ const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const db = tempDb();
-afterAll(() => db.cleanup());
+// Agent modules in a directory with no package.json, where a .ts module is CommonJS: one that loads, one
+// with a syntax error (tsx's message spans lines), and one that throws at import.
+const badAgents = mkdtempSync(join(tmpdir(), 'stepwise-agents-'));
+writeFileSync(join(badAgents, 'plain.ts'), "export default { name: 'plain', tools: [] };\n");
+writeFileSync(join(badAgents, 'syntax.ts'), 'export default {\n');
+writeFileSync(join(badAgents, 'throws.mjs'), "throw new Error('DATABASE_URL is not set');\n");
+afterAll(() => { db.cleanup(); rmSync(badAgents, { recursive: true, force: true }); });
 
 function stepwise(...args: string[]) {
   const r = spawnSync(process.execPath, [BIN, ...args], {
@@ -70,6 +78,13 @@ describe('the stepwise command', () => {
     expect(r.out).toContain('run cli-2: completed at version 5');
   });
 
+  it('loads a TypeScript agent from outside any ES module package (a CommonJS module there)', () => {
+    const r = stepwise('drift', '--agent', join(badAgents, 'plain.ts'));
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('runs of agent plain: this code and agent can resume every one');
+  });
+
   it('loads a plain JavaScript agent module too', () => {
     const r = stepwise('run', '--agent', join(ROOT, 'test/support/js-agent.mjs'), '--goal', 'echo', '--run-id', 'cli-js');
     expect(r.code).toBe(0);
@@ -83,6 +98,9 @@ describe('the stepwise command', () => {
     [['start', '--goal', 'x'], 'stepwise: --agent path/to/agent.ts is required'],
     [['start', '--agent', AGENT, '--goal', ''], 'stepwise: the goal is empty'],
     [['start', '--agent', join(ROOT, 'package.json'), '--goal', 'x'], 'does not export an agent'],
+    [['start', '--agent', 'no/such/agent.ts', '--goal', 'x'], `stepwise: no agent module at no/such/agent.ts (${join(ROOT, 'no/such/agent.ts')} does not exist)`],
+    [['worker', '--agent', join(badAgents, 'syntax.ts')], `stepwise: cannot load agent ${join(badAgents, 'syntax.ts')}: Transform failed with 1 error:`],
+    [['drift', '--agent', join(badAgents, 'throws.mjs')], `stepwise: cannot load agent ${join(badAgents, 'throws.mjs')}: DATABASE_URL is not set`],
     [['fly'], 'stepwise: unknown command "fly"'],
     [['status', '--bogus'], "stepwise: Unknown option '--bogus'"],
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
