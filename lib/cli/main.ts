@@ -123,6 +123,8 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   if (concurrency !== undefined && (concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY)) {
     throw new StepwiseUsageError(`--concurrency must be from 1 to ${MAX_WORKER_CONCURRENCY}, got ${concurrency}`);
   }
+  const port = positiveInt('port', values.port);
+  if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);
   const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}) };
   // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
   // HTTP app or the logger that other commands need.
@@ -132,7 +134,7 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'worker': return (await import('./commands/worker.ts')).workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}), ...(concurrency ? { concurrency } : {}) }, out);
     case 'status': return (await import('./commands/read.ts')).statusCommand(arg, read, out);
     case 'history': return (await import('./commands/read.ts')).historyCommand(arg, read, out);
-    case 'serve': return (await import('./commands/serve.ts')).serveCommand({ ...common, ...(values.port ? { port: positiveInt('port', values.port)! } : {}), ...(values.host ? { host: values.host } : {}) }, out);
+    case 'serve': return (await import('./commands/serve.ts')).serveCommand({ ...common, ...(port !== undefined ? { port } : {}), ...(values.host ? { host: values.host } : {}) }, out);
     case 'approve':
     case 'reject':
       return (await import('./commands/answer.ts')).answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
@@ -163,7 +165,8 @@ export async function runCli(): Promise<void> {
     // Bad input is the user's to fix: a one-line message and exit code 2. Anything else is ours: exit 1.
     const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
     const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
-    process.stderr.write(`stepwise: ${(error as Error).message}\n`);
+    // One line, whatever the message: parseArgs and tsx write theirs over several.
+    process.stderr.write(`stepwise: ${String((error as Error)?.message ?? error).trim().replace(/\s*\n\s*/g, ' ')}\n`);
     process.exitCode = userError || parseError ? 2 : 1;
   }
 }

@@ -106,6 +106,8 @@ describe('the stepwise command', () => {
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
     [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be from 1 to 256, got 0'],
     [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be from 1 to 256, got 1000'],
+    [['serve', '--agent', AGENT, '--port', '99999'], 'stepwise: --port must be from 0 to 65535, got 99999'],
+    [['prune', '--older-than-days', '-3'], "stepwise: Option '--older-than-days' argument is ambiguous. Did you forget"],
   ])('%j fails with exit code 2 and a one-line reason', (args, message) => {
     const r = stepwise(...args);
     expect(r.code).toBe(2);
