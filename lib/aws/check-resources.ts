@@ -1,4 +1,4 @@
-import { DescribeTableCommand } from '@aws-sdk/client-dynamodb';
+import { DescribeTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { HeadBucketCommand } from '@aws-sdk/client-s3';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { InvalidInputError } from '../core/errors.ts';
@@ -8,6 +8,30 @@ import { errorName } from './dynamo-errors.ts';
 export type AwsResource = 'table' | 'bucket' | 'queue';
 
 export const MISSING_RESOURCE_FIX = 'deploy the stack or run stepwise init --backend aws';
+
+/**
+ * The region and credentials the SDK's default chains resolve (environment, profile, instance role),
+ * resolved once before any call: without them every call fails with the SDK's "Region is missing" or
+ * "Could not load credentials from any providers", which are the user's setup to fix (exit code 2, one
+ * line with the fix), not a failure of stepwise. Run before a stack's outputs are read, which needs both.
+ */
+export async function assertAwsConfigured(): Promise<void> {
+  const client = new DynamoDBClient({});
+  try {
+    try {
+      await client.config.region();
+    } catch {
+      throw new InvalidInputError('no AWS region: set AWS_REGION, or AWS_PROFILE naming a profile that has one');
+    }
+    try {
+      await client.config.credentials();
+    } catch (error) {
+      throw new InvalidInputError(`no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (${(error as Error).message})`);
+    }
+  } finally {
+    client.destroy();
+  }
+}
 
 /** The names the SDKs give "not there" (SQS has two protocols' worth; HeadBucket's 404 has no body). */
 const NOT_FOUND: Record<AwsResource, readonly string[]> = {

@@ -52,9 +52,10 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
     const waits = { ...localWaitServices(local, path), events: local.events };
     return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
   }
-  const [{ openAwsRuntime }, { awsWaitServices }, { assertResourcesExist }] = await Promise.all([
+  const [{ openAwsRuntime }, { awsWaitServices }, { assertAwsConfigured, assertResourcesExist }] = await Promise.all([
     import('../aws/runtime.ts'), import('../aws/wait-services.ts'), import('../aws/check-resources.ts'),
   ]);
+  await assertAwsConfigured();
   const stack = stackName(options);
   const deployed = stack ? await (await import('../aws/stack-outputs.ts')).readStackOutputs(stack) : undefined;
   // A flag names one resource on purpose; the stack fills in the rest; the environment comes last.

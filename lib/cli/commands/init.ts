@@ -29,15 +29,17 @@ export async function initCommand(options: InitOptions, out: (line: string) => v
   }
   const tableName = options.table ?? (process.env.TABLE_NAME?.trim() || DEFAULT_NAME);
   const bucketName = options.bucket ?? (process.env.BUCKET_NAME?.trim() || `${tableName.toLowerCase()}-blobs`);
-  const fromUrl = (options.queueUrl ?? process.env.QUEUE_URL?.trim())?.split('/').pop();
+  // An empty QUEUE_URL (exported but unset) names no queue, as an empty TABLE_NAME names no table.
+  const fromUrl = (options.queueUrl ?? (process.env.QUEUE_URL?.trim() || undefined))?.split('/').pop() || undefined;
   const queueName = (options.queueName ?? fromUrl ?? tableName).replace(/\.fifo$/, '');
   if (!TABLE_NAME.test(tableName)) throw new InvalidInputError(`--table ${JSON.stringify(tableName)}: a table name is 3 to 255 letters, digits, underscores, hyphens and dots`);
   if (!BUCKET_NAME.test(bucketName)) throw new InvalidInputError(`--bucket ${JSON.stringify(bucketName)}: a bucket name is 3 to 63 lowercase letters, digits, hyphens and dots`);
   if (!QUEUE_NAME.test(queueName)) throw new InvalidInputError(`--queue-name ${JSON.stringify(queueName)}: a queue name is 1 to 71 letters, digits, hyphens and underscores`);
 
-  const [{ createAwsClients }, { ensureBucket, ensureQueue, ensureTable }, { errorName }] = await Promise.all([
-    import('../../aws/clients.ts'), import('../../aws/provision.ts'), import('../../aws/dynamo-errors.ts'),
+  const [{ createAwsClients }, { ensureBucket, ensureQueue, ensureTable }, { errorName }, { assertAwsConfigured }] = await Promise.all([
+    import('../../aws/clients.ts'), import('../../aws/provision.ts'), import('../../aws/dynamo-errors.ts'), import('../../aws/check-resources.ts'),
   ]);
+  await assertAwsConfigured();
   const clients = createAwsClients();
   try {
     const region = await clients.dynamo.config.region();
