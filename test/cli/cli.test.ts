@@ -12,11 +12,11 @@ const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const db = tempDb();
 // Agent modules in a directory with no package.json, where a .ts module is CommonJS: one that loads, one
 // with a syntax error (tsx's message spans lines), and one that throws at import.
-const badAgents = mkdtempSync(join(tmpdir(), 'stepwise-agents-'));
-writeFileSync(join(badAgents, 'plain.ts'), "export default { name: 'plain', tools: [] };\n");
-writeFileSync(join(badAgents, 'syntax.ts'), 'export default {\n');
-writeFileSync(join(badAgents, 'throws.mjs'), "throw new Error('DATABASE_URL is not set');\n");
-afterAll(() => { db.cleanup(); rmSync(badAgents, { recursive: true, force: true }); });
+const agentModules = mkdtempSync(join(tmpdir(), 'stepwise-agents-'));
+writeFileSync(join(agentModules, 'plain.ts'), "export default { name: 'plain', tools: [] };\n");
+writeFileSync(join(agentModules, 'syntax.ts'), 'export default {\n');
+writeFileSync(join(agentModules, 'throws.mjs'), "throw new Error('DATABASE_URL is not set');\n");
+afterAll(() => { db.cleanup(); rmSync(agentModules, { recursive: true, force: true }); });
 
 function stepwise(...args: string[]) {
   const r = spawnSync(process.execPath, [BIN, ...args], {
@@ -79,7 +79,7 @@ describe('the stepwise command', () => {
   });
 
   it('loads a TypeScript agent from outside any ES module package (a CommonJS module there)', () => {
-    const r = stepwise('drift', '--agent', join(badAgents, 'plain.ts'));
+    const r = stepwise('drift', '--agent', join(agentModules, 'plain.ts'));
     expect(r.err).toBe('');
     expect(r.code).toBe(0);
     expect(r.out).toContain('runs of agent plain: this code and agent can resume every one');
@@ -99,8 +99,8 @@ describe('the stepwise command', () => {
     [['start', '--agent', AGENT, '--goal', ''], 'stepwise: the goal is empty'],
     [['start', '--agent', join(ROOT, 'package.json'), '--goal', 'x'], 'does not export an agent'],
     [['start', '--agent', 'no/such/agent.ts', '--goal', 'x'], `stepwise: no agent module at no/such/agent.ts (${join(ROOT, 'no/such/agent.ts')} does not exist)`],
-    [['worker', '--agent', join(badAgents, 'syntax.ts')], `stepwise: cannot load agent ${join(badAgents, 'syntax.ts')}: Transform failed with 1 error:`],
-    [['drift', '--agent', join(badAgents, 'throws.mjs')], `stepwise: cannot load agent ${join(badAgents, 'throws.mjs')}: DATABASE_URL is not set`],
+    [['worker', '--agent', join(agentModules, 'syntax.ts')], `stepwise: cannot load agent ${join(agentModules, 'syntax.ts')}: Transform failed with 1 error:`],
+    [['drift', '--agent', join(agentModules, 'throws.mjs')], `stepwise: cannot load agent ${join(agentModules, 'throws.mjs')}: DATABASE_URL is not set`],
     [['fly'], 'stepwise: unknown command "fly"'],
     [['status', '--bogus'], "stepwise: Unknown option '--bogus'"],
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
