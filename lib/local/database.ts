@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { InvalidInputError } from '../core/errors.ts';
+import { makeDir } from '../make-dir.ts';
 
 export type Db = Database.Database;
 
@@ -199,9 +200,7 @@ export function preparedOnce(db: Db): Prepare {
  * a dropped blob is dropped with the checkpoint written after it that refers to it.
  */
 export function openDatabase(path: string, durability: 'full' | 'process' = 'full'): Db {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
-  const db = new Database(path);
-  db.pragma('journal_mode = WAL');
+  const db = openFile(path);
   db.pragma(durability === 'full' ? 'synchronous = FULL' : 'synchronous = NORMAL');
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
@@ -214,6 +213,27 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   keyCheckpointsByNumber(db);
   db.exec(INDEXES_ON_ADDED_COLUMNS);
   return db;
+}
+
+/**
+ * The file, in WAL mode. A path that cannot hold a database (its directory cannot be made, a directory, a
+ * file of something else) is the user's to fix: one line that names it (exit code 2 from the CLI), not
+ * SQLite's "unable to open database file" alone.
+ */
+function openFile(path: string): Db {
+  let db: Db | undefined;
+  try {
+    if (path !== ':memory:') makeDir(dirname(path));
+    db = new Database(path);
+    db.pragma('journal_mode = WAL');
+    return db;
+  } catch (error) {
+    db?.close();
+    const code = (error as { code?: unknown }).code;
+    const unusable = !(error instanceof Database.SqliteError) || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB';
+    if (!unusable) throw error;
+    throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}`, { cause: error });
+  }
 }
 
 /** runs (status, updated_at), rewritten by every step; queue (acked_at, visible_at), holding every tombstone. */

@@ -1,7 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Notification, Notifier } from '../ports.ts';
+import { makeDir } from '../make-dir.ts';
 
 export const DEFAULT_OUTBOX = '.stepwise/outbox';
 
@@ -14,7 +15,7 @@ export class OutboxNotifier implements Notifier {
   constructor(private readonly dir: string, private readonly from = 'stepwise@localhost') {}
 
   async send(notification: Notification): Promise<void> {
-    mkdirSync(this.dir, { recursive: true });
+    makeDir(this.dir);
     const file = this.pathOf(notification.id);
     const temp = join(this.dir, `.${randomUUID()}.tmp`);
     writeFileSync(temp, mime(notification, this.from));

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { SIGNING_KEY_SECRET_ENV } from '../settings.ts';
+import { makeDir } from '../make-dir.ts';
 
 /**
  * At least 32 bytes of key: HMAC-SHA256 gains nothing from more, and less is guessable. Kept here, not
@@ -22,7 +23,7 @@ export function localSigningKey(path: string): SigningKeySource {
   let key: Buffer | undefined;
   return async () => {
     if (key) return key;
-    mkdirSync(dirname(path), { recursive: true });
+    makeDir(dirname(path));
     try {
       writeFileSync(path, randomBytes(MIN_KEY_BYTES).toString('base64'), { flag: 'wx', mode: 0o600 });
     } catch (error) {

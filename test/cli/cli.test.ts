@@ -16,6 +16,7 @@ const agentModules = mkdtempSync(join(tmpdir(), 'stepwise-agents-'));
 writeFileSync(join(agentModules, 'plain.ts'), "export default { name: 'plain', tools: [] };\n");
 writeFileSync(join(agentModules, 'syntax.ts'), 'export default {\n');
 writeFileSync(join(agentModules, 'throws.mjs'), "throw new Error('DATABASE_URL is not set');\n");
+writeFileSync(join(agentModules, 'not-a-database.db'), 'not SQLite at all\n'.repeat(100));
 afterAll(() => { db.cleanup(); rmSync(agentModules, { recursive: true, force: true }); });
 
 function stepwise(...args: string[]) {
@@ -107,6 +108,11 @@ describe('the stepwise command', () => {
     [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be from 1 to 256, got 0'],
     [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be from 1 to 256, got 1000'],
     [['serve', '--agent', AGENT, '--port', '99999'], 'stepwise: --port must be from 0 to 65535, got 99999'],
+    // Node's recursive mkdir loops forever under /proc (ENOENT for a child of a directory that exists): the
+    // spawn's timeout would leave the code null.
+    [['status', '--db', '/proc/stepwise-nope/x.db'], 'stepwise: cannot open the database /proc/stepwise-nope/x.db: cannot make the directory /proc/stepwise-nope (ENOENT)'],
+    [['status', '--db', join(agentModules, 'not-a-database.db')], `stepwise: cannot open the database ${join(agentModules, 'not-a-database.db')}: file is not a database`],
+    [['status', '--db', agentModules], `stepwise: cannot open the database ${agentModules}: unable to open database file`],
     [['prune', '--older-than-days', '-3'], "stepwise: Option '--older-than-days' argument is ambiguous. Did you forget"],
   ])('%j fails with exit code 2 and a one-line reason', (args, message) => {
     const r = stepwise(...args);

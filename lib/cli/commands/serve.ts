@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { serve } from '@hono/node-server';
 import { InvalidInputError } from '../../core/errors.ts';
@@ -9,6 +9,7 @@ import { DEFAULT_PORT } from '../../local/wait-services.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { makeDir } from '../../make-dir.ts';
 
 export interface ServeOptions extends CliOptions {
   port?: number;
@@ -53,7 +54,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
 
 /** A random token kept beside the database, made once, readable by its owner only. */
 export function localApiToken(path: string): string {
-  mkdirSync(dirname(path), { recursive: true });
+  makeDir(dirname(path));
   try {
     writeFileSync(path, randomBytes(24).toString('base64url'), { flag: 'wx', mode: 0o600 });
   } catch (error) {
