@@ -138,9 +138,8 @@ export async function loadAgent(path: string): Promise<AgentDefinition> {
     mod = (await import(pathToFileURL(file).href)) as typeof mod;
   } catch (error) {
     // The module is the user's input: its syntax error, a missing import or a throw at load is theirs to
-    // fix, so it is a bad-input error on one line, not a crash of stepwise (the original stays as cause).
-    const reason = String((error as Error)?.message ?? error).split('\n').map((line) => line.trim()).filter(Boolean).join(' ');
-    throw new InvalidInputError(`cannot load agent ${path}: ${reason}`, { cause: error });
+    // fix, so it is a bad-input error, not a crash of stepwise (the original stays as cause).
+    throw new InvalidInputError(`cannot load agent ${path}: ${(error as Error)?.message ?? String(error)}`, { cause: error });
   }
   // A module compiled to CommonJS (a .ts agent in a CommonJS package) arrives as { default: exports }.
   const compiled = mod.default as { default?: unknown; agent?: unknown } | undefined;

@@ -15,21 +15,27 @@ export const MISSING_RESOURCE_FIX = 'deploy the stack or run stepwise init --bac
  * "Could not load credentials from any providers", which are the user's setup to fix (exit code 2, one
  * line with the fix), not a failure of stepwise. Run before a stack's outputs are read, which needs both.
  */
-export async function assertAwsConfigured(): Promise<void> {
-  const client = new DynamoDBClient({});
+export async function assertAwsConfigured(client?: Pick<DynamoDBClient, 'config'>): Promise<void> {
+  // A client of the caller's when it has one, so its chains are resolved (and kept) once, not twice.
+  if (client) return checkChains(client);
+  const own = new DynamoDBClient({});
   try {
-    try {
-      await client.config.region();
-    } catch {
-      throw new InvalidInputError('no AWS region: set AWS_REGION, or AWS_PROFILE naming a profile that has one');
-    }
-    try {
-      await client.config.credentials();
-    } catch (error) {
-      throw new InvalidInputError(`no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (${(error as Error).message})`);
-    }
+    await checkChains(own);
   } finally {
-    client.destroy();
+    own.destroy();
+  }
+}
+
+async function checkChains(client: Pick<DynamoDBClient, 'config'>): Promise<void> {
+  try {
+    await client.config.region();
+  } catch {
+    throw new InvalidInputError('no AWS region: set AWS_REGION, or AWS_PROFILE naming a profile that has one');
+  }
+  try {
+    await client.config.credentials();
+  } catch (error) {
+    throw new InvalidInputError(`no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (${(error as Error).message})`);
   }
 }
 

@@ -39,9 +39,9 @@ export async function initCommand(options: InitOptions, out: (line: string) => v
   const [{ createAwsClients }, { ensureBucket, ensureQueue, ensureTable }, { errorName }, { assertAwsConfigured }] = await Promise.all([
     import('../../aws/clients.ts'), import('../../aws/provision.ts'), import('../../aws/dynamo-errors.ts'), import('../../aws/check-resources.ts'),
   ]);
-  await assertAwsConfigured();
   const clients = createAwsClients();
   try {
+    await assertAwsConfigured(clients.dynamo);
     const region = await clients.dynamo.config.region();
     const [, , queue] = await Promise.all([
       ensureTable(clients.dynamo, tableName),
