@@ -81,6 +81,33 @@ function positiveInt(name: string, value: string | undefined): number | undefine
   return n;
 }
 
+/** For a count or a duration where 0 means nothing (a cap of no steps, a lease that has already run out). */
+function atLeastOne(name: string, value: string | undefined): number | undefined {
+  const n = positiveInt(name, value);
+  if (n === 0) throw new StepwiseUsageError(`--${name} must be 1 or more, got 0`);
+  return n;
+}
+
+/**
+ * `--step -1` as `--step=-1`: parseArgs reads a value starting with a dash as a missing value and says so in
+ * a paragraph about its own syntax, where the option's check has a plainer message for a negative number.
+ */
+function joinNegativeValues(argv: string[]): string[] {
+  const joined: string[] = [];
+  for (let i = 0; i < argv.length; i += 1) {
+    const name = argv[i]!.startsWith('--') ? argv[i]!.slice(2) : undefined;
+    const option = name !== undefined ? (OPTIONS as Record<string, { type: string }>)[name] : undefined;
+    const next = argv[i + 1];
+    if (option?.type === 'string' && next !== undefined && /^-[\d.]/.test(next)) {
+      joined.push(`${argv[i]}=${next}`);
+      i += 1;
+    } else {
+      joined.push(argv[i]!);
+    }
+  }
+  return joined;
+}
+
 function budgetOf(tokens: string | undefined, usd: string | undefined): { budget?: Budget } {
   if (tokens === undefined && usd === undefined) return {};
   const budget: Budget = {};
@@ -100,7 +127,7 @@ function budgetOf(tokens: string | undefined, usd: string | undefined): { budget
 class StepwiseUsageError extends StepwiseError {}
 
 export async function main(argv: string[], out: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
-  const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options: OPTIONS, allowPositionals: true, strict: true });
   const [command, arg] = positionals;
   setLogFormat(chooseLogFormat(values.log));
   if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
@@ -113,12 +140,12 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     ...common,
     ...(values.goal !== undefined ? { goal: values.goal } : {}),
     ...(values['run-id'] ? { runId: values['run-id'] } : {}),
-    ...(values['step-cap'] ? { stepCap: positiveInt('step-cap', values['step-cap'])! } : {}),
+    ...(values['step-cap'] !== undefined ? { stepCap: atLeastOne('step-cap', values['step-cap'])! } : {}),
     ...budgetOf(values['budget-tokens'], values['budget-usd']),
   };
-  const visibilityMs = positiveInt('visibility-ms', values['visibility-ms']);
+  const visibilityMs = atLeastOne('visibility-ms', values['visibility-ms']);
   const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
-  const stallMs = positiveInt('stall-ms', values['stall-ms']);
+  const stallMs = atLeastOne('stall-ms', values['stall-ms']);
   const concurrency = positiveInt('concurrency', values.concurrency);
   if (concurrency !== undefined && (concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY)) {
     throw new StepwiseUsageError(`--concurrency must be from 1 to ${MAX_WORKER_CONCURRENCY}, got ${concurrency}`);
