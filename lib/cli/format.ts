@@ -1,4 +1,4 @@
-import type { Budget, ForkedFrom, RunState, StepRecord, Usage } from '../core/state.ts';
+import type { Budget, ForkedFrom, RunState, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import type { RunView } from '../engine/operate/show.ts';
 import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
 import type { CheckpointInfo, RunSummary } from '../ports.ts';
@@ -76,6 +76,19 @@ function headLines(run: Pick<RunState, 'runId' | 'status' | 'reason' | 'agent' |
   ];
 }
 
+/** What a wait waits for, in words: the approvers, the event, or a time. */
+export function waitedFor(wait: WaitRecord): string {
+  return wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}`
+    : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time';
+}
+
+/** A waiting run's line in `status` and `show`: what it waits for, until when, and the command that answers it. */
+function waitingLine(runId: string, wait: WaitRecord): string {
+  const answer = wait.kind === 'approval' ? `; answer: stepwise approve|reject ${runId}`
+    : wait.kind === 'event' ? `; answer: stepwise emit ${wait.event?.type} ${wait.event?.key} [json]` : '';
+  return `waiting  step ${wait.step}: ${waitedFor(wait)} until ${time(wait.deadline)} (wait ${wait.id})${answer}`;
+}
+
 export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string } = {}): string {
   const lines = [
     ...headLines(state, extra.cancelRequested),
@@ -84,6 +97,7 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
   ];
   if (state.failures) lines.push(`failures ${state.failures} on step ${state.step + 1}: ${state.lastError ?? ''}`);
   if (state.pending) lines.push(`pending  step ${state.pending.step}: ${state.pending.tool} (decision recorded, key ${state.pending.idempotencyKey ?? '-'})`);
+  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait));
   if (state.summary) lines.push(`summary  ${state.summary}`);
   lines.push('', table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], state.steps.map((s) => [
     s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${s.result.text.replace(/\s+/g, ' ').slice(0, 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
@@ -107,7 +121,7 @@ export function showText(view: RunView, fallbackModel: string, options: { full?:
   if (view.atStep === view.step) {
     if (view.failures) lines.push(`failures ${view.failures} on step ${view.step + 1}: ${view.lastError ?? ''}`);
     if (view.pending) lines.push(`pending  step ${view.pending.step}: ${view.pending.tool} ${excerpt(view.pending.input, options.full)} (decision recorded, key ${view.pending.idempotencyKey ?? '-'})`);
-    if (view.wait) lines.push(`waiting  step ${view.wait.step}: ${view.wait.kind} until ${time(view.wait.deadline)} (wait ${view.wait.id})`);
+    if (view.wait) lines.push(waitingLine(view.runId, view.wait));
     if (view.summary) lines.push(`summary  ${view.summary}`);
   }
   for (const s of view.steps) {

@@ -1,5 +1,6 @@
 import type { WaitRecord } from '../core/state.ts';
 import type { Handled } from '../engine/handle-message.ts';
+import { waitedFor } from './format.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
 export function progressLine(handled: Handled): string | undefined {
@@ -19,7 +20,5 @@ export function progressLine(handled: Handled): string | undefined {
 /** A run that just began waiting: what for, until when, and the approval links (the emails hold them too). */
 function waitingLine(where: string, wait: WaitRecord, links: string[]): string {
   const until = new Date(wait.deadline).toISOString();
-  const what = wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}`
-    : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time';
-  return [`${where}  step ${wait.step}  waiting for ${what} until ${until}`, ...links.map((l) => `  approve or reject: ${l}`)].join('\n');
+  return [`${where}  step ${wait.step}  waiting for ${waitedFor(wait)} until ${until}`, ...links.map((l) => `  approve or reject: ${l}`)].join('\n');
 }

@@ -5,7 +5,7 @@ import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { answerWait, type AnswerOutcome } from '../../waits/answer.ts';
-import { emitEvent } from '../../waits/events.ts';
+import { emitEvent, eventInputSchema } from '../../waits/events.ts';
 import { openBackend, workerId, type CliOptions } from '../context.ts';
 
 export interface AnswerOptions extends CliOptions {
@@ -52,11 +52,15 @@ export async function emitCommand(args: string[], options: EmitOptions, out: (li
       throw new InvalidInputError(`the payload is not valid JSON: ${json.slice(0, 80)}`);
     }
   }
+  // The API's rules: a type or key no wait can name would be kept a day and match nothing.
+  const parsed = eventInputSchema.safeParse({ type, key, payload, id: options.id ?? randomUUID() });
+  if (!parsed.success) throw new InvalidInputError(`invalid event: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  const event = { ...parsed.data, id: parsed.data.id! };
   const backend = await openBackend(options, ['table', 'queue']);
   try {
     const result = await emitEvent(
       { ...cliDeps(backend), events: backend.waits.events, waitingFor: (t, k) => backend.store.waitingFor(t, k) },
-      { type, key, payload, id: options.id ?? randomUUID() },
+      event,
     );
     const resumed = result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId);
     out(`event ${result.event.id} (${type}/${key})${result.fresh ? '' : ' seen before'}: ${resumed.length ? `resumed ${resumed.join(', ')}` : 'no run was waiting for it; kept for a wait that begins soon'}`);

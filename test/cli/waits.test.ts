@@ -1,0 +1,48 @@
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { tempDb } from '../support/harness.ts';
+
+const AGENT = join(ROOT, 'test/support/event-agent.ts');
+const db = tempDb();
+const env = { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' };
+const stepwise = (...args: string[]) => stepwiseCli(args, env);
+afterAll(() => db.cleanup());
+
+describe('a run waiting for an event, from the terminal', () => {
+  it('status says what it waits for and how to answer; emit resumes it once; a worker finishes it', { timeout: 120_000 }, async () => {
+    expect((await stepwise('start', '--agent', AGENT, '--goal', 'wait for order 42', '--run-id', 'ev-1')).code).toBe(0);
+    const first = await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '1000');
+    expect(first.out).toMatch(/^run ev-1 v2 {2}step 1 {2}waiting for event order\.paid order-42 until \S+$/m);
+
+    const status = await stepwise('status', 'ev-1');
+    expect(status.out).toMatch(/^status {3}waiting$/m);
+    expect(status.out).toMatch(/^waiting {2}step 1: event order\.paid order-42 until \S+ \S+Z \(wait [0-9a-f-]{36}\); answer: stepwise emit order\.paid order-42 \[json\]$/m);
+
+    // The wrong answer for this wait, and events no wait could name, change nothing.
+    const approve = await stepwise('approve', 'ev-1');
+    expect(approve.code).toBe(2);
+    expect(approve.err.trim()).toBe('stepwise: run ev-1 waits for event order.paid/order-42, not an approval');
+    const badKey = await stepwise('emit', 'order.paid', 'order 42');
+    expect(badKey.code).toBe(2);
+    expect(badKey.err.trim()).toBe('stepwise: invalid event: key: a correlation key is 1-256 letters, digits or ._:/@+-');
+    const badPayload = await stepwise('emit', 'order.paid', 'order-42', '{amount: 12}');
+    expect(badPayload.code).toBe(2);
+    expect(badPayload.err.trim()).toBe('stepwise: the payload is not valid JSON: {amount: 12}');
+    expect(JSON.parse((await stepwise('status', 'ev-1', '--json')).out)).toMatchObject({ status: 'waiting', version: 2 });
+
+    const emitted = await stepwise('emit', 'order.paid', 'order-42', '{"amount":12}', '--id', 'evt-42');
+    expect(emitted.code).toBe(0);
+    expect(emitted.out.trim()).toBe('event evt-42 (order.paid/order-42): resumed ev-1');
+    // The same event delivered again is recognised, and the wait it answered is not answered twice.
+    const again = await stepwise('emit', 'order.paid', 'order-42', '{"amount":12}', '--id', 'evt-42');
+    expect(again.out.trim()).toBe('event evt-42 (order.paid/order-42) seen before: no run was waiting for it; kept for a wait that begins soon');
+
+    const second = await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '1000');
+    expect(second.out).toMatch(/^run ev-1 v\d+ {2}completed after 1 steps: saw: .*"amount":12/m);
+    const done = JSON.parse((await stepwise('status', 'ev-1', '--json')).out) as { status: string; steps: { tool: string; result: { text: string } }[] };
+    expect(done.status).toBe('completed');
+    expect(done.steps).toHaveLength(1);
+    expect(JSON.parse(done.steps[0]!.result.text)).toMatchObject({ event: 'order.paid', id: 'evt-42', payload: { amount: 12 } });
+  });
+});
