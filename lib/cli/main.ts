@@ -8,6 +8,7 @@ const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
 usage:
   stepwise run     --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   start a run and work it here
+                   (--run-id of an existing run, without --goal: work that run here)
   stepwise start   --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   enqueue a run for the workers
                    [--budget-tokens <n>] [--budget-usd <x>]   stop the run before it spends more (run and start)
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
