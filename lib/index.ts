@@ -10,6 +10,7 @@ export { InvalidInputError, PermanentError, StepwiseError, ToolError, TransientE
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';
 export { handleDelivery } from './engine/handle-message.ts';
+export type { Handled } from './engine/handle-message.ts';
 export { startRun } from './engine/start.ts';
 export { cancelRun } from './engine/operate/cancel.ts';
 export { forkRun } from './engine/operate/fork.ts';
@@ -21,3 +22,4 @@ export type { Model, ModelReply, ModelRequest } from './ports.ts';
 export { requestApproval, sleepUntil, waitForEvent } from './waits/tools.ts';
 export type { ApprovalToolOptions, EventToolOptions, SleepToolOptions } from './waits/tools.ts';
 export type { EventTrigger, IncomingEvent, WaitAnswer } from './core/waits.ts';
+export type { AnswerOutcome } from './waits/answer.ts';

@@ -5,14 +5,13 @@ import { loadAgent, type AgentDefinition } from '../agent.ts';
 import type { EngineDeps } from '../engine/deps.ts';
 import { createLogger } from '../log.ts';
 import { InvalidInputError } from '../core/errors.ts';
-import { apiKeyFromEnv } from '../llm/api-key.ts';
-import { offlineSelection } from '../llm/offline-model.ts';
 import type { Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
 import type { Backend } from './backend.ts';
 
 export { dbPath, openBackend, type Backend, type CliOptions } from './backend.ts';
+export { chooseModel } from '../llm/choose-model.ts';
 
 export const workerId = (): string => `${hostname()}-${process.pid}`;
 
@@ -37,15 +36,6 @@ async function typescriptLoaderFor(path: string): Promise<void> {
   tsxRegistered = true;
 }
 let tsxRegistered = false;
-
-/**
- * The model for a run: Claude with an API key, else the agent's offline model, labelled as such. The
- * Anthropic SDK (behind select-model.ts) is imported only when there is a key.
- */
-export async function chooseModel(agent: AgentDefinition): Promise<{ model: Model; label: string }> {
-  if (!apiKeyFromEnv()) return offlineSelection(agent);
-  return (await import('../llm/select-model.ts')).selectModel(agent);
-}
 
 /** What operating runs by hand needs (show, fork, retry, cancel): the ports, no agent, no model. */
 export function operateDeps(runtime: Backend): OperateDeps {

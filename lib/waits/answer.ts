@@ -1,5 +1,5 @@
 import { decodeState } from '../core/codec.ts';
-import { StaleVersionError } from '../core/errors.ts';
+import { InvalidInputError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
 import { answerFits, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
@@ -85,4 +85,23 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
       throw error;
     }
   }
+}
+
+/**
+ * Answers a run's open approval, as its page would: as `by`, else the wait's first approver (whoever can
+ * call this owns the store). A run that is unknown, not waiting, or waiting for something else is an
+ * InvalidInputError (UnknownRunError) that says which, and changes nothing.
+ */
+export async function answerApproval(
+  deps: AnswerDeps, runId: string, input: { decision: 'approve' | 'reject'; by?: string; comment?: string },
+): Promise<AnswerOutcome> {
+  const stored = await deps.store.load(runId);
+  if (!stored) throw new UnknownRunError(runId);
+  const wait = decodeState(stored).wait;
+  if (stored.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
+  if (wait.kind !== 'approval') throw new InvalidInputError(`run ${runId} waits for ${wait.kind === 'event' ? `event ${wait.event?.type}/${wait.event?.key}` : 'a time'}, not an approval`);
+  return answerWait(deps, {
+    runId, waitId: wait.id,
+    answer: { kind: input.decision === 'approve' ? 'approved' : 'rejected', by: input.by ?? wait.approvers?.[0] ?? '', ...(input.comment ? { comment: input.comment } : {}) },
+  });
 }

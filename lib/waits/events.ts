@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import * as z from 'zod';
 import { InvalidInputError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
@@ -31,6 +32,14 @@ export const eventInputSchema = z.object({
   payload: z.unknown().optional(),
 }).strict();
 export type EventInput = z.infer<typeof eventInputSchema>;
+
+/** An event from outside (the CLI, a program), checked by the API's rules; without an id it gets a random one. */
+export function checkEvent(input: { type: string; key: string; payload?: unknown; id?: string }): EventInput & { id: string } {
+  const parsed = eventInputSchema.safeParse(input);
+  // A type or key no wait can name would be kept a day and match nothing: refused here instead.
+  if (!parsed.success) throw new InvalidInputError(`invalid event: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  return { ...parsed.data, id: parsed.data.id ?? randomUUID() };
+}
 
 export interface EmitDeps extends AnswerDeps {
   events: EventBuffer;

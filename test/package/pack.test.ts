@@ -133,6 +133,32 @@ describe('the packed package', () => {
     expect(internal.err).toContain('ERR_PACKAGE_PATH_NOT_EXPORTED');
   });
 
+  it("runs the README's embedding example from the package, twice, with one run and one step to show for it", () => {
+    // The example as the README has it, in an ES module project beside the app (top-level await).
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('### In a program of your own'));
+    const example = /```ts\n([\s\S]*?)```/.exec(section)![1]!;
+    const embed = join(app, 'embed');
+    mkdirSync(embed, { recursive: true });
+    writeFileSync(join(embed, 'package.json'), JSON.stringify({ name: 'embed', type: 'module', private: true }));
+    writeFileSync(join(embed, 'agent.ts'), AGENT);
+    writeFileSync(join(embed, 'main.ts'), example);
+    writeFileSync(join(embed, 'tsconfig.json'), JSON.stringify({
+      compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, allowImportingTsExtensions: true, types: ['node'] },
+      files: ['main.ts'],
+    }));
+    const types = run(process.execPath, [TSC, '-p', 'tsconfig.json'], embed);
+    expect(types.out + types.err).toBe('');
+    for (let round = 0; round < 2; round += 1) {
+      const r = run(process.execPath, ['--import', 'tsx', 'main.ts'], embed);
+      expect(r.code, said(r.err)).toBe(0);
+      expect(r.out.trim()).toBe('completed greeted once');
+    }
+    const status = run(bin, ['status', 'copy-1', '--json', '--db', join(embed, 'runs.db')]);
+    expect(status.code, said(status.err)).toBe(0);
+    expect(JSON.parse(status.out)).toMatchObject({ runId: 'copy-1', agent: 'packed', status: 'completed', step: 1 });
+  });
+
   it('synthesizes a CDK app that uses the construct from stepwise/cdk', () => {
     writeFileSync(join(app, 'cdk-app.ts'), `import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';

@@ -1,11 +1,9 @@
-import { randomUUID } from 'node:crypto';
-import { decodeState } from '../../core/codec.ts';
-import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
+import { InvalidInputError } from '../../core/errors.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
-import { answerWait, type AnswerOutcome } from '../../waits/answer.ts';
-import { emitEvent, eventInputSchema } from '../../waits/events.ts';
+import { answerApproval, type AnswerOutcome } from '../../waits/answer.ts';
+import { checkEvent, emitEvent } from '../../waits/events.ts';
 import { openBackend, workerId, type CliOptions } from '../context.ts';
 
 export interface AnswerOptions extends CliOptions {
@@ -19,16 +17,7 @@ export async function answerCommand(decision: 'approve' | 'reject', runId: strin
   if (!runId) throw new InvalidInputError(`usage: stepwise ${decision} <runId> [--comment text] [--as approver]`);
   const backend = await openBackend(options, ['table', 'queue']);
   try {
-    const stored = await backend.store.load(runId);
-    if (!stored) throw new UnknownRunError(runId);
-    const wait = decodeState(stored).wait;
-    if (stored.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
-    if (wait.kind !== 'approval') throw new InvalidInputError(`run ${runId} waits for ${wait.kind === 'event' ? `event ${wait.event?.type}/${wait.event?.key}` : 'a time'}, not an approval`);
-    const by = options.as ?? wait.approvers?.[0] ?? '';
-    const outcome = await answerWait(cliDeps(backend), {
-      runId, waitId: wait.id,
-      answer: { kind: decision === 'approve' ? 'approved' : 'rejected', by, ...(options.comment ? { comment: options.comment } : {}) },
-    });
+    const outcome = await answerApproval(cliDeps(backend), runId, { decision, ...(options.as ? { by: options.as } : {}), ...(options.comment ? { comment: options.comment } : {}) });
     out(describe(outcome, decision));
     return outcome.outcome === 'resumed' ? 0 : 1;
   } finally {
@@ -52,10 +41,7 @@ export async function emitCommand(args: string[], options: EmitOptions, out: (li
       throw new InvalidInputError(`the payload is not valid JSON: ${json.slice(0, 80)}`);
     }
   }
-  // The API's rules: a type or key no wait can name would be kept a day and match nothing.
-  const parsed = eventInputSchema.safeParse({ type, key, payload, id: options.id ?? randomUUID() });
-  if (!parsed.success) throw new InvalidInputError(`invalid event: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
-  const event = { ...parsed.data, id: parsed.data.id! };
+  const event = checkEvent({ type, key, payload, ...(options.id ? { id: options.id } : {}) });
   const backend = await openBackend(options, ['table', 'queue']);
   try {
     const result = await emitEvent(

@@ -1,11 +1,11 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import { decodeState } from '../../core/codec.ts';
 import { isTerminal } from '../../core/state.ts';
-import type { CheckpointStore } from '../../ports.ts';
 import { startRun } from '../../engine/start.ts';
-import { runWorker } from '../../engine/worker-loop.ts';
+import { openLocalEngine } from '../../local/engine.ts';
+import type { CheckpointStore } from '../../ports.ts';
 import { backendKind } from '../backend.ts';
-import { chooseModel, engineDeps, openBackend, requireAgent } from '../context.ts';
+import { dbPath, requireAgent } from '../context.ts';
 import { progressLine } from '../progress.ts';
 import type { StartOptions } from './start.ts';
 
@@ -18,46 +18,38 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
     throw new InvalidInputError('`stepwise run` works a run in this process on the local backend; with --backend aws use `stepwise start` and `stepwise worker`');
   }
   const agent = await requireAgent(options);
-  const { model, label } = await chooseModel(agent);
-  const runtime = await openBackend(options);
-  const local = runtime.local!;
-  const deps = engineDeps(runtime, agent, model);
+  const engine = await openLocalEngine(agent, { dbPath: dbPath(options) });
   try {
-    out(`model: ${label}`);
-    const started = await startRun(deps, { goal: await goalOf(runtime.store, options), ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) });
+    out(`model: ${engine.modelLabel}`);
+    const started = await startRun(engine.deps, { goal: await goalOf(engine.runtime.store, options), ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) });
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
-    const stop = new AbortController();
     // Ctrl-C or a supervisor's SIGTERM: the step in hand finishes and is checkpointed, as a worker's does.
+    const stop = new AbortController();
     let interrupted: string | undefined;
     const onSignal = (signal: NodeJS.Signals) => { interrupted = signal; stop.abort(); };
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
-    // Another worker may finish the run; watch the store so this loop never waits forever.
-    const watch = setInterval(() => {
-      void runtime.store.load(started.runId).then((s) => { if (!s || s.status !== 'running') stop.abort(); });
-    }, 500);
+    let final;
     try {
-      await runWorker(deps, local.queue.forRun(started.runId), {
-        signal: stop.signal, waitMs: 250,
+      final = await engine.work(started.runId, {
+        signal: stop.signal,
         ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
         onHandled: (handled) => {
           const line = progressLine(handled);
           if (line) out(line);
-          return handled.action === 'ack' && handled.outcome?.kind === 'advanced' && handled.outcome.state.status !== 'running';
         },
       });
     } finally {
-      clearInterval(watch);
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
     }
-    const final = await runtime.store.load(started.runId);
-    const resume = interrupted && final?.status === 'running'
+    const { status } = final.state;
+    const resume = interrupted && status === 'running'
       ? ` (stopped by ${interrupted} after the step in hand; \`stepwise run --agent ${options.agent ?? '<path>'} --run-id ${started.runId}\` or a worker continues it)` : '';
-    out(`run ${started.runId}: ${final?.status} at version ${final?.version}${resume}`);
-    return final && isTerminal(final.status) && final.status !== 'completed' ? 1 : 0;
+    out(`run ${started.runId}: ${status} at version ${final.version}${resume}`);
+    return isTerminal(status) && status !== 'completed' ? 1 : 0;
   } finally {
-    runtime.close();
+    engine.close();
   }
 }
 

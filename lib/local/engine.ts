@@ -1,0 +1,99 @@
+import { hostname } from 'node:os';
+import type { AgentDefinition } from '../agent.ts';
+import { decodeState } from '../core/codec.ts';
+import { UnknownRunError } from '../core/errors.ts';
+import type { RunState } from '../core/state.ts';
+import type { EngineDeps } from '../engine/deps.ts';
+import type { Handled } from '../engine/handle-message.ts';
+import { runWorker } from '../engine/worker-loop.ts';
+import { chooseModel } from '../llm/choose-model.ts';
+import { createLogger, type Logger } from '../log.ts';
+import { systemClock, type Model } from '../ports.ts';
+import { CODE_VERSION } from '../version.ts';
+import { DEFAULT_DB_PATH } from './paths.ts';
+import { openLocalRuntime, type LocalRuntime } from './runtime.ts';
+import { answerApproval, type AnswerOutcome } from '../waits/answer.ts';
+import { checkEvent, emitEvent } from '../waits/events.ts';
+import { localWaitServices } from './wait-services.ts';
+
+export interface LocalEngineOptions {
+  /** The SQLite file (default .stepwise/stepwise.db); approval emails go to `outbox/` beside it. */
+  dbPath?: string;
+  /** Default: Claude when ANTHROPIC_API_KEY is set, else the agent's offlineModel(). */
+  model?: Model;
+  /** Names this process in checkpoints and logs (default host-pid). */
+  workerId?: string;
+  /** Default: JSON lines on stderr at info (STEPWISE_LOG_LEVEL, STEPWISE_LOG_FORMAT). */
+  log?: Logger;
+}
+
+export interface LocalEngine {
+  /** What every engine function takes: `startRun(engine.deps, { goal })`, `runWorker(engine.deps, engine.runtime.queue)`. */
+  deps: EngineDeps;
+  runtime: LocalRuntime;
+  /** Which model runs and why, in one line (`offline scripted model ...` or `Anthropic claude-... (key from ...)`). */
+  modelLabel: string;
+  /**
+   * Works one run in this process, a step per message, until it ends, waits or `signal` aborts; other
+   * processes on the same file may share its steps. Resolves with the run as it then stands.
+   */
+  work(runId: string, options?: { signal?: AbortSignal; onHandled?: (handled: Handled) => void; visibilityMs?: number }): Promise<{ version: number; state: RunState }>;
+  /** Answers a run's open approval, as its emailed page would (as `by`, else the wait's first approver). */
+  answer(runId: string, input: { decision: 'approve' | 'reject'; by?: string; comment?: string }): Promise<AnswerOutcome>;
+  /** An event for the runs waiting on its type and key (kept a while for a wait that begins soon). */
+  emit(event: { type: string; key: string; payload?: unknown; id?: string }): Promise<{ eventId: string; fresh: boolean; resumed: string[] }>;
+  close(): void;
+}
+
+/** The engine on the embedded SQLite runtime, for a program of your own: what `stepwise run` is built on. */
+export async function openLocalEngine(agent: AgentDefinition, options: LocalEngineOptions = {}): Promise<LocalEngine> {
+  const { model, label } = options.model ? { model: options.model, label: `model "${options.model.name}" given by the program` } : await chooseModel(agent);
+  const dbPath = options.dbPath ?? DEFAULT_DB_PATH;
+  const runtime = openLocalRuntime({ dbPath });
+  const deps: EngineDeps = {
+    store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
+    model, agent, clock: systemClock, workerId: options.workerId ?? `${hostname()}-${process.pid}`, codeVersion: CODE_VERSION,
+    log: options.log ?? createLogger(), waits: localWaitServices(runtime, dbPath),
+  };
+  return {
+    deps, runtime, modelLabel: label,
+    work: (runId, workOptions = {}) => workRun(deps, runtime, runId, workOptions),
+    answer: (runId, input) => answerApproval(deps, runId, input),
+    emit: async (input) => {
+      const result = await emitEvent({ ...deps, events: runtime.events, waitingFor: (t, k) => runtime.store.waitingFor(t, k) }, checkEvent(input));
+      return { eventId: result.event.id, fresh: result.fresh, resumed: result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) };
+    },
+    close: () => runtime.close(),
+  };
+}
+
+async function workRun(
+  deps: EngineDeps, runtime: LocalRuntime, runId: string,
+  options: { signal?: AbortSignal; onHandled?: (handled: Handled) => void; visibilityMs?: number },
+): Promise<{ version: number; state: RunState }> {
+  if (!(await runtime.store.load(runId))) throw new UnknownRunError(runId);
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  if (options.signal?.aborted) stop.abort();
+  // Another worker may finish the run, or answer its last step: watch the store so this never waits forever.
+  const watch = setInterval(() => {
+    void runtime.store.load(runId).then((s) => { if (!s || s.status !== 'running') stop.abort(); }, () => undefined);
+  }, 500);
+  try {
+    await runWorker(deps, runtime.queue.forRun(runId), {
+      signal: stop.signal, waitMs: 250,
+      ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
+      onHandled: (handled) => {
+        options.onHandled?.(handled);
+        return handled.action === 'ack' && handled.outcome?.kind === 'advanced' && handled.outcome.state.status !== 'running';
+      },
+    });
+  } finally {
+    clearInterval(watch);
+    options.signal?.removeEventListener('abort', onAbort);
+  }
+  const stored = await runtime.store.load(runId);
+  if (!stored) throw new UnknownRunError(runId);
+  return { version: stored.version, state: decodeState(stored) };
+}

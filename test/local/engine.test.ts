@@ -1,0 +1,91 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import * as z from 'zod';
+import { defineAgent, InvalidInputError, requestApproval, startRun, tool, waitForEvent, type Model, type ModelReply } from '../../lib/index.ts';
+import { openLocalEngine, type LocalEngine } from '../../lib/local.ts';
+import { tempDb } from '../support/harness.ts';
+
+/** Only the public entry points, as a program embedding stepwise would use them. */
+const calls: string[] = [];
+const scripted = (): Model => ({
+  name: 'embedded-scripted',
+  decide: async (request): Promise<ModelReply> => {
+    const replies: ModelReply[] = [
+      { kind: 'tool', tool: 'copy_rows', input: { table: 'orders' } },
+      { kind: 'tool', tool: 'request_approval', input: { request: 'Drop the old orders table' } },
+      { kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key: 'order-7' } },
+    ];
+    return replies[request.step - 1] ?? { kind: 'done', summary: 'copied, approved, paid' };
+  },
+});
+const agent = defineAgent({
+  name: 'embedded',
+  offlineModel: scripted,
+  tools: [
+    tool({ name: 'copy_rows', description: 'Copy rows.', input: z.object({ table: z.string() }), sideEffect: true, run: (input, ctx) => { calls.push(ctx.idempotencyKey); return `copied ${input.table}`; } }),
+    requestApproval({ approvers: ['ops@example.com'] }),
+    waitForEvent({ types: ['order.paid'] }),
+  ],
+});
+
+const quiet = pino({ level: 'silent' });
+const cleanups: (() => void)[] = [];
+afterEach(() => { for (const c of cleanups.splice(0)) c(); calls.length = 0; });
+async function open(options: { model?: Model } = {}): Promise<{ engine: LocalEngine; dir: string }> {
+  const db = tempDb();
+  const engine = await openLocalEngine(agent, { dbPath: db.path, log: quiet, ...options });
+  cleanups.push(() => { engine.close(); db.cleanup(); });
+  return { engine, dir: join(db.path, '..') };
+}
+
+describe('openLocalEngine: the engine embedded in a program', () => {
+  it('works a run through an approval and an event to the end, each answered by the program', async () => {
+    const { engine, dir } = await open();
+    expect(engine.modelLabel).toBe('offline scripted model "embedded-scripted" of agent embedded, not Claude (set ANTHROPIC_API_KEY to use Claude)');
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders', runId: 'emb-1' });
+
+    const steps: number[] = [];
+    let now = await engine.work(runId, { onHandled: (h) => { if (h.action === 'ack' && h.outcome?.kind === 'advanced') steps.push(h.outcome.state.step); } });
+    expect(now.state.status).toBe('waiting');
+    expect(now.state.wait).toMatchObject({ kind: 'approval', step: 2, approvers: ['ops@example.com'], request: 'Drop the old orders table' });
+    expect(steps).toEqual([1, 1]);
+    // The approval email is beside the database, as for `stepwise run`.
+    expect(readdirSync(join(dir, 'outbox')).filter((f) => f.endsWith('.eml'))).toHaveLength(1);
+
+    expect(await engine.answer(runId, { decision: 'approve', comment: 'go' })).toMatchObject({ outcome: 'resumed', answer: { kind: 'approved', by: 'ops@example.com', comment: 'go' } });
+    await expect(engine.answer(runId, { decision: 'approve' })).rejects.toThrow(new InvalidInputError('run emb-1 is not waiting (it is running)'));
+
+    now = await engine.work(runId);
+    expect(now.state.wait).toMatchObject({ kind: 'event', event: { type: 'order.paid', key: 'order-7' } });
+    await expect(engine.answer(runId, { decision: 'reject' })).rejects.toThrow('run emb-1 waits for event order.paid/order-7, not an approval');
+    await expect(engine.emit({ type: 'order.paid', key: 'order 7' })).rejects.toThrow('invalid event: key: a correlation key is 1-256 letters');
+    expect(await engine.emit({ type: 'order.paid', key: 'order-7', id: 'evt-7', payload: { amount: 12 } })).toEqual({ eventId: 'evt-7', fresh: true, resumed: ['emb-1'] });
+    expect(await engine.emit({ type: 'order.paid', key: 'order-7', id: 'evt-7', payload: { amount: 12 } })).toEqual({ eventId: 'evt-7', fresh: false, resumed: [] });
+
+    now = await engine.work(runId);
+    expect(now.state).toMatchObject({ status: 'completed', step: 3, summary: 'copied, approved, paid' });
+    expect(now.state.steps.map((s) => s.tool)).toEqual(['copy_rows', 'request_approval', 'wait_for_event']);
+    expect(JSON.parse(now.state.steps[2]!.result.text)).toMatchObject({ id: 'evt-7', payload: { amount: 12 } });
+    expect(calls).toEqual(['emb-1/step-1']);
+  });
+
+  it('stops before a step when its signal is aborted, and the run continues from there on the next work', async () => {
+    const { engine } = await open();
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
+    const stop = new AbortController();
+    stop.abort();
+    const stopped = await engine.work(runId, { signal: stop.signal });
+    expect({ status: stopped.state.status, version: stopped.version, steps: stopped.state.steps.length }).toEqual({ status: 'running', version: 1, steps: 0 });
+    expect((await engine.work(runId)).state).toMatchObject({ status: 'waiting', step: 1 });
+    expect(calls).toHaveLength(1);
+  });
+
+  it('takes a model from the program, and refuses an unknown run', async () => {
+    const { engine, dir } = await open({ model: scripted() });
+    expect(engine.modelLabel).toBe('model "embedded-scripted" given by the program');
+    await expect(engine.work('no-such-run')).rejects.toThrow('unknown run: no-such-run');
+    expect(existsSync(join(dir, 'outbox'))).toBe(false);
+  });
+});
