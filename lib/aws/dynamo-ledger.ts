@@ -2,6 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { DeleteCommand, PutCommand, UpdateCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
+import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
@@ -86,7 +87,10 @@ export class DynamoLedger implements IdempotencyLedger {
       await this.release(itemKey, token).catch(() => undefined);
       throw error;
     }
-    return this.complete(itemKey, argsHash, token, result);
+    const { json, unstorable } = storableResult(key, result);
+    const kept = await this.complete(itemKey, argsHash, token, result, json);
+    if (unstorable) throw unstorable;
+    return kept;
   }
 
   private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number): Promise<{ done: true; result: T } | { done: false }> {
@@ -160,8 +164,8 @@ export class DynamoLedger implements IdempotencyLedger {
   }
 
   /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
-  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T): Promise<T> {
-    const stored = await this.spill.keep('result', JSON.stringify(result ?? null));
+  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T, json: string): Promise<T> {
+    const stored = await this.spill.keep('result', json);
     for (let tries = 0; tries < COMPLETE_TRIES; tries++) {
       const now = this.now;
       const complete = new Expression();

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.ts';
+import { PermanentError, errorMessage } from './errors.ts';
 import { excerpt } from './prompt.ts';
 import type { StepResult } from './state.ts';
 
@@ -15,10 +16,21 @@ export interface ShapedResult {
   blob?: { ref: string; data: Buffer };
 }
 
-export function outputText(output: unknown): string {
+/** A tool's output as stored and shown to the model; throws a PermanentError naming the tool if it is not JSON. */
+export function outputText(output: unknown, tool: string): string {
   if (typeof output === 'string') return output;
   if (output === undefined) return '';
-  return canonicalJson(output);
+  let text: string | undefined;
+  try {
+    text = canonicalJson(output);
+  } catch (error) {
+    // A stack overflow (a value that contains itself, or nests past the stack) or a BigInt.
+    const why = error instanceof RangeError ? 'it refers to itself, or is nested too deeply' : errorMessage(error);
+    throw new PermanentError(`tool ${tool} returned a value that cannot be stored as JSON (${why}); return plain data`);
+  }
+  // JSON.stringify writes nothing for a function or a symbol.
+  if (text === undefined) throw new PermanentError(`tool ${tool} returned a ${typeof output}, which cannot be stored as JSON; return plain data`);
+  return text;
 }
 
 export function shapeResult(text: string, ok: boolean, inlineLimit = DEFAULT_INLINE_LIMIT): ShapedResult {

@@ -207,7 +207,15 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   if (deps.probe) await deps.probe('C4', { runId, step: n });
   if (isWaitRequest(output)) return beginWaitStep(deps, state, base, decision, output);
 
-  const shaped = shapeResult(outputText(output), ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
+  let text: string;
+  try {
+    text = outputText(output, tool.name);
+  } catch (error) {
+    // The tool's own bug, the same on every try: the run fails with it at once, where a crash would be
+    // redelivered until the worker counted as crashing (and a side effect without once() re-run each time).
+    return commit(deps, base, recordFailure(state, error, now(), usageOnly(uncounted)));
+  }
+  const shaped = shapeResult(text, ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
   // A store whose database holds the blobs writes this one in the checkpoint's transaction (CheckpointStore
   // .carriesBlobs): a crash at C5 then leaves no blob at all, not even an orphan.
   const carried = shaped.blob && deps.store.carriesBlobs ? [shaped.blob] : undefined;

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
+import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/record-formats.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
@@ -67,9 +68,12 @@ export class SqliteLedger implements IdempotencyLedger {
     // The effect happened and its holder lives: a completion refused because another process held the
     // file locked past the busy timeout is tried again, or the step's next attempt would run the effect a
     // second time once the lease ran out. Each try reads the key afresh, so a takeover meanwhile is seen.
+    const { json, unstorable } = storableResult(key, result);
     for (let tries = 1; ; tries++) {
       try {
-        return this.complete(key, argsHash, owner, result);
+        const kept = this.complete(key, argsHash, owner, result, json);
+        if (unstorable) throw unstorable;
+        return kept;
       } catch (error) {
         if (!isBusy(error) || tries >= COMPLETE_TRIES) throw error;
         await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** tries));
@@ -98,10 +102,9 @@ export class SqliteLedger implements IdempotencyLedger {
   }
 
   /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
-  private complete<T>(key: string, argsHash: string, owner: string, result: T): T {
+  private complete<T>(key: string, argsHash: string, owner: string, result: T, json: string): T {
     return immediate(this.db, () => {
       const now = this.clock.now();
-      const json = JSON.stringify(result ?? null);
       const row = this.row(key);
       if (!row) {
         // Nobody holds the key (it was taken over, then released): the effect happened all the same.

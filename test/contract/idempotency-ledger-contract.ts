@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { IdempotencyInProgressError, IdempotencyKeyReuseError, InvalidInputError, NewerFormatError } from '../../lib/core/errors.ts';
+import { IdempotencyInProgressError, IdempotencyKeyReuseError, InvalidInputError, NewerFormatError, PermanentError } from '../../lib/core/errors.ts';
 import type { IdempotencyLedger } from '../../lib/ports.ts';
 import { ManualClock } from '../support/manual-clock.ts';
 
@@ -61,6 +61,24 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       const effect = async () => ({ rows: ++applied });
       expect(await ledger.once(key, { batch: 1 }, effect)).toEqual({ rows: 1 });
       expect(await worker(clock).once(key, { batch: 1 }, effect)).toEqual({ rows: 1 });
+      expect(applied).toBe(1);
+    });
+
+    it.each([
+      ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'Converting circular structure to JSON'],
+      ['holds a BigInt', () => ({ rows: 10n }), 'Do not know how to serialize a BigInt'],
+      ['is a function', () => () => 1, 'it is a function'],
+    ])('an effect whose result %s fails with the reason, and its key is completed: it never runs again', async (_what, result, why) => {
+      const clock = new ManualClock();
+      const key = uniqueKey('unstorable');
+      let applied = 0;
+      const effect = async () => { applied++; return result(); };
+      const error = await worker(clock).once(key, { batch: 1 }, effect).then(() => undefined, (e: unknown) => e);
+      expect(error).toBeInstanceOf(PermanentError);
+      expect((error as Error).message).toBe(`the effect under ${key} ran, but its result cannot be stored as JSON (${why}): it is kept as null and will not run again under this key; return plain data from it`);
+      // The next try, with the lease long gone: the result on record, not a second run.
+      clock.advance(LEASE_MS * 3);
+      expect(await worker(clock).once(key, { batch: 1 }, effect)).toBeNull();
       expect(applied).toBe(1);
     });
 

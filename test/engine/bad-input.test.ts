@@ -6,6 +6,7 @@ import { MAX_GOAL_BYTES } from '../../lib/core/state.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { startRun } from '../../lib/engine/start.ts';
+import { retryRun } from '../../lib/engine/operate/retry.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -185,6 +186,47 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(state).toMatchObject({ status: 'completed', step: 2, failures: 0 });
     expect(state.steps[0]!.result).toEqual({ ok: false, text: 'row 1 is odd: table rows must be even', bytes: 37 });
     expect(model.requests[1]!.prompt).toContain('1. write_row {"row":1} -> error: row 1 is odd');
+  });
+
+  it.each([
+    ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'tool write_row returned a value that cannot be stored as JSON (it refers to itself, or is nested too deeply); return plain data'],
+    ['holds a BigInt', () => ({ rows: 10n }), 'tool write_row returned a value that cannot be stored as JSON (Do not know how to serialize a BigInt); return plain data'],
+    ['is a function', () => () => 1, 'tool write_row returned a function, which cannot be stored as JSON; return plain data'],
+    ['is a symbol', () => Symbol('row'), 'tool write_row returned a symbol, which cannot be stored as JSON; return plain data'],
+  ])('a tool output that %s fails the run at once with the reason, its effect run once (not a crash redelivered)', async (_what, output, reason) => {
+    let calls = 0;
+    const agent = defineAgent({
+      name: 'odd-output', tools: [tool({ name: 'write_row', description: 'returns what JSON cannot hold', input: z.object({ row: z.number() }), sideEffect: true, run: () => { calls += 1; return output(); } })],
+    });
+    const { deps, runtime, clock } = setup(writeRowsScript(2), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'failed', step: 0, reason: `step 1: ${reason}` });
+    expect(calls).toBe(1);
+    expect(runtime.queue.depth()).toBe(0);
+  });
+
+  it('an effect under ctx.once whose result JSON cannot hold fails the run at once; a retry completes the step without running it again', async () => {
+    let calls = 0;
+    const agent = defineAgent({
+      name: 'odd-once', tools: [tool({
+        name: 'write_row', description: 'an effect returning a BigInt', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (_input, ctx) => ctx.once(async () => { calls += 1; return { rows: 10n }; }),
+      })],
+    });
+    const { deps, runtime, clock } = setup(writeRowsScript(1), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({
+      status: 'failed', step: 0,
+      reason: 'step 1: the effect under run/step-1 ran, but its result cannot be stored as JSON (Do not know how to serialize a BigInt): it is kept as null and will not run again under this key; return plain data from it',
+    });
+    await retryRun(deps, 'run', {});
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 1 });
+    expect(state.steps[0]!.result).toMatchObject({ ok: true, text: 'null' });
+    expect(calls).toBe(1);
   });
 
   it('an oversized tool output is stored by reference and the checkpoint stays small', async () => {

@@ -1,0 +1,24 @@
+import { PermanentError } from './errors.ts';
+
+/**
+ * The text an idempotency ledger keeps for an effect's result. An effect that ran but returned what JSON
+ * cannot hold (a value that refers to itself, a BigInt, a function) is kept as null all the same: the key
+ * is then completed and the effect never runs again under it, where a failed completion would leave the
+ * claim to run out and the next try to apply the effect a second time. `unstorable` says why, for the
+ * step to fail with.
+ */
+export function storableResult(key: string, result: unknown): { json: string; unstorable?: PermanentError } {
+  let json: string | undefined;
+  let why: string | undefined;
+  try {
+    json = JSON.stringify(result ?? null);
+    if (json === undefined) why = `it is a ${typeof result}`;
+  } catch (error) {
+    why = error instanceof RangeError ? 'it is nested too deeply' : String((error as Error)?.message ?? error).split('\n')[0];
+  }
+  if (json !== undefined) return { json };
+  return {
+    json: 'null',
+    unstorable: new PermanentError(`the effect under ${key} ran, but its result cannot be stored as JSON (${why}): it is kept as null and will not run again under this key; return plain data from it`),
+  };
+}
