@@ -79,15 +79,32 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
       throw new InvalidInputError(`agent ${definition.name}: formerNames must be earlier names, not ${JSON.stringify(former)}`);
     }
   }
+  checkSettings(definition);
+  if (!Array.isArray(definition.tools)) throw new InvalidInputError(`agent ${definition.name}: tools must be an array of tool({...})`);
   const seen = new Set<string>();
   for (const t of definition.tools) {
-    if (!TOOL_NAME.test(t.name)) throw new InvalidInputError(`tool name ${JSON.stringify(t.name)} must match ${TOOL_NAME}`);
+    if (!TOOL_NAME.test(t?.name)) throw new InvalidInputError(`tool name ${JSON.stringify(t?.name)} must match ${TOOL_NAME}`);
     if (seen.has(t.name)) throw new InvalidInputError(`tool ${t.name} is defined twice`);
     seen.add(t.name);
+    if (typeof t.input?.safeParse !== 'function') throw new InvalidInputError(`tool ${t.name}: input must be a zod schema (input: z.object({...}))`);
+    if (typeof t.run !== 'function') throw new InvalidInputError(`tool ${t.name}: run must be a function`);
+    // Left out in JavaScript, it would read as false: an effect run again on a retry, with no decision kept.
+    if (typeof t.sideEffect !== 'boolean') throw new InvalidInputError(`tool ${t.name}: sideEffect must be true (it changes something: its decision is kept and it runs under an idempotency key) or false`);
     // Here, not at every step of every run: an input the model cannot be sent would fail them all.
     toolSpec(t);
   }
   return definition;
+}
+
+/** Settings that would fail every run of the agent are refused when it loads, naming the agent. */
+function checkSettings(definition: AgentDefinition): void {
+  const { stepCap, inlineLimit } = definition.settings ?? {};
+  if (stepCap !== undefined && !(Number.isInteger(stepCap) && stepCap >= 1)) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.stepCap must be a whole number from 1, got ${stepCap}`);
+  }
+  if (inlineLimit !== undefined && !(Number.isInteger(inlineLimit) && inlineLimit >= 0)) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.inlineLimit must be a whole number of bytes from 0, got ${inlineLimit}`);
+  }
 }
 
 /** The run agents this agent's workers work: its name, then its former names. */

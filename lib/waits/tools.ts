@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import type { ToolDefinition } from '../agent.ts';
-import { DEFAULT_WAIT_MS, EVENT_NAME, MAX_WAIT_MS, WaitRequest } from '../core/waits.ts';
+import { InvalidInputError } from '../core/errors.ts';
+import { APPROVER, DEFAULT_WAIT_MS, EVENT_NAME, MAX_WAIT_MS, WaitRequest } from '../core/waits.ts';
 
 /**
  * The wait tools an agent can offer the model. Each is a tool like any other whose `run` returns a
@@ -17,8 +18,22 @@ export interface ApprovalToolOptions {
   description?: string;
 }
 
+/**
+ * The agent's own settings are checked when it loads: a wait that could never begin would become an error
+ * result when the model asks for it, and a model refused an approval might go on without one.
+ */
+function checkDuration(what: string, ms: number | undefined): void {
+  if (ms !== undefined && !(Number.isFinite(ms) && ms >= 1 && ms <= MAX_WAIT_MS)) {
+    throw new InvalidInputError(`${what} must be from 1 ms to ${MAX_WAIT_MS / 86_400_000} days (in ms), got ${ms}`);
+  }
+}
+
 export function requestApproval(options: ApprovalToolOptions): ToolDefinition<{ request: string; details?: string }> {
-  const approvers = [...options.approvers];
+  const approvers = [...(options.approvers ?? [])];
+  if (!approvers.length) throw new InvalidInputError('requestApproval needs at least one approver (approvers: ["ops@example.com"])');
+  const bad = approvers.find((a) => typeof a !== 'string' || !APPROVER.test(a));
+  if (bad !== undefined) throw new InvalidInputError(`requestApproval: approver ${JSON.stringify(bad)} is not an email address`);
+  checkDuration('requestApproval timeoutMs', options.timeoutMs);
   const timeoutMs = options.timeoutMs ?? DEFAULT_WAIT_MS.approval;
   return {
     name: options.name ?? 'request_approval',
@@ -44,6 +59,9 @@ export interface EventToolOptions {
 }
 
 export function waitForEvent(options: EventToolOptions = {}): ToolDefinition<{ type: string; key: string; timeoutSeconds?: number }> {
+  const badType = options.types?.find((t) => typeof t !== 'string' || !EVENT_NAME.test(t));
+  if (badType !== undefined) throw new InvalidInputError(`waitForEvent: event type ${JSON.stringify(badType)} must match ${EVENT_NAME}`);
+  checkDuration('waitForEvent maxTimeoutMs', options.maxTimeoutMs);
   const max = Math.min(options.maxTimeoutMs ?? DEFAULT_WAIT_MS.event, MAX_WAIT_MS);
   const type = options.types?.length
     ? z.enum(options.types as [string, ...string[]])
@@ -69,6 +87,7 @@ export interface SleepToolOptions {
 }
 
 export function sleepUntil(options: SleepToolOptions = {}): ToolDefinition<{ until?: string; seconds?: number }> {
+  checkDuration('sleepUntil maxMs', options.maxMs);
   const max = Math.min(options.maxMs ?? DEFAULT_WAIT_MS.sleep, MAX_WAIT_MS);
   return {
     name: options.name ?? 'sleep_until',

@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool, type ToolDefinition } from '../../lib/agent.ts';
+import { InvalidInputError } from '../../lib/core/errors.ts';
+
+const echo = tool({ name: 'echo', description: 'Echo.', input: z.object({ text: z.string() }), sideEffect: false, run: ({ text }) => text });
+const agentWith = (overrides: Record<string, unknown>) => () => defineAgent({ name: 'a', tools: [echo], ...overrides } as never);
+
+describe('defineAgent refuses, when the agent loads, what would fail every run', () => {
+  it.each([
+    ['no name', { name: '' }, 'an agent needs a name'],
+    ['tools that are not an array', { tools: echo }, 'agent a: tools must be an array of tool({...})'],
+    ['a tool twice', { tools: [echo, echo] }, 'tool echo is defined twice'],
+    ['a tool name the API refuses', { tools: [{ ...echo, name: 'has space' }] }, 'tool name "has space" must match'],
+    ['a tool without an input schema', { tools: [{ ...echo, input: undefined }] }, 'tool echo: input must be a zod schema (input: z.object({...}))'],
+    ['a tool input that is not an object', { tools: [{ ...echo, input: z.string() }] }, 'tool echo: its input must be an object schema (z.object), not "string"'],
+    ['a tool without run', { tools: [{ ...echo, run: 'echo' }] }, 'tool echo: run must be a function'],
+    ['a tool that does not say whether it has a side effect (JavaScript)', { tools: [{ ...echo, sideEffect: undefined }] }, 'tool echo: sideEffect must be true (it changes something'],
+    ['a step cap of 0', { settings: { stepCap: 0 } }, 'agent a: settings.stepCap must be a whole number from 1, got 0'],
+    ['a fractional step cap', { settings: { stepCap: 2.5 } }, 'agent a: settings.stepCap must be a whole number from 1, got 2.5'],
+    ['a negative inline limit', { settings: { inlineLimit: -1 } }, 'agent a: settings.inlineLimit must be a whole number of bytes from 0, got -1'],
+  ])('%s', (_what, overrides, message) => {
+    expect(agentWith(overrides)).toThrow(InvalidInputError);
+    expect(agentWith(overrides)).toThrow(message);
+  });
+
+  it('takes the settings at their edges: a cap of 1, every output by reference', () => {
+    const agent = defineAgent({ name: 'a', tools: [echo as ToolDefinition], settings: { stepCap: 1, inlineLimit: 0 } });
+    expect(agent.settings).toEqual({ stepCap: 1, inlineLimit: 0 });
+  });
+});
