@@ -193,8 +193,18 @@ export async function runCli(): Promise<void> {
     // Bad input is the user's to fix: a one-line message and exit code 2. Anything else is ours: exit 1.
     const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
     const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
-    // One line, whatever the message: parseArgs and tsx write theirs over several.
-    process.stderr.write(`stepwise: ${String((error as Error)?.message ?? error).trim().replace(/\s*\n\s*/g, ' ')}\n`);
+    process.stderr.write(`stepwise: ${cliErrorLine(error)}\n`);
     process.exitCode = userError || parseError ? 2 : 1;
   }
+}
+
+/** The one line the CLI prints for an error that stops a command. */
+export function cliErrorLine(error: unknown): string {
+  // One line, whatever the message: parseArgs and tsx write theirs over several.
+  const line = String((error as Error)?.message ?? error).trim().replace(/\s*\n\s*/g, ' ');
+  // SQLite's own words name neither the file nor what to do; nothing is lost, and that is worth saying.
+  if ((error as { code?: unknown })?.code === 'SQLITE_FULL') {
+    return `${line}: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint`;
+  }
+  return line;
 }

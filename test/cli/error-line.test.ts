@@ -1,0 +1,30 @@
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { cliErrorLine } from '../../lib/cli/main.ts';
+import { tempDb } from '../support/harness.ts';
+
+const db = tempDb();
+afterAll(() => db.cleanup());
+
+describe('the line the CLI prints for an error', () => {
+  it('folds a message over several lines into one', () => {
+    expect(cliErrorLine(new Error('Transform failed with 1 error:\n  agent.ts:3:1: ERROR: Unexpected "}"\n'))).toBe('Transform failed with 1 error: agent.ts:3:1: ERROR: Unexpected "}"');
+  });
+
+  it("says what to do when the database's disk is full, and that nothing is lost", () => {
+    // A real SQLITE_FULL, from a file capped at a few pages.
+    const full = new Database(db.path);
+    full.exec('CREATE TABLE t (x TEXT)');
+    full.pragma('max_page_count = 3');
+    let error: unknown;
+    try {
+      full.prepare('INSERT INTO t VALUES (?)').run('x'.repeat(100_000));
+    } catch (e) {
+      error = e;
+    } finally {
+      full.close();
+    }
+    expect((error as { code: string }).code).toBe('SQLITE_FULL');
+    expect(cliErrorLine(error)).toBe('database or disk is full: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint');
+  });
+});
