@@ -11,6 +11,9 @@ export interface ReadOptions extends CliOptions {
   status?: string;
 }
 
+/** The most runs the table shows (GET /runs pages through them all). */
+export const RUNS_SHOWN = 1000;
+
 // The state schemas (and zod) load only to read a run's state or check --status: a table of runs needs
 // neither, and is the command people run most.
 const codec = () => import('../../core/codec.ts');
@@ -25,8 +28,16 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
         if (!RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
       }
       const { listRuns } = await import('../../engine/operate/list.ts');
-      const runs = await listRuns(runtime.store, { ...(options.status ? { status: options.status as RunStatus } : {}), limit: 1000 });
+      // One more than shown, to know whether there are more.
+      const listed = await listRuns(runtime.store, { ...(options.status ? { status: options.status as RunStatus } : {}), limit: RUNS_SHOWN + 1 });
+      const runs = listed.slice(0, RUNS_SHOWN);
       out(options.json ? JSON.stringify(runs, null, 2) : runs.length ? runsTable(runs) : 'no runs');
+      if (listed.length > RUNS_SHOWN) {
+        const note = `the ${RUNS_SHOWN} most recently updated runs${options.status ? ` of status ${options.status}` : ''}; there are more: narrow with --status, or read one with stepwise status <runId>`;
+        // Under --json the note would break the JSON: it goes to stderr there.
+        if (options.json) process.stderr.write(`stepwise: ${note}\n`);
+        else out(`(${note})`);
+      }
       return 0;
     }
     const stored = await runtime.store.load(runId);

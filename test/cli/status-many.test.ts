@@ -1,0 +1,50 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RUNS_SHOWN } from '../../lib/cli/commands/read.ts';
+import { loadAgent } from '../../lib/agent.ts';
+import { startRun } from '../../lib/engine/start.ts';
+import { openLocalEngine } from '../../lib/local/engine.ts';
+import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
+import { tempDb } from '../support/harness.ts';
+
+const AGENT = join(ROOT, 'test/support/process-agent.ts');
+const db = tempDb();
+const env = { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'warn' };
+afterAll(() => db.cleanup());
+beforeAll(async () => {
+  const engine = await openLocalEngine(await loadAgent(AGENT), { dbPath: db.path, log: pino({ level: 'silent' }) });
+  try {
+    for (let i = 0; i <= RUNS_SHOWN; i++) await startRun(engine.deps, { goal: `run ${i}`, runId: `many-${i}` });
+  } finally {
+    engine.close();
+  }
+}, 120_000);
+
+describe('stepwise status over more runs than it shows', () => {
+  it('shows the most recent ones and says there are more, on stdout for the table and stderr under --json', async () => {
+    const table = await stepwiseCli(['status'], env);
+    expect(table.code).toBe(0);
+    const lines = table.out.trim().split('\n');
+    expect(lines).toHaveLength(1 + RUNS_SHOWN + 1);
+    expect(lines.at(-1)).toBe(`(the ${RUNS_SHOWN} most recently updated runs; there are more: narrow with --status, or read one with stepwise status <runId>)`);
+
+    const json = await stepwiseCli(['status', '--json'], env);
+    expect(JSON.parse(json.out)).toHaveLength(RUNS_SHOWN);
+    expect(json.err.trim()).toBe(`stepwise: the ${RUNS_SHOWN} most recently updated runs; there are more: narrow with --status, or read one with stepwise status <runId>`);
+
+    const waiting = await stepwiseCli(['status', '--status', 'waiting'], env);
+    expect(waiting.out.trim()).toBe('no runs');
+  });
+
+  it('ends quietly when its reader goes away (stepwise status | head), with no stack trace', async () => {
+    // A real pipe to head, which closes it after 100 bytes; the status of the stepwise side is printed.
+    const script = `"${process.execPath}" "${BIN}" status --json 2>&1 | head -c 100 >/dev/null; echo "\${PIPESTATUS[0]}"`;
+    const child = spawn('bash', ['-c', script], { cwd: ROOT, env: { ...process.env, ...env } });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => { out += d; });
+    await new Promise((resolve) => child.on('exit', resolve));
+    expect(out.trim()).toBe('0');
+  });
+});
