@@ -11,7 +11,7 @@ export interface ReadOptions extends CliOptions {
   status?: string;
 }
 
-/** The most runs the table shows (GET /runs pages through them all). */
+/** The most runs the table shows (GET /runs returns at most as many). */
 export const RUNS_SHOWN = 1000;
 
 // The state schemas (and zod) load only to read a run's state or check --status: a table of runs needs
