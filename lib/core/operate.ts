@@ -74,7 +74,10 @@ export function defaultRaisedCap(state: RunState): number {
  */
 export function retryState(state: RunState, options: RetryOptions, usd?: number): RunState {
   if (!RETRYABLE_STATUSES.includes(state.status)) {
-    throw new InvalidInputError(`run ${state.runId} is ${state.status}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried`);
+    // A run that ended as it should (completed) or by a person's word (cancelled) is not continued in
+    // place; a fork takes its state on under a new id.
+    const fork = state.status === 'completed' || state.status === 'cancelled' ? `; fork it from step ${state.step} to go on from its state` : '';
+    throw new InvalidInputError(`run ${state.runId} is ${state.status}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried${fork}`);
   }
   const stepCap = options.stepCap ?? (state.status === 'capped' ? defaultRaisedCap(state) : state.stepCap);
   checkStepCap(stepCap);

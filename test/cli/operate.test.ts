@@ -121,7 +121,7 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     expect(stepwise(['status', 'op-r']).out).toContain('status   completed');
     const done = stepwise(['retry', 'op-r']);
     expect(done.code).toBe(2);
-    expect(done.err).toContain('run op-r is completed; only a failed, capped, over-budget run can be retried');
+    expect(done.err.trim()).toMatch(/^stepwise: run op-r is completed; only a failed, capped, over-budget run can be retried; fork it from step \d+ to go on from its state$/);
   });
 
   it('a token budget stops a run as over-budget; retry with a raised budget continues it', () => {
