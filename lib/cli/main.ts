@@ -190,10 +190,13 @@ export async function runCli(): Promise<void> {
   // `stepwise status | head`: the reader is gone, so is the need to write. Quietly, as Unix tools end on
   // SIGPIPE (which Node ignores, raising EPIPE on the next write instead). Nothing is lost by stopping
   // anywhere: a worker stopped mid-step is a crash its run recovers from.
-  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-    if (error.code !== 'EPIPE') throw error;
-    process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
-  });
+  // stderr too: `stepwise status --json 2>&1 | head` closes both, and the note on more runs goes to stderr.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE') throw error;
+      process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+    });
+  }
   try {
     process.exitCode = await main(process.argv.slice(2));
   } catch (error) {
