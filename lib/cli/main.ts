@@ -187,10 +187,10 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
 
 /** Runs the CLI on this process's arguments and sets the exit code. */
 export async function runCli(): Promise<void> {
-  // `stepwise status | head`: the reader is gone, so is the need to write. Quietly, as Unix tools end on
-  // SIGPIPE (which Node ignores, raising EPIPE on the next write instead). Nothing is lost by stopping
-  // anywhere: a worker stopped mid-step is a crash its run recovers from.
-  // stderr too: `stepwise status --json 2>&1 | head` closes both, and the note on more runs goes to stderr.
+  // `stepwise status | head` (or `2>&1 | head`, which closes stderr too): the reader is gone, so is the
+  // need to write. Quietly, as Unix tools end on SIGPIPE (which Node ignores, raising EPIPE on the next
+  // write instead). Nothing is lost by stopping anywhere: a worker stopped mid-step is a crash its run
+  // recovers from.
   for (const stream of [process.stdout, process.stderr]) {
     stream.on('error', (error: NodeJS.ErrnoException) => {
       if (error.code !== 'EPIPE') throw error;
