@@ -1,3 +1,7 @@
+/**
+ * The engine on the SQLite file, wired as the CLI wires it (model, logger, approval emails, events), for a
+ * program that embeds stepwise: `stepwise/local`'s openLocalEngine, and what `stepwise run` is built on.
+ */
 import { hostname } from 'node:os';
 import type { AgentDefinition } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
