@@ -1,0 +1,76 @@
+import fc from 'fast-check';
+import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { canonicalJson } from '../../lib/core/canonical-json.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { advance } from '../../lib/engine/advance.ts';
+import { retryRun } from '../../lib/engine/operate/retry.ts';
+import { fuzzRuns } from '../support/fuzz-runs.ts';
+import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel } from '../support/stub-model.ts';
+
+/**
+ * Whatever a tool returns, directly or through ctx.once: the step completes with the output as JSON shows
+ * it, or the run fails at once naming the tool (or the key) - never a throw out of the step, and an effect
+ * under ctx.once runs once however the step ends and is retried.
+ */
+let output: unknown;
+let effects = 0;
+const returns = (viaOnce: boolean) => tool({
+  name: viaOnce ? 'apply' : 'read', description: 'returns the case\'s value', input: z.object({}), sideEffect: viaOnce,
+  run: (_input, ctx) => (viaOnce ? ctx.once(async () => { effects += 1; return output; }) : output),
+});
+const agent = defineAgent({ name: 'outputs', tools: [returns(false), returns(true)] });
+let toolName = 'read';
+const db = tempDb();
+const clock = new ManualClock();
+const w = workerProcess({ dbPath: db.path, agent, model: new StubModel((n) => (n === 1 ? { kind: 'tool', tool: toolName, input: {} } : { kind: 'done', summary: 'done' })), clock, workerId: 'A' });
+afterAll(() => { w.runtime.close(); db.cleanup(); });
+
+/** Values JSON holds, and values it cannot: BigInts, functions, symbols, a value that contains itself. */
+const anyOutput = fc.oneof(
+  fc.anything({ maxDepth: 3, withBigInt: true, withMap: true, withSet: true, withDate: true, withTypedArray: true, withNullPrototype: true, withSparseArray: true }),
+  fc.constantFrom(() => 1, Symbol('s'), 10n, new Date(0), new Map([[1, 2n]]), 'x'.repeat(5000)),
+  fc.jsonValue({ maxDepth: 2 }).map((inner) => { const o: Record<string, unknown> = { inner }; o.self = o; return o; }),
+);
+
+const storable = (value: unknown): string | undefined => {
+  try {
+    return typeof value === 'string' ? value : value === undefined ? '' : canonicalJson(value);
+  } catch {
+    return undefined;
+  }
+};
+
+describe('tool outputs of any kind', () => {
+  it.each([['returned directly', false], ['returned through ctx.once', true]])('%s: the step completes with the JSON of it, or the run fails at once with the reason', async (_how, viaOnce) => {
+    let i = 0;
+    await fc.assert(fc.asyncProperty(anyOutput, async (value) => {
+      output = value;
+      effects = 0;
+      toolName = viaOnce ? 'apply' : 'read';
+      const runId = `out-${viaOnce ? 'once' : 'direct'}-${i++}`;
+      await start(w.deps, 'g', runId);
+      expect((await advance(w.deps, runId)).kind).toBe('advanced');
+      const state = decodeState((await w.runtime.store.load(runId))!);
+      const text = storable(value);
+      if (text !== undefined) {
+        expect(state).toMatchObject({ status: 'running', step: 1 });
+        // Through once() too: its first call hands back the effect's own value (a retry gets the JSON of it).
+        if (state.steps[0]!.result.ref === undefined) expect(state.steps[0]!.result.text).toBe(text);
+        else expect((await w.runtime.blobs.get(state.steps[0]!.result.ref))!.toString('utf8')).toBe(text);
+      } else {
+        expect(state.status).toBe('failed');
+        expect(state.reason).toMatch(viaOnce ? /^step 1: the effect under .* ran, but its result cannot be stored as JSON/ : /^step 1: tool read returned a .* cannot be stored as JSON/);
+        if (viaOnce) {
+          // Retried: the key's record (null) is the result, the effect is not run again.
+          await retryRun(w.deps, runId, {});
+          await advance(w.deps, runId);
+          expect(decodeState((await w.runtime.store.load(runId))!).steps[0]!.result.text).toBe('null');
+        }
+      }
+      if (viaOnce) expect(effects).toBe(1);
+    }), fuzzRuns(100));
+  });
+});
