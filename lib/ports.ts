@@ -5,6 +5,7 @@
 import type { StoredCheckpoint } from './core/codec.ts';
 import type { PromptBlock } from './core/prompt.ts';
 import type { CondensedBlock, Decision, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
+import type { RunPosition } from './core/run-order.ts';
 
 export interface WriteMeta {
   workerId: string;
@@ -106,12 +107,19 @@ export interface OpenWait {
   deadline: number;
 }
 
+/**
+ * Every store lists runs in one order: the latest update first, runs updated in the same millisecond by run
+ * id, descending (lib/core/run-order.ts). `after` is the last run of the page before: the next page starts
+ * after it, so paging through a list misses no run and repeats none, however many share a millisecond.
+ */
 export interface ListRunsQuery {
   status?: RunStatus;
   /** Only runs whose latest checkpoint is older than this (ms since epoch): stalled-run sweeps. */
   updatedBefore?: number;
+  after?: RunPosition;
   limit?: number;
 }
+
 
 /**
  * Durable checkpoints, one version per write. The contract suite in test/contract runs against every

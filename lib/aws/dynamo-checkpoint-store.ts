@@ -8,6 +8,7 @@ import { encodeDecision, encodeHead, encodeStep, encodeSummary } from '../core/c
 import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
+import { byListOrder, isAfter } from '../core/run-order.ts';
 import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
@@ -450,24 +451,45 @@ export class DynamoCheckpointStore implements CheckpointStore {
   async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {
     const limit = query.limit ?? 100;
     const keys = (query.status ? [query.status] : [...RUN_STATUSES]).flatMap(statusKeys);
-    const pages = await Promise.all(keys.map((key) => this.queryStatus(key, query.updatedBefore, limit)));
-    return pages.flat()
-      .sort((a, b) => b.updatedAt - a.updatedAt)
-      .slice(0, limit);
+    const pages = await Promise.all(keys.map((key) => this.queryStatus(key, query, limit)));
+    return pages.flat().sort(byListOrder).slice(0, limit);
   }
 
-  private async queryStatus(key: string, updatedBefore: number | undefined, limit: number): Promise<RunSummary[]> {
+  /**
+   * One shard's first `limit` runs in the list's order. The index sorts by update time only, so runs
+   * updated in the same millisecond come in no set order: a full page also reads every other run of its
+   * last millisecond, or the merged page could keep a run of that millisecond and leave out one that
+   * precedes it by run id, which the next page (after the kept one) would then skip.
+   */
+  private async queryStatus(key: string, query: ListRunsQuery, limit: number): Promise<RunSummary[]> {
+    const { updatedBefore, after } = query;
+    // The tighter bound on the sort key; runs of `after`'s millisecond are filtered by run id below.
+    const bound = updatedBefore !== undefined && (after === undefined || updatedBefore <= after.updatedAt)
+      ? { op: '<', value: updatedBefore } : after ? { op: '<=', value: after.updatedAt } : undefined;
+    const keep = (run: RunSummary) => !after || isAfter(run, after);
+    const runs = await this.queryIndex(key, bound, keep, limit);
+    const last = runs[runs.length - 1];
+    if (runs.length < limit || !last) return runs;
+    const seen = new Set(runs.map((run) => run.runId));
+    const ties = await this.queryIndex(key, { op: '=', value: last.updatedAt }, (run) => keep(run) && !seen.has(run.runId), Infinity);
+    return [...runs, ...ties];
+  }
+
+  private async queryIndex(key: string, bound: { op: string; value: number } | undefined, keep: (run: RunSummary) => boolean, limit: number): Promise<RunSummary[]> {
     const e = new Expression();
     let condition = `${e.name(STATUS_KEY)} = ${e.value(key)}`;
-    if (updatedBefore !== undefined) condition += ` AND ${e.name(STATUS_SORT)} < ${e.value(updatedBefore)}`;
+    if (bound) condition += ` AND ${e.name(STATUS_SORT)} ${bound.op} ${e.value(bound.value)}`;
     const runs: RunSummary[] = [];
     let start: Record<string, unknown> | undefined;
     do {
       const page = await this.options.doc.send(new QueryCommand({
         TableName: this.table, IndexName: STATUS_INDEX, KeyConditionExpression: condition, ...e.params(),
-        ScanIndexForward: false, Limit: limit - runs.length, ...(start ? { ExclusiveStartKey: start } : {}),
+        ScanIndexForward: false, ...(Number.isFinite(limit) ? { Limit: limit - runs.length } : {}), ...(start ? { ExclusiveStartKey: start } : {}),
       }));
-      for (const item of page.Items ?? []) runs.push(runSummary(item));
+      for (const item of page.Items ?? []) {
+        const run = runSummary(item);
+        if (keep(run) && runs.length < limit) runs.push(run);
+      }
       start = page.LastEvaluatedKey;
     } while (start && runs.length < limit);
     return runs;

@@ -14,7 +14,7 @@ usage:
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
                    [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
                    [--concurrency <n>] steps at once in this process, each on its own run (default 1)
-  stepwise status  [<runId>] [--status <status>] [--json]                          one run, or a table of runs
+  stepwise status  [<runId>] [--status <status>] [--json] [--cursor <c>]           one run, or a table of runs (1,000 a page)
   stepwise history <runId> [--json]                                                the checkpoint timeline
   stepwise prune   [--older-than-days <n>]                                         drop checkpoint versions past the
                    retention window (default 14 days, or STEPWISE_RETENTION_DAYS), the latest of every run kept
@@ -72,6 +72,7 @@ const OPTIONS = {
   reason: { type: 'string' },
   'budget-tokens': { type: 'string' },
   'budget-usd': { type: 'string' },
+  cursor: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -153,7 +154,7 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
   }
   const port = positiveInt('port', values.port);
   if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);
-  const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}) };
+  const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}), ...(values.cursor ? { cursor: values.cursor } : {}) };
   // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
   // HTTP app or the logger that other commands need.
   switch (command) {

@@ -13,7 +13,7 @@ import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
-import { listRuns } from '../engine/operate/list.ts';
+import { listRunsPage } from '../engine/operate/list.ts';
 
 const budgetBody = budgetSchema.strict();
 
@@ -53,7 +53,11 @@ const answerBody = z.object({
 const listQuery = z.object({
   status: z.enum(RUN_STATUSES).optional(),
   limit: z.coerce.number().int().positive().max(1000).optional(),
+  /** The `next` of the page before. */
+  cursor: z.string().min(1).max(400).optional(),
 });
+
+const waitsQuery = listQuery.omit({ status: true });
 
 /** A zod failure as a 400 that says which field and why. */
 const invalid = (result: { success: boolean; error?: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } }, c: Context) => {
@@ -81,7 +85,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
 
   app.get('/runs', zValidator('query', listQuery, invalid), async (c) => {
     const query = c.req.valid('query');
-    return c.json({ runs: await listRuns(deps.store, { ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100 }) });
+    return c.json(await listRunsPage(deps.store, { ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) }));
   });
 
   app.get('/runs/:runId', async (c) => {
@@ -130,15 +134,16 @@ export function apiRoutes(deps: HttpDeps): Hono {
     return c.json(await cancelRun(deps, c.req.param('runId'), { by: body.by, ...(body.reason !== undefined ? { reason: body.reason } : {}) }));
   });
 
-  app.get('/waits', async (c) => {
-    const waiting = await deps.store.list({ status: 'waiting', limit: 100 });
+  app.get('/waits', zValidator('query', waitsQuery, invalid), async (c) => {
+    const query = c.req.valid('query');
+    const page = await listRunsPage(deps.store, { status: 'waiting', limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) });
     const waits = [];
-    for (const run of waiting) {
+    for (const run of page.runs) {
       const stored = await deps.store.load(run.runId);
       const wait = stored && decodeState(stored).wait;
       if (wait) waits.push({ runId: run.runId, version: stored.version, ...wait });
     }
-    return c.json({ waits });
+    return c.json({ waits, ...(page.next ? { next: page.next } : {}) });
   });
 
   app.post('/runs/:runId/waits/:waitId', zValidator('json', answerBody, invalid), async (c) => {

@@ -7,6 +7,7 @@ import { NewerFormatError, StepwiseError, isPermanent } from '../core/errors.ts'
 import { isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
+import { listRunsPage } from '../engine/operate/list.ts';
 import { retryRun } from '../engine/operate/retry.ts';
 import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { answerWait } from '../waits/answer.ts';
@@ -15,6 +16,7 @@ import { runPage, runsPage } from './inspector-pages.ts';
 import { messagePage, pageHeaders } from './pages.ts';
 
 const COOKIE = 'stepwise_token';
+const pageQuery = z.object({ cursor: z.string().min(1).max(400).optional(), limit: z.coerce.number().int().min(1).max(1000).optional() });
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
 
 /**
@@ -29,8 +31,17 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
 
   app.get('/', async (c) => {
-    const summaries = await deps.store.list({ limit: 100 });
-    const runs = await Promise.all(summaries.map(async (summary) => {
+    const query = pageQuery.safeParse(c.req.query());
+    if (!query.success) return c.html(messagePage('Invalid page', 'limit is a whole number from 1 to 1000'), 400);
+    const { cursor, limit } = query.data;
+    let page;
+    try {
+      page = await listRunsPage(deps.store, { limit: limit ?? 100, ...(cursor ? { cursor } : {}) });
+    } catch (error) {
+      if (error instanceof StepwiseError && isPermanent(error)) return c.html(messagePage('Invalid page', error.message), 400);
+      throw error;
+    }
+    const runs = await Promise.all(page.runs.map(async (summary) => {
       const stored = await deps.store.load(summary.runId);
       try {
         return { summary, ...(stored ? { state: decodeState(stored) } : {}) };
@@ -39,7 +50,8 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
         return { summary, ...(error instanceof NewerFormatError && !isTerminal(summary.status) ? { needs: error.needs } : {}) };
       }
     }));
-    return c.html(runsPage({ runs, now: deps.clock.now(), model: model() }));
+    const older = page.next ? `/inspect?cursor=${page.next}${limit ? `&limit=${limit}` : ''}` : undefined;
+    return c.html(runsPage({ runs, now: deps.clock.now(), model: model(), ...(older ? { older } : {}) }));
   });
 
   app.get('/runs/:runId', async (c) => {

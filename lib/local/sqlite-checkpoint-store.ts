@@ -355,9 +355,15 @@ export class SqliteCheckpointStore implements CheckpointStore {
     if (ended) where.push("r.status <> 'running'");
     const updated = ended ? 'r.updated_at' : 'c.created_at';
     if (query.updatedBefore !== undefined) { where.push(`${updated} < ?`); args.push(query.updatedBefore); }
+    if (query.after) {
+      where.push(`(${updated} < ? OR (${updated} = ? AND r.run_id < ?))`);
+      args.push(query.after.updatedAt, query.after.updatedAt, query.after.runId);
+    }
+    // Ties by run id (lib/core/run-order.ts), so that a page that ends inside a millisecond is followed by
+    // the rest of it.
     const sql = `SELECT r.run_id, ${ended ? 'r.version, r.step' : 'c.version, c.step'}, r.status, r.agent, r.reason, ${updated} AS updated_at FROM runs r
       ${ended ? '' : `JOIN checkpoints c ON c.id = ${newestCheckpointOf('r.run_no')}`}
-      ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${updated} DESC LIMIT ?`;
+      ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${updated} DESC, r.run_id DESC LIMIT ?`;
     const rows = this.sql(sql).all(...args, query.limit ?? 100) as RunRow[];
     return rows.map((r) => ({
       runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at,

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAwsClients } from '../../lib/aws/clients.ts';
 import { DynamoCheckpointStore } from '../../lib/aws/dynamo-checkpoint-store.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from '../../lib/aws/item-size.ts';
-import { HEAD_SK, PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk, summarySk } from '../../lib/aws/table-layout.ts';
+import { HEAD_SK, PK, SK, STATUS_INDEX, TTL_ATTRIBUTE, checkpointSk, runPk, stepSk, summarySk } from '../../lib/aws/table-layout.ts';
 import { decodeState, encodeStep, encodeSummary } from '../../lib/core/codec.ts';
 import { condensedBlocks } from '../../lib/core/condense.ts';
 import { condensedBlock } from '../../lib/core/condensed.ts';
@@ -27,6 +27,7 @@ afterAll(() => resources?.close());
 
 checkpointStoreContract('DynamoDB Local', () => ({
   store,
+  storeAt: (clock) => resources.runtime({ clock }).store,
   corruptLatestHead: async (runId) => {
     await resources.clients.doc.send(new UpdateCommand({
       TableName: resources.tableName, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
@@ -152,6 +153,39 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     expect(stalled.map((r) => r.runId).filter((id) => id.startsWith('shard-run-'))).toEqual([ids[1], ids[0]]);
     const all = await clocked.list({ limit: 1000 });
     expect(all.find((r) => r.runId === ids[3])).toMatchObject({ status: 'completed', version: 2 });
+  });
+});
+
+describe('DynamoDB checkpoint store: pages of runs updated in one millisecond', () => {
+  it('reads the rest of a full page\'s last millisecond, whatever order the index gives ties in', async () => {
+    // The index sorts by update time alone: DynamoDB returns runs of one millisecond in no set order
+    // (DynamoDB Local happens to give them by key). This client hands them back the other way round, which
+    // a server cannot be made to do: without the read of the rest of the millisecond, a page would keep a
+    // later run id and leave out an earlier one, and the next page would skip it.
+    const doc = resources.clients.doc;
+    const reversedTies = {
+      send: async (command: unknown) => {
+        const out = await doc.send(command as never) as { Items?: Record<string, unknown>[] };
+        const input = (command as { input?: { IndexName?: string } }).input;
+        if (command instanceof QueryCommand && input?.IndexName === STATUS_INDEX && out.Items) {
+          out.Items = [...out.Items].sort((a, b) => Number(b.updatedAt) - Number(a.updatedAt) || String(a.runId).localeCompare(String(b.runId)));
+        }
+        return out;
+      },
+    } as unknown as typeof doc;
+    const now = 500;
+    const tied = new DynamoCheckpointStore({ doc: reversedTies, tableName: resources.tableName, blobs: resources.runtime().blobs, clock: { now: () => now } });
+    const ids = Array.from({ length: 12 }, (_, i) => `tie-${String(i).padStart(2, '0')}`);
+    for (const runId of ids) await tied.create(newState(runId), META);
+    const paged: string[] = [];
+    let after: { updatedAt: number; runId: string } | undefined;
+    for (let pages = 0; pages < 100; pages++) {
+      const page = (await tied.list({ status: 'running', limit: 2, ...(after ? { after } : {}) }));
+      paged.push(...page.map((r) => r.runId));
+      if (page.length < 2) break;
+      after = { updatedAt: page[1]!.updatedAt, runId: page[1]!.runId };
+    }
+    expect(paged.filter((id) => id.startsWith('tie-'))).toEqual([...ids].reverse());
   });
 });
 

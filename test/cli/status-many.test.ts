@@ -23,16 +23,29 @@ beforeAll(async () => {
 }, 120_000);
 
 describe('stepwise status over more runs than it shows', () => {
-  it('shows the most recent ones and says there are more, on stdout for the table and stderr under --json', async () => {
+  it('shows a page of the most recent, and the command for the next, which shows the rest', async () => {
     const table = await stepwiseCli(['status'], env);
     expect(table.code).toBe(0);
     const lines = table.out.trim().split('\n');
     expect(lines).toHaveLength(1 + RUNS_SHOWN + 1);
-    expect(lines.at(-1)).toBe(`(the ${RUNS_SHOWN} most recently updated runs; there are more: narrow with --status, or read one with stepwise status <runId>)`);
+    const note = /^\(1000 runs shown; the next 1000: stepwise status --cursor (\S+)\)$/.exec(lines.at(-1)!);
+    expect(note, lines.at(-1)).not.toBeNull();
+    const shown = new Set(lines.slice(1, -1).map((l) => l.split(/\s+/)[0]));
+    expect(shown.size).toBe(RUNS_SHOWN);
+
+    const rest = await stepwiseCli(['status', '--cursor', note![1]!], env);
+    const restRuns = rest.out.trim().split('\n').slice(1).map((l) => l.split(/\s+/)[0]!);
+    expect(restRuns).toHaveLength(1);
+    expect(shown.has(restRuns[0])).toBe(false);
+    expect(restRuns[0]).toMatch(/^many-\d+$/);
 
     const json = await stepwiseCli(['status', '--json'], env);
     expect(JSON.parse(json.out)).toHaveLength(RUNS_SHOWN);
-    expect(json.err.trim()).toBe(`stepwise: the ${RUNS_SHOWN} most recently updated runs; there are more: narrow with --status, or read one with stepwise status <runId>`);
+    expect(json.err.trim()).toMatch(/^stepwise: 1000 runs shown; the next 1000: stepwise status --cursor \S+$/);
+
+    const bad = await stepwiseCli(['status', '--cursor', 'not-a-cursor'], env);
+    expect(bad.code).toBe(2);
+    expect(bad.err.trim()).toBe('stepwise: invalid cursor "not-a-cursor": pass back the next of the page before, as it was');
 
     const waiting = await stepwiseCli(['status', '--status', 'waiting'], env);
     expect(waiting.out.trim()).toBe('no runs');

@@ -5,11 +5,14 @@ import { ZERO_USAGE } from '../../lib/core/state.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
-import type { CheckpointStore } from '../../lib/ports.ts';
+import type { RunPosition } from '../../lib/core/run-order.ts';
+import type { CheckpointStore, Clock } from '../../lib/ports.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 
 export interface ContractSubject {
   store: CheckpointStore;
+  /** A store on the same table or file whose writes take their time from `clock`. */
+  storeAt(clock: Clock): CheckpointStore;
   /** Overwrites the latest head of a run with bytes no code can read. */
   corruptLatestHead(runId: string): Promise<void>;
 }
@@ -256,6 +259,35 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(running.find((r) => r.runId === runningRun)).toMatchObject({ status: 'running', step: 1, version: 2, agent: 'test-agent' });
       const old = await s().list({ status: 'running', updatedBefore: 0, limit: 1000 });
       expect(old.map((r) => r.runId)).not.toContain(runningRun);
+    });
+
+    it('pages through runs updated in the same millisecond: every run once, in the list order', async () => {
+      // Long before every other test's runs, so as not to change what their lists show first.
+      let now = 1_000;
+      const clocked = subject().storeAt({ now: () => now });
+      const tied = Array.from({ length: 7 }, () => uniqueRunId('page-tied'));
+      for (const runId of tied) await clocked.create(newState(runId), META);
+      now += 5;
+      const later = Array.from({ length: 3 }, () => uniqueRunId('page-later'));
+      for (const runId of later) await clocked.create(newState(runId), META);
+      const ours = new Set([...tied, ...later]);
+      const expected = [...later.sort().reverse(), ...tied.sort().reverse()];
+
+      // Pages of 3, each after the last run of the one before, to the end of the list.
+      const paged: string[] = [];
+      let after: RunPosition | undefined;
+      // Bounded: a store that ignored `after` would hand back its first page for ever.
+      for (let pages = 0; pages < 500; pages++) {
+        const page = await s().list({ status: 'running', limit: 3, ...(after ? { after } : {}) });
+        paged.push(...page.map((r) => r.runId));
+        if (page.length < 3) break;
+        const last = page[page.length - 1]!;
+        after = { updatedAt: last.updatedAt, runId: last.runId };
+      }
+      expect(new Set(paged).size).toBe(paged.length);
+      expect(paged.filter((id) => ours.has(id))).toEqual(expected);
+      // The same list as one page.
+      expect((await s().list({ status: 'running', limit: 10_000 })).map((r) => r.runId)).toEqual(paged);
     });
 
     it('marks a run with an unreadable checkpoint failed with the reason, keeping the data', async () => {

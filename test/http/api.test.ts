@@ -105,4 +105,55 @@ describe('the JSON API', () => {
     const page = await (await app.api('/inspect')).text();
     expect(page).toMatch(/api-newer<\/a><\/td><td class="status">running <span class="needs">\(needs head format 9\)<\/span>/);
   });
+
+  it('pages through runs and waits with the next cursor: every run once; a bad cursor is a 400', async () => {
+    for (let i = 0; i < 5; i++) {
+      expect((await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'page me', runId: `page-${i}` }) })).status).toBe(201);
+    }
+    const all = (await json(await app.api('/runs?limit=1000'))).body as { runs: { runId: string }[]; next?: string };
+    expect(all.next).toBeUndefined();
+    const paged: string[] = [];
+    let next: string | undefined;
+    do {
+      const page = (await json(await app.api(`/runs?limit=2${next ? `&cursor=${next}` : ''}`))).body as { runs: { runId: string }[]; next?: string };
+      expect(page.runs.length).toBeLessThanOrEqual(2);
+      paged.push(...page.runs.map((r) => r.runId));
+      next = page.next;
+    } while (next);
+    expect(paged).toEqual(all.runs.map((r) => r.runId));
+    expect(paged.filter((id) => id.startsWith('page-')).sort()).toEqual(['page-0', 'page-1', 'page-2', 'page-3', 'page-4']);
+
+    await workVisible(app.deps, app.runtime);
+    const waits = (await json(await app.api('/waits?limit=1000'))).body as { waits: { runId: string }[] };
+    const waitsPaged: string[] = [];
+    next = undefined;
+    do {
+      const page = (await json(await app.api(`/waits?limit=2${next ? `&cursor=${next}` : ''}`))).body as { waits: { runId: string }[]; next?: string };
+      waitsPaged.push(...page.waits.map((w) => w.runId));
+      next = page.next;
+    } while (next);
+    expect(waitsPaged).toEqual(waits.waits.map((w) => w.runId));
+    expect(waitsPaged.filter((id) => id.startsWith('page-')).sort()).toEqual(['page-0', 'page-1', 'page-2', 'page-3', 'page-4']);
+
+    for (const cursor of ['garbage', Buffer.from('[1]').toString('base64url'), Buffer.from('{"a":1}').toString('base64url')]) {
+      const bad = await json(await app.api(`/runs?cursor=${cursor}`));
+      expect(bad.status, cursor).toBe(400);
+      expect(bad.body.error).toMatch(/^invalid cursor/);
+    }
+    expect((await app.api('/waits?limit=0')).status).toBe(400);
+
+    // The inspector's list, page by page through its "older runs" link.
+    const shown: string[] = [];
+    let href: string | undefined = '/inspect?limit=2';
+    for (let pages = 0; href && pages < 100; pages++) {
+      const html = await (await app.api(href)).text();
+      shown.push(...[...html.matchAll(/<a href="\/inspect\/runs\/([^"]+)">/g)].map((m) => decodeURIComponent(m[1]!)));
+      href = /<a id="older" href="([^"]+)">older runs<\/a>/.exec(html)?.[1]?.replaceAll('&amp;', '&');
+    }
+    expect(shown).toEqual(all.runs.map((r) => r.runId));
+    const badPage = await app.api('/inspect?cursor=garbage');
+    expect(badPage.status).toBe(400);
+    expect(await badPage.text()).toContain('invalid cursor');
+    expect((await app.api('/inspect?limit=0')).status).toBe(400);
+  });
 });

@@ -17,8 +17,15 @@ const clock = { now: () => now };
 const runtime = openLocalRuntime({ dbPath: join(dir, 'store.db'), clock, retentionMs: 60_000 });
 afterAll(() => { runtime.close(); rmSync(dir, { recursive: true, force: true }); });
 
+const clocked: ReturnType<typeof openLocalRuntime>[] = [];
+afterAll(() => { for (const r of clocked) r.close(); });
 checkpointStoreContract('SQLite', () => ({
   store: runtime.store,
+  storeAt: (at) => {
+    const other = openLocalRuntime({ dbPath: join(dir, 'store.db'), clock: at, retentionMs: 60_000 });
+    clocked.push(other);
+    return other.store;
+  },
   corruptLatestHead: async (runId) => {
     runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = (SELECT max(version) FROM checkpoints WHERE run_id = ?)').run('{not json', runId, runId);
   },

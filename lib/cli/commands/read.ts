@@ -9,9 +9,11 @@ import { openBackend, type CliOptions } from '../backend.ts';
 export interface ReadOptions extends CliOptions {
   json?: boolean;
   status?: string;
+  /** Where the page before ended (its note prints it). */
+  cursor?: string;
 }
 
-/** The most runs the table shows (GET /runs returns at most as many). */
+/** The runs a page of the table shows; the next page is one --cursor away. */
 export const RUNS_SHOWN = 1000;
 
 // The state schemas (and zod) load only to read a run's state or check --status: a table of runs needs
@@ -27,13 +29,13 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
         const { RUN_STATUSES } = await import('../../core/state.ts');
         if (!RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
       }
-      const { listRuns } = await import('../../engine/operate/list.ts');
-      // One more than shown, to know whether there are more.
-      const listed = await listRuns(runtime.store, { ...(options.status ? { status: options.status as RunStatus } : {}), limit: RUNS_SHOWN + 1 });
-      const runs = listed.slice(0, RUNS_SHOWN);
+      const { listRunsPage } = await import('../../engine/operate/list.ts');
+      const { runs, next } = await listRunsPage(runtime.store, {
+        ...(options.status ? { status: options.status as RunStatus } : {}), limit: RUNS_SHOWN, ...(options.cursor ? { cursor: options.cursor } : {}),
+      });
       out(options.json ? JSON.stringify(runs, null, 2) : runs.length ? runsTable(runs) : 'no runs');
-      if (listed.length > RUNS_SHOWN) {
-        const note = `the ${RUNS_SHOWN} most recently updated runs${options.status ? ` of status ${options.status}` : ''}; there are more: narrow with --status, or read one with stepwise status <runId>`;
+      if (next) {
+        const note = `${RUNS_SHOWN} runs shown; the next ${RUNS_SHOWN}: stepwise status${options.status ? ` --status ${options.status}` : ''} --cursor ${next}`;
         // Under --json the note would break the JSON: it goes to stderr there.
         if (options.json) process.stderr.write(`stepwise: ${note}\n`);
         else out(`(${note})`);

@@ -1,3 +1,5 @@
+import { InvalidInputError } from '../../core/errors.ts';
+import type { RunPosition } from '../../core/run-order.ts';
 import { isTerminal } from '../../core/statuses.ts';
 import type { CheckpointStore, ListRunsQuery, RunSummary } from '../../ports.ts';
 
@@ -27,4 +29,31 @@ export async function listRuns(store: CheckpointStore, query: ListRunsQuery): Pr
     }));
   }
   return runs;
+}
+
+/**
+ * A page of runs, and the cursor of the next when there are more: the API's `next`, the CLI's `--cursor`.
+ * One more run than asked for is read, to know.
+ */
+export async function listRunsPage(
+  store: CheckpointStore, query: Omit<ListRunsQuery, 'after' | 'limit'> & { limit: number; cursor?: string },
+): Promise<{ runs: RunRow[]; next?: string }> {
+  const { cursor, limit, ...rest } = query;
+  const listed = await listRuns(store, { ...rest, limit: limit + 1, ...(cursor !== undefined ? { after: decodeCursor(cursor) } : {}) });
+  const runs = listed.slice(0, limit);
+  const last = runs[runs.length - 1];
+  return listed.length > limit && last ? { runs, next: encodeCursor(last) } : { runs };
+}
+
+/** Opaque to callers: where the page before ended. */
+export function encodeCursor(position: RunPosition): string {
+  return Buffer.from(JSON.stringify([position.updatedAt, position.runId])).toString('base64url');
+}
+
+export function decodeCursor(cursor: string): RunPosition {
+  try {
+    const [updatedAt, runId] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
+    if (Number.isSafeInteger(updatedAt) && typeof runId === 'string' && runId) return { updatedAt: updatedAt as number, runId };
+  } catch { /* said below */ }
+  throw new InvalidInputError(`invalid cursor ${JSON.stringify(cursor.slice(0, 80))}: pass back the next of the page before, as it was`);
 }
