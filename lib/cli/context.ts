@@ -2,7 +2,7 @@ import { hostname, userInfo } from 'node:os';
 import type { AwsRuntime } from '../aws/runtime.ts';
 import type { OperateDeps } from '../engine/operate/deps.ts';
 import { loadAgent, type AgentDefinition } from '../agent.ts';
-import type { EngineDeps } from '../engine/deps.ts';
+import { processWorkerId, type EngineDeps } from '../engine/deps.ts';
 import { createLogger } from '../log.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import type { Model } from '../ports.ts';
@@ -13,7 +13,7 @@ import type { Backend } from './backend.ts';
 export { dbPath, openBackend, type Backend, type CliOptions } from './backend.ts';
 export { chooseModel } from '../llm/choose-model.ts';
 
-export const workerId = (): string => `${hostname()}-${process.pid}`;
+export const workerId = processWorkerId;
 
 export async function requireAgent(options: { agent?: string }): Promise<AgentDefinition> {
   const path = options.agent ?? process.env.STEPWISE_AGENT;

@@ -1,7 +1,11 @@
+import { hostname } from 'node:os';
 import type { AgentDefinition } from '../agent.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model, RunQueue } from '../ports.ts';
 import type { WaitServices } from '../waits/services.ts';
+
+/** A worker id for a process of its own (the CLI's commands, an embedding program): host and pid. */
+export const processWorkerId = (): string => `${hostname()}-${process.pid}`;
 
 /** The crash points of one step (see the README's design section). */
 export type CrashPoint = 'C1' | 'C2' | 'C3' | 'C4' | 'C5' | 'C6' | 'C7' | 'C8';

@@ -2,12 +2,11 @@
  * The engine on the SQLite file, wired as the CLI wires it (model, logger, approval emails, events), for a
  * program that embeds stepwise: `stepwise/local`'s openLocalEngine, and what `stepwise run` is built on.
  */
-import { hostname } from 'node:os';
 import type { AgentDefinition } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { UnknownRunError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
-import type { EngineDeps } from '../engine/deps.ts';
+import { processWorkerId, type EngineDeps } from '../engine/deps.ts';
 import type { Handled } from '../engine/handle-message.ts';
 import { runWorker } from '../engine/worker-loop.ts';
 import { chooseModel } from '../llm/choose-model.ts';
@@ -56,7 +55,7 @@ export async function openLocalEngine(agent: AgentDefinition, options: LocalEngi
   const runtime = openLocalRuntime({ dbPath });
   const deps: EngineDeps = {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
-    model, agent, clock: systemClock, workerId: options.workerId ?? `${hostname()}-${process.pid}`, codeVersion: CODE_VERSION,
+    model, agent, clock: systemClock, workerId: options.workerId ?? processWorkerId(), codeVersion: CODE_VERSION,
     log: options.log ?? createLogger(), waits: localWaitServices(runtime, dbPath),
   };
   return {

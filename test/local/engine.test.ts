@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -33,7 +33,7 @@ const agent = defineAgent({
 const quiet = pino({ level: 'silent' });
 const cleanups: (() => void)[] = [];
 afterEach(() => { for (const c of cleanups.splice(0)) c(); calls.length = 0; });
-async function open(options: { model?: Model } = {}): Promise<{ engine: LocalEngine; dir: string }> {
+async function open(options: { model?: Model; workerId?: string } = {}): Promise<{ engine: LocalEngine; dir: string }> {
   const db = tempDb();
   const engine = await openLocalEngine(agent, { dbPath: db.path, log: quiet, ...options });
   cleanups.push(() => { engine.close(); db.cleanup(); });
@@ -82,10 +82,14 @@ describe('openLocalEngine: the engine embedded in a program', () => {
     expect(calls).toHaveLength(1);
   });
 
-  it('takes a model from the program, and refuses an unknown run', async () => {
-    const { engine, dir } = await open({ model: scripted() });
+  it('takes a model and a worker id from the program, and refuses an unknown run', async () => {
+    const { engine, dir } = await open({ model: scripted(), workerId: 'billing-worker-7' });
     expect(engine.modelLabel).toBe('model "embedded-scripted" given by the program');
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
+    await engine.work(runId);
+    // Created, step 1, waiting at step 2: every checkpoint written under the program's worker id.
+    expect((await engine.runtime.store.history(runId)).map((h) => h.workerId)).toEqual(['billing-worker-7', 'billing-worker-7', 'billing-worker-7']);
     await expect(engine.work('no-such-run')).rejects.toThrow('unknown run: no-such-run');
-    expect(existsSync(join(dir, 'outbox'))).toBe(false);
+    expect(readdirSync(join(dir, 'outbox')).filter((f) => f.endsWith('.eml'))).toHaveLength(1);
   });
 });
