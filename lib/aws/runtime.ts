@@ -3,11 +3,13 @@ import { retentionMsFromEnv } from '../core/retention.ts';
 import type { Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { BUCKET_NAME_ENV, KMS_KEY_ID_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, TABLE_NAME_ENV } from '../settings.ts';
+import type { AwsResource } from './check-resources.ts';
 import { createAwsClients, type AwsClientOptions, type AwsClients } from './clients.ts';
 import { DynamoCheckpointStore } from './dynamo-checkpoint-store.ts';
 import { DynamoLedger } from './dynamo-ledger.ts';
 import { S3BlobStore } from './s3-blob-store.ts';
 import { SqsRunQueue } from './sqs-run-queue.ts';
+import { unnamedResource } from './unnamed-resource.ts';
 
 export interface AwsRuntimeOptions extends AwsClientOptions {
   /** DynamoDB table (env TABLE_NAME). */
@@ -24,6 +26,11 @@ export interface AwsRuntimeOptions extends AwsClientOptions {
   clock?: Clock;
   /** Bring your own clients (to share them, or to instrument them). */
   clients?: AwsClients;
+  /**
+   * The resources that must be named (default all three). One left out and not named gets a stand-in
+   * that rejects each call with what to set: the CLI's read commands need the table alone.
+   */
+  needs?: readonly AwsResource[];
 }
 
 export interface AwsRuntime {
@@ -46,8 +53,13 @@ export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.Proc
   const tableName = options.tableName ?? env[TABLE_NAME_ENV];
   const bucketName = options.bucketName ?? env[BUCKET_NAME_ENV];
   const queueUrl = options.queueUrl ?? env[QUEUE_URL_ENV];
-  const missing = [!tableName && TABLE_NAME_ENV, !bucketName && BUCKET_NAME_ENV, !queueUrl && QUEUE_URL_ENV].filter(Boolean);
-  if (!tableName || !bucketName || !queueUrl) {
+  const needs = options.needs ?? ['table', 'bucket', 'queue'];
+  const missing = [
+    !tableName && TABLE_NAME_ENV,
+    !bucketName && needs.includes('bucket') && BUCKET_NAME_ENV,
+    !queueUrl && needs.includes('queue') && QUEUE_URL_ENV,
+  ].filter(Boolean);
+  if (!tableName || missing.length > 0) {
     throw new InvalidInputError(`the AWS backend needs ${missing.join(', ')} (environment) or the matching options`);
   }
   const retentionMs = options.retentionMs ?? retentionMsFromEnv(env);
@@ -56,14 +68,16 @@ export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.Proc
   const ownClients = !options.clients;
   const clients = options.clients ?? createAwsClients(options, env);
 
-  const blobs = new S3BlobStore({ s3: clients.s3, bucket: bucketName, ...(kmsKeyId ? { kmsKeyId } : {}) });
+  const blobs = bucketName
+    ? new S3BlobStore({ s3: clients.s3, bucket: bucketName, ...(kmsKeyId ? { kmsKeyId } : {}) })
+    : unnamedResource<S3BlobStore>('bucket');
   const shared = { doc: clients.doc, tableName, blobs, clock, ...(options.spillBytes !== undefined ? { spillBytes: options.spillBytes } : {}) };
   return {
     store: new DynamoCheckpointStore({ ...shared, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs,
     ledger: new DynamoLedger(shared),
-    queue: new SqsRunQueue({ sqs: clients.sqs, queueUrl, clock }),
-    clients, tableName, bucketName, queueUrl,
+    queue: queueUrl ? new SqsRunQueue({ sqs: clients.sqs, queueUrl, clock }) : unnamedResource<SqsRunQueue>('queue'),
+    clients, tableName, bucketName: bucketName ?? '', queueUrl: queueUrl ?? '',
     close: () => {
       if (ownClients) clients.destroy();
     },

@@ -63,6 +63,9 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
   const bucketName = options.bucket ?? deployed?.bucketName;
   const queueUrl = options.queueUrl ?? deployed?.queueUrl;
   const aws = openAwsRuntime({
+    // A command that moves runs writes checkpoints, and a large one spills to the bucket: it needs the
+    // bucket named even when it does not probe it. One that only reads needs the table alone.
+    needs: uses.includes('queue') ? ['table', 'bucket', 'queue'] : uses,
     ...(tableName ? { tableName } : {}), ...(bucketName ? { bucketName } : {}), ...(queueUrl ? { queueUrl } : {}),
   });
   try {

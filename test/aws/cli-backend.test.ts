@@ -45,7 +45,7 @@ describe('the stepwise command on the AWS backend', () => {
     expect(run.err).toContain('works a run in this process on the local backend');
     const missing = await stepwiseCli(['status', '--backend', 'aws'], { TABLE_NAME: '', BUCKET_NAME: '', QUEUE_URL: '' });
     expect(missing.code).toBe(2);
-    expect(missing.err).toContain('the AWS backend needs TABLE_NAME, BUCKET_NAME, QUEUE_URL');
+    expect(missing.err).toContain('the AWS backend needs TABLE_NAME (environment)');
   });
 
   it('prune sweeps the bucket of blobs nothing refers to; TTL does the rest, so --older-than-days is refused', async () => {

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openAwsRuntime } from '../../lib/aws/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { createTestResources, uniqueName, type TestResources } from './aws-fixtures.ts';
 
@@ -52,5 +53,35 @@ describe('missing AWS resources', () => {
     expect(r.code).toBe(2);
     expect(r.err).toBe(`stepwise: bucket ${bucket} does not exist: ${FIX}\n`);
     expect(r.out).not.toContain('ready');
+  });
+
+  it('a command that only reads needs the table alone; one that moves runs needs all three named', async () => {
+    const named = ['--backend', 'aws', '--table', aws.tableName];
+    const started = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'x', '--run-id', 'table-only', ...named, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl], ENV);
+    expect(started.code, started.err).toBe(0);
+    for (const args of [['status'], ['status', 'table-only'], ['history', 'table-only'], ['show', 'table-only']]) {
+      const r = await stepwiseCli([...args, ...named], ENV);
+      expect(r.err, args.join(' ')).toBe('');
+      expect(r.code).toBe(0);
+      expect(r.out).toContain('running');
+    }
+    const start = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'x', '--run-id', 'table-only-2', ...named], ENV);
+    expect(start.code).toBe(2);
+    expect(start.err).toBe('stepwise: the AWS backend needs BUCKET_NAME, QUEUE_URL (environment) or the matching options\n');
+    expect(await aws.runtime().store.load('table-only-2')).toBeUndefined();
+    const cancel = await stepwiseCli(['cancel', 'table-only', ...named, '--queue-url', aws.queueUrl], ENV);
+    expect(cancel.code).toBe(2);
+    expect(cancel.err).toContain('needs BUCKET_NAME (environment)');
+    expect((await aws.runtime().store.load('table-only'))?.cancelRequested).toBeUndefined();
+  });
+
+  it('a bucket or queue left unnamed: each call on it is refused with what to set, not the SDK\'s words', async () => {
+    const runtime = openAwsRuntime({ tableName: aws.tableName, clients: aws.clients, needs: ['table'] }, {});
+    await expect(runtime.blobs.get('sha256:00')).rejects.toThrow('this needs the bucket, and none is named: set --bucket, BUCKET_NAME or --stack');
+    await expect(runtime.queue.send({ runId: 'r', version: 1 })).rejects.toThrow('this needs the queue, and none is named: set --queue-url, QUEUE_URL or --stack');
+    // The table still works, and the stand-ins are not mistaken for promises.
+    expect(await runtime.store.load('no-such-run')).toBeUndefined();
+    expect(await Promise.resolve(runtime.blobs)).toBe(runtime.blobs);
+    expect(() => openAwsRuntime({ clients: aws.clients, needs: ['table'] }, {})).toThrow('the AWS backend needs TABLE_NAME (environment)');
   });
 });
