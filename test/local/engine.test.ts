@@ -1,5 +1,6 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
@@ -91,5 +92,39 @@ describe('openLocalEngine: the engine embedded in a program', () => {
     expect((await engine.runtime.store.history(runId)).map((h) => h.workerId)).toEqual(['billing-worker-7', 'billing-worker-7', 'billing-worker-7']);
     await expect(engine.work('no-such-run')).rejects.toThrow('unknown run: no-such-run');
     expect(readdirSync(join(dir, 'outbox')).filter((f) => f.endsWith('.eml'))).toHaveLength(1);
+  });
+
+  it('holds each message for the visibilityMs the program gives, else the 30 s default', async () => {
+    // The tool reads its own message's lease from the file, as another worker process would see it.
+    let dbPath = '';
+    const leases: number[] = [];
+    const leaseAgent = defineAgent({
+      name: 'lease',
+      offlineModel: () => ({ name: 'lease-model', decide: async (r): Promise<ModelReply> => (r.step === 1 ? { kind: 'tool', tool: 'read_lease', input: {} } : { kind: 'done', summary: 'read' }) }),
+      tools: [tool({
+        name: 'read_lease', description: 'Read the lease.', input: z.object({}), sideEffect: false,
+        run: (_input, ctx) => {
+          const db = new Database(dbPath, { readonly: true });
+          try {
+            const row = db.prepare('SELECT visible_at FROM queue WHERE run_id = ? AND acked_at IS NULL AND receipt IS NOT NULL').get(ctx.runId) as { visible_at: number };
+            leases.push(row.visible_at - Date.now());
+          } finally { db.close(); }
+          return 'read';
+        },
+      })],
+    });
+    for (const visibilityMs of [600_000, undefined]) {
+      const db = tempDb();
+      dbPath = db.path;
+      const engine = await openLocalEngine(leaseAgent, { dbPath: db.path, log: quiet });
+      cleanups.push(() => { engine.close(); db.cleanup(); });
+      const { runId } = await startRun(engine.deps, { goal: 'read the lease' });
+      expect((await engine.work(runId, visibilityMs ? { visibilityMs } : {})).state.status).toBe('completed');
+    }
+    expect(leases).toHaveLength(2);
+    expect(leases[0]).toBeGreaterThan(590_000);
+    expect(leases[0]).toBeLessThanOrEqual(600_000);
+    expect(leases[1]).toBeGreaterThan(20_000);
+    expect(leases[1]).toBeLessThanOrEqual(30_000);
   });
 });
