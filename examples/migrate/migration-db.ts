@@ -1,10 +1,14 @@
 import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 /**
  * The demo's own database: a `source` table to copy into `target`. `target` deliberately has no unique
  * constraint on source_id, so a batch applied twice would show up as duplicate rows.
  */
 export function openMigrationDb(path: string): Database.Database {
+  // The agent alone (`stepwise run --agent examples/migrate/agent.ts`) may run where .stepwise/ is not yet.
+  mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');

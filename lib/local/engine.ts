@@ -75,28 +75,35 @@ async function workRun(
   options: { signal?: AbortSignal; onHandled?: (handled: Handled) => void; visibilityMs?: number },
 ): Promise<{ version: number; state: RunState }> {
   if (!(await runtime.store.load(runId))) throw new UnknownRunError(runId);
-  const stop = new AbortController();
-  const onAbort = () => stop.abort();
+  // A round of the worker loop ends when the run stops running; a fresh one is made if it runs again.
+  let round = new AbortController();
+  const onAbort = () => round.abort();
   options.signal?.addEventListener('abort', onAbort, { once: true });
-  if (options.signal?.aborted) stop.abort();
   // Another worker may finish the run, or answer its last step: watch the store so this never waits forever.
   const watch = setInterval(() => {
-    void runtime.store.load(runId).then((s) => { if (!s || s.status !== 'running') stop.abort(); }, () => undefined);
+    const current = round;
+    void runtime.store.load(runId).then((s) => { if (!s || s.status !== 'running') current.abort(); }, () => undefined);
   }, 500);
   try {
-    await runWorker(deps, runtime.queue.forRun(runId), {
-      signal: stop.signal, waitMs: 250,
-      ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
-      onHandled: (handled) => {
-        options.onHandled?.(handled);
-        return handled.action === 'ack' && handled.outcome?.kind === 'advanced' && handled.outcome.state.status !== 'running';
-      },
-    });
+    for (;;) {
+      if (options.signal?.aborted) round.abort();
+      await runWorker(deps, runtime.queue.forRun(runId), {
+        signal: round.signal, waitMs: 250,
+        ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
+        onHandled: (handled) => {
+          options.onHandled?.(handled);
+          return handled.action === 'ack' && handled.outcome?.kind === 'advanced' && handled.outcome.state.status !== 'running';
+        },
+      });
+      const stored = await runtime.store.load(runId);
+      if (!stored) throw new UnknownRunError(runId);
+      // A wait can end as it begins (an event kept from before it): the run is running again with its
+      // next step queued, and this keeps working it rather than return with the run half done.
+      if (stored.status !== 'running' || options.signal?.aborted) return { version: stored.version, state: decodeState(stored) };
+      round = new AbortController();
+    }
   } finally {
     clearInterval(watch);
     options.signal?.removeEventListener('abort', onAbort);
   }
-  const stored = await runtime.store.load(runId);
-  if (!stored) throw new UnknownRunError(runId);
-  return { version: stored.version, state: decodeState(stored) };
 }

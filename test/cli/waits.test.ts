@@ -45,4 +45,41 @@ describe('a run waiting for an event, from the terminal', () => {
     expect(done.steps).toHaveLength(1);
     expect(JSON.parse(done.steps[0]!.result.text)).toMatchObject({ event: 'order.paid', id: 'evt-42', payload: { amount: 12 } });
   });
+
+  it('`run` stopped at a wait says how to answer it and how to go on; after the answer, run --run-id finishes it', { timeout: 120_000 }, async () => {
+    const own = tempDb();
+    const ownEnv = { ...env, STEPWISE_DB: own.path, EFFECTS_DB: join(own.path, '..', 'effects.db') };
+    try {
+      const event = await stepwiseCli(['run', '--agent', AGENT, '--goal', 'wait for order 42', '--run-id', 'ev-run'], ownEnv);
+      expect(event.code).toBe(0);
+      expect(event.out.trim().split('\n').at(-1)).toBe(`run ev-run: waiting at version 2 (answer with \`stepwise emit order.paid order-42 [json]\`; then \`stepwise run --agent ${AGENT} --run-id ev-run\` or a worker continues it)`);
+      expect((await stepwiseCli(['emit', 'order.paid', 'order-42', '{"amount":5}'], ownEnv)).code).toBe(0);
+      const done = await stepwiseCli(['run', '--agent', AGENT, '--run-id', 'ev-run'], ownEnv);
+      expect(done.out.trim().split('\n').at(-1)).toBe('run ev-run: completed at version 4');
+
+      const approvalAgent = join(ROOT, 'test/support/approval-agent.ts');
+      const approval = await stepwiseCli(['run', '--agent', approvalAgent, '--goal', 'copy, then drop', '--run-id', 'ap-run'], ownEnv);
+      expect(approval.code).toBe(0);
+      expect(approval.out).toMatch(/^ {2}approve or reject: http:\/\/127\.0\.0\.1:8787\/approvals\/v1\.\S+$/m);
+      expect(approval.out.trim().split('\n').at(-1)).toBe(`run ap-run: waiting at version 3 (answer with \`stepwise approve|reject ap-run\`, or open the link while \`stepwise serve --agent ${approvalAgent}\` runs; then \`stepwise run --agent ${approvalAgent} --run-id ap-run\` or a worker continues it)`);
+    } finally {
+      own.cleanup();
+    }
+  });
+
+  it('`run` whose wait is answered as it begins, by an event sent before, works on to the end in one go', { timeout: 120_000 }, async () => {
+    const own = tempDb();
+    const ownEnv = { ...env, STEPWISE_DB: own.path };
+    try {
+      expect((await stepwiseCli(['emit', 'order.paid', 'order-42', '{"amount":9}', '--id', 'early'], ownEnv)).out.trim())
+        .toBe('event early (order.paid/order-42): no run was waiting for it; kept for a wait that begins soon');
+      const run = await stepwiseCli(['run', '--agent', AGENT, '--goal', 'wait for order 42', '--run-id', 'ev-early'], ownEnv);
+      expect(run.code).toBe(0);
+      expect(run.out).toMatch(/^run ev-early v2 {2}step 1 {2}waiting for event order\.paid order-42 until \S+$/m);
+      expect(run.out).toMatch(/^run ev-early v\d+ {2}completed after 1 steps: saw: .*"amount":9/m);
+      expect(run.out.trim().split('\n').at(-1)).toBe('run ev-early: completed at version 4');
+    } finally {
+      own.cleanup();
+    }
+  });
 });

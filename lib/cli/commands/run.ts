@@ -1,6 +1,6 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import { decodeState } from '../../core/codec.ts';
-import { isTerminal } from '../../core/state.ts';
+import { isTerminal, type WaitRecord } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { openLocalEngine } from '../../local/engine.ts';
 import type { CheckpointStore } from '../../ports.ts';
@@ -44,13 +44,21 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
       process.off('SIGTERM', onSignal);
     }
     const { status } = final.state;
-    const resume = interrupted && status === 'running'
-      ? ` (stopped by ${interrupted} after the step in hand; \`stepwise run --agent ${options.agent ?? '<path>'} --run-id ${started.runId}\` or a worker continues it)` : '';
+    const again = `\`stepwise run --agent ${options.agent ?? '<path>'} --run-id ${started.runId}\``;
+    const resume = interrupted && status === 'running' ? ` (stopped by ${interrupted} after the step in hand; ${again} or a worker continues it)`
+      : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, options.agent ?? '<path>')}; then ${again} or a worker continues it)` : '';
     out(`run ${started.runId}: ${status} at version ${final.version}${resume}`);
     return isTerminal(status) && status !== 'completed' ? 1 : 0;
   } finally {
     engine.close();
   }
+}
+
+/** What ends a wait `run` stopped at: the command that answers it, or the time a worker takes it up. */
+function waitingHint(wait: WaitRecord, runId: string, agent: string): string {
+  if (wait.kind === 'approval') return `answer with \`stepwise approve|reject ${runId}\`, or open the link while \`stepwise serve --agent ${agent}\` runs`;
+  if (wait.kind === 'event') return `answer with \`stepwise emit ${wait.event?.type} ${wait.event?.key} [json]\``;
+  return `it wakes at ${new Date(wait.deadline).toISOString()}`;
 }
 
 /** `run --run-id id` without --goal resumes that run: its goal is the one it was started with. */
