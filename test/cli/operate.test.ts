@@ -75,7 +75,7 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     const before = effects();
     const forked = stepwise(['fork', 'op-1', '--from-step', '1', '--run-id', 'op-1-f', '--goal', 'write 3 rows again']);
     expect(forked.code).toBe(0);
-    expect(forked.out).toContain('forked run op-1-f from op-1 at step 1 (version 5)');
+    expect(forked.out.trim()).toBe('forked run op-1-f from op-1 at step 1 (version 5); `stepwise run --agent <path> --run-id op-1-f` or a worker works it');
     work();
     const after = effects();
     expect(after.filter((e) => e.key.startsWith('op-1/'))).toEqual(before.filter((e) => e.key.startsWith('op-1/')));
