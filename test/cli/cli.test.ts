@@ -31,7 +31,7 @@ describe('the stepwise command', () => {
   it('start enqueues a run; a repeated start with the same id is a no-op that says so', () => {
     const first = stepwise('start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'cli-1');
     expect(first.code).toBe(0);
-    expect(first.out).toContain('started run cli-1');
+    expect(first.out.trim()).toBe(`started run cli-1 (agent process-rows); \`stepwise worker --agent ${AGENT}\` works it`);
     const again = stepwise('start', '--agent', AGENT, '--goal', 'something else', '--run-id', 'cli-1');
     expect(again.code).toBe(0);
     expect(again.out).toContain('run cli-1 already exists (status running, version 1): nothing changed');

@@ -23,7 +23,8 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
       { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) },
     );
     if (started.created) {
-      out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker --agent <path>\` works it`);
+      // The agent as it was given: from STEPWISE_AGENT the worker finds it the same way.
+      out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${options.agent ? ` --agent ${options.agent}` : ''}\` works it`);
     } else {
       const stored = await runtime.store.load(started.runId);
       out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed`);

@@ -1,0 +1,57 @@
+/**
+ * `npm run local-aws`: the AWS backend on this machine, with no account. Starts DynamoDB Local and fauxqs
+ * (SQS and S3), the same servers the tests use, makes the table, bucket and FIFO queue as `stepwise init
+ * --backend aws` does, and writes the environment that points the SDK and the CLI at them to a file to
+ * `source` in another terminal. It stays up until Ctrl-C or SIGTERM; the servers keep everything in
+ * memory, so what they held is gone when it stops, and the file is removed with them.
+ *
+ *   npm run local-aws [-- --write-env <path>]     (default .stepwise/local-aws.env)
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, isAbsolute, relative, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { awsServerEnv, startAwsServers } from '../test/support/aws-servers.ts';
+
+// The SDK's notice that its 2027 releases need Node 22 (we pin older ones), as bin/stepwise.js quiets it.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+const { values } = parseArgs({ options: { 'write-env': { type: 'string' } } });
+const envFile = values['write-env'] ?? '.stepwise/local-aws.env';
+
+const servers = await startAwsServers();
+let stopping = false;
+const stop = async (code: number) => {
+  if (stopping) return;
+  stopping = true;
+  rmSync(envFile, { force: true });
+  await servers.stop();
+  process.exit(code);
+};
+process.once('SIGINT', () => void stop(0));
+process.once('SIGTERM', () => void stop(0));
+
+try {
+  Object.assign(process.env, awsServerEnv(servers), { STEPWISE_BACKEND: 'aws' });
+  // The names `init` chooses and prints, read back from its JSON, so this makes exactly what it makes.
+  const { initCommand } = await import('../lib/cli/commands/init.ts');
+  let printed = '';
+  await initCommand({ backend: 'aws', json: true }, (line) => { printed += line; });
+  const names = JSON.parse(printed) as { tableName: string; bucketName: string; queueUrl: string };
+  const env = { ...awsServerEnv(servers), STEPWISE_BACKEND: 'aws', TABLE_NAME: names.tableName, BUCKET_NAME: names.bucketName, QUEUE_URL: names.queueUrl };
+  mkdirSync(dirname(envFile), { recursive: true });
+  writeFileSync(envFile, `${Object.entries(env).map(([name, value]) => `export ${name}=${value}`).join('\n')}\n`);
+  const fromHere = relative(process.cwd(), envFile);
+  const shown = fromHere.startsWith('..') || isAbsolute(fromHere) ? resolve(envFile) : fromHere;
+  console.log([
+    `local AWS servers ready: DynamoDB Local ${servers.dynamodb}, SQS and S3 (fauxqs) ${servers.sqs}`,
+    `  table ${names.tableName}, bucket ${names.bucketName}, queue ${names.queueUrl}`,
+    `in another terminal:`,
+    `  source ${shown}`,
+    `  npm run stepwise -- start --agent examples/migrate/agent.ts --goal "copy the rows"`,
+    `  npm run stepwise -- worker --agent examples/migrate/agent.ts`,
+    `  npm run stepwise -- status`,
+    `everything is in memory: it is gone when this stops (Ctrl-C), and ${shown} with it`,
+  ].join('\n'));
+} catch (error) {
+  console.error(`local-aws: ${(error as Error).message}`);
+  await stop(1);
+}
