@@ -59,10 +59,10 @@ const listQuery = z.object({
 
 const waitsQuery = listQuery.omit({ status: true });
 
-/** A zod failure as a 400 that says which field and why. */
+/** A zod failure as a 400 that says which field and why ("required" where zod says "received undefined"). */
 const invalid = (result: { success: boolean; error?: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } }, c: Context) => {
   if (result.success || !result.error) return undefined;
-  const issues = result.error.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message}`);
+  const issues = result.error.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message.replace(/^Invalid input: expected (\w+), received undefined$/, 'required ($1)')}`);
   return c.json({ error: `invalid request: ${issues.join('; ')}`, issues }, 400);
 };
 
@@ -74,6 +74,7 @@ const ANSWER_STATUS: Record<AnswerOutcome['outcome'], 200 | 403 | 404 | 409 | 41
 export function apiRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   if (deps.apiToken) app.use('*', bearer(deps.apiToken));
+  app.use('*', jsonBodies);
 
   app.post('/runs', zValidator('json', startBody, invalid), async (c) => {
     const body = c.req.valid('json');
@@ -175,12 +176,25 @@ function runView(state: RunState, version: number) {
   return { ...head, version, steps: steps.length, lastStep: steps[steps.length - 1] };
 }
 
+/**
+ * A body in another type (a form, text) would reach the validators as no body at all, and be refused
+ * for its "missing" fields: say what is wrong instead. A POST with no body stays fine (retry, cancel).
+ */
+const jsonBodies: MiddlewareHandler = async (c, next) => {
+  const type = c.req.header('content-type');
+  const hasBody = Number(c.req.header('content-length') ?? 0) > 0 || c.req.header('transfer-encoding') !== undefined;
+  if (c.req.method === 'POST' && (hasBody || type) && !/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type ?? '')) {
+    return c.json({ error: `send the body as JSON, with Content-Type: application/json (got ${type ? JSON.stringify(type) : 'no Content-Type'})` }, 415);
+  }
+  await next();
+};
+
 function bearer(token: string): MiddlewareHandler {
   const expected = Buffer.from(`Bearer ${token}`);
   return async (c, next) => {
     const given = Buffer.from(c.req.header('authorization') ?? '');
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      return c.json({ error: 'unauthorized: send Authorization: Bearer <token> (stepwise serve prints it)' }, 401);
+      return c.json({ error: 'unauthorized: send Authorization: Bearer <token> (stepwise serve says where it is kept)' }, 401);
     }
     await next();
   };

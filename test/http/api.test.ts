@@ -28,7 +28,7 @@ describe('the JSON API', () => {
     const again = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'other', runId: 'api-1' }) }));
     expect(again).toMatchObject({ status: 200, body: { runId: 'api-1', created: false } });
     const bad = [
-      [{}, /goal/],
+      [{}, /^invalid request: goal: required \(string\)$/],
       [{ goal: 'x', extra: 1 }, /extra|Unrecognized/i],
       [{ goal: 'x', stepCap: -1 }, /stepCap/],
       [{ goal: '   ' }, /goal is empty/],
@@ -42,6 +42,14 @@ describe('the JSON API', () => {
     }
     const notJson = await json(await app.api('/runs', { method: 'POST', body: '{"goal":' }));
     expect(notJson.status).toBe(400);
+    // A form or text body is not taken for an empty one (which would be refused for a "missing" goal).
+    for (const type of ['application/x-www-form-urlencoded', 'text/plain']) {
+      const wrongType = await json(await app.api('/runs', { method: 'POST', headers: { 'content-type': type }, body: type === 'text/plain' ? '{"goal":"x","runId":"api-text"}' : 'goal=x&runId=api-form' }));
+      expect(wrongType).toEqual({ status: 415, body: { error: `send the body as JSON, with Content-Type: application/json (got "${type}")` } });
+    }
+    // JSON with a charset gets through to the body's own checks.
+    const charset = await json(await app.api('/runs', { method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify({ goal: ' ' }) }));
+    expect(charset).toMatchObject({ status: 400, body: { error: expect.stringMatching(/goal is empty/) } });
     expect((await app.runtime.store.list()).map((r) => r.runId)).toEqual(['api-1']);
   });
 
