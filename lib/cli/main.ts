@@ -76,18 +76,16 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-function positiveInt(name: string, value: string | undefined): number | undefined {
+function wholeNumber(name: string, value: string | undefined, least = 0): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new StepwiseUsageError(`--${name} must be a whole number, got ${JSON.stringify(value)}`);
+  if (!Number.isInteger(n) || n < least) throw new StepwiseUsageError(`--${name} must be a whole number (${least} or more), got ${JSON.stringify(value)}`);
   return n;
 }
 
 /** For a count or a duration where 0 means nothing (a cap of no steps, a lease that has already run out). */
 function atLeastOne(name: string, value: string | undefined): number | undefined {
-  const n = positiveInt(name, value);
-  if (n === 0) throw new StepwiseUsageError(`--${name} must be 1 or more, got 0`);
-  return n;
+  return wholeNumber(name, value, 1);
 }
 
 /**
@@ -146,13 +144,13 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     ...budgetOf(values['budget-tokens'], values['budget-usd']),
   };
   const visibilityMs = atLeastOne('visibility-ms', values['visibility-ms']);
-  const idleExitMs = positiveInt('idle-exit-ms', values['idle-exit-ms']);
+  const idleExitMs = wholeNumber('idle-exit-ms', values['idle-exit-ms']);
   const stallMs = atLeastOne('stall-ms', values['stall-ms']);
-  const concurrency = positiveInt('concurrency', values.concurrency);
+  const concurrency = wholeNumber('concurrency', values.concurrency);
   if (concurrency !== undefined && (concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY)) {
     throw new StepwiseUsageError(`--concurrency must be from 1 to ${MAX_WORKER_CONCURRENCY}, got ${concurrency}`);
   }
-  const port = positiveInt('port', values.port);
+  const port = wholeNumber('port', values.port);
   if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);
   const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}), ...(values.cursor ? { cursor: values.cursor } : {}) };
   // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
@@ -172,11 +170,11 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'prune': return (await import('./commands/prune.ts')).pruneCommand({ ...common, ...(values['older-than-days'] !== undefined ? { olderThanDays: values['older-than-days'] } : {}) }, out);
     case 'drift': return (await import('./commands/drift.ts')).driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'show': {
-      const step = positiveInt('step', values.step);
+      const step = wholeNumber('step', values.step);
       return (await import('./commands/show.ts')).showCommand(arg, { ...common, ...(step !== undefined ? { step } : {}), ...(values.json ? { json: true } : {}), ...(values.full ? { full: true } : {}) }, out);
     }
     case 'fork': {
-      const fromStep = positiveInt('from-step', values['from-step']);
+      const fromStep = wholeNumber('from-step', values['from-step']);
       return (await import('./commands/fork.ts')).forkCommand(arg, { ...start, ...(fromStep !== undefined ? { fromStep } : {}) }, out);
     }
     case 'retry': return (await import('./commands/retry.ts')).retryCommand(arg, start, out);

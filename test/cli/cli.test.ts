@@ -115,13 +115,13 @@ describe('the stepwise command', () => {
     [['status', '--db', agentModules], `stepwise: cannot open the database ${agentModules}: unable to open database file`],
     // A negative number reaches the option's own check, not parseArgs' paragraph on `--opt=-XYZ`.
     [['prune', '--older-than-days', '-3'], 'stepwise: --older-than-days must be a number of days (0 or more), got "-3"'],
-    [['fork', 'no-such-run', '--from-step', '-1'], 'stepwise: --from-step must be a whole number, got "-1"'],
-    [['worker', '--agent', AGENT, '--visibility-ms', '-5'], 'stepwise: --visibility-ms must be a whole number, got "-5"'],
+    [['fork', 'no-such-run', '--from-step', '-1'], 'stepwise: --from-step must be a whole number (0 or more), got "-1"'],
+    [['worker', '--agent', AGENT, '--visibility-ms', '-5'], 'stepwise: --visibility-ms must be a whole number (1 or more), got "-5"'],
     // 0 where it means nothing is refused, not dropped for the default without a word.
-    [['start', '--agent', AGENT, '--goal', 'x', '--step-cap', '0'], 'stepwise: --step-cap must be 1 or more, got 0'],
-    [['run', '--agent', AGENT, '--goal', 'x', '--step-cap', '-2'], 'stepwise: --step-cap must be a whole number, got "-2"'],
-    [['worker', '--agent', AGENT, '--visibility-ms', '0'], 'stepwise: --visibility-ms must be 1 or more, got 0'],
-    [['worker', '--agent', AGENT, '--stall-ms', '0'], 'stepwise: --stall-ms must be 1 or more, got 0'],
+    [['start', '--agent', AGENT, '--goal', 'x', '--step-cap', '0'], 'stepwise: --step-cap must be a whole number (1 or more), got "0"'],
+    [['run', '--agent', AGENT, '--goal', 'x', '--step-cap', '-2'], 'stepwise: --step-cap must be a whole number (1 or more), got "-2"'],
+    [['worker', '--agent', AGENT, '--visibility-ms', '0'], 'stepwise: --visibility-ms must be a whole number (1 or more), got "0"'],
+    [['worker', '--agent', AGENT, '--stall-ms', '0'], 'stepwise: --stall-ms must be a whole number (1 or more), got "0"'],
   ])('%j fails with exit code 2 and a one-line reason', (args, message) => {
     const r = stepwise(...args);
     expect(r.code).toBe(2);
