@@ -13,9 +13,32 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { readOutbox } from '../../lib/local/outbox-notifier.ts';
 import { checkMigration, openMigrationDb, seedSource } from './migration-db.ts';
+
+const USAGE = `usage: npm run demo [-- --approve]
+
+Migrates DEMO_ROWS rows (default 1000) in batches with the offline model (or Claude, with
+ANTHROPIC_API_KEY set), kills its worker mid-step, resumes on a fresh one, and waits for approval
+before the risky step. Its files go to .stepwise/demo-<time>/.
+
+  --approve    approve from the terminal at once, not after you open the emailed link
+               (what a terminal that is not interactive does anyway)
+  -h, --help   this text
+`;
+let flags: { approve?: boolean; help?: boolean };
+try {
+  flags = parseArgs({ options: { approve: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } }).values;
+} catch (error) {
+  process.stderr.write(`demo: ${(error as Error).message}\n\n${USAGE}`);
+  process.exit(2);
+}
+if (flags.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const BIN = join(ROOT, 'bin/stepwise.js');
@@ -30,7 +53,7 @@ const stepwiseDb = join(dir, 'stepwise.db');
 const migrateDb = join(dir, 'migrate.db');
 const runId = `migrate-${Date.now()}`;
 const say = (line: string) => process.stdout.write(`${line}\n`);
-const autoApprove = process.argv.includes('--approve') || !process.stdin.isTTY;
+const autoApprove = flags.approve === true || !process.stdin.isTTY;
 let publicUrl = '';
 
 function stepwise(args: string[], env: Record<string, string> = {}): ChildProcess {

@@ -31,4 +31,16 @@ describe('npm run demo', () => {
     expect(new Set(workers.filter(([step]) => step < 6).map(([, w]) => w)).size).toBe(1);
     expect(workers.find(([step]) => step === 6)![1]).not.toBe(workers.find(([step]) => step === 5)![1]);
   });
+
+  it('--help says what it does and runs nothing; a mistyped option is refused with the usage', () => {
+    const help = spawnSync('npm', ['run', '--silent', 'demo', '--', '--help'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^usage: npm run demo \[-- --approve\]\n/);
+    expect(help.stdout).not.toContain('started run');
+    const typo = spawnSync('npm', ['run', '--silent', 'demo', '--', '--aprove'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    expect(typo.status).toBe(2);
+    expect(typo.stderr).toMatch(/^demo: Unknown option '--aprove'/);
+    expect(typo.stderr).toContain('usage: npm run demo');
+    expect(typo.stdout).toBe('');
+  });
 });
