@@ -24,15 +24,33 @@ export interface ChaosOptions {
  */
 export const CHAOS_DEFAULTS = { schedules: 1000, aws: 1000, processes: 20, awsProcesses: 10 } as const;
 
+export const CHAOS_USAGE = `usage: npm run chaos [-- options]
+
+Seeded fault schedules over both runtimes, then the invariants after each: every idempotency key
+applied at most once, no step lost or repeated, no run stuck. Prints the seed; the same seed replays
+the same schedules.
+
+  --seed n            the base seed (default: drawn, and printed)
+  --schedules n       engine schedules on SQLite, in process (default ${CHAOS_DEFAULTS.schedules})
+  --aws n             AWS-path schedules on DynamoDB Local + fauxqs (default ${CHAOS_DEFAULTS.aws})
+  --processes n       schedules of real stepwise worker processes on SQLite, SIGKILLed and
+                      SIGSTOPped (default ${CHAOS_DEFAULTS.processes})
+  --aws-processes n   the same with stepwise worker --backend aws (default ${CHAOS_DEFAULTS.awsProcesses})
+  --exact             --seed is one schedule's own seed (a replay of the kind named, count 1)
+  --verbose           a line per schedule
+  -h, --help          this text
+`;
+
 const COUNTS = { schedules: 'schedules', aws: 'aws', processes: 'processes', awsProcesses: 'aws-processes' } as const;
 
 /** Reads the arguments; throws an Error naming the option and the value for anything it cannot take. */
-export function chaosOptions(args: readonly string[], drawSeed = () => Math.floor(Math.random() * 2 ** 31)): ChaosOptions {
+export function chaosOptions(args: readonly string[], drawSeed = () => Math.floor(Math.random() * 2 ** 31)): ChaosOptions | 'help' {
   let values: Record<string, string | boolean | undefined>;
   try {
     ({ values } = parseArgs({
       args: [...args],
       options: {
+        help: { type: 'boolean', short: 'h' },
         seed: { type: 'string' }, exact: { type: 'boolean', default: false }, verbose: { type: 'boolean', default: false },
         schedules: { type: 'string' }, aws: { type: 'string' }, processes: { type: 'string' }, 'aws-processes': { type: 'string' },
       },
@@ -40,6 +58,7 @@ export function chaosOptions(args: readonly string[], drawSeed = () => Math.floo
   } catch (error) {
     throw new Error(`${(error as Error).message}; options: --seed n, --exact, --schedules n, --aws n, --processes n, --aws-processes n, --verbose`);
   }
+  if (values.help === true) return 'help';
   const exact = values.exact === true;
   // A replay runs the kind of schedule named, and only that: one seed over 1,000 AWS schedules is 1,000 copies.
   const count = (key: keyof typeof COUNTS): number => {

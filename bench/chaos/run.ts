@@ -15,7 +15,7 @@
  * Exits 1 if any invariant broke, 2 for arguments it cannot take.
  */
 import { engineSchedule } from './engine-schedule.ts';
-import { chaosOptions, replayCommand } from './options.ts';
+import { CHAOS_USAGE, chaosOptions, replayCommand } from './options.ts';
 import { stopChaosModelServer } from './model-server.ts';
 import { scheduleSeed } from './random.ts';
 import { add, emptyTotals, formatTotals } from './totals.ts';
@@ -29,6 +29,10 @@ try {
 } catch (error) {
   console.error(`npm run chaos: ${(error as Error).message}`);
   process.exit(2);
+}
+if (options === 'help') {
+  process.stdout.write(CHAOS_USAGE);
+  process.exit(0);
 }
 const { seed, exact, verbose, schedules, aws: awsSchedules } = options;
 console.log(`chaos: seed ${seed}, ${schedules} engine schedules, ${awsSchedules} AWS schedules, ${options.processes} of SQLite worker processes, ${options.awsProcesses} of AWS worker processes${exact ? ' (exact seed)' : ''}; replay with --seed ${seed}`);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CHAOS_DEFAULTS, chaosOptions, replayCommand } from '../../bench/chaos/options.ts';
+import { CHAOS_DEFAULTS, CHAOS_USAGE, chaosOptions, replayCommand, type ChaosOptions } from '../../bench/chaos/options.ts';
 
 const drawn = () => 424242;
 
@@ -41,10 +41,19 @@ describe('npm run chaos: its command line (bench/chaos/options.ts)', () => {
     const kinds = { engine: 'schedules', aws: 'aws', processes: 'processes', 'aws-processes': 'awsProcesses' } as const;
     for (const [kind, key] of Object.entries(kinds)) {
       const args = replayCommand(kind as keyof typeof kinds, 3_000_000_123).split(' -- ')[1]!.split(' ');
-      const options = chaosOptions(args, drawn);
+      const options = chaosOptions(args, drawn) as ChaosOptions;
       expect(options).toMatchObject({ seed: 3_000_000_123, exact: true });
       expect(options.schedules + options.aws + options.processes + options.awsProcesses).toBe(1);
       expect(options[key]).toBe(1);
     }
+  });
+
+  it('--help asks for the usage, which names every option the parser takes', () => {
+    expect(chaosOptions(['--help'], drawn)).toBe('help');
+    expect(chaosOptions(['-h', '--seed', '3'], drawn)).toBe('help');
+    for (const option of ['--seed', '--schedules', '--aws', '--processes', '--aws-processes', '--exact', '--verbose', '--help']) {
+      expect(CHAOS_USAGE).toMatch(new RegExp(`^ +(-h, )?${option} `, 'm'));
+    }
+    expect(CHAOS_USAGE).toContain(`(default ${CHAOS_DEFAULTS.schedules})`);
   });
 });
