@@ -7,11 +7,21 @@ import { readdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem, type } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { idlePolicy } from './idle-core-support.ts';
-import { benchFiles, benchSection } from './run-all-support.ts';
+import { benchFiles, benchSection, benchUsage } from './run-all-support.ts';
 
 const dir = fileURLToPath(new URL('.', import.meta.url));
 const only = process.argv.slice(2);
-const benches = benchFiles(readdirSync(dir), only);
+if (only.includes('--help') || only.includes('-h')) {
+  process.stdout.write(benchUsage(benchFiles(readdirSync(dir))));
+  process.exit(0);
+}
+let benches: string[];
+try {
+  benches = benchFiles(readdirSync(dir), only);
+} catch (error) {
+  process.stderr.write(`npm run bench: ${(error as Error).message}`);
+  process.exit(2);
+}
 // The benches measure the code an installed package runs: lib/ compiled to dist/ (bench/compiled.mjs).
 const build = spawnSync(process.execPath, [fileURLToPath(new URL('../node_modules/typescript/bin/tsc', import.meta.url)), '-p', fileURLToPath(new URL('../tsconfig.build.json', import.meta.url))], { stdio: 'inherit' });
 if (build.status !== 0) throw new Error('bench: `tsc -p tsconfig.build.json` failed; the benches need dist/');

@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { benchFiles, benchSection } from '../../bench/run-all-support.ts';
+import { benchFiles, benchSection, benchUsage } from '../../bench/run-all-support.ts';
 
 describe('what npm run bench runs (bench/run-all-support.ts)', () => {
   it('runs the benches of bench/, not the modules they import', () => {
@@ -18,6 +18,12 @@ describe('what npm run bench runs (bench/run-all-support.ts)', () => {
 
   it('runs only the benches named by a prefix', () => {
     expect(benchFiles(['b.ts', 'a.ts', 'langgraph.ts', 'langgraph-break-even.ts', 'step.ts'], ['lang', 'a'])).toEqual(['a.ts', 'langgraph.ts']);
+  });
+
+  it('refuses a name that chooses no bench (a typo, an option), listing the benches, rather than run nothing', () => {
+    const files = ['b.ts', 'a.ts', 'langgraph.ts', 'langgraph-break-even.ts'];
+    expect(() => benchFiles(files, ['lang', 'langgrph', '--fast'])).toThrow(/^no bench's name starts with "langgrph", "--fast"\n\nusage: npm run bench/);
+    expect(benchUsage(benchFiles(files))).toMatch(/The benches:\n\n {2}a\n {2}b\n {2}langgraph\n$/);
   });
 
   it('counts a bench that exits with an error, or prints nothing, as failed', () => {
