@@ -19,6 +19,14 @@ export class PermanentError extends StepwiseError {
 export class TransientError extends StepwiseError {}
 
 /**
+ * The model API could not be reached, or was overloaded or rate-limited (a timeout, a dropped connection,
+ * 429, 5xx, 529), after the client's own retries: an outage of the provider, not a fault of this step. A
+ * step tries on through one of about half an hour (MAX_MODEL_UNAVAILABLE_FAILURES) before it fails its run,
+ * where other transient errors fail it at the third try. A Model of your own throws it for the same cases.
+ */
+export class ModelUnavailableError extends TransientError {}
+
+/**
  * The model API refused the credentials (401, 403), or the key cannot be read: no step can be tried until
  * the key is fixed. The work pauses (the message comes back later, after the key is read again); it is
  * neither a failed attempt nor a reason to fail the run.

@@ -7,6 +7,11 @@ export { RECORD_FORMATS, type RecordKind } from './record-formats.ts';
 export const FORMAT_VERSION = RECORD_FORMATS.head;
 export const DEFAULT_STEP_CAP = 60;
 export const MAX_STEP_FAILURES = 3;
+/**
+ * A step's failed tries while the model is unavailable (ModelUnavailableError) before its run fails: with
+ * the retries' backoff (1 s, 2 s, ... a minute at most) about 25 minutes of outage, plus the calls' own time.
+ */
+export const MAX_MODEL_UNAVAILABLE_FAILURES = 30;
 export const MAX_GOAL_BYTES = 16 * 1024;
 
 import { RUN_STATUSES, type RunStatus } from './statuses.ts';

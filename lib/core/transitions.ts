@@ -1,7 +1,7 @@
-import { errorMessage, isPermanent } from './errors.ts';
+import { ModelUnavailableError, errorMessage, isPermanent } from './errors.ts';
 import { withFields } from './objects.ts';
 import {
-  DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
+  DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_MODEL_UNAVAILABLE_FAILURES, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
   type Budget, type Decision, type RunState, type StepRecord, type StepResult, type Usage,
 } from './state.ts';
 
@@ -87,7 +87,8 @@ export function cap(state: RunState, now: number, usage?: Usage): RunState {
 }
 
 /**
- * A failed attempt at step + 1. Permanent errors fail the run at once; others fail it on the third try.
+ * A failed attempt at step + 1. Permanent errors fail the run at once; others fail it on the third try,
+ * or the thirtieth while the model is unavailable.
  * The recorded decision stays, so the retry runs the same tool call.
  */
 export function recordFailure(
@@ -106,7 +107,9 @@ export function recordFailure(
     updatedAt: now,
   });
   if (extra.retryNote) next.retryNote = extra.retryNote;
-  if (isPermanent(error) || failures >= MAX_STEP_FAILURES) {
+  // A model outage is waited out for longer than a failing tool: the step itself is not at fault.
+  const limit = error instanceof ModelUnavailableError ? MAX_MODEL_UNAVAILABLE_FAILURES : MAX_STEP_FAILURES;
+  if (isPermanent(error) || failures >= limit) {
     next.status = 'failed';
     next.reason = isPermanent(error)
       ? `step ${state.step + 1}: ${message}`

@@ -4,7 +4,7 @@ import type { Middleware } from '@anthropic-ai/sdk';
 // organization, files ...), about 320 KB of the worker's bundle that no step calls.
 import { BaseAnthropic } from '@anthropic-ai/sdk/client';
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk/core/error';
-import { ModelKeyError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
+import { ModelKeyError, ModelUnavailableError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
 import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
@@ -273,8 +273,9 @@ function isTransientStatus(status: number): boolean {
 }
 
 /**
- * What is left after the SDK's own retries, sorted for the engine: TransientError counts toward the
- * step's 3 failures; PermanentError (bad request, not found, too large) fails the run at once;
+ * What is left after the SDK's own retries, sorted for the engine: ModelUnavailableError (unreachable,
+ * timed out, 429, 5xx, 529) counts toward the step's 30 failures of a model outage, other TransientErrors
+ * (a call past its deadline) toward its 3; PermanentError (bad request, not found, too large) fails the run at once;
  * ModelKeyError (401, 403: a missing, rotated or revoked key) pauses the work until the key is fixed.
  */
 export function classifyError(error: unknown, context: { callerAborted: boolean; deadlineHit: boolean; deadlineMs: number }): StepwiseError {
@@ -285,11 +286,11 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
       : `the model call did not finish within its ${Math.round(context.deadlineMs / 1000)} s deadline, retries included`, { cause: error });
   }
   if (error instanceof APIConnectionTimeoutError) {
-    return new TransientError('the Anthropic API did not answer in time, after retries', { cause: error });
+    return new ModelUnavailableError('the Anthropic API did not answer in time, after retries', { cause: error });
   }
   if (error instanceof APIConnectionError) {
     const cause = error.cause ? `: ${errorMessage(error.cause)}` : '';
-    return new TransientError(`cannot reach the Anthropic API, after retries${cause}`, { cause: error });
+    return new ModelUnavailableError(`cannot reach the Anthropic API, after retries${cause}`, { cause: error });
   }
   if (error instanceof APIError && typeof error.status === 'number') {
     const reason = describeApiError(error);
@@ -297,7 +298,7 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
     if (!isTransientStatus(error.status)) return new PermanentError(`the Anthropic API refused the request: ${reason}`, { cause: error });
     const pastDeadline = error.headers?.get(PAST_DEADLINE_HEADER);
     const why = pastDeadline ? `; it asked to retry after ${Math.round(Number(pastDeadline) / 1000)} s, past this call's deadline` : ', after retries';
-    return new TransientError(`the Anthropic API failed: ${reason}${why}`, { cause: error });
+    return new ModelUnavailableError(`the Anthropic API failed: ${reason}${why}`, { cause: error });
   }
   if (error instanceof AnthropicError) {
     // Raised by the SDK before any request is sent (no credentials, invalid options): a configuration error.

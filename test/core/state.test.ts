@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../lib/core/canonical-json.ts';
 import { decodeState, encodeHead, encodeStep, heldHead } from '../../lib/core/codec.ts';
-import { NewerFormatError, PermanentError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
+import { ModelUnavailableError, NewerFormatError, PermanentError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { MIGRATIONS, migrateHead } from '../../lib/core/migrations.ts';
-import { FORMAT_VERSION } from '../../lib/core/state.ts';
+import { FORMAT_VERSION, MAX_MODEL_UNAVAILABLE_FAILURES } from '../../lib/core/state.ts';
 import { DECISION_FIELDS_IN_RECORD, cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../../lib/core/transitions.ts';
 import type { Decision } from '../../lib/core/state.ts';
 import { canonicalValue } from '../../lib/core/canonical-json.ts';
@@ -155,5 +155,14 @@ describe('the stop rule', () => {
     expect(state.steps).toHaveLength(2);
     const permanent = recordFailure(stateAfter('r', 1), new PermanentError('invalid request: prompt is too long'), 4);
     expect(permanent).toMatchObject({ status: 'failed', failures: 1, reason: 'step 2: invalid request: prompt is too long' });
+  });
+
+  it('waits out a model outage for 30 failures, and a failure of another kind after it still ends the run', () => {
+    let state = stateAfter('r', 1);
+    for (let n = 1; n < MAX_MODEL_UNAVAILABLE_FAILURES; n++) state = recordFailure(state, new ModelUnavailableError('529 overloaded'), n);
+    expect(state).toMatchObject({ status: 'running', failures: 29, lastError: '529 overloaded' });
+    expect(recordFailure(state, new ModelUnavailableError('529 overloaded'), 30)).toMatchObject({ status: 'failed', failures: 30, reason: 'step 2 failed 30 times; last error: 529 overloaded' });
+    // Past the third failure, a tool's transient failure is not given the outage's longer wait.
+    expect(recordFailure(state, new Error('database unavailable'), 30)).toMatchObject({ status: 'failed', reason: 'step 2 failed 30 times; last error: database unavailable' });
   });
 });

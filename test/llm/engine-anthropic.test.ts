@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { stepLine } from '../../lib/core/prompt.ts';
-import { ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
+import { MAX_MODEL_UNAVAILABLE_FAILURES, ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { AnthropicModel } from '../../lib/llm/anthropic.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
@@ -71,25 +71,44 @@ describe('engine + Anthropic adapter + local Messages server + SQLite', () => {
     expect(state.usage.cacheReadTokens).toBeGreaterThan(0);
   });
 
-  it('transient errors are retried by the SDK, then each exhausted call is one failure; the third fails the run', async () => {
+  it('a model outage (529 after the SDK\'s retries) is waited out for 30 failed tries, each one exhausted call, then fails the run', async () => {
     server.otherwise(apiError(529, 'Overloaded', { 'retry-after-ms': '1' }));
     const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: claude(), clock, workerId: 'w' });
     await start(deps);
 
-    const failures: number[] = [];
-    for (let attempt = 1; attempt <= 3; attempt++) {
+    const seen: { failures: number; status: string }[] = [];
+    for (let attempt = 1; attempt <= MAX_MODEL_UNAVAILABLE_FAILURES; attempt++) {
       const outcome = await advance(deps, 'run');
       expect(outcome.kind).toBe('advanced');
-      failures.push((await loadState(runtime)).failures);
+      const now = await loadState(runtime);
+      seen.push({ failures: now.failures, status: now.status });
       expect(server.requests).toHaveLength(3 * attempt);
     }
     const state = await loadState(runtime);
     runtime.close();
-    expect(failures).toEqual([1, 2, 3]);
-    expect(server.requests.map((r) => r.retryCount)).toEqual([0, 1, 2, 0, 1, 2, 0, 1, 2]);
-    expect(state.status).toBe('failed');
-    expect(state.reason).toMatch(/^step 1 failed 3 times; last error: .*529 overloaded_error: Overloaded/);
+    expect(MAX_MODEL_UNAVAILABLE_FAILURES).toBe(30);
+    // Still running after the third try, where a failing tool would have failed the run.
+    expect(seen.slice(0, -1).every((s, i) => s.failures === i + 1 && s.status === 'running')).toBe(true);
+    expect(seen.at(-1)).toEqual({ failures: 30, status: 'failed' });
+    expect(server.requests.slice(0, 6).map((r) => r.retryCount)).toEqual([0, 1, 2, 0, 1, 2]);
+    expect(state.reason).toMatch(/^step 1 failed 30 times; last error: .*529 overloaded_error: Overloaded/);
     expect(state.steps).toHaveLength(0);
+  });
+
+  it('a run whose model comes back after an outage of five tries goes on with its steps', async () => {
+    // Five exhausted calls of three requests each, then the API answers again.
+    server.script(...Array.from({ length: 15 }, () => apiError(529, 'Overloaded', { 'retry-after-ms': '1' })));
+    server.otherwise(writeRows(2));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: claude(), clock, workerId: 'w' });
+    await start(deps);
+    for (let attempt = 1; attempt <= 5; attempt++) await advance(deps, 'run');
+    expect(await loadState(runtime)).toMatchObject({ status: 'running', failures: 5 });
+    for (let step = 0; step < 5 && (await loadState(runtime)).status === 'running'; step++) await advance(deps, 'run');
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(state).toMatchObject({ status: 'completed', failures: 0 });
+    expect(state.steps.map((s) => s.tool)).toEqual(['write_row', 'write_row']);
+    expect(rows.rows.size).toBe(2);
   });
 
   it('a permanent error fails the run at once, with the reason', async () => {
