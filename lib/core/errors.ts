@@ -1,7 +1,7 @@
 /**
  * Errors are split by what a worker should do next:
  * - permanent: retrying cannot help; the run fails at once with the reason.
- * - transient: retrying may help; it counts toward the step's 3 failures.
+ * - transient: retrying may help; it counts toward the step's 3 failures (30 for a model outage).
  * Everything else (a bug, a crash) is treated as transient by the engine.
  */
 export class StepwiseError extends Error {
