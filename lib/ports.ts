@@ -326,7 +326,11 @@ export type ModelReply =
   /** Neither one tool call nor DONE (several calls, no call, truncation, refusal): the reason says which. */
   | { kind: 'invalid'; reason: string; usage?: Usage; model?: string };
 
-/** Throws TransientError or PermanentError (lib/core/errors.ts) for failures that are not a reply. */
+/**
+ * Throws for failures that are not a reply (lib/core/errors.ts): ModelUnavailableError when the API cannot
+ * be reached or is overloaded (a step waits out such an outage, to 30 tries), PermanentError when retrying
+ * cannot help, TransientError otherwise, ModelKeyError when the key is refused.
+ */
 export interface Model {
   readonly name: string;
   decide(request: ModelRequest): Promise<ModelReply>;
