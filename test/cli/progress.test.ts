@@ -1,0 +1,20 @@
+import { describe, expect, it } from 'vitest';
+import { recordFailure } from '../../lib/core/transitions.ts';
+import { ModelUnavailableError } from '../../lib/core/errors.ts';
+import { progressLine } from '../../lib/cli/progress.ts';
+import { stateAfter } from '../support/states.ts';
+
+/** The lines `run` and `worker` print per checkpoint: a failed try says when the next comes. */
+describe('progress lines', () => {
+  it('a failed try says which, why, and in how long the step is tried again (the queue\'s backoff)', () => {
+    let state = stateAfter('r', 1);
+    const lines: string[] = [];
+    for (let n = 1; n <= 8; n++) {
+      state = recordFailure(state, new ModelUnavailableError('the Anthropic API failed: 529 overloaded_error: Overloaded, after retries'), n);
+      lines.push(progressLine({ action: 'ack', outcome: { kind: 'advanced', version: n + 2, state, bytes: 300 } })!);
+    }
+    expect(lines[0]).toBe('run r v3  step 2 attempt 1 failed: the Anthropic API failed: 529 overloaded_error: Overloaded, after retries (will retry in 1 s)');
+    expect(lines.map((l) => /in (\d+) s\)$/.exec(l)![1])).toEqual(['1', '2', '4', '8', '16', '32', '60', '60']);
+    expect(state.status).toBe('running');
+  });
+});
