@@ -46,7 +46,7 @@ import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
 import { ADAPTER_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
-import { modelFaultScript } from './model-faults.ts';
+import { MODEL_OUTAGE_FAILURE, modelFaultScript } from './model-faults.ts';
 import { goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng } from './random.ts';
 import type { AwsFaults } from './totals.ts';
@@ -477,7 +477,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
 
     const verdict = await checkInvariants({
       store: reader.store, runs, applied, blobs: reader.blobs,
-      injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason),
+      injected: (reason) => !MODEL_OUTAGE_FAILURE.test(reason) && (reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)),
       // Both tools apply through ctx.once: the ledger in DynamoDB must have every completed step's result.
       ledgerHasResult: async (key) => {
         const { Item } = await control.doc.send(new GetCommand({ TableName: where.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }));

@@ -34,7 +34,7 @@ import { ManualClock } from '../../test/support/manual-clock.ts';
 import { apiError, done, toolUse, type Reply } from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
-import { PERMANENT_FAULT, modelFaultScript } from './model-faults.ts';
+import { MODEL_OUTAGE_FAILURE, PERMANENT_FAULT, modelFaultScript } from './model-faults.ts';
 import { Brownout, ProcessDied, faulty } from './faulty.ts';
 import { checkInvariants, waitTimedOut, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
 import { goalOf, registerSchedule, runOf } from './model-server.ts';
@@ -503,8 +503,8 @@ export async function engineSchedule(seed: number, options: { intensity?: number
 
     const verdict = await checkInvariants({
       store: reader.store, runs, applied,
-      injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
-        || [...plans].some(([runId, plan]) => (plan.answer === 'late' || plan.answer === 'never') && plan.kind !== 'sleep' && reason === waitTimedOut(runId)),
+      injected: (reason) => !MODEL_OUTAGE_FAILURE.test(reason) && (reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
+        || [...plans].some(([runId, plan]) => (plan.answer === 'late' || plan.answer === 'never') && plan.kind !== 'sleep' && reason === waitTimedOut(runId))),
       answers, now: root.now(), blobs: reader.blobs,
     });
     Object.assign(report, {
