@@ -70,13 +70,13 @@ export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.Proc
 
   const blobs = bucketName
     ? new S3BlobStore({ s3: clients.s3, bucket: bucketName, ...(kmsKeyId ? { kmsKeyId } : {}) })
-    : unnamedResource<S3BlobStore>('bucket');
+    : unnamedResource('bucket', S3BlobStore);
   const shared = { doc: clients.doc, tableName, blobs, clock, ...(options.spillBytes !== undefined ? { spillBytes: options.spillBytes } : {}) };
   return {
     store: new DynamoCheckpointStore({ ...shared, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs,
     ledger: new DynamoLedger(shared),
-    queue: queueUrl ? new SqsRunQueue({ sqs: clients.sqs, queueUrl, clock }) : unnamedResource<SqsRunQueue>('queue'),
+    queue: queueUrl ? new SqsRunQueue({ sqs: clients.sqs, queueUrl, clock }) : unnamedResource('queue', SqsRunQueue),
     clients, tableName, bucketName: bucketName ?? '', queueUrl: queueUrl ?? '',
     close: () => {
       if (ownClients) clients.destroy();

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { inspect } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openAwsRuntime } from '../../lib/aws/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
@@ -82,6 +83,9 @@ describe('missing AWS resources', () => {
     // The table still works, and the stand-ins are not mistaken for promises.
     expect(await runtime.store.load('no-such-run')).toBeUndefined();
     expect(await Promise.resolve(runtime.blobs)).toBe(runtime.blobs);
+    // Logged or printed, it rejects nothing (an unhandled rejection would end the process; vitest fails on one).
+    expect(inspect(runtime.queue)).toBe('{}');
+    expect(`${String(runtime.blobs)} ${JSON.stringify({ queue: runtime.queue })}`).toBe('[object Object] {"queue":{}}');
     expect(() => openAwsRuntime({ clients: aws.clients, needs: ['table'] }, {})).toThrow('the AWS backend needs TABLE_NAME (environment)');
   });
 });
