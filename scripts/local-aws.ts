@@ -14,7 +14,18 @@ import { awsServerEnv, startAwsServers } from '../test/support/aws-servers.ts';
 
 // The SDK's notice that its 2027 releases need Node 22 (we pin older ones), as bin/stepwise.js quiets it.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-const { values } = parseArgs({ options: { 'write-env': { type: 'string' } } });
+const USAGE = 'usage: npm run local-aws [-- --write-env <path>]   (the exports go to .stepwise/local-aws.env by default)\n';
+let values: { 'write-env'?: string; help?: boolean };
+try {
+  ({ values } = parseArgs({ options: { 'write-env': { type: 'string' }, help: { type: 'boolean', short: 'h' } } }));
+} catch (error) {
+  process.stderr.write(`local-aws: ${(error as Error).message}\n${USAGE}`);
+  process.exit(2);
+}
+if (values.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const envFile = values['write-env'] ?? '.stepwise/local-aws.env';
 
 const servers = await startAwsServers();

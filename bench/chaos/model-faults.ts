@@ -29,9 +29,10 @@ export interface ModelRequestFacts {
 
 /**
  * The model faults both schedule kinds inject, per request: a 429 burst goes on for the next requests of
- * the same run, and an outage (529s) for the next 8-20 of them; otherwise 6% (x intensity) a transport or HTTP fault, 2% an unusable reply. Drawn from a
- * stream of the schedule's seed of their own: should a request the seed did not plan reach the server,
- * only the model faults after it shift, not the crashes and deliveries.
+ * the same run, and an outage (529s) for the next 8-20 of them; otherwise 6% (x intensity) a transport or
+ * HTTP fault, 2% an unusable reply. Drawn from a stream of the schedule's seed of their own: should a request
+ * the seed did not plan reach the server, only the model faults after it shift, not the crashes and
+ * deliveries. An outage counts once, however many requests it refuses.
  */
 export function modelFaultScript(seed: number, count: (kind: string) => void, intensity = 1): (facts: ModelRequestFacts) => Reply {
   const m = rng(seed ^ 0x2545f491);

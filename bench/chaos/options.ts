@@ -56,7 +56,7 @@ export function chaosOptions(args: readonly string[], drawSeed = () => Math.floo
       },
     }));
   } catch (error) {
-    throw new Error(`${(error as Error).message}; options: --seed n, --exact, --schedules n, --aws n, --processes n, --aws-processes n, --verbose`);
+    throw new Error(`${(error as Error).message}; options: --seed n, --exact, --schedules n, --aws n, --processes n, --aws-processes n, --verbose, --help`);
   }
   if (values.help === true) return 'help';
   const exact = values.exact === true;

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -56,5 +56,15 @@ describe('npm run local-aws', () => {
     expect(await exited).toBe(0);
     // The file pointed at servers that are gone: it goes with them.
     expect(existsSync(envFile)).toBe(false);
+  });
+
+  it('a mistyped option stops it before any server starts, with the usage; --help prints it', () => {
+    const typo = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/local-aws.ts', '--write-evn', 'x'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    expect(typo.status).toBe(2);
+    expect(typo.stderr).toBe("local-aws: Unknown option '--write-evn'\nusage: npm run local-aws [-- --write-env <path>]   (the exports go to .stepwise/local-aws.env by default)\n");
+    expect(typo.stdout).toBe('');
+    const help = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/local-aws.ts', '--help'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^usage: npm run local-aws/);
   });
 });
