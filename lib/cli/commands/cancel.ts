@@ -16,7 +16,8 @@ export async function cancelCommand(runId: string | undefined, options: CancelOp
     const outcome = await cancelRun(operateDeps(runtime), runId, { by: options.as ?? operator(), ...(options.reason !== undefined ? { reason: options.reason } : {}) });
     switch (outcome.outcome) {
       case 'cancelled': out(`run ${runId} cancelled at version ${outcome.version}: it was waiting, so nothing was running`); break;
-      case 'requested': out(`cancel requested for run ${runId}: it stops at its next step boundary (a step running now finishes first); ${outcome.request}`); break;
+      // Said outright: with no worker running, the run stays "running" until one takes its next message.
+      case 'requested': out(`cancel requested for run ${runId}: it stops at its next step boundary (a step running now finishes first), when a worker takes its next message; ${outcome.request}`); break;
       case 'already-cancelled': out(`run ${runId} is already cancelled: nothing changed`); break;
     }
     return 0;
