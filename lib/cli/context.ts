@@ -15,6 +15,15 @@ export { chooseModel } from '../llm/choose-model.ts';
 
 export const workerId = processWorkerId;
 
+/**
+ * The agent as a next command names it, found the way requireAgent finds it: its `--agent` given, none
+ * when STEPWISE_AGENT names it (the next command reads it too), else a placeholder to fill in.
+ */
+export function agentFlag(options: { agent?: string }): string {
+  if (options.agent) return ` --agent ${options.agent}`;
+  return process.env.STEPWISE_AGENT ? '' : ' --agent <path>';
+}
+
 export async function requireAgent(options: { agent?: string }): Promise<AgentDefinition> {
   const path = options.agent ?? process.env.STEPWISE_AGENT;
   if (!path) throw new InvalidInputError('--agent path/to/agent.ts is required (or set STEPWISE_AGENT)');

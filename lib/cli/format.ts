@@ -82,11 +82,16 @@ export function waitedFor(wait: WaitRecord): string {
     : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time';
 }
 
+/** The command that answers a wait: an approval's or an event's (a sleep has none: its time does). */
+export function answerCommand(runId: string, wait: WaitRecord): string | undefined {
+  return wait.kind === 'approval' ? `stepwise approve|reject ${runId}`
+    : wait.kind === 'event' ? `stepwise emit ${wait.event?.type} ${wait.event?.key} [json]` : undefined;
+}
+
 /** A waiting run's line in `status` and `show`: what it waits for, until when, and the command that answers it. */
 function waitingLine(runId: string, wait: WaitRecord): string {
-  const answer = wait.kind === 'approval' ? `; answer: stepwise approve|reject ${runId}`
-    : wait.kind === 'event' ? `; answer: stepwise emit ${wait.event?.type} ${wait.event?.key} [json]` : '';
-  return `waiting  step ${wait.step}: ${waitedFor(wait)} until ${time(wait.deadline)} (wait ${wait.id})${answer}`;
+  const answer = answerCommand(runId, wait);
+  return `waiting  step ${wait.step}: ${waitedFor(wait)} until ${time(wait.deadline)} (wait ${wait.id})${answer ? `; answer: ${answer}` : ''}`;
 }
 
 export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string } = {}): string {

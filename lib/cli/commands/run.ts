@@ -5,7 +5,8 @@ import { startRun } from '../../engine/start.ts';
 import { openLocalEngine } from '../../local/engine.ts';
 import type { CheckpointStore } from '../../ports.ts';
 import { backendKind } from '../backend.ts';
-import { dbPath, requireAgent } from '../context.ts';
+import { agentFlag, dbPath, requireAgent } from '../context.ts';
+import { answerCommand } from '../format.ts';
 import { progressLine } from '../progress.ts';
 import type { StartOptions } from './start.ts';
 
@@ -44,9 +45,9 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
       process.off('SIGTERM', onSignal);
     }
     const { status } = final.state;
-    const again = `\`stepwise run --agent ${options.agent ?? '<path>'} --run-id ${started.runId}\``;
+    const again = `\`stepwise run${agentFlag(options)} --run-id ${started.runId}\``;
     const resume = interrupted && status === 'running' ? ` (stopped by ${interrupted} after the step in hand; ${again} or a worker continues it)`
-      : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, options.agent ?? '<path>')}; then ${again} or a worker continues it)` : '';
+      : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, agentFlag(options))}; then ${again} or a worker continues it)` : '';
     out(`run ${started.runId}: ${status} at version ${final.version}${resume}`);
     return isTerminal(status) && status !== 'completed' ? 1 : 0;
   } finally {
@@ -55,10 +56,10 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
 }
 
 /** What ends a wait `run` stopped at: the command that answers it, or the time a worker takes it up. */
-function waitingHint(wait: WaitRecord, runId: string, agent: string): string {
-  if (wait.kind === 'approval') return `answer with \`stepwise approve|reject ${runId}\`, or open the link while \`stepwise serve --agent ${agent}\` runs`;
-  if (wait.kind === 'event') return `answer with \`stepwise emit ${wait.event?.type} ${wait.event?.key} [json]\``;
-  return `it wakes at ${new Date(wait.deadline).toISOString()}`;
+export function waitingHint(wait: WaitRecord, runId: string, agentFlag: string): string {
+  const answer = answerCommand(runId, wait);
+  if (!answer) return `it wakes at ${new Date(wait.deadline).toISOString()}`;
+  return `answer with \`${answer}\`${wait.kind === 'approval' ? `, or open the link while \`stepwise serve${agentFlag}\` runs` : ''}`;
 }
 
 /** `run --run-id id` without --goal resumes that run: its goal is the one it was started with. */

@@ -3,7 +3,7 @@ import { startRun } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
-import { openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { agentFlag, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -23,8 +23,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
       { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) },
     );
     if (started.created) {
-      // The agent as it was given: from STEPWISE_AGENT the worker finds it the same way.
-      out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${options.agent ? ` --agent ${options.agent}` : ''}\` works it`);
+      out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}\` works it`);
     } else {
       const stored = await runtime.store.load(started.runId);
       out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed`);
