@@ -22,8 +22,15 @@ export const API_KEY_SECRET_ENV = 'ANTHROPIC_API_KEY_SECRET_ID';
 export const API_KEY_ENV = 'ANTHROPIC_API_KEY';
 /** The Secrets Manager secret holding the approval links' signing key (base64, at least 32 bytes). */
 export const SIGNING_KEY_SECRET_ENV = 'STEPWISE_SIGNING_KEY_SECRET_ID';
+/**
+ * Off AWS (a host of your own, `npm run local-aws`): the approval links' signing key in a file (base64, at
+ * least 32 bytes), instead of the secret. Every process that signs or checks links must read the same file.
+ */
+export const SIGNING_KEY_FILE_ENV = 'STEPWISE_SIGNING_KEY_FILE';
 /** The verified SES sender of approval emails. */
 export const EMAIL_FROM_ENV = 'STEPWISE_EMAIL_FROM';
+/** A folder that approval emails are written to as .eml files, instead of sending them (locally by default beside the database). */
+export const OUTBOX_ENV = 'STEPWISE_OUTBOX';
 /** Where approval links point (the API's URL on AWS). */
 export const PUBLIC_URL_ENV = 'STEPWISE_PUBLIC_URL';
 /** The sweeper re-drives a running run with no checkpoint for this long. */

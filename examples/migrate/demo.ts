@@ -15,7 +15,7 @@ import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
-import { readOutbox } from '../../lib/local/outbox-notifier.ts';
+import { readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { checkMigration, openMigrationDb, seedSource } from './migration-db.ts';
 
 const USAGE = `usage: npm run demo [-- --approve]

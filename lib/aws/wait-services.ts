@@ -1,9 +1,11 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SESv2Client } from '@aws-sdk/client-sesv2';
-import { TransientError, errorMessage } from '../core/errors.ts';
-import { EMAIL_FROM_ENV, PUBLIC_URL_ENV } from '../settings.ts';
+import { InvalidInputError, TransientError, errorMessage } from '../core/errors.ts';
+import type { Notifier } from '../ports.ts';
+import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
+import { OutboxNotifier } from '../waits/outbox-notifier.ts';
 import type { WaitServices } from '../waits/services.ts';
-import { SIGNING_KEY_SECRET_ENV, decodeKey, type SigningKeySource } from '../waits/signing-key.ts';
+import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource } from '../waits/signing-key.ts';
 import { DynamoEventBuffer } from './dynamo-event-buffer.ts';
 import type { AwsRuntime } from './runtime.ts';
 import { SesNotifier } from './ses-notifier.ts';
@@ -15,19 +17,38 @@ export { EMAIL_FROM_ENV, PUBLIC_URL_ENV };
 /**
  * Waits on AWS: approval emails through SES v2 from STEPWISE_EMAIL_FROM, links signed with the key in the
  * Secrets Manager secret STEPWISE_SIGNING_KEY_SECRET_ID and pointing at STEPWISE_PUBLIC_URL (the API
- * Gateway URL), events kept in the run table.
+ * Gateway URL), events kept in the run table. Off AWS (a host of your own, `npm run local-aws`), the key
+ * may be a file (STEPWISE_SIGNING_KEY_FILE) and the emails .eml files in a folder (STEPWISE_OUTBOX).
  */
 export function awsWaitServices(runtime: AwsRuntime, env: NodeJS.ProcessEnv = process.env): WaitServices {
-  const from = env[EMAIL_FROM_ENV]?.trim();
-  const secretId = env[SIGNING_KEY_SECRET_ENV]?.trim();
   const publicUrl = env[PUBLIC_URL_ENV]?.trim();
+  const notifier = awsNotifier(env);
+  const signingKey = awsSigningKey(env);
   return {
-    ...(from ? { notifier: new SesNotifier({ ses: new SESv2Client({}), from }) } : {}),
-    ...(secretId ? { signingKey: secretSigningKey(secretId) } : {}),
+    ...(notifier ? { notifier } : {}),
+    ...(signingKey ? { signingKey } : {}),
     ...(publicUrl ? { publicUrl } : {}),
     events: new DynamoEventBuffer({ doc: runtime.clients.doc, tableName: runtime.tableName, blobs: runtime.blobs }),
     maxTimerMs: SQS_MAX_TIMER_MS,
   };
+}
+
+/** One place the emails go, or none (an approval is then answered with `stepwise approve` or the API). */
+function awsNotifier(env: NodeJS.ProcessEnv): Notifier | undefined {
+  const from = env[EMAIL_FROM_ENV]?.trim();
+  const outbox = env[OUTBOX_ENV]?.trim();
+  if (from && outbox) throw new InvalidInputError(`set one of ${EMAIL_FROM_ENV} (send with SES) and ${OUTBOX_ENV} (write .eml files), not both`);
+  if (from) return new SesNotifier({ ses: new SESv2Client({}), from });
+  return outbox ? new OutboxNotifier(outbox) : undefined;
+}
+
+/** One key source, or none: two would sign with one and check with the other. */
+function awsSigningKey(env: NodeJS.ProcessEnv): SigningKeySource | undefined {
+  const secretId = env[SIGNING_KEY_SECRET_ENV]?.trim();
+  const file = env[SIGNING_KEY_FILE_ENV]?.trim();
+  if (secretId && file) throw new InvalidInputError(`set one of ${SIGNING_KEY_SECRET_ENV} and ${SIGNING_KEY_FILE_ENV}, not both`);
+  if (secretId) return secretSigningKey(secretId);
+  return file ? fileSigningKey(file) : undefined;
 }
 
 /** The signing key from a Secrets Manager secret (base64 text), read once per container. */

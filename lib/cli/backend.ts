@@ -68,15 +68,16 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
     needs: uses.includes('queue') ? ['table', 'bucket', 'queue'] : uses,
     ...(tableName ? { tableName } : {}), ...(bucketName ? { bucketName } : {}), ...(queueUrl ? { queueUrl } : {}),
   });
+  let waits: ReturnType<typeof awsWaitServices>;
   try {
+    // Approval links point at the stack's API unless STEPWISE_PUBLIC_URL says otherwise.
+    const env = deployed?.apiUrl && !process.env.STEPWISE_PUBLIC_URL ? { ...process.env, STEPWISE_PUBLIC_URL: deployed.apiUrl } : process.env;
+    waits = awsWaitServices(aws, env);
     await assertResourcesExist(aws.clients, aws, uses);
   } catch (error) {
     aws.close();
     throw error;
   }
-  // Approval links point at the stack's API unless STEPWISE_PUBLIC_URL says otherwise.
-  const env = deployed?.apiUrl && !process.env.STEPWISE_PUBLIC_URL ? { ...process.env, STEPWISE_PUBLIC_URL: deployed.apiUrl } : process.env;
-  const waits = awsWaitServices(aws, env);
   return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, aws, waits: { ...waits, events: waits.events! }, close: () => aws.close() };
 }
 

@@ -1,9 +1,12 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { freePort } from '../support/aws-servers.ts';
 import { tempDb } from '../support/harness.ts';
+import { outboxEmails } from '../support/outbox.ts';
+import { runStepwise, type Running } from '../support/processes.ts';
 
 /**
  * `npm run local-aws`, as a newcomer runs it: its own DynamoDB Local and fauxqs, the table, bucket and
@@ -16,7 +19,9 @@ function parseEnvFile(text: string): Record<string, string> {
   return Object.fromEntries(text.trim().split('\n').map((line) => {
     const m = /^export ([A-Z0-9_]+)=(.*)$/.exec(line);
     if (!m) throw new Error(`not an export line: ${line}`);
-    return [m[1]!, m[2]!];
+    // A value the script quoted for the shell, read back as the shell would.
+    const quoted = /^'(.*)'$/.exec(m[2]!);
+    return [m[1]!, quoted ? quoted[1]!.replace(/'\\''/g, "'") : m[2]!];
   }));
 }
 
@@ -29,6 +34,8 @@ describe('npm run local-aws', () => {
     child.stdout.on('data', (d: Buffer) => { out += d; });
     child.stderr.on('data', (d: Buffer) => { err += d; });
     const exited = new Promise<number | null>((done) => child.on('exit', (code) => done(code)));
+    let cliEnv: Record<string, string> = {};
+    let server: Running | undefined;
     try {
       const deadline = Date.now() + 120_000;
       while (!out.includes('everything is in memory') && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
@@ -42,7 +49,8 @@ describe('npm run local-aws', () => {
       // The servers are this script's own, not the test setup's.
       expect(env.AWS_ENDPOINT_URL_DYNAMODB).not.toBe(process.env.AWS_ENDPOINT_URL_DYNAMODB);
 
-      const cli = (...args: string[]) => stepwiseCli(args, { ...env, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', EFFECTS_DB: join(dir.path, '..', 'effects.db'), PROCESS_AGENT_ROWS: '2', STEPWISE_STACK: '' });
+      cliEnv = { ...env, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', EFFECTS_DB: join(dir.path, '..', 'effects.db'), PROCESS_AGENT_ROWS: '2', STEPWISE_STACK: '' };
+      const cli = (...args: string[]) => stepwiseCli(args, cliEnv);
       const agent = join(ROOT, 'test/support/process-agent.ts');
       const started = await cli('start', '--agent', agent, '--goal', 'write 2 rows', '--run-id', 'local-aws-1');
       expect(started.err).toBe('');
@@ -50,12 +58,42 @@ describe('npm run local-aws', () => {
       const worker = await cli('worker', '--agent', agent, '--idle-exit-ms', '2000');
       expect(worker.out).toContain('run local-aws-1 v4  completed after 2 steps');
       expect(JSON.parse((await cli('status', 'local-aws-1', '--json')).out)).toMatchObject({ status: 'completed', version: 4 });
+
+      // An approval the AWS way, with no SES and no Secrets Manager: the worker writes the email to the
+      // outbox and signs its link with the session's key file; `serve --backend aws` checks it.
+      expect(env).toMatchObject({ STEPWISE_OUTBOX: resolve(dir.path, '..', 'local-aws-outbox'), STEPWISE_PUBLIC_URL: 'http://127.0.0.1:8787' });
+      expect(statSync(env.STEPWISE_SIGNING_KEY_FILE!).mode & 0o777).toBe(0o600);
+      const approvalAgent = join(ROOT, 'test/support/approval-agent.ts');
+      expect((await cli('start', '--agent', approvalAgent, '--goal', 'drop the old table', '--run-id', 'local-aws-ap')).code).toBe(0);
+      const untilWait = await cli('worker', '--agent', approvalAgent, '--idle-exit-ms', '2000');
+      expect(untilWait.out).toMatch(/run local-aws-ap v\d+ {2}step 2 {2}waiting for approval by ops@example\.com/);
+      const [email] = outboxEmails(env.STEPWISE_OUTBOX!);
+      expect(email).toMatchObject({ to: 'ops@example.com' });
+      expect(email!.link).toMatch(/^http:\/\/127\.0\.0\.1:8787\/approvals\/v1\./);
+      const port = await freePort();
+      server = runStepwise(['serve', '--agent', approvalAgent, '--port', String(port), '--db', join(dir.path, '..', 'serve', 'x.db')], cliEnv);
+      await server.line(new RegExp(`^serving agent approval-e2e on http://127\\.0\\.0\\.1:${port} \\(.*approval emails in ${env.STEPWISE_OUTBOX!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\)$`));
+      // The link names the default port; this test's server listens on a free one.
+      const link = email!.link.replace('127.0.0.1:8787', `127.0.0.1:${port}`);
+      expect((await fetch(link)).status).toBe(200);
+      const forged = link.slice(0, -2) + (link.endsWith('AA') ? 'BB' : 'AA');
+      expect((await fetch(forged, { method: 'POST', body: new URLSearchParams({ decision: 'approve' }) })).status).toBe(403);
+      const approved = await fetch(link, { method: 'POST', body: new URLSearchParams({ decision: 'approve' }) });
+      expect(approved.status).toBe(200);
+      expect(await approved.text()).toContain('Approved. The run continues.');
+      const finish = await cli('worker', '--agent', approvalAgent, '--idle-exit-ms', '2000');
+      // Approved, the drop runs, once, and the run completes.
+      expect(finish.out).toMatch(/run local-aws-ap v\d+ {2}step 3 {2}drop_table {2}ok: \{"applied":true,"dropped":"old_rows"\}/);
+      expect(finish.out).toMatch(/run local-aws-ap v\d+ {2}completed after 3 steps/);
     } finally {
+      await server?.stop();
       child.kill('SIGTERM');
     }
     expect(await exited).toBe(0);
-    // The file pointed at servers that are gone: it goes with them.
+    // The file pointed at servers that are gone: it goes with them, and so do the emails and the key.
     expect(existsSync(envFile)).toBe(false);
+    expect(existsSync(join(dir.path, '..', 'local-aws-outbox'))).toBe(false);
+    expect(existsSync(join(dir.path, '..', 'local-aws-signing.key'))).toBe(false);
   });
 
   it('a mistyped option stops it before any server starts, with the usage; --help prints it', () => {

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
-import { OutboxNotifier } from '../../lib/local/outbox-notifier.ts';
+import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
 import { FakeRows } from './fake-tool.ts';
 import { ManualClock, tempDb, workerProcess } from './harness.ts';

@@ -1,4 +1,4 @@
-import { readOutbox } from '../../lib/local/outbox-notifier.ts';
+import { readOutbox } from '../../lib/waits/outbox-notifier.ts';
 
 /** The emails in a local outbox folder: recipient, subject, text and the approval link of each. */
 export function outboxEmails(dir: string): { to: string; subject: string; text: string; link: string }[] {

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
-import { OutboxNotifier, readOutbox } from '../../lib/local/outbox-notifier.ts';
+import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { Notification } from '../../lib/ports.ts';
 import { answerWait } from '../../lib/waits/answer.ts';

@@ -3,7 +3,7 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
-import { OutboxNotifier } from '../../lib/local/outbox-notifier.ts';
+import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { approvalEmail } from '../../lib/waits/approval-email.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
 import { waitRecordFor } from '../../lib/core/waits.ts';

@@ -6,7 +6,9 @@ import { InvalidInputError } from '../../core/errors.ts';
 import { createHttpApp } from '../../http/app.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
-import { systemClock } from '../../ports.ts';
+import { systemClock, type Notifier } from '../../ports.ts';
+import { EMAIL_FROM_ENV, OUTBOX_ENV, SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../../settings.ts';
+import { OutboxNotifier } from '../../waits/outbox-notifier.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { makeDir } from '../../make-dir.ts';
@@ -27,7 +29,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORT;
   const apiToken = process.env.STEPWISE_API_TOKEN?.trim() || localApiToken(join(dirname(dbPath(options)), 'api-token'));
-  if (!backend.waits.signingKey) throw new InvalidInputError('no approval signing key is configured (STEPWISE_SIGNING_KEY_SECRET_ID on AWS)');
+  if (!backend.waits.signingKey) throw new InvalidInputError(`no approval signing key is configured: on the AWS backend set ${SIGNING_KEY_SECRET_ENV} (a Secrets Manager secret) or ${SIGNING_KEY_FILE_ENV} (a file)`);
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api' }), agent, signingKey: backend.waits.signingKey,
@@ -40,7 +42,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   });
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
-  out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails in ${backend.waits.notifier && 'outboxDir' in backend.waits ? String((backend.waits as { outboxDir: string }).outboxDir) : 'SES'})`);
+  out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails ${emailsGo(backend.waits.notifier)})`);
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once('SIGINT', stop);
@@ -50,6 +52,13 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   backend.close();
   out('stopped');
   return 0;
+}
+
+/** Where the workers' approval emails go, as far as this process's settings tell. */
+function emailsGo(notifier: Notifier | undefined): string {
+  if (notifier instanceof OutboxNotifier) return `in ${notifier.dir}`;
+  if (notifier) return 'sent by SES';
+  return `not sent (neither ${EMAIL_FROM_ENV} nor ${OUTBOX_ENV} is set): answer with \`stepwise approve\``;
 }
 
 /** A random token kept beside the database, made once, readable by its owner only. */

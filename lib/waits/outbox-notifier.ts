@@ -4,15 +4,14 @@ import { join } from 'node:path';
 import type { Notification, Notifier } from '../ports.ts';
 import { makeDir } from '../make-dir.ts';
 
-export const DEFAULT_OUTBOX = '.stepwise/outbox';
-
 /**
- * The local stand-in for email: each notification becomes `<outbox>/<hash of id>.eml`, a real MIME
+ * Email as files, for a machine with no mail service (locally; on the AWS backend with STEPWISE_OUTBOX,
+ * as `npm run local-aws` sets it): each notification becomes `<outbox>/<hash of id>.eml`, a real MIME
  * message any mail client opens. Written to a temporary name and renamed, so a reader never sees half a
  * message; the same id always maps to the same file, so sending twice leaves one email.
  */
 export class OutboxNotifier implements Notifier {
-  constructor(private readonly dir: string, private readonly from = 'stepwise@localhost') {}
+  constructor(readonly dir: string, private readonly from = 'stepwise@localhost') {}
 
   async send(notification: Notification): Promise<void> {
     makeDir(this.dir);

@@ -1,0 +1,74 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { InvalidInputError } from '../../lib/core/errors.ts';
+import type { AwsRuntime } from '../../lib/aws/runtime.ts';
+import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
+import { awsWaitServices } from '../../lib/aws/wait-services.ts';
+import { approvalEmail } from '../../lib/waits/approval-email.ts';
+import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
+import { signApproval, verifyApproval } from '../../lib/waits/approval-token.ts';
+import { waitRecordFor } from '../../lib/core/waits.ts';
+import { stateAfter } from '../support/states.ts';
+import { tempDb } from '../support/harness.ts';
+
+/**
+ * Which email and key each AWS setting gives: SES and the secret on AWS; an outbox folder and a key file
+ * on a host of one's own (`npm run local-aws`); one of each pair, never both. Only the settings are
+ * read here: nothing is sent, so the runtime is the part the event buffer keeps, unused.
+ */
+const runtime = { clients: { doc: {} }, tableName: 't', blobs: {} } as unknown as AwsRuntime;
+const dir = tempDb();
+afterAll(() => dir.cleanup());
+const root = join(dir.path, '..');
+
+function keyFile(name: string, text: string): string {
+  const path = join(root, name);
+  writeFileSync(path, text);
+  return path;
+}
+
+describe('awsWaitServices', () => {
+  it('takes the key from STEPWISE_SIGNING_KEY_FILE: links it signs verify with that file and no other', async () => {
+    const key = Buffer.alloc(32, 7);
+    const services = awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: keyFile('good.key', `${key.toString('base64')}\n`) });
+    const read = await services.signingKey!();
+    expect(read.equals(key)).toBe(true);
+    const token = signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: 2_000 }, read);
+    expect(verifyApproval(token, key, 1_000).ok).toBe(true);
+    expect(verifyApproval(token, Buffer.alloc(32, 8), 1_000).ok).toBe(false);
+  });
+
+  it('refuses a key file that is missing (never making one) or too short, naming the setting', () => {
+    const missing = join(root, 'nope', 'signing.key');
+    expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: missing })).toThrow(InvalidInputError);
+    expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: missing })).toThrow(
+      `the approval signing key file ${missing} (STEPWISE_SIGNING_KEY_FILE) does not exist: make it once with \`head -c 32 /dev/urandom | base64 > ${missing}\``);
+    const short = keyFile('short.key', Buffer.alloc(16, 1).toString('base64'));
+    expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: short })).toThrow(`the approval signing key in ${short} must be at least 32 bytes of base64`);
+    mkdirSync(join(root, 'a-dir'), { recursive: true });
+    expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: join(root, 'a-dir') })).toThrow(/cannot read the approval signing key file .*a-dir \(STEPWISE_SIGNING_KEY_FILE\): EISDIR/);
+  });
+
+  it('refuses a secret and a file together, and SES and an outbox together', () => {
+    const file = keyFile('both.key', Buffer.alloc(32, 2).toString('base64'));
+    expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_SECRET_ID: 'stepwise/signing', STEPWISE_SIGNING_KEY_FILE: file }))
+      .toThrow('set one of STEPWISE_SIGNING_KEY_SECRET_ID and STEPWISE_SIGNING_KEY_FILE, not both');
+    expect(() => awsWaitServices(runtime, { STEPWISE_EMAIL_FROM: 'ops@example.com', STEPWISE_OUTBOX: root }))
+      .toThrow('set one of STEPWISE_EMAIL_FROM (send with SES) and STEPWISE_OUTBOX (write .eml files), not both');
+  });
+
+  it('writes the emails to STEPWISE_OUTBOX, sends them with SES from STEPWISE_EMAIL_FROM, or has no notifier', async () => {
+    const outbox = join(root, 'outbox');
+    const services = awsWaitServices(runtime, { STEPWISE_OUTBOX: ` ${outbox} ` });
+    expect(services.notifier).toBeInstanceOf(OutboxNotifier);
+    const wait = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop it' }, { step: 3, tool: 'request_approval', input: {}, at: 1 }, 'wait-1', 1);
+    await services.notifier!.send(approvalEmail({ state: stateAfter('run-1', 2), wait, approver: 'ops@example.com', link: 'http://127.0.0.1:8787/approvals/v1.a.b' }));
+    expect(readOutbox(outbox)).toEqual([expect.objectContaining({ to: 'ops@example.com', link: 'http://127.0.0.1:8787/approvals/v1.a.b' })]);
+
+    expect(awsWaitServices(runtime, { STEPWISE_EMAIL_FROM: 'ops@example.com' }).notifier).toBeInstanceOf(SesNotifier);
+    const none = awsWaitServices(runtime, { STEPWISE_OUTBOX: '  ' });
+    expect(none.notifier).toBeUndefined();
+    expect(none.signingKey).toBeUndefined();
+  });
+});
