@@ -14,6 +14,7 @@ import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
 import { listRunsPage } from '../engine/operate/list.ts';
+import { pageQuery } from './page-query.ts';
 
 const budgetBody = budgetSchema.strict();
 
@@ -50,14 +51,9 @@ const answerBody = z.object({
   comment: z.string().max(4000).optional(),
 }).strict();
 
-const listQuery = z.object({
-  status: z.enum(RUN_STATUSES).optional(),
-  limit: z.coerce.number().int().positive().max(1000).optional(),
-  /** The `next` of the page before. */
-  cursor: z.string().min(1).max(400).optional(),
-});
+const listQuery = pageQuery.extend({ status: z.enum(RUN_STATUSES).optional() });
 
-const waitsQuery = listQuery.omit({ status: true });
+const waitsQuery = pageQuery;
 
 /** A zod failure as a 400 that says which field and why ("required" where zod says "received undefined"). */
 const invalid = (result: { success: boolean; error?: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } }, c: Context) => {

@@ -13,10 +13,10 @@ import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { runPage, runsPage } from './inspector-pages.ts';
+import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { messagePage, pageHeaders } from './pages.ts';
 
 const COOKIE = 'stepwise_token';
-const pageQuery = z.object({ cursor: z.string().min(1).max(400).optional(), limit: z.coerce.number().int().min(1).max(1000).optional() });
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
 
 /**
@@ -32,7 +32,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
 
   app.get('/', async (c) => {
     const query = pageQuery.safeParse(c.req.query());
-    if (!query.success) return c.html(messagePage('Invalid page', 'limit is a whole number from 1 to 1000'), 400);
+    if (!query.success) return c.html(messagePage('Invalid page', `limit is a whole number from 1 to ${MAX_PAGE}`), 400);
     const { cursor, limit } = query.data;
     let page;
     try {

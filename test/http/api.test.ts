@@ -149,6 +149,13 @@ describe('the JSON API', () => {
       expect(bad.body.error).toMatch(/^invalid cursor/);
     }
     expect((await app.api('/waits?limit=0')).status).toBe(400);
+    // A page size is a query string: the reason names it and what came, not zod's "received NaN".
+    for (const [path, given] of [['/runs?limit=abc', 'abc'], ['/waits?limit=5000', '5000'], ['/runs?limit=1.5', '1.5'], ['/runs?limit=', '']] as const) {
+      const bad = await json(await app.api(path));
+      expect(bad.status, path).toBe(400);
+      expect(bad.body.error, path).toBe(`invalid request: limit: a whole number from 1 to 1000, got ${JSON.stringify(given)}`);
+    }
+    expect((await json(await app.api('/runs?limit=1000'))).status).toBe(200);
 
     // The inspector's list, page by page through its "older runs" link.
     const shown: string[] = [];
