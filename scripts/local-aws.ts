@@ -87,5 +87,5 @@ function show(path: string): string {
 
 /** A value `source` reads back as it is: quoted when it holds anything but plain path characters. */
 function shellWord(value: string): string {
-  return /^[\w./:@%+=,-]*$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`;
+  return /^[\w./:@%+=,-]*$/.test(value) ? value : "'" + value.split("'").join("'\\''") + "'";
 }
