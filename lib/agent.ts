@@ -6,6 +6,7 @@ import { InvalidInputError } from './core/errors.ts';
 import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 import type { EventTrigger, IncomingEvent } from './core/waits.ts';
 import type { Budget } from './core/state.ts';
+import { MAX_TOOL_TIMEOUT_MS } from './settings.ts';
 
 /** What a tool receives besides its input. */
 export interface ToolContext {
@@ -29,6 +30,12 @@ export interface ToolContext {
    * worker lost the claim (it froze past its lease and another attempt took the key).
    */
   once<T>(effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
+  /**
+   * Aborts when this try runs out of time (the tool's `timeoutMs`, or the worker's own deadline): hand it
+   * to fetch and the like. The try has failed by then, whatever the tool still does; a claim `once` holds
+   * is no longer renewed, so the step's next try can take the key when its lease ends.
+   */
+  readonly signal: AbortSignal;
 }
 
 export interface ToolDefinition<I = any> {
@@ -37,6 +44,12 @@ export interface ToolDefinition<I = any> {
   input: z.ZodType<I>;
   /** True if the tool changes anything outside the run: its decision is recorded before it runs. */
   sideEffect: boolean;
+  /**
+   * The most one try of this tool may take, in ms (default 15 minutes, a Lambda's longest invocation; at
+   * most 2,147,483,647). Past it the try fails (ToolTimeoutError, tried again like any failed try, up to
+   * 3), `ctx.signal` aborts, and the worker goes on: a tool that hangs never holds its run for good.
+   */
+  timeoutMs?: number;
   run(input: I, context: ToolContext): unknown;
 }
 
@@ -90,6 +103,9 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
     if (typeof t.run !== 'function') throw new InvalidInputError(`tool ${t.name}: run must be a function`);
     // Left out in JavaScript, it would read as false: an effect run again on a retry, with no decision kept.
     if (typeof t.sideEffect !== 'boolean') throw new InvalidInputError(`tool ${t.name}: sideEffect must be true (it changes something: its decision is kept and it runs under an idempotency key) or false`);
+    if (t.timeoutMs !== undefined && !(Number.isInteger(t.timeoutMs) && t.timeoutMs >= 1 && t.timeoutMs <= MAX_TOOL_TIMEOUT_MS)) {
+      throw new InvalidInputError(`tool ${t.name}: timeoutMs must be a whole number of milliseconds from 1 to ${MAX_TOOL_TIMEOUT_MS}, got ${t.timeoutMs}`);
+    }
     // Here, not at every step of every run: an input the model cannot be sent would fail them all.
     toolSpec(t);
   }

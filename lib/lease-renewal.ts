@@ -26,16 +26,19 @@ export async function holdWhileRenewing<T>(input: {
   leaseMs: number;
   renew: () => Promise<boolean> | boolean;
   effect: (signal: AbortSignal) => Promise<T>;
+  /** Renewing stops when this aborts (the step's try ran out of time); the effect's signal aborts with its reason. */
+  stop?: AbortSignal;
 }): Promise<T> {
   const lost = new AbortController();
   // The claim was written just before this call, with a lease from a moment no later than now.
   let heldUntil = input.clock.now() + input.leaseMs;
   let inFlight = false;
-  const abort = (reason?: string) => {
+  const end = (reason: unknown) => {
     if (lost.signal.aborted) return;
     stop();
-    lost.abort(new ClaimLostError(input.key, reason));
+    lost.abort(reason);
   };
+  const abort = (reason?: string) => end(new ClaimLostError(input.key, reason));
   const settle = (sentAt: number, ours: boolean) => {
     if (ours) heldUntil = Math.max(heldUntil, sentAt + input.leaseMs);
     else abort();
@@ -58,9 +61,13 @@ export async function holdWhileRenewing<T>(input: {
     inFlight = true;
     return answer.then((ours) => settle(sentAt, ours), unconfirmed).finally(() => { inFlight = false; });
   });
+  const onStop = () => end(input.stop!.reason);
+  if (input.stop?.aborted) onStop();
+  else input.stop?.addEventListener('abort', onStop, { once: true });
   try {
     return await input.effect(lost.signal);
   } finally {
     stop();
+    input.stop?.removeEventListener('abort', onStop);
   }
 }

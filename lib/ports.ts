@@ -284,6 +284,11 @@ export interface OnceOptions {
    * blocks the key, and how long a pause (a frozen process) it survives.
    */
   leaseMs?: number;
+  /**
+   * Renewing stops when this aborts, and the effect's own signal aborts with its reason; the claim is not
+   * released (the effect may still be running), so it ends with its lease. The step passes its try's time.
+   */
+  signal?: AbortSignal;
 }
 
 /**

@@ -49,6 +49,14 @@ export const MAX_WORKER_CONCURRENCY = 256;
  * message aside.
  */
 export const DEFAULT_MAX_RECEIVES = 10;
+/**
+ * A tool's time in one try of its step, unless its `timeoutMs` says otherwise: a Lambda invocation's
+ * longest life, so a tool that fits one runtime fits both, and a tool that hangs fails its try instead of
+ * holding its run (and its worker) for good.
+ */
+export const DEFAULT_TOOL_TIMEOUT_MS = 15 * 60 * 1000;
+/** The longest `timeoutMs` a tool may give: a timer's limit in Node (about 24.8 days). */
+export const MAX_TOOL_TIMEOUT_MS = 2_147_483_647;
 /** The whole model call, SDK retries and their waits included. */
 export const DEFAULT_DEADLINE_MS = 300_000;
 /**

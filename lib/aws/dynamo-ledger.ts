@@ -80,7 +80,7 @@ export class DynamoLedger implements IdempotencyLedger {
 
     let result: T;
     try {
-      result = await holdWhileRenewing({ key, clock: this.clock, leaseMs, effect, renew: () => this.renew(itemKey, token, leaseMs) });
+      result = await holdWhileRenewing({ key, clock: this.clock, leaseMs, effect, renew: () => this.renew(itemKey, token, leaseMs), ...(options.signal ? { stop: options.signal } : {}) });
     } catch (error) {
       // The effect failed: release our claim (only ours) so a retry may run it. If this write fails too,
       // the lease runs out instead.

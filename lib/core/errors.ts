@@ -27,6 +27,12 @@ export class TransientError extends StepwiseError {}
 export class ModelUnavailableError extends TransientError {}
 
 /**
+ * A tool ran past its time limit (`timeoutMs`, default 15 minutes), or past the worker's own deadline: a
+ * failed try of its step. Its `ctx.signal` aborted; whatever it still does, the step is tried again.
+ */
+export class ToolTimeoutError extends TransientError {}
+
+/**
  * The model API refused the credentials (401, 403), or the key cannot be read: no step can be tried until
  * the key is fixed. The work pauses (the message comes back later, after the key is read again); it is
  * neither a failed attempt nor a reason to fail the run.

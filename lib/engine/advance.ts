@@ -20,6 +20,7 @@ import { modelIdOf, overBudget } from './budget.ts';
 import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
+import { ToolTime } from './tool-time.ts';
 
 export type Advance =
   /** A checkpoint was written: a step (`appended`: its record), a failed attempt, a wait, or the run's end. */
@@ -189,7 +190,10 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   let ok = true;
   try {
     // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
-    output = await tool.run(input, toolContext(deps, runId, n, state.failures + tries, decision));
+    const time = new ToolTime(tool, deps.signal);
+    const context = toolContext(deps, runId, n, state.failures + tries, decision, time);
+    const ran = time.run(() => tool.run(input, context));
+    output = ran instanceof Promise ? await ran : ran;
   } catch (error) {
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
     // and writes nothing; taking this delivery's start back keeps such waits from adding up to a crash loop.
@@ -254,11 +258,14 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
   return commit(deps, base, beginWait(state, wait, deps.clock.now()));
 }
 
-function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision): ToolContext {
+function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision, time: ToolTime): ToolContext {
   const key = decision.idempotencyKey ?? idempotencyKey(runId, step);
   return {
     runId, step, attempt, idempotencyKey: key,
-    once: (effect, options) => deps.ledger.once(key, decision.input, effect, options),
+    // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
+    // the key from every later try for as long as its worker lives.
+    once: (effect, options) => deps.ledger.once(key, decision.input, effect, { ...options, signal: time.signal }),
+    get signal() { return time.signal; },
   };
 }
 

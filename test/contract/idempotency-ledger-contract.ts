@@ -159,6 +159,35 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       expect(slow.runs).toBe(1);
     });
 
+    it('stops renewing when its signal aborts (the step ran out of time): the effect\'s signal aborts with that reason, and the claim ends with its lease, not before', async () => {
+      const clock = new ManualClock();
+      const key = uniqueKey('stopped');
+      const hung = new HeldEffect();
+      const stop = new AbortController();
+      void worker(clock).once(key, {}, hung.effect, { leaseMs: LEASE_MS, signal: stop.signal }).catch(() => undefined);
+      await hung.started();
+      await clock.pass(LEASE_MS / 2);
+      const reason = new Error('tool charge did not finish within 40 ms (its timeoutMs)');
+      stop.abort(reason);
+      expect(hung.signal?.aborted).toBe(true);
+      expect(hung.signal?.reason).toBe(reason);
+      // Not released: the effect may still be running. The last renewal's lease still holds the key...
+      await clock.pass(LEASE_MS / 2);
+      await expect(worker(clock).once(key, {}, notAgain)).rejects.toBeInstanceOf(IdempotencyInProgressError);
+      // ...and nothing renews it: once that lease has run out, the next try takes the key.
+      await clock.pass(LEASE_MS);
+      expect(await worker(clock).once(key, {}, async () => 'the next try')).toBe('the next try');
+      expect(hung.runs).toBe(1);
+    });
+
+    it('a signal that aborted before the claim aborts the effect\'s signal at once', async () => {
+      const clock = new ManualClock();
+      const stop = new AbortController();
+      stop.abort(new Error('out of time'));
+      const seen = await worker(clock).once(uniqueKey('stopped-early'), {}, async (signal) => signal.aborted, { signal: stop.signal });
+      expect(seen).toBe(true);
+    });
+
     /** A holds the claim and freezes past its lease; B takes the key over. */
     async function frozenHolder(label: string) {
       const clock = new ManualClock();
