@@ -108,4 +108,8 @@ if (options.awsProcesses > 0) {
 }
 // The engine and AWS schedules' model server would keep the process alive (the AWS ones stopped it already).
 await stopChaosModelServer();
-process.exitCode = totals.violations || totals.unexpected || awsBad || processBad ? 1 : 0;
+// Exits now, not when the event loop drains: a simulated killed process's effect never returns (as a real
+// one's never would), and its tool's time limit (lib/engine/tool-time.ts) is a timer that would keep this
+// process up to 15 minutes past the totals. Should it fire in a long run, the dead process's store calls
+// fail (faulty.ts), as nothing of a killed process reaches the store.
+process.exit(totals.violations || totals.unexpected || awsBad || processBad ? 1 : 0);
