@@ -286,7 +286,8 @@ export interface OnceOptions {
   leaseMs?: number;
   /**
    * Renewing stops when this aborts, and the effect's own signal aborts with its reason; the claim is not
-   * released (the effect may still be running), so it ends with its lease. The step passes its try's time.
+   * released (the effect may still be running), so it ends with its lease. `ctx.once` adds its try's time
+   * to a signal given here: either one stops it.
    */
   signal?: AbortSignal;
 }

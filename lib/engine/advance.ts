@@ -264,7 +264,7 @@ function toolContext(deps: EngineDeps, runId: string, step: number, attempt: num
     runId, step, attempt, idempotencyKey: key,
     // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
     // the key from every later try for as long as its worker lives.
-    once: (effect, options) => deps.ledger.once(key, decision.input, effect, { ...options, signal: time.signal }),
+    once: (effect, options) => deps.ledger.once(key, decision.input, effect, { ...options, signal: time.onceSignal(options?.signal) }),
     get signal() { return time.signal; },
   };
 }

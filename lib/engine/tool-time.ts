@@ -25,8 +25,34 @@ export class ToolTime {
   }
 
   run(call: () => unknown): unknown {
+    // Past the worker's deadline already (a recorded decision resumed late, or the deadline came with the
+    // model's reply): the tool is not started only to be abandoned.
+    if (this.worker?.aborted) throw this.end(this.pastWorkerDeadline());
     const result = call();
     return isPromiseLike(result) ? this.race(result) : result;
+  }
+
+  /** The signal `once` holds its claim under: the try's, and the caller's own if it gave one. */
+  onceSignal(own: AbortSignal | undefined): AbortSignal {
+    if (!own) return this.signal;
+    const both = new AbortController();
+    const follow = (signal: AbortSignal) => {
+      if (signal.aborted) both.abort(signal.reason);
+      else signal.addEventListener('abort', () => both.abort(signal.reason), { once: true });
+    };
+    follow(own);
+    follow(this.signal);
+    return both.signal;
+  }
+
+  private end(error: ToolTimeoutError): ToolTimeoutError {
+    this.ended = error;
+    this.controller?.abort(error);
+    return error;
+  }
+
+  private pastWorkerDeadline(): ToolTimeoutError {
+    return new ToolTimeoutError(`tool ${this.tool.name} had not finished when the worker's own deadline came`);
   }
 
   private race(result: PromiseLike<unknown>): Promise<unknown> {
@@ -39,11 +65,9 @@ export class ToolTime {
       };
       const end = (error: ToolTimeoutError) => {
         settle();
-        this.ended = error;
-        this.controller?.abort(error);
-        reject(error);
+        reject(this.end(error));
       };
-      const onWorkerDeadline = () => end(new ToolTimeoutError(`tool ${this.tool.name} had not finished when the worker's own deadline came`));
+      const onWorkerDeadline = () => end(this.pastWorkerDeadline());
       const timer = setTimeout(() => end(new ToolTimeoutError(`tool ${this.tool.name} did not finish within ${describeMs(ms)} (its timeoutMs)`)), ms);
       if (worker?.aborted) onWorkerDeadline();
       else worker?.addEventListener('abort', onWorkerDeadline, { once: true });

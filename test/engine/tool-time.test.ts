@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
 import { InvalidInputError, ToolTimeoutError } from '../../lib/core/errors.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { ToolTime } from '../../lib/engine/tool-time.ts';
 import { DEFAULT_TOOL_TIMEOUT_MS } from '../../lib/settings.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -112,6 +113,42 @@ describe('a tool held to its time', () => {
     const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     await handleDelivery({ ...deps, signal: AbortSignal.timeout(30) }, delivery!);
     expect(await loadState(runtime)).toMatchObject({ failures: 1, lastError: "tool hang had not finished when the worker's own deadline came" });
+  });
+
+  it('past the worker\'s deadline already, the tool is not started only to be abandoned', async () => {
+    let started = 0;
+    const agent = defineAgent({
+      name: 'late',
+      tools: [tool({ name: 'late_tool', description: 'counts its starts', input: z.object({}), sideEffect: false, run: async () => { started++; return 'ran'; } })],
+    });
+    const { deps, runtime } = setup(agent, callTool('late_tool'));
+    await start(deps);
+    const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const past = new AbortController();
+    past.abort();
+    await handleDelivery({ ...deps, signal: past.signal }, delivery!);
+    expect(started).toBe(0);
+    expect(await loadState(runtime)).toMatchObject({ failures: 1, lastError: "tool late_tool had not finished when the worker's own deadline came" });
+  });
+
+  it('once\'s signal follows both the try\'s time and a signal the caller gave', async () => {
+    const hangs = tool({ name: 'h', description: 'd', input: z.object({}), sideEffect: true, timeoutMs: 20, run: () => never() });
+    const own = new AbortController();
+    const first = new ToolTime(hangs);
+    const mine = first.onceSignal(own.signal);
+    own.abort(new Error('mine'));
+    expect(mine.aborted && (mine.reason as Error).message).toBe('mine');
+
+    const second = new ToolTime(hangs);
+    const theirs = second.onceSignal(new AbortController().signal);
+    await expect(second.run(() => never())).rejects.toBeInstanceOf(ToolTimeoutError);
+    expect(theirs.aborted).toBe(true);
+    expect(theirs.reason).toBeInstanceOf(ToolTimeoutError);
+    // Made only when asked for: asked for after the try ended, it comes already aborted.
+    const third = new ToolTime(hangs);
+    await expect(third.run(() => never())).rejects.toBeInstanceOf(ToolTimeoutError);
+    expect(third.signal.aborted).toBe(true);
+    expect(third.onceSignal(undefined)).toBe(third.signal);
   });
 
   it('defineAgent refuses a timeoutMs no timer can hold; the default is a Lambda invocation\'s longest', () => {
