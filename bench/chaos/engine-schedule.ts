@@ -91,6 +91,8 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   staleWrites?: number;
   /** Real worker processes started to run several steps at once (`stepwise worker --concurrency`, 2 or 3). */
   concurrentWorkers?: number;
+  /** Tools that never returned, in real worker processes: their try ended at the tool's timeoutMs. */
+  hungTools?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }

@@ -2,7 +2,8 @@
  * The agent of the chaos command's real worker processes. Its effect goes to a separate SQLite "effects"
  * database (CHAOS_EFFECTS_DB) with its key, in one transaction, inside `ctx.once` with a short lease;
  * some effects run longer than the lease (renewed while the holder lives), so SIGKILLs land inside
- * `ctx.once` and inside long effects. The model decides from the prompt, as a real one would.
+ * `ctx.once` and inside long effects; some never return, and their try ends at the tool's timeoutMs. The
+ * model decides from the prompt, as a real one would.
  */
 import Database from 'better-sqlite3';
 import { z } from 'zod';
@@ -16,6 +17,15 @@ const STEPS = Number(process.env.CHAOS_STEPS ?? 8);
 const IGNORES_KEY = process.env.CHAOS_SABOTAGE === 'effect-ignores-key';
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+const HANG_LIMIT_MS = 3_000;
+const HANG_RATE = Number(process.env.CHAOS_HANG_RATE ?? 0.08);
+
+/** An effect that never returns (a lost reply, a lock never given back), counted for the totals. */
+function hangHere(d: Database.Database, key: string, at: 'before' | 'after'): Promise<never> {
+  d.prepare('INSERT INTO hung_tools (key, at) VALUES (?, ?)').run(key, at);
+  return new Promise<never>(() => {});
+}
+
 let db: Database.Database | undefined;
 function effects(): Database.Database {
   if (!db) {
@@ -23,10 +33,11 @@ function effects(): Database.Database {
     db.pragma('journal_mode = WAL');
     db.pragma('busy_timeout = 10000');
     // applied: the effect, stored with its key (a second application finds the key and writes nothing);
-    // long_effects: effects that outlived their lease; model_calls: one row per model call (with the fault
-    // injected into it, if any), for the totals.
+    // long_effects: effects that outlived their lease; hung_tools: effects that never returned; model_calls:
+    // one row per model call (with the fault injected into it, if any), for the totals.
     db.exec(`CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, n INTEGER NOT NULL, times INTEGER NOT NULL DEFAULT 1);
       CREATE TABLE IF NOT EXISTS long_effects (id INTEGER PRIMARY KEY, key TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS hung_tools (id INTEGER PRIMARY KEY, key TEXT NOT NULL, at TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS model_calls (id INTEGER PRIMARY KEY, fault TEXT)`);
   }
   return db;
@@ -52,11 +63,18 @@ export default defineAgent({
     description: 'Write one row, with its key, once.',
     input: z.object({ n: z.number().int().positive() }),
     sideEffect: true,
+    // Above the longest effect (2 s): only a hung one reaches it.
+    timeoutMs: HANG_LIMIT_MS,
     run: (input, ctx) => ctx.once(async () => {
       // One effect in eight outlives its lease: the holder's renewals must keep the key.
       const d = effects();
       const long = Math.random() < 0.125;
       if (long) d.prepare('INSERT INTO long_effects (key) VALUES (?)').run(ctx.idempotencyKey);
+      // Some first tries never return (CHAOS_HANG_RATE, default one in twelve), before or after their
+      // effect: the try ends at the limit, the claim is no longer renewed, and the next try takes the key
+      // when its lease ends. Only a first try, so no step fails its run for it.
+      const hang = ctx.attempt === 1 && Math.random() < HANG_RATE ? (Math.random() < 0.5 ? 'before' : 'after') : undefined;
+      if (hang === 'before') return hangHere(d, ctx.idempotencyKey, hang);
       await pause(long ? 1200 + Math.random() * 800 : Math.random() * 40);
       d.transaction(() => {
         // The key stored with the effect: a second application finds it and writes nothing. A planted
@@ -64,6 +82,7 @@ export default defineAgent({
         const seen = d.prepare(`UPDATE applied SET times = times${IGNORES_KEY ? ' + 1' : ''} WHERE key = ?`).run(ctx.idempotencyKey).changes === 1;
         if (!seen) d.prepare('INSERT INTO applied (key, n) VALUES (?, ?)').run(ctx.idempotencyKey, input.n);
       })();
+      if (hang === 'after') return hangHere(d, ctx.idempotencyKey, hang);
       await pause(Math.random() * 40);
       return { n: input.n };
     }, { leaseMs: 1000 }),

@@ -31,7 +31,7 @@ const AGENT = join(ROOT, 'bench/chaos/process-agent.ts');
  */
 export async function processSchedule(
   seed: number,
-  options: { timeoutMs?: number; backend?: ProcessBackendKind; sabotage?: 'effect-ignores-key' } = {},
+  options: { timeoutMs?: number; backend?: ProcessBackendKind; sabotage?: 'effect-ignores-key'; hangRate?: number } = {},
 ): Promise<ScheduleReport> {
   const r = rng(seed);
   // Its own sequence, so the kills and pauses a seed gave before workers had a concurrency stay the same.
@@ -43,12 +43,13 @@ export async function processSchedule(
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
   const report: ScheduleReport = {
     seed, runs: runs.length, steps: runs.length * steps, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0,
-    longEffects: 0, modelFaults: 0, modelCalls: 0, staleWrites: 0, concurrentWorkers: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    longEffects: 0, modelFaults: 0, modelCalls: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
   // Warnings too: a worker back from a pause logs the stale write its run's version refused.
   const env = {
     ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
     ...(options.sabotage ? { CHAOS_SABOTAGE: options.sabotage } : {}),
+    ...(options.hangRate !== undefined ? { CHAOS_HANG_RATE: String(options.hangRate) } : {}),
   };
   const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
@@ -130,6 +131,7 @@ export async function processSchedule(
     const rows = effects.prepare('SELECT key, times FROM applied').all() as { key: string; times: number }[];
     const count = (sql: string) => (effects.prepare(sql).get() as { n: number }).n;
     report.longEffects = count('SELECT count(*) AS n FROM long_effects');
+    report.hungTools = count('SELECT count(*) AS n FROM hung_tools');
     report.modelCalls = count('SELECT count(*) AS n FROM model_calls');
     report.modelFaults = count('SELECT count(*) AS n FROM model_calls WHERE fault IS NOT NULL');
     effects.close();

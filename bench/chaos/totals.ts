@@ -11,12 +11,13 @@ export interface AwsFaults {
 }
 
 /** The figures of a chaos run, summed over its schedules. */
-export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | 'received' | 'handedBack' | 'staleWrites' | 'concurrentWorkers' | keyof WaitFigures>, WaitFigures, AwsFaults {
+export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | 'received' | 'handedBack' | 'staleWrites' | 'concurrentWorkers' | 'hungTools' | keyof WaitFigures>, WaitFigures, AwsFaults {
   schedules: number;
   received: number;
   handedBack: number;
   staleWrites: number;
   concurrentWorkers: number;
+  hungTools: number;
   violations: number;
   unexpected: number;
   /** Seeds of the schedules that broke an invariant: `--seed` replays each. */
@@ -29,7 +30,7 @@ export function emptyTotals(): Totals {
     modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0, blobsChecked: 0,
     violations: 0, unexpected: 0, badSeeds: [],
     waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
-    received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0,
+    received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0,
   };
 }
 
@@ -37,7 +38,7 @@ export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { s
   totals.schedules++;
   for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
     'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls', 'blobsChecked',
-    'waits', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers'] as const) {
+    'waits', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools'] as const) {
     totals[key] += r[key] ?? 0;
   }
   for (const [point, n] of Object.entries(r.crashesByPoint ?? {})) totals.crashesByPoint[point] = (totals.crashesByPoint[point] ?? 0) + n;
@@ -64,6 +65,7 @@ export function formatTotals(t: Totals, label: string): string {
     ...(t.staleWrites ? [`  stale writes refused          ${t.staleWrites}`] : []),
     ...(t.concurrentWorkers ? [`  workers stepping 2-3 at once  ${t.concurrentWorkers}`] : []),
     `  effects longer than a lease   ${t.longEffects}`,
+    ...(t.hungTools ? [`  tools hung (try timed out)    ${t.hungTools}`] : []),
     `  model faults                  ${t.modelFaults}${faults ? ` (${faults})` : ''}`,
     // Only the local runtime's step commits receive the worker's next delivery.
     ...(t.received ? [`  next deliveries in a commit   ${t.received} (${t.handedBack} handed back unstarted)`] : []),
