@@ -34,15 +34,7 @@ export class ToolTime {
 
   /** The signal `once` holds its claim under: the try's, and the caller's own if it gave one. */
   onceSignal(own: AbortSignal | undefined): AbortSignal {
-    if (!own) return this.signal;
-    const both = new AbortController();
-    const follow = (signal: AbortSignal) => {
-      if (signal.aborted) both.abort(signal.reason);
-      else signal.addEventListener('abort', () => both.abort(signal.reason), { once: true });
-    };
-    follow(own);
-    follow(this.signal);
-    return both.signal;
+    return own ? AbortSignal.any([own, this.signal]) : this.signal;
   }
 
   private end(error: ToolTimeoutError): ToolTimeoutError {

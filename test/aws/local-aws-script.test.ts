@@ -15,19 +15,24 @@ import { runStepwise, type Running } from '../support/processes.ts';
 const dir = tempDb();
 afterAll(() => dir.cleanup());
 
-function parseEnvFile(text: string): Record<string, string> {
-  return Object.fromEntries(text.trim().split('\n').map((line) => {
-    const m = /^export ([A-Z0-9_]+)=(.*)$/.exec(line);
+/** The exports as `source` reads them in bash: the names the file sets, with the values the shell gave them. */
+function sourceEnvFile(file: string): Record<string, string> {
+  const names = readFileSync(file, 'utf8').trim().split('\n').map((line) => {
+    const m = /^export ([A-Z0-9_]+)=/.exec(line);
     if (!m) throw new Error(`not an export line: ${line}`);
-    // A value the script quoted for the shell, read back as the shell would.
-    const quoted = /^'(.*)'$/.exec(m[2]!);
-    return [m[1]!, quoted ? quoted[1]!.replace(/'\\''/g, "'") : m[2]!];
-  }));
+    return m[1]!;
+  });
+  const shell = spawnSync('bash', ['-c', 'source "$1" && env -0', '_', file], { encoding: 'utf8', env: {} });
+  expect(shell.status, shell.stderr).toBe(0);
+  const all = new Map(shell.stdout.split('\0').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)] as const));
+  return Object.fromEntries(names.map((name) => [name, all.get(name) ?? '']));
 }
 
 describe('npm run local-aws', () => {
   it('starts the servers, makes the resources, writes the exports; the CLI works a run there; SIGTERM stops it all', { timeout: 180_000 }, async () => {
-    const envFile = join(dir.path, '..', 'local-aws.env');
+    // A folder whose name the shell must quote: the exports still read back as written.
+    const home = join(dir.path, '..', "it's here");
+    const envFile = join(home, 'local-aws.env');
     const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/local-aws.ts', '--write-env', envFile], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
@@ -41,9 +46,9 @@ describe('npm run local-aws', () => {
       while (!out.includes('everything is in memory') && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
       expect(err).toBe('');
       expect(out).toMatch(/^local AWS servers ready: DynamoDB Local http:\/\/127\.0\.0\.1:\d+, SQS and S3 \(fauxqs\) http:\/\/127\.0\.0\.1:\d+$/m);
-      expect(out).toContain(`  source ${envFile}`);
+      expect(out).toContain(`  source '${envFile.replace("'", `'\\''`)}'`);
 
-      const env = parseEnvFile(readFileSync(envFile, 'utf8'));
+      const env = sourceEnvFile(envFile);
       expect(env).toMatchObject({ STEPWISE_BACKEND: 'aws', TABLE_NAME: 'stepwise', BUCKET_NAME: 'stepwise-blobs', AWS_REGION: 'us-east-1' });
       expect(env.QUEUE_URL).toMatch(/\/stepwise\.fifo$/);
       // The servers are this script's own, not the test setup's.
@@ -61,7 +66,7 @@ describe('npm run local-aws', () => {
 
       // An approval the AWS way, with no SES and no Secrets Manager: the worker writes the email to the
       // outbox and signs its link with the session's key file; `serve --backend aws` checks it.
-      expect(env).toMatchObject({ STEPWISE_OUTBOX: resolve(dir.path, '..', 'local-aws-outbox'), STEPWISE_PUBLIC_URL: 'http://127.0.0.1:8787' });
+      expect(env).toMatchObject({ STEPWISE_OUTBOX: resolve(home, 'local-aws-outbox'), STEPWISE_SIGNING_KEY_FILE: resolve(home, 'local-aws-signing.key'), STEPWISE_PUBLIC_URL: 'http://127.0.0.1:8787' });
       expect(statSync(env.STEPWISE_SIGNING_KEY_FILE!).mode & 0o777).toBe(0o600);
       const approvalAgent = join(ROOT, 'test/support/approval-agent.ts');
       expect((await cli('start', '--agent', approvalAgent, '--goal', 'drop the old table', '--run-id', 'local-aws-ap')).code).toBe(0);
@@ -92,8 +97,8 @@ describe('npm run local-aws', () => {
     expect(await exited).toBe(0);
     // The file pointed at servers that are gone: it goes with them, and so do the emails and the key.
     expect(existsSync(envFile)).toBe(false);
-    expect(existsSync(join(dir.path, '..', 'local-aws-outbox'))).toBe(false);
-    expect(existsSync(join(dir.path, '..', 'local-aws-signing.key'))).toBe(false);
+    expect(existsSync(join(home, 'local-aws-outbox'))).toBe(false);
+    expect(existsSync(join(home, 'local-aws-signing.key'))).toBe(false);
   });
 
   it('a mistyped option stops it before any server starts, with the usage; --help prints it', () => {
