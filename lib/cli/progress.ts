@@ -1,5 +1,5 @@
 import type { WaitRecord } from '../core/state.ts';
-import { retryDelayMs, type Handled } from '../engine/handle-message.ts';
+import { failureDelayMs, type Handled } from '../engine/handle-message.ts';
 import { waitedFor } from './format.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
@@ -10,7 +10,7 @@ export function progressLine(handled: Handled): string | undefined {
   if (state.status === 'completed') return `${where}  completed after ${state.step} steps: ${state.summary ?? ''}`;
   if (state.status === 'waiting' && state.wait) return waitingLine(where, state.wait, handled.approvalLinks ?? []);
   if (state.status !== 'running') return `${where}  ${state.status}: ${state.reason ?? ''}`;
-  if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry in ${retryDelayMs(state.failures) / 1000} s)`;
+  if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry in ${failureDelayMs(state.failures, handled.outcome.retryAfterMs) / 1000} s)`;
   const last = state.steps[state.steps.length - 1];
   if (!last) return undefined;
   const result = last.result.text.replace(/\s+/g, ' ').slice(0, 70);

@@ -16,7 +16,19 @@ export class PermanentError extends StepwiseError {
   override readonly permanent = true;
 }
 
-export class TransientError extends StepwiseError {}
+/**
+ * `retryAfterMs`: how long the thing that failed asked to be left alone (a model's or an API's
+ * retry-after). The step's next try waits that long when it is longer than the backoff (at most
+ * MAX_RETRY_AFTER_MS): tried sooner, it would only fail again and count against the run.
+ */
+export class TransientError extends StepwiseError {
+  readonly retryAfterMs: number | undefined;
+  constructor(message: string, options?: { cause?: unknown; retryAfterMs?: number | undefined }) {
+    super(message, options);
+    const after = options?.retryAfterMs;
+    this.retryAfterMs = after !== undefined && Number.isFinite(after) && after > 0 ? after : undefined;
+  }
+}
 
 /**
  * The model API could not be reached, or was overloaded or rate-limited (a timeout, a dropped connection,
@@ -120,7 +132,7 @@ export class IdempotencyKeyReuseError extends PermanentError {
  * attempt of the step: the engine hands the message back for `retryAfterMs` and counts nothing.
  */
 export class IdempotencyInProgressError extends TransientError {
-  constructor(readonly key: string, readonly leaseUntil: number, readonly retryAfterMs: number) {
+  constructor(readonly key: string, readonly leaseUntil: number, override readonly retryAfterMs: number) {
     super(`idempotency key ${key} is being applied by another attempt; its claim ends at ${Number.isFinite(leaseUntil) ? new Date(leaseUntil).toISOString() : 'an unknown time'} unless renewed`);
   }
 }

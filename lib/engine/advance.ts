@@ -28,7 +28,7 @@ export type Advance =
    * `queued`: the queue work the checkpoint's own transaction did (AdvanceOptions.queueWork); `received`:
    * what its receive took, this worker's next deliveries.
    */
-  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork; received?: Delivery[] }
+  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork; received?: Delivery[]; retryAfterMs?: number }
   /** The run is not running (done, failed, waiting): nothing to do. */
   | { kind: 'idle'; version: number; status: RunStatus }
   /** The message was for an older version: another delivery already advanced the run. */
@@ -46,9 +46,10 @@ export interface AdvanceOptions {
   maxTries?: number;
   /**
    * The queue work to fold into the checkpoint this step writes, given the state and the version it
-   * writes; used only on a store that carries queue work (CheckpointStore.carriesQueueWork).
+   * writes, and the retry-after of a failed try (TransientError.retryAfterMs); used only on a store that
+   * carries queue work (CheckpointStore.carriesQueueWork).
    */
-  queueWork?: (next: RunState, version: number) => QueueWork | undefined;
+  queueWork?: (next: RunState, version: number, retryAfterMs?: number) => QueueWork | undefined;
 }
 
 /**
@@ -149,7 +150,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
         await deps.store.addRestarts(runId, version, -1);
         throw error;
       }
-      return commit(deps, base, recordFailure(state, asStepError(error), now()));
+      return commitFailure(deps, base, state, asStepError(error));
     }
     if (deps.probe) await deps.probe('C2', { runId, step: n });
 
@@ -204,7 +205,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     }
     // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt. The
     // model call that chose the tool was paid for, so its usage is counted now, and only now.
-    if (!(error instanceof ToolError)) return commit(deps, base, recordFailure(state, error, now(), usageOnly(uncounted)));
+    if (!(error instanceof ToolError)) return commitFailure(deps, base, state, error, usageOnly(uncounted));
     output = error.message;
     ok = false;
   }
@@ -283,6 +284,12 @@ function asStepError(error: unknown): unknown {
   return new TransientError(errorMessage(error), { cause: error });
 }
 
+/** A failed try: recorded, and the next one waits at least as long as the failure asked (its retry-after). */
+async function commitFailure(deps: EngineDeps, base: Base, state: RunState, error: unknown, extra?: { usage?: Usage }): Promise<Advance> {
+  const retryAfterMs = error instanceof TransientError ? error.retryAfterMs : undefined;
+  return commit(deps, retryAfterMs === undefined ? base : { ...base, retryAfterMs }, recordFailure(state, error, deps.clock.now(), extra));
+}
+
 async function commitStep(deps: EngineDeps, state: RunState, base: Base, record: StepRecord): Promise<Advance> {
   return commit(deps, base, completeStep(state, record, deps.clock.now()), record);
 }
@@ -291,11 +298,13 @@ async function commitStep(deps: EngineDeps, state: RunState, base: Base, record:
 interface Base {
   version: number;
   queueWork: AdvanceOptions['queueWork'] | undefined;
+  /** Set on a failed try's checkpoint whose error asked for a retry-after. */
+  retryAfterMs?: number;
 }
 
 async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord, blobs?: CheckpointWrite['blobs']): Promise<Advance> {
   const { version } = base;
-  const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1) : undefined;
+  const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1, base.retryAfterMs) : undefined;
   // The checkpoint that condenses a block writes its summary (lib/core/condensed.ts): a few hundred bytes
   // once per CONDENSE_BLOCK steps, so that no resume has to read the block's records again.
   const summaries = summariesDue(next);
@@ -323,6 +332,7 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   const advanced: Advance & { kind: 'advanced' } = { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, queued: queue };
   if (appended) advanced.appended = appended;
   if (written.received) advanced.received = written.received;
+  if (base.retryAfterMs !== undefined) advanced.retryAfterMs = base.retryAfterMs;
   return advanced;
 }
 

@@ -40,6 +40,19 @@ export function retryDelayMs(failures: number): number {
   return failures > 0 ? Math.min(60_000, 1000 * 2 ** (failures - 1)) : 0;
 }
 
+/** The longest retry-after a failed try's next one waits for: a longer one (or a date far off) is not believed. */
+export const MAX_RETRY_AFTER_MS = 15 * 60_000;
+
+/**
+ * Before the next try of a step whose last try failed: the backoff, or the retry-after the failure asked
+ * for (TransientError.retryAfterMs) when that is longer, up to MAX_RETRY_AFTER_MS.
+ */
+export function failureDelayMs(failures: number, retryAfterMs?: number): number {
+  const backoff = retryDelayMs(failures);
+  if (failures === 0 || retryAfterMs === undefined) return backoff;
+  return Math.max(backoff, Math.min(Math.ceil(retryAfterMs), MAX_RETRY_AFTER_MS));
+}
+
 /**
  * Handles one queue message: advance its run by one step, enqueue the next step, then let the caller ack.
  * Duplicate and stale messages are harmless: they re-drive the message for the run's latest version, which
@@ -110,7 +123,7 @@ export async function handleDelivery(
   if (status === 'running' && outcome.kind !== 'idle') {
     if (deps.probe) await deps.probe('C7', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
     if (outcome.kind === 'advanced') {
-      if (!outcome.queued?.send) await deps.queue.send({ runId, version: outcome.version }, { delayMs: retryDelayMs(outcome.state.failures) });
+      if (!outcome.queued?.send) await deps.queue.send({ runId, version: outcome.version }, { delayMs: failureDelayMs(outcome.state.failures, outcome.retryAfterMs) });
     }
     // The latest version's message may have been consumed without a successor: a plain send would be
     // swallowed by its deduplication record.
@@ -143,10 +156,10 @@ export async function handleDelivery(
  * waits, whose wait is driven (emails, timer) before the ack, as on the unfolded path. The receive goes
  * only with the ack: then nothing after the commit can fail but a crash, so no error strands what it took.
  */
-function queueWorkOf(receipt: string, receive: QueueReceive | undefined): (next: RunState, version: number) => QueueWork {
+function queueWorkOf(receipt: string, receive: QueueReceive | undefined): NonNullable<AdvanceOptions['queueWork']> {
   const ack = { ack: receipt, ...(receive ? { receive } : {}) };
-  return (next, version) => next.status === 'running'
-    ? { send: { message: { runId: next.runId, version }, delayMs: retryDelayMs(next.failures) }, ...ack }
+  return (next, version, retryAfterMs) => next.status === 'running'
+    ? { send: { message: { runId: next.runId, version }, delayMs: failureDelayMs(next.failures, retryAfterMs) }, ...ack }
     : next.status === 'waiting' ? {} : ack;
 }
 

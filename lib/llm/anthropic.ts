@@ -298,7 +298,8 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
     if (!isTransientStatus(error.status)) return new PermanentError(`the Anthropic API refused the request: ${reason}`, { cause: error });
     const pastDeadline = error.headers?.get(PAST_DEADLINE_HEADER);
     const why = pastDeadline ? `; it asked to retry after ${Math.round(Number(pastDeadline) / 1000)} s, past this call's deadline` : ', after retries';
-    return new ModelUnavailableError(`the Anthropic API failed: ${reason}${why}`, { cause: error });
+    // The API's own retry-after: the step's next try waits for it (TransientError.retryAfterMs).
+    return new ModelUnavailableError(`the Anthropic API failed: ${reason}${why}`, { cause: error, retryAfterMs: error.headers ? retryAfterMs(error.headers) : undefined });
   }
   if (error instanceof AnthropicError) {
     // Raised by the SDK before any request is sent (no credentials, invalid options): a configuration error.

@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { defineAgent, tool, type ToolContext } from '../../lib/agent.ts';
 import { ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
 import type { CrashPoint } from '../../lib/engine/deps.ts';
-import { DEFAULT_MAX_RECEIVES, handleDelivery, retryDelayMs } from '../../lib/engine/handle-message.ts';
+import { DEFAULT_MAX_RECEIVES, MAX_RETRY_AFTER_MS, failureDelayMs, handleDelivery, retryDelayMs } from '../../lib/engine/handle-message.ts';
+import { TransientError } from '../../lib/core/errors.ts';
 import type { LocalRuntime } from '../../lib/local/runtime.ts';
 import type { CheckpointStore, ModelReply } from '../../lib/ports.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
@@ -256,5 +257,59 @@ describe('the step cap', () => {
     expect(rows.received).toEqual(['run/step-1', 'run/step-2', 'run/step-3']);
     expect(model.stepsAsked()).toEqual([1, 2, 3, 4]);
     expect(state.usage).toEqual(times(4));
+  });
+});
+
+describe('a failed try that asks for a retry-after', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  /** write_row fails its first try with a TransientError asking for `retryAfterMs`, then writes. */
+  function rateLimited(retryAfterMs: number) {
+    db = tempDb();
+    const clock = new ManualClock();
+    let left = 1;
+    const agent = defineAgent({
+      name: 'rate-limited', tools: [tool({
+        name: 'write_row', description: 'an API that rate-limits', input: z.object({ row: z.number() }), sideEffect: true,
+        run: () => { if (left-- > 0) throw new TransientError('the API is rate limited', { retryAfterMs }); return 'ok'; },
+      })],
+    });
+    return { ...workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(1)), clock, workerId: 'W' }), clock };
+  }
+
+  /** When the run's next message becomes visible, after the failed try at `at`. */
+  const nextVisibleAfter = (runtime: LocalRuntime, at: number) =>
+    (runtime.db.prepare('SELECT min(visible_at) AS at FROM queue WHERE acked_at IS NULL').get() as { at: number }).at - at;
+
+  it.each([
+    { asked: 90_000, waited: 90_000 },
+    // Shorter than the backoff: the backoff (1 s at the first failure).
+    { asked: 200, waited: 1_000 },
+    // A date a day off is not believed: the longest wait is MAX_RETRY_AFTER_MS.
+    { asked: 86_400_000, waited: MAX_RETRY_AFTER_MS },
+  ])('a tool asking for $asked ms: the next try waits $waited ms, and the run then completes', async ({ asked, waited }) => {
+    const { deps, runtime, clock } = rateLimited(asked);
+    await start(deps);
+    const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const at = clock.now();
+    const handled = await handleDelivery(deps, delivery!);
+    expect(handled).toMatchObject({ action: 'ack', acked: true, outcome: { state: { failures: 1, lastError: 'the API is rate limited' } } });
+    expect(nextVisibleAfter(runtime, at)).toBe(waited);
+    await work(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 1, failures: 0 });
+  });
+
+  it('failureDelayMs: the backoff unless the failure asked for longer, never past MAX_RETRY_AFTER_MS', () => {
+    expect(MAX_RETRY_AFTER_MS).toBe(15 * 60_000);
+    expect(failureDelayMs(0, 5_000)).toBe(0);
+    expect(failureDelayMs(3)).toBe(4_000);
+    expect(failureDelayMs(3, 2_500)).toBe(4_000);
+    expect(failureDelayMs(3, 7_000.2)).toBe(7_001);
+    expect(failureDelayMs(1, Number.MAX_SAFE_INTEGER)).toBe(MAX_RETRY_AFTER_MS);
+    // A retry-after that is not a positive finite number is none.
+    expect(new TransientError('x', { retryAfterMs: Number.NaN }).retryAfterMs).toBeUndefined();
+    expect(new TransientError('x', { retryAfterMs: -5 }).retryAfterMs).toBeUndefined();
+    expect(new TransientError('x').retryAfterMs).toBeUndefined();
   });
 });

@@ -119,7 +119,20 @@ describe('Anthropic adapter errors', () => {
     const error = await modelWith({ deadlineMs: 30_000 }).decide(request()).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TransientError);
     expect((error as Error).message).toMatch(/429 rate_limit_error.*retry after 120 s, past this call's deadline/);
+    // The step's next try waits for it (failureDelayMs): the engine reads it from the error.
+    expect((error as TransientError).retryAfterMs).toBe(120_000);
     expect(server.requests).toHaveLength(1);
+  });
+
+  it('a 529 after the SDK\'s retries carries the last retry-after; a 500 without one carries none', async () => {
+    server.script(...Array.from({ length: 3 }, () => apiError(529, 'Overloaded', { 'retry-after-ms': '2' })));
+    const overloaded = await modelWith({ maxRetries: 2 }).decide(request()).catch((e: unknown) => e);
+    expect((overloaded as TransientError).retryAfterMs).toBe(2);
+    server.reset();
+    server.script(apiError(500, 'boom'));
+    const failed = await modelWith({ maxRetries: 0 }).decide(request()).catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(TransientError);
+    expect((failed as TransientError).retryAfterMs).toBeUndefined();
   });
 
   it('the caller\'s signal ends the call: TransientError', async () => {

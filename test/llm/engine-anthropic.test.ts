@@ -2,9 +2,11 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { stepLine } from '../../lib/core/prompt.ts';
 import { MAX_MODEL_UNAVAILABLE_FAILURES, ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
 import { advance } from '../../lib/engine/advance.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { progressLine } from '../../lib/cli/progress.ts';
 import { AnthropicModel } from '../../lib/llm/anthropic.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
-import { ManualClock, SimulatedCrash, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { ManualClock, SimulatedCrash, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import {
   apiError, completedStepLines, done, startMessagesServer, toolUse, toolUses, type MessagesServer, type RecordedRequest, type Reply,
 } from '../support/messages-server.ts';
@@ -109,6 +111,36 @@ describe('engine + Anthropic adapter + local Messages server + SQLite', () => {
     expect(state).toMatchObject({ status: 'completed', failures: 0 });
     expect(state.steps.map((s) => s.tool)).toEqual(['write_row', 'write_row']);
     expect(rows.rows.size).toBe(2);
+  });
+
+  it.each([
+    { path: 'the send and ack in the checkpoint\'s transaction', queueInCommit: true },
+    { path: 'the send after the checkpoint, as on AWS', queueInCommit: false },
+  ])('a 429 asking for 120 s, past the call\'s deadline: the next try waits the 120 s, not the 1 s backoff ($path)', async ({ queueInCommit }) => {
+    server.script(apiError(429, 'rate limited', { 'retry-after': '120' }));
+    server.otherwise(writeRows(1));
+    const model = new AnthropicModel({ apiKey: 'sk-test', baseURL: server.url, env: {}, maxRetries: 2, deadlineMs: 30_000 });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'w', queueInCommit });
+    await start(deps);
+    const [first] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const handled = await handleDelivery(deps, first!);
+    if (handled.action === 'ack' && !handled.acked) await runtime.queue.ack(first!);
+    expect(handled).toMatchObject({ action: 'ack', outcome: { kind: 'advanced', retryAfterMs: 120_000, state: { failures: 1, status: 'running' } } });
+    expect(progressLine(handled)).toMatch(/step 1 attempt 1 failed: .*429.*\(will retry in 120 s\)$/);
+    expect(server.requests).toHaveLength(1);
+
+    // Past the backoff (1 s) and well past it: nothing yet. At 120 s, the next try.
+    clock.advance(60_000);
+    expect(await runtime.queue.receive({ visibilityMs: VISIBILITY_MS })).toEqual([]);
+    clock.advance(60_000);
+    const [next] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    expect(JSON.parse(next!.body)).toEqual({ runId: 'run', version: 2 });
+    await runtime.queue.release(next!, 0);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(state).toMatchObject({ status: 'completed', failures: 0 });
+    expect(rows.rows.size).toBe(1);
   });
 
   it('a permanent error fails the run at once, with the reason', async () => {
