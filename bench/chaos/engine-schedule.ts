@@ -9,7 +9,10 @@
  * bursts with retry-after, 529, 500, connections dropped before or in the middle of a reply, replies slower
  * than the client's timeout, unusable replies, one permanent 400). The server's replies are the agents'
  * decisions. Some runs wait once (an approval, an event or a sleep), answered once, twice, late or never.
- * Time is a ManualClock: leases, timeouts and wait deadlines pass at once.
+ * In one schedule of ten (`hangs`) one effect never returns, before or after it is applied, while its
+ * process lives: the try ends at the tool's timeoutMs (HUNG_TOOL_TIMEOUT_MS) and its claim stays until
+ * its lease ends. Time is a ManualClock: leases, timeouts and wait deadlines pass at once; only a tool's
+ * time limit is real time, as the engine keeps it (lib/engine/tool-time.ts).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -54,6 +57,13 @@ const WAIT_MS = 600_000;
 const MAX_TIMER_MS = 300_000;
 const TIMER_LOOKAHEAD_MS = 60_000;
 const EVENT_TYPE = 'chaos.go';
+/**
+ * The chaos tools' timeoutMs, in real milliseconds: long beside a frozen or long effect (a few turns of
+ * this loop, milliseconds), so only a hung one reaches it.
+ */
+export const HUNG_TOOL_TIMEOUT_MS = 1_000;
+/** The reason of a run whose last failed try was a hung tool's. */
+export const HUNG_TOOL = /^step \d+ failed \d+ times; last error: tool \w+ did not finish within 1 s \(its timeoutMs\)$/;
 
 /** How a schedule answers a run's wait. A sleep is never answered: its deadline wakes it. */
 export type WaitPlan = { step: number; kind: 'approval' | 'event' | 'sleep'; answer: 'once' | 'twice' | 'late' | 'never'; sleepSeconds: number };
@@ -135,8 +145,13 @@ function waitInput(plan: WaitPlan, key: string, runId: string): unknown {
  */
 export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends' | 'timers-lost';
 
-export async function engineSchedule(seed: number, options: { intensity?: number; sabotage?: Sabotage } = {}): Promise<ScheduleReport> {
+export async function engineSchedule(
+  seed: number, options: { intensity?: number; sabotage?: Sabotage; /** The chance that a schedule hangs one tool (default 0.1). */ hangs?: number } = {},
+): Promise<ScheduleReport> {
   const r = rng(seed);
+  // Hangs are drawn from a stream of their own: a schedule that hangs nothing is the one it was before them.
+  const h = rng(seed ^ 0x68616e67);
+  let hangsLeft = h.chance(options.hangs ?? 0.1) ? 1 : 0;
   const k = options.intensity ?? 1;
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-'));
   const dbPath = join(dir, 'stepwise.db');
@@ -144,7 +159,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
   const report: ScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
-    waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
+    waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {}, hungTools: 0,
   };
 
   // The runs, their waits and their faults.
@@ -183,7 +198,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     proc.died.resolve('died');
   };
 
-  /** Inside an effect, after it claimed its key: maybe die here, freeze here, or run long. */
+  /** Inside an effect, after it claimed its key: maybe die here, hang here, freeze here, or run long. */
   const inside = async (proc: Proc, ctx: ToolContext, where: 'before' | 'after'): Promise<void> => {
     if (proc.dead) throw new ProcessDied(proc.id);
     if (report.crashes < maxCrashes && r.chance(0.04 * k)) {
@@ -191,6 +206,12 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       report.crashesByPoint[`once-${where}`] = (report.crashesByPoint[`once-${where}`] ?? 0) + 1;
       die(proc);
       return new Promise<void>(() => {}); // a killed process never gets past this point
+    }
+    if (hangsLeft > 0 && h.chance(0.1)) {
+      // The process lives on; this effect never returns. Its try fails at the tool's timeoutMs.
+      hangsLeft--;
+      report.hungTools!++;
+      return new Promise<void>(() => {});
     }
     if (allowPark && !parked && r.chance(0.05 * k)) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
@@ -208,6 +229,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     tools: [
       tool({
         name: 'write_row', description: 'Write one row; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
+        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
         run: (input, ctx) => ctx.once(async () => {
           await inside(proc, ctx, 'before');
           // The effect and its key commit together (one synchronous block here, a transaction in a database).
@@ -219,6 +241,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
       }),
       tool({
         name: 'notify', description: 'Send one notice; only the ledger keeps it once.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
+        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
         run: (input, ctx) => ctx.once(async (signal) => {
           // Only before the effect: a crash or freeze after a ledger-only effect is the case README says
           // nothing can tell apart (store the key with the effect).
@@ -506,6 +529,7 @@ export async function engineSchedule(seed: number, options: { intensity?: number
     const verdict = await checkInvariants({
       store: reader.store, runs, applied,
       injected: (reason) => !MODEL_OUTAGE_FAILURE.test(reason) && (reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
+        || (report.hungTools! > 0 && HUNG_TOOL.test(reason))
         || [...plans].some(([runId, plan]) => (plan.answer === 'late' || plan.answer === 'never') && plan.kind !== 'sleep' && reason === waitTimedOut(runId))),
       answers, now: root.now(), blobs: reader.blobs,
     });

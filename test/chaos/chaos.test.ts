@@ -50,6 +50,20 @@ describe('chaos: seeded fault schedules over the engine and the SQLite runtime',
     expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0, waitsTwice: 0 });
   });
 
+  it('tools that never return (one a schedule, before or after their effect): each try ends at its timeoutMs, and the invariants hold', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 8; i++) {
+      // Were the try not ended at the tool's timeoutMs, the schedule would wait on it for good.
+      const report = await engineSchedule(scheduleSeed(SEED + 2, i), { hangs: 1 });
+      expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      add(totals, report);
+    }
+    expect(totals.hungTools).toBeGreaterThanOrEqual(4);
+    expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0, waitsTwice: 0 });
+    expect(totals.completed + totals.failed + totals.timedOut).toBe(totals.runs);
+  });
+
   it('a schedule is a function of its seed: the same seed replays the same faults and outcome', async () => {
     const seed = scheduleSeed(SEED, 3);
     const a = await engineSchedule(seed);
