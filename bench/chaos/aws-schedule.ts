@@ -11,7 +11,9 @@
  * messages dead-lettered (only the sweeper can move their run), and model faults from the local Messages
  * API server through the real Anthropic adapter (bench/chaos/model-server.ts: 429 bursts with retry-after,
  * 529, 500, connections dropped before or in the middle of a reply, replies slower than the client's
- * timeout, unusable replies, one permanent 400). The server's replies are the agents' decisions.
+ * timeout, unusable replies, one permanent 400). The server's replies are the agents' decisions. In one
+ * schedule of ten one effect never returns while its container lives, as in the engine's schedules: the
+ * try ends at the tools' timeoutMs (HUNG_TOOL_TIMEOUT_MS, real time) and the claim waits out its lease.
  *
  * Time is a ManualClock. This driver is the Lambda event source and SQS's clock for visibility: it
  * receives with a long real visibility timeout and makes a message visible again when the manual time
@@ -44,7 +46,7 @@ import { toSqsRecord } from '../../test/aws/lambda-harness.ts';
 import { apiError, done, toolUse, type Reply } from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
-import { ADAPTER_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
+import { ADAPTER_FAULT, HUNG_TOOL, HUNG_TOOL_TIMEOUT_MS, toolOf, type ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
 import { MODEL_OUTAGE_FAILURE, modelFaultScript } from './model-faults.ts';
 import { goalOf, registerSchedule, runOf } from './model-server.ts';
@@ -107,14 +109,19 @@ interface InFlight {
 type Outcome = { kind: 'handled'; failures: string[] } | { kind: 'error'; error: unknown } | { kind: 'died' } | { kind: 'parked' };
 type Park = { mode: 'freeze' | 'long'; container: Container; go: Deferred<void> };
 
-export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotage } = {}): Promise<AwsScheduleReport> {
+export async function awsSchedule(
+  seed: number, options: { sabotage?: AwsSabotage; /** The chance that a schedule hangs one tool (default 0.1). */ hangs?: number } = {},
+): Promise<AwsScheduleReport> {
   const r = rng(seed);
+  // Hangs are drawn from a stream of their own: a schedule that hangs nothing is the one it was before them.
+  const h = rng(seed ^ 0x68616e67);
+  let hangsLeft = h.chance(options.hangs ?? 0.1) ? 1 : 0;
   // Near the real time (history rows written on this clock must not look expired to the store), on a
   // whole hour so the sweeper's stall windows fall at the same moments of every replay.
   const root = new ManualClock(Math.floor(Date.now() / 3_600_000) * 3_600_000);
   const report: AwsScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
-    modelFaults: 0, modelCalls: 0, modelFaultsByKind: {}, ambiguousWrites: 0, lostMessages: 0, redriven: 0,
+    modelFaults: 0, modelCalls: 0, modelFaultsByKind: {}, ambiguousWrites: 0, lostMessages: 0, redriven: 0, hungTools: 0,
     completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
   };
 
@@ -159,6 +166,12 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
       die(c);
       return new Promise<void>(() => {}); // a killed process never gets past this point
     }
+    if (hangsLeft > 0 && h.chance(0.1)) {
+      // The container lives on; this effect never returns. Its try fails at the tool's timeoutMs.
+      hangsLeft--;
+      report.hungTools!++;
+      return new Promise<void>(() => {});
+    }
     if (parkable === c && !parked && r.chance(0.06)) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       parked = { mode, container: c, go: deferred() };
@@ -173,6 +186,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
     tools: [
       tool({
         name: 'write_row', description: 'Write one row; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
+        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
         run: (input, ctx: ToolContext) => ctx.once(async () => {
           await inside(c, 'before');
           // The effect and its key commit together (a transaction in the target database).
@@ -184,6 +198,7 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
       }),
       tool({
         name: 'notify', description: 'Send one notice; only the ledger keeps it once.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
+        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
         run: (input, ctx: ToolContext) => ctx.once(async (signal) => {
           // Only before the effect: after a ledger-only effect, nothing can tell a crash from no effect.
           await inside(c, 'before');
@@ -477,7 +492,8 @@ export async function awsSchedule(seed: number, options: { sabotage?: AwsSabotag
 
     const verdict = await checkInvariants({
       store: reader.store, runs, applied, blobs: reader.blobs,
-      injected: (reason) => !MODEL_OUTAGE_FAILURE.test(reason) && (reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)),
+      injected: (reason) => !MODEL_OUTAGE_FAILURE.test(reason) && (reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
+        || (report.hungTools! > 0 && HUNG_TOOL.test(reason))),
       // Both tools apply through ctx.once: the ledger in DynamoDB must have every completed step's result.
       ledgerHasResult: async (key) => {
         const { Item } = await control.doc.send(new GetCommand({ TableName: where.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }));

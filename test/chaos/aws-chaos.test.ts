@@ -54,6 +54,20 @@ describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, Dy
     expect(totals.completed).toBeGreaterThan(totals.failed);
   });
 
+  it('tools that never return (one a schedule): each try ends at its timeoutMs, and the invariants hold', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 6; i++) {
+      // Were the try not ended at the tool's timeoutMs, the handler would wait on it for good.
+      const report = await awsSchedule(scheduleSeed(SEED + 1, i), { hangs: 1 });
+      expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      add(totals, report);
+    }
+    expect(totals.hungTools).toBeGreaterThanOrEqual(3);
+    expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    expect(totals.completed + totals.failed).toBe(totals.runs);
+  });
+
   it('a schedule is a function of its seed: the same seed replays the same faults and outcome', async () => {
     const seed = scheduleSeed(SEED, 2);
     const a = await awsSchedule(seed);
