@@ -13,7 +13,8 @@
  * 529, 500, connections dropped before or in the middle of a reply, replies slower than the client's
  * timeout, unusable replies, one permanent 400). The server's replies are the agents' decisions. In one
  * schedule of ten one effect never returns while its container lives, as in the engine's schedules: the
- * try ends at the tools' timeoutMs (HUNG_TOOL_TIMEOUT_MS, real time) and the claim waits out its lease.
+ * try ends at the tools' timeoutMs (HUNG_TOOL_TIMEOUT_MS, real time), the claim waits out its lease, and
+ * that schedule parks no container.
  *
  * Time is a ManualClock. This driver is the Lambda event source and SQS's clock for visibility: it
  * receives with a long real visibility timeout and makes a message visible again when the manual time
@@ -116,6 +117,11 @@ export async function awsSchedule(
   // Hangs are drawn from a stream of their own: a schedule that hangs nothing is the one it was before them.
   const h = rng(seed ^ 0x68616e67);
   let hangsLeft = h.chance(options.hangs ?? 0.1) ? 1 : 0;
+  // A schedule that hangs a tool holds its tools to HUNG_TOOL_TIMEOUT_MS of real time and parks no worker:
+  // a park lasts turns of real time (a slow model reply among them), and a frozen worker's try must not
+  // end at a time limit while it is frozen. The others keep the default limit, which no park reaches.
+  const hangs = hangsLeft > 0;
+  const toolTime = hangs ? { timeoutMs: HUNG_TOOL_TIMEOUT_MS } : {};
   // Near the real time (history rows written on this clock must not look expired to the store), on a
   // whole hour so the sweeper's stall windows fall at the same moments of every replay.
   const root = new ManualClock(Math.floor(Date.now() / 3_600_000) * 3_600_000);
@@ -172,7 +178,7 @@ export async function awsSchedule(
       report.hungTools!++;
       return new Promise<void>(() => {});
     }
-    if (parkable === c && !parked && r.chance(0.06)) {
+    if (parkable === c && !parked && r.chance(0.06) && !hangs) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       parked = { mode, container: c, go: deferred() };
       if (mode === 'freeze') { report.slowWorkers++; c.clock.freeze(); } else report.longEffects++;
@@ -186,7 +192,7 @@ export async function awsSchedule(
     tools: [
       tool({
         name: 'write_row', description: 'Write one row; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
+        ...toolTime,
         run: (input, ctx: ToolContext) => ctx.once(async () => {
           await inside(c, 'before');
           // The effect and its key commit together (a transaction in the target database).
@@ -198,7 +204,7 @@ export async function awsSchedule(
       }),
       tool({
         name: 'notify', description: 'Send one notice; only the ledger keeps it once.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
+        ...toolTime,
         run: (input, ctx: ToolContext) => ctx.once(async (signal) => {
           // Only before the effect: after a ledger-only effect, nothing can tell a crash from no effect.
           await inside(c, 'before');

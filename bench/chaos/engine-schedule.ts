@@ -11,7 +11,7 @@
  * decisions. Some runs wait once (an approval, an event or a sleep), answered once, twice, late or never.
  * In one schedule of ten (`hangs`) one effect never returns, before or after it is applied, while its
  * process lives: the try ends at the tool's timeoutMs (HUNG_TOOL_TIMEOUT_MS) and its claim stays until
- * its lease ends. Time is a ManualClock: leases, timeouts and wait deadlines pass at once; only a tool's
+ * its lease ends; that schedule parks no worker. Time is a ManualClock: leases, timeouts and wait deadlines pass at once; only a tool's
  * time limit is real time, as the engine keeps it (lib/engine/tool-time.ts).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -57,10 +57,7 @@ const WAIT_MS = 600_000;
 const MAX_TIMER_MS = 300_000;
 const TIMER_LOOKAHEAD_MS = 60_000;
 const EVENT_TYPE = 'chaos.go';
-/**
- * The chaos tools' timeoutMs, in real milliseconds: long beside a frozen or long effect (a few turns of
- * this loop, milliseconds), so only a hung one reaches it.
- */
+/** The chaos tools' timeoutMs in a schedule that hangs one, in real milliseconds. */
 export const HUNG_TOOL_TIMEOUT_MS = 1_000;
 /** The reason of a run whose last failed try was a hung tool's. */
 export const HUNG_TOOL = /^step \d+ failed \d+ times; last error: tool \w+ did not finish within 1 s \(its timeoutMs\)$/;
@@ -152,6 +149,11 @@ export async function engineSchedule(
   // Hangs are drawn from a stream of their own: a schedule that hangs nothing is the one it was before them.
   const h = rng(seed ^ 0x68616e67);
   let hangsLeft = h.chance(options.hangs ?? 0.1) ? 1 : 0;
+  // A schedule that hangs a tool holds its tools to HUNG_TOOL_TIMEOUT_MS of real time and parks no worker:
+  // a park lasts turns of real time (a slow model reply among them), and a frozen worker's try must not
+  // end at a time limit while it is frozen. The others keep the default limit, which no park reaches.
+  const hangs = hangsLeft > 0;
+  const toolTime = hangs ? { timeoutMs: HUNG_TOOL_TIMEOUT_MS } : {};
   const k = options.intensity ?? 1;
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-'));
   const dbPath = join(dir, 'stepwise.db');
@@ -213,7 +215,7 @@ export async function engineSchedule(
       report.hungTools!++;
       return new Promise<void>(() => {});
     }
-    if (allowPark && !parked && r.chance(0.05 * k)) {
+    if (allowPark && !parked && r.chance(0.05 * k) && !hangs) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       const park: Park = { mode, proc, go: deferred() };
       parked = park;
@@ -229,7 +231,7 @@ export async function engineSchedule(
     tools: [
       tool({
         name: 'write_row', description: 'Write one row; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
+        ...toolTime,
         run: (input, ctx) => ctx.once(async () => {
           await inside(proc, ctx, 'before');
           // The effect and its key commit together (one synchronous block here, a transaction in a database).
@@ -241,7 +243,7 @@ export async function engineSchedule(
       }),
       tool({
         name: 'notify', description: 'Send one notice; only the ledger keeps it once.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        timeoutMs: HUNG_TOOL_TIMEOUT_MS,
+        ...toolTime,
         run: (input, ctx) => ctx.once(async (signal) => {
           // Only before the effect: a crash or freeze after a ledger-only effect is the case README says
           // nothing can tell apart (store the key with the effect).
