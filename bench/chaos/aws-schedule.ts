@@ -13,7 +13,7 @@
  * 529, 500, connections dropped before or in the middle of a reply, replies slower than the client's
  * timeout, unusable replies, one permanent 400). The server's replies are the agents' decisions. In one
  * schedule of ten one effect never returns while its container lives, as in the engine's schedules: the
- * try ends at the tools' timeoutMs (HUNG_TOOL_TIMEOUT_MS, real time), the claim waits out its lease, and
+ * try ends at the tools' timeoutMs (bench/chaos/hangs.ts, real time), the claim waits out its lease, and
  * that schedule parks no container.
  *
  * Time is a ManualClock. This driver is the Lambda event source and SQS's clock for visibility: it
@@ -47,7 +47,8 @@ import { toSqsRecord } from '../../test/aws/lambda-harness.ts';
 import { apiError, done, toolUse, type Reply } from '../../test/support/messages-server.ts';
 import { completedSteps } from '../../test/support/stub-model.ts';
 import { deferred, type Deferred } from './deferred.ts';
-import { ADAPTER_FAULT, HUNG_TOOL, HUNG_TOOL_TIMEOUT_MS, toolOf, type ScheduleReport } from './engine-schedule.ts';
+import { ADAPTER_FAULT, toolOf, type ScheduleReport } from './engine-schedule.ts';
+import { HUNG_TOOL, hangPlan } from './hangs.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
 import { MODEL_OUTAGE_FAILURE, modelFaultScript } from './model-faults.ts';
 import { goalOf, registerSchedule, runOf } from './model-server.ts';
@@ -114,14 +115,7 @@ export async function awsSchedule(
   seed: number, options: { sabotage?: AwsSabotage; /** The chance that a schedule hangs one tool (default 0.1). */ hangs?: number } = {},
 ): Promise<AwsScheduleReport> {
   const r = rng(seed);
-  // Hangs are drawn from a stream of their own: a schedule that hangs nothing is the one it was before them.
-  const h = rng(seed ^ 0x68616e67);
-  let hangsLeft = h.chance(options.hangs ?? 0.1) ? 1 : 0;
-  // A schedule that hangs a tool holds its tools to HUNG_TOOL_TIMEOUT_MS of real time and parks no worker:
-  // a park lasts turns of real time (a slow model reply among them), and a frozen worker's try must not
-  // end at a time limit while it is frozen. The others keep the default limit, which no park reaches.
-  const hangs = hangsLeft > 0;
-  const toolTime = hangs ? { timeoutMs: HUNG_TOOL_TIMEOUT_MS } : {};
+  const hang = hangPlan(seed, options.hangs);
   // Near the real time (history rows written on this clock must not look expired to the store), on a
   // whole hour so the sweeper's stall windows fall at the same moments of every replay.
   const root = new ManualClock(Math.floor(Date.now() / 3_600_000) * 3_600_000);
@@ -172,13 +166,12 @@ export async function awsSchedule(
       die(c);
       return new Promise<void>(() => {}); // a killed process never gets past this point
     }
-    if (hangsLeft > 0 && h.chance(0.1)) {
+    if (hang.hangHere()) {
       // The container lives on; this effect never returns. Its try fails at the tool's timeoutMs.
-      hangsLeft--;
       report.hungTools!++;
       return new Promise<void>(() => {});
     }
-    if (parkable === c && !parked && r.chance(0.06) && !hangs) {
+    if (parkable === c && !parked && r.chance(0.06) && !hang.hangs) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       parked = { mode, container: c, go: deferred() };
       if (mode === 'freeze') { report.slowWorkers++; c.clock.freeze(); } else report.longEffects++;
@@ -192,7 +185,7 @@ export async function awsSchedule(
     tools: [
       tool({
         name: 'write_row', description: 'Write one row; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        ...toolTime,
+        ...hang.toolTime,
         run: (input, ctx: ToolContext) => ctx.once(async () => {
           await inside(c, 'before');
           // The effect and its key commit together (a transaction in the target database).
@@ -204,7 +197,7 @@ export async function awsSchedule(
       }),
       tool({
         name: 'notify', description: 'Send one notice; only the ledger keeps it once.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        ...toolTime,
+        ...hang.toolTime,
         run: (input, ctx: ToolContext) => ctx.once(async (signal) => {
           // Only before the effect: after a ledger-only effect, nothing can tell a crash from no effect.
           await inside(c, 'before');

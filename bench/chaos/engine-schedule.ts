@@ -11,8 +11,9 @@
  * decisions. Some runs wait once (an approval, an event or a sleep), answered once, twice, late or never.
  * In one schedule of ten (`hangs`) one effect never returns, before or after it is applied, while its
  * process lives: the try ends at the tool's timeoutMs (HUNG_TOOL_TIMEOUT_MS) and its claim stays until
- * its lease ends; that schedule parks no worker. Time is a ManualClock: leases, timeouts and wait deadlines pass at once; only a tool's
- * time limit is real time, as the engine keeps it (lib/engine/tool-time.ts).
+ * its lease ends; that schedule parks no worker (bench/chaos/hangs.ts). Time is a ManualClock: leases,
+ * timeouts and wait deadlines pass at once; only a tool's time limit is real time, as the engine keeps it
+ * (lib/engine/tool-time.ts).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -42,6 +43,7 @@ import { Brownout, ProcessDied, faulty } from './faulty.ts';
 import { checkInvariants, waitTimedOut, type RunExpectation, type Verdict, type Violation } from './invariants.ts';
 import { goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng, type Rng } from './random.ts';
+import { HUNG_TOOL, hangPlan } from './hangs.ts';
 
 const VISIBILITY_MS = 30_000;
 const MAX_TURNS = 3_000;
@@ -57,10 +59,6 @@ const WAIT_MS = 600_000;
 const MAX_TIMER_MS = 300_000;
 const TIMER_LOOKAHEAD_MS = 60_000;
 const EVENT_TYPE = 'chaos.go';
-/** The chaos tools' timeoutMs in a schedule that hangs one, in real milliseconds. */
-export const HUNG_TOOL_TIMEOUT_MS = 1_000;
-/** The reason of a run whose last failed try was a hung tool's. */
-export const HUNG_TOOL = /^step \d+ failed \d+ times; last error: tool \w+ did not finish within 1 s \(its timeoutMs\)$/;
 
 /** How a schedule answers a run's wait. A sleep is never answered: its deadline wakes it. */
 export type WaitPlan = { step: number; kind: 'approval' | 'event' | 'sleep'; answer: 'once' | 'twice' | 'late' | 'never'; sleepSeconds: number };
@@ -146,14 +144,7 @@ export async function engineSchedule(
   seed: number, options: { intensity?: number; sabotage?: Sabotage; /** The chance that a schedule hangs one tool (default 0.1). */ hangs?: number } = {},
 ): Promise<ScheduleReport> {
   const r = rng(seed);
-  // Hangs are drawn from a stream of their own: a schedule that hangs nothing is the one it was before them.
-  const h = rng(seed ^ 0x68616e67);
-  let hangsLeft = h.chance(options.hangs ?? 0.1) ? 1 : 0;
-  // A schedule that hangs a tool holds its tools to HUNG_TOOL_TIMEOUT_MS of real time and parks no worker:
-  // a park lasts turns of real time (a slow model reply among them), and a frozen worker's try must not
-  // end at a time limit while it is frozen. The others keep the default limit, which no park reaches.
-  const hangs = hangsLeft > 0;
-  const toolTime = hangs ? { timeoutMs: HUNG_TOOL_TIMEOUT_MS } : {};
+  const hang = hangPlan(seed, options.hangs);
   const k = options.intensity ?? 1;
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-'));
   const dbPath = join(dir, 'stepwise.db');
@@ -209,13 +200,12 @@ export async function engineSchedule(
       die(proc);
       return new Promise<void>(() => {}); // a killed process never gets past this point
     }
-    if (hangsLeft > 0 && h.chance(0.1)) {
+    if (hang.hangHere()) {
       // The process lives on; this effect never returns. Its try fails at the tool's timeoutMs.
-      hangsLeft--;
       report.hungTools!++;
       return new Promise<void>(() => {});
     }
-    if (allowPark && !parked && r.chance(0.05 * k) && !hangs) {
+    if (allowPark && !parked && r.chance(0.05 * k) && !hang.hangs) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       const park: Park = { mode, proc, go: deferred() };
       parked = park;
@@ -231,7 +221,7 @@ export async function engineSchedule(
     tools: [
       tool({
         name: 'write_row', description: 'Write one row; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        ...toolTime,
+        ...hang.toolTime,
         run: (input, ctx) => ctx.once(async () => {
           await inside(proc, ctx, 'before');
           // The effect and its key commit together (one synchronous block here, a transaction in a database).
@@ -243,7 +233,7 @@ export async function engineSchedule(
       }),
       tool({
         name: 'notify', description: 'Send one notice; only the ledger keeps it once.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
-        ...toolTime,
+        ...hang.toolTime,
         run: (input, ctx) => ctx.once(async (signal) => {
           // Only before the effect: a crash or freeze after a ledger-only effect is the case README says
           // nothing can tell apart (store the key with the effect).
