@@ -3,12 +3,22 @@
  * - permanent: retrying cannot help; the run fails at once with the reason.
  * - transient: retrying may help; it counts toward the step's 3 failures (30 for a model outage).
  * Everything else (a bug, a crash) is treated as transient by the engine.
+ *
+ * Each class here is marked (class-mark.ts): an agent's tool may throw one from another copy of this
+ * package, and the engine must still know it for what it is.
  */
+import { isInstanceOf, markClass } from './class-mark.ts';
+
 export class StepwiseError extends Error {
   readonly permanent: boolean = false;
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
+  }
+
+  /** Inherited by every subclass, with `this` the class on the right of `instanceof`. */
+  static override [Symbol.hasInstance]<T>(this: abstract new (...args: never[]) => T, value: unknown): value is T {
+    return isInstanceOf(this, value);
   }
 }
 
@@ -141,6 +151,13 @@ export class IdempotencyInProgressError extends TransientError {
 export class ToolError extends StepwiseError {}
 
 export class InvalidInputError extends PermanentError {}
+
+// Their names in the registry are their class names: the same in every copy.
+for (const [name, cls] of Object.entries({
+  StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
+  StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
+  WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
+})) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {
   return error instanceof StepwiseError && error.permanent;

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { canonicalJson } from './canonical-json.ts';
+import { isInstanceOf, markClass } from './class-mark.ts';
 import { InvalidInputError } from './errors.ts';
 import { WAIT_KINDS, addUsage, type Decision, type RunState, type StepRecord, type WaitKind, type WaitRecord } from './state.ts';
 import { completeStep } from './transitions.ts';
@@ -42,7 +43,13 @@ export type WaitAnswer = z.infer<typeof waitAnswerSchema>;
 /** What a wait tool's `run` returns instead of a result: the engine turns it into a waiting checkpoint. */
 export class WaitRequest {
   constructor(readonly spec: WaitSpec) {}
+
+  /** A wait tool from another copy of this package returns that copy's WaitRequest (class-mark.ts). */
+  static [Symbol.hasInstance](value: unknown): value is WaitRequest {
+    return isInstanceOf(WaitRequest, value);
+  }
 }
+markClass(WaitRequest, 'WaitRequest');
 
 export type WaitSpec =
   | { kind: 'approval'; approvers: string[]; request: string; timeoutMs?: number }

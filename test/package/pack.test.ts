@@ -81,6 +81,30 @@ export default defineAgent({
 });
 `;
 
+/** An agent that asks for an approval (a run whose id ends in -ask) or refuses for good (any other run). */
+const GATED_AGENT = `import { z } from 'zod';
+import { PermanentError, defineAgent, requestApproval, tool, type ModelReply } from 'stepwise';
+
+const drop = tool({
+  name: 'drop_table',
+  description: 'Drops a table.',
+  input: z.object({ table: z.string() }),
+  sideEffect: true,
+  run: (input) => { throw new PermanentError(\`\${input.table} is not a table this agent may drop\`); },
+});
+
+export default defineAgent({
+  name: 'gated',
+  tools: [requestApproval({ approvers: ['ops@example.com'] }), drop],
+  offlineModel: () => ({
+    name: 'gated-scripted',
+    decide: async (request): Promise<ModelReply> => (request.runId.endsWith('-ask')
+      ? { kind: 'tool', tool: 'request_approval', input: { request: 'drop the source table?' } }
+      : { kind: 'tool', tool: 'drop_table', input: { table: 'users' } }),
+  }),
+});
+`;
+
 describe('the packed package', () => {
   it('holds the build, the command and the README: no TypeScript sources, tests or benchmarks', () => {
     expect(files).toEqual(expect.arrayContaining(['package.json', 'README.md', 'bin/stepwise.js', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lib/cli/main.js', 'dist/lib/local.js', 'dist/lib/aws.js']));
@@ -101,6 +125,24 @@ describe('the packed package', () => {
     const npx = run('npx', ['--no', 'stepwise', 'status']);
     expect(npx.code, said(npx.err)).toBe(0);
     expect(npx.out).toMatch(/\S+\s+completed\s+1\s+\d+\s+packed/);
+  });
+
+  it('waits for an approval and fails at once for a PermanentError thrown by an agent in a CommonJS package', () => {
+    // `npm init` made this package CommonJS, so the agent's `import 'stepwise'` is a require that tsx
+    // compiles into a second copy of the package: its WaitRequest and errors are not the CLI's classes.
+    expect(JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')).type ?? 'commonjs').toBe('commonjs');
+    writeFileSync(join(app, 'gated.ts'), GATED_AGENT);
+    const gated = run(bin, ['run', '--agent', 'gated.ts', '--goal', 'ask first', '--run-id', 'gated-ask']);
+    expect(gated.code, said(gated.err)).toBe(0);
+    expect(gated.out).toMatch(/waiting for approval by ops@example\.com/);
+    const waiting = run(bin, ['status', 'gated-ask', '--json']);
+    expect(JSON.parse(waiting.out)).toMatchObject({ status: 'waiting', step: 0 });
+
+    const refused = run(bin, ['run', '--agent', 'gated.ts', '--goal', 'drop users', '--run-id', 'gated-drop']);
+    expect(refused.out).not.toContain('will retry');
+    const failed = run(bin, ['status', 'gated-drop', '--json']);
+    expect(JSON.parse(failed.out)).toMatchObject({ status: 'failed', step: 0 });
+    expect(failed.out).toContain('not a table this agent may drop');
   });
 
   it('starts without a TypeScript loader, an SDK or zod when the command needs none', () => {
