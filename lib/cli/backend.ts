@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import type { BlobStore, CheckpointStore, EventBuffer, IdempotencyLedger, RunQueue, RunQueueConsumer } from '../ports.ts';
 import { DEFAULT_DB_PATH } from '../local/paths.ts';
@@ -41,12 +43,18 @@ export function dbPath(options: CliOptions): string {
 /**
  * Each backend's modules are imported only when it is the one asked for: the AWS SDK is a large import.
  * On AWS, `uses` are checked to exist first (one round of calls), so a missing table or queue is a
- * one-line error before the command writes anything.
+ * one-line error before the command writes anything. Locally the SQLite file is made only by a command
+ * that may begin its contents (`create`: start, worker, serve, emit); the others need it there, as the AWS
+ * ones need the table, so a mistyped --db is an error, not an empty store made at that path.
  */
-export async function openBackend(options: CliOptions, uses: readonly AwsResource[] = ['table']): Promise<Backend> {
+export async function openBackend(options: CliOptions, uses: readonly AwsResource[] = ['table'], { create = false } = {}): Promise<Backend> {
   const kind = backendKind(options);
   if (kind === 'local') {
     const path = dbPath(options);
+    if (!create && !existsSync(path)) {
+      const where = resolve(path) === path ? path : `${path} (${resolve(path)})`;
+      throw new InvalidInputError(`no stepwise database at ${where}: check --db or STEPWISE_DB; stepwise run, start or init makes one`);
+    }
     const [{ openLocalRuntime }, { localWaitServices }] = await Promise.all([import('../local/runtime.ts'), import('../local/wait-services.ts')]);
     const local = openLocalRuntime({ dbPath: path });
     const waits = { ...localWaitServices(local, path), events: local.events };

@@ -4,6 +4,7 @@ import { waitedFor } from './format.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
 export function progressLine(handled: Handled): string | undefined {
+  if (handled.action === 'release' && handled.busy) return busyLine(handled.runId, handled.busy, handled.delayMs);
   if (handled.action !== 'ack' || !handled.outcome || handled.outcome.kind !== 'advanced') return undefined;
   const { state, version, bytes } = handled.outcome;
   const where = `run ${state.runId} v${version}`;
@@ -21,4 +22,14 @@ export function progressLine(handled: Handled): string | undefined {
 function waitingLine(where: string, wait: WaitRecord, links: string[]): string {
   const until = new Date(wait.deadline).toISOString();
   return [`${where}  step ${wait.step}  waiting for ${waitedFor(wait)} until ${until}`, ...links.map((l) => `  approve or reject: ${l}`)].join('\n');
+}
+
+/**
+ * A step whose idempotency key an earlier try still claims: after a crash inside an effect, the next try
+ * waits out that try's lease (up to a minute) rather than apply the effect beside it. Said, so the wait is
+ * not taken for a hang.
+ */
+function busyLine(runId: string | undefined, busy: { key: string; leaseUntil: number }, delayMs: number): string {
+  const until = Number.isFinite(busy.leaseUntil) ? ` until ${new Date(busy.leaseUntil).toISOString()}` : '';
+  return `run ${runId ?? '?'}  key ${busy.key} is held by an earlier try${until} (its worker may have stopped inside the effect): trying again in ${Math.ceil(delayMs / 1000)} s`;
 }

@@ -28,8 +28,6 @@ export const EVENT_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$/;
 /** An approver: an email address (what the approval email is sent to and the token is bound to). */
 export const APPROVER = /^[^\s@<>"',;]{1,64}@[^\s@<>"',;]{1,190}$/;
 
-
-
 /** How a wait ended: what the model sees as the step's result. */
 export const waitAnswerSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('approved'), by: z.string(), comment: z.string().max(4000).optional() }),

@@ -33,7 +33,8 @@ export type Handled =
    * for it: the caller handles it next, or hands it back (RunQueueConsumer.handBack).
    */
   | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[]; acked?: true; next?: Delivery[] }
-  | { action: 'release'; delayMs: number; runId?: string };
+  /** `busy`: the step's idempotency key is claimed by another try until then (IdempotencyInProgressError). */
+  | { action: 'release'; delayMs: number; runId?: string; busy?: { key: string; leaseUntil: number } };
 
 /** Backoff before retrying a failed attempt: 1 s, 2 s, 4 s ... capped at a minute. */
 export function retryDelayMs(failures: number): number {
@@ -97,7 +98,7 @@ export async function handleDelivery(
       // A live claim of another attempt: not a failure of the step. Its holder renews it only while it
       // lives, so the wait ends within a lease; the message comes back then, and nothing is written.
       deps.log.info({ event: 'idempotency-key-busy', runId, version, key: error.key, leaseUntil: error.leaseUntil, retryAfterMs: error.retryAfterMs }, 'idempotency key held by another attempt: waiting for its lease');
-      return { action: 'release', delayMs: error.retryAfterMs, runId };
+      return { action: 'release', delayMs: error.retryAfterMs, runId, busy: { key: error.key, leaseUntil: error.leaseUntil } };
     }
     if (error instanceof WrongAgentError) {
       deps.log.error({

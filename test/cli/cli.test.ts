@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -110,7 +110,10 @@ describe('the stepwise command', () => {
     [['serve', '--agent', AGENT, '--port', '99999'], 'stepwise: --port must be from 0 to 65535, got 99999'],
     // Node's recursive mkdir loops forever under /proc (ENOENT for a child of a directory that exists): the
     // spawn's timeout would leave the code null.
-    [['status', '--db', '/proc/stepwise-nope/x.db'], 'stepwise: cannot open the database /proc/stepwise-nope/x.db: cannot make the directory /proc/stepwise-nope (ENOENT)'],
+    [['start', '--agent', AGENT, '--goal', 'x', '--db', '/proc/stepwise-nope/x.db'], 'stepwise: cannot open the database /proc/stepwise-nope/x.db: cannot make the directory /proc/stepwise-nope (ENOENT)'],
+    // A command that only reads or answers makes no database: a mistyped --db is not an empty store.
+    [['status', '--db', join(agentModules, 'typo', 'x.db')], `stepwise: no stepwise database at ${join(agentModules, 'typo', 'x.db')}: check --db or STEPWISE_DB; stepwise run, start or init makes one`],
+    [['approve', 'r1', '--db', 'typo.db'], `stepwise: no stepwise database at typo.db (${join(ROOT, 'typo.db')}): check --db or STEPWISE_DB; stepwise run, start or init makes one`],
     [['status', '--db', join(agentModules, 'not-a-database.db')], `stepwise: cannot open the database ${join(agentModules, 'not-a-database.db')}: file is not a database`],
     [['status', '--db', agentModules], `stepwise: cannot open the database ${agentModules}: unable to open database file`],
     // A negative number reaches the option's own check, not parseArgs' paragraph on `--opt=-XYZ`.
@@ -127,5 +130,16 @@ describe('the stepwise command', () => {
     expect(r.code).toBe(2);
     expect(r.err).toContain(message);
     expect(r.err.trim().split('\n')).toHaveLength(1);
+  });
+
+  it('makes no file or folder at a --db that a reading or answering command was given and that is not there', () => {
+    const typo = join(agentModules, 'typo-dir', 'runs.db');
+    for (const args of [['status'], ['history', 'r1'], ['show', 'r1'], ['cancel', 'r1'], ['retry', 'r1'], ['fork', 'r1', '--from-step', '0'], ['reject', 'r1'], ['prune'], ['drift', '--agent', AGENT]]) {
+      const r = stepwise(...args, '--db', typo);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.err).toContain(`no stepwise database at ${typo}`);
+    }
+    expect(existsSync(join(agentModules, 'typo-dir'))).toBe(false);
+    expect(existsSync(join(ROOT, 'typo.db'))).toBe(false);
   });
 });

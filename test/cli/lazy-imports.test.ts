@@ -23,6 +23,7 @@ describe('what a command loads', () => {
   });
 
   it('status on the local backend loads the SQLite driver, and no SDK, HTTP app, logger or zod', () => {
+    expect(stepwise('init').code).toBe(0);
     const status = stepwise('status');
     expect(status.code).toBe(0);
     expect(status.out.trim()).toBe('no runs');

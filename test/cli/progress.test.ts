@@ -17,4 +17,12 @@ describe('progress lines', () => {
     expect(lines.map((l) => /in (\d+) s\)$/.exec(l)![1])).toEqual(['1', '2', '4', '8', '16', '32', '60', '60']);
     expect(state.status).toBe('running');
   });
+
+  it("a try that finds the step's key held by an earlier one says so, until when, and when it tries again", () => {
+    const leaseUntil = Date.parse('2026-12-05T23:01:00.000Z');
+    expect(progressLine({ action: 'release', delayMs: 57_400, runId: 'k2', busy: { key: 'k2/step-3', leaseUntil } }))
+      .toBe('run k2  key k2/step-3 is held by an earlier try until 2026-12-05T23:01:00.000Z (its worker may have stopped inside the effect): trying again in 58 s');
+    // A release for another reason (a wrong agent, a refused key) prints nothing here: the log says it.
+    expect(progressLine({ action: 'release', delayMs: 60_000, runId: 'k2' })).toBeUndefined();
+  });
 });

@@ -62,6 +62,12 @@ describe('a run waiting for an event, from the terminal', () => {
       expect(approval.code).toBe(0);
       expect(approval.out).toMatch(/^ {2}approve or reject: http:\/\/127\.0\.0\.1:8787\/approvals\/v1\.\S+$/m);
       expect(approval.out.trim().split('\n').at(-1)).toBe(`run ap-run: waiting at version 3 (answer with \`stepwise approve|reject ap-run\`, or open the link while \`stepwise serve --agent ${approvalAgent}\` runs; then \`stepwise run --agent ${approvalAgent} --run-id ap-run\` or a worker continues it)`);
+      // Someone who is not an approver is bad input: exit 2, the reason on stderr, the wait untouched.
+      const stranger = await stepwiseCli(['approve', 'ap-run', '--as', 'mallory@example.com'], ownEnv);
+      expect(stranger.code).toBe(2);
+      expect(stranger.out).toBe('');
+      expect(stranger.err.trim()).toMatch(/^stepwise: refused: mallory@example\.com is not an approver of wait [0-9a-f-]{36}$/);
+      expect(JSON.parse((await stepwiseCli(['status', 'ap-run', '--json'], ownEnv)).out)).toMatchObject({ status: 'waiting', version: 3 });
     } finally {
       own.cleanup();
     }

@@ -125,7 +125,7 @@ describe('ctx.once in the engine: one application per key', () => {
     expect(effects.maxRunning).toBe(1);
     expect(effects.entries.map((e) => e.worker)).toEqual(['A', 'C']);
     // B saw a live claim: it handed the message back until the lease ends and wrote nothing.
-    expect(bResult).toMatchObject({ action: 'release' });
+    expect(bResult).toMatchObject({ action: 'release', busy: { key: 'run/step-1', leaseUntil: expect.any(Number) } });
     expect((bResult as { delayMs: number }).delayMs).toBeGreaterThanOrEqual(LEASE_MS - 1000);
     expect(b.log.lines).toContainEqual(expect.objectContaining({ event: 'idempotency-key-busy', runId: 'run', key: 'run/step-1' }));
     const state = await loadState(c.runtime);

@@ -132,15 +132,16 @@ describe('the packed package', () => {
     // compiles into a second copy of the package: its WaitRequest and errors are not the CLI's classes.
     expect(JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')).type ?? 'commonjs').toBe('commonjs');
     writeFileSync(join(app, 'gated.ts'), GATED_AGENT);
-    const gated = run(bin, ['run', '--agent', 'gated.ts', '--goal', 'ask first', '--run-id', 'gated-ask']);
+    const db = ['--db', join(app, '.stepwise/gated.db')]; // the other cases' file keeps one completed run
+    const gated = run(bin, ['run', '--agent', 'gated.ts', '--goal', 'ask first', '--run-id', 'gated-ask', ...db]);
     expect(gated.code, said(gated.err)).toBe(0);
     expect(gated.out).toMatch(/waiting for approval by ops@example\.com/);
-    const waiting = run(bin, ['status', 'gated-ask', '--json']);
+    const waiting = run(bin, ['status', 'gated-ask', '--json', ...db]);
     expect(JSON.parse(waiting.out)).toMatchObject({ status: 'waiting', step: 0 });
 
-    const refused = run(bin, ['run', '--agent', 'gated.ts', '--goal', 'drop users', '--run-id', 'gated-drop']);
+    const refused = run(bin, ['run', '--agent', 'gated.ts', '--goal', 'drop users', '--run-id', 'gated-drop', ...db]);
     expect(refused.out).not.toContain('will retry');
-    const failed = run(bin, ['status', 'gated-drop', '--json']);
+    const failed = run(bin, ['status', 'gated-drop', '--json', ...db]);
     expect(JSON.parse(failed.out)).toMatchObject({ status: 'failed', step: 0 });
     expect(failed.out).toContain('not a table this agent may drop');
   });

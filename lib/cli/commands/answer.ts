@@ -18,6 +18,9 @@ export async function answerCommand(decision: 'approve' | 'reject', runId: strin
   const backend = await openBackend(options, ['table', 'queue']);
   try {
     const outcome = await answerApproval(cliDeps(backend), runId, { decision, ...(options.as ? { by: options.as } : {}), ...(options.comment ? { comment: options.comment } : {}) });
+    // Who may not answer, or a run that is not there, is bad input (exit 2 and the reason on stderr); a
+    // wait already answered or expired is the run's state, said on stdout with exit 1.
+    if (outcome.outcome === 'refused' || outcome.outcome === 'unknown-run') throw new InvalidInputError(describe(outcome, decision));
     out(describe(outcome, decision));
     return outcome.outcome === 'resumed' ? 0 : 1;
   } finally {
@@ -42,7 +45,8 @@ export async function emitCommand(args: string[], options: EmitOptions, out: (li
     }
   }
   const event = checkEvent({ type, key, payload, ...(options.id ? { id: options.id } : {}) });
-  const backend = await openBackend(options, ['table', 'queue']);
+  // An event may come before any run: it is kept for a wait that begins soon.
+  const backend = await openBackend(options, ['table', 'queue'], { create: true });
   try {
     const result = await emitEvent(
       { ...cliDeps(backend), events: backend.waits.events, waitingFor: (t, k) => backend.store.waitingFor(t, k) },

@@ -25,7 +25,7 @@ export interface ServeOptions extends CliOptions {
  */
 export async function serveCommand(options: ServeOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
-  const backend = await openBackend(options, ['table', 'queue', 'bucket']);
+  const backend = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORT;
   const apiToken = process.env.STEPWISE_API_TOKEN?.trim() || localApiToken(join(dirname(dbPath(options)), 'api-token'));

@@ -15,7 +15,7 @@ export interface StartOptions extends CliOptions {
 /** Creates the run and enqueues its first step; a worker does the rest. No model is needed to start. */
 export async function startCommand(options: StartOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
-  const runtime = await openBackend(options, ['table', 'queue']);
+  const runtime = await openBackend(options, ['table', 'queue'], { create: true });
   try {
     const id = workerId();
     const started = await startRun(

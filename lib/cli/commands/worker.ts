@@ -15,7 +15,7 @@ export interface WorkerCommandOptions extends CliOptions {
 export async function workerCommand(options: WorkerCommandOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
   const { model, label } = await chooseModel(agent);
-  const runtime = await openBackend(options, ['table', 'queue', 'bucket']);
+  const runtime = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
   const id = workerId();
   const deps = engineDeps(runtime, agent, model, id);
   const stop = new AbortController();
