@@ -30,7 +30,9 @@ export interface AwsClients {
 export function createAwsClients(options: AwsClientOptions = {}, env: NodeJS.ProcessEnv = process.env): AwsClients {
   const common = {
     ...(options.region ? { region: options.region } : {}),
-    requestHandler: { connectionTimeout: 3_000, requestTimeout: options.requestTimeoutMs ?? 10_000 },
+    // Without throwOnRequestTimeout the handler only prints a warning at requestTimeout and the request
+    // waits on: a store that stops answering held a step, an API request or a CLI command for good.
+    requestHandler: { connectionTimeout: 3_000, requestTimeout: options.requestTimeoutMs ?? 10_000, throwOnRequestTimeout: true },
   };
   const dynamo = new DynamoDBClient(common);
   const doc = DynamoDBDocumentClient.from(dynamo, { marshallOptions: { removeUndefinedValues: true } });

@@ -7,6 +7,9 @@ import type { Clock, Delivery, ReceiveOptions, RedriveOptions, RunMessage, RunQu
 import { systemClock } from '../ports.ts';
 import { errorName } from './dynamo-errors.ts';
 
+/** A long poll's request may take its wait plus this: the clients' requestTimeout (10 s) would cut a 20 s poll. */
+const LONG_POLL_MARGIN_MS = 10_000;
+
 /** Message attribute carrying "not before" (epoch ms): FIFO queues have no per-message delay. */
 export const NOT_BEFORE_ATTRIBUTE = 'notBefore';
 export const DEFAULT_VISIBILITY_MS = 30_000;
@@ -67,14 +70,15 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
+    const waitSeconds = Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000));
     const received = await this.options.sqs.send(new ReceiveMessageCommand({
       QueueUrl: this.options.queueUrl,
       MaxNumberOfMessages: Math.min(10, Math.max(1, options.max ?? 1)),
-      WaitTimeSeconds: Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000)),
+      WaitTimeSeconds: waitSeconds,
       VisibilityTimeout: seconds(options.visibilityMs ?? DEFAULT_VISIBILITY_MS),
       MessageSystemAttributeNames: ['ApproximateReceiveCount', 'ApproximateFirstReceiveTimestamp'],
       MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE],
-    }));
+    }), { requestTimeout: waitSeconds * 1000 + LONG_POLL_MARGIN_MS });
     const deliveries: Delivery[] = [];
     for (const message of received.Messages ?? []) {
       if (!message.ReceiptHandle) continue;

@@ -1,5 +1,6 @@
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createAwsClients } from '../../lib/aws/clients.ts';
 import { ensureQueue } from '../../lib/aws/provision.ts';
 import { SqsRunQueue, deduplicationId } from '../../lib/aws/sqs-run-queue.ts';
 import { createTestResources, queueDepth, uniqueName, type TestResources } from './aws-fixtures.ts';
@@ -68,6 +69,22 @@ describe('SQS FIFO run queue', () => {
     await queue.redrive({ runId: 'r', version: 2 }, { token: 'sweep-1' });
     await queue.redrive({ runId: 'r', version: 2 }, { token: 'sweep-1' });
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
+  });
+
+  it("holds a long poll past the clients' requestTimeout: a receive that waits is not cut off as a hung request", async () => {
+    resources = await createTestResources('queue-long-poll');
+    // Clients that fail any request unanswered after 1 s (as the default's 10 s would a 20 s poll).
+    const strict = createAwsClients({ requestTimeoutMs: 1_000 });
+    try {
+      const queue = new SqsRunQueue({ sqs: strict.sqs, queueUrl: resources.queueUrl });
+      const polling = queue.receive({ waitMs: 4_000 });
+      await new Promise((resolve) => setTimeout(resolve, 1_800));
+      await resources.runtime().queue.send({ runId: 'late', version: 1 });
+      const [delivery] = await polling;
+      expect(JSON.parse(delivery!.body)).toEqual({ runId: 'late', version: 1 });
+    } finally {
+      strict.destroy();
+    }
   });
 
   it('keeps deduplication ids within SQS limits for the longest run ids', () => {
