@@ -1,11 +1,10 @@
 import { agentNames, loadAgent, type AgentDefinition } from '../lib/agent.ts';
 import { openAwsRuntime } from '../lib/aws/runtime.ts';
 import { InvalidInputError } from '../lib/core/errors.ts';
-import { sweepStalledRuns } from '../lib/engine/sweep.ts';
+import { sweepRunsAndTimers } from '../lib/engine/sweep.ts';
 import { createLogger } from '../lib/log.ts';
 import { systemClock, type RunMessage } from '../lib/ports.ts';
 import { AGENT_ENV, DEFAULT_SWEEPER_STALL_MS, STALL_SECONDS_ENV } from '../lib/settings.ts';
-import { sendDueTimers } from '../lib/waits/timers.ts';
 
 /**
  * Scheduled (EventBridge) supervisor: re-enqueues running runs that have not written a checkpoint for
@@ -33,11 +32,10 @@ export function sweeperHandlerFor(agent: AgentDefinition | (() => Promise<AgentD
     agents ??= (typeof agent === 'function' ? agent() : Promise.resolve(agent)).then((a) => (a ? agentNames(a) : undefined))
       .catch((error: unknown) => { agents = undefined; throw error; });
     const only = await agents;
-    const requeued = await sweepStalledRuns({ store: runtime.store, queue: runtime.queue, clock: systemClock, log }, { stallMs, ...(only ? { agents: only } : {}) });
     // Waits too long for SQS to hold their timer get it when they come due (lib/waits/timers.ts).
-    const timers = await sendDueTimers({ store: runtime.store, queue: runtime.queue, clock: systemClock, log }, only ? { agents: only } : {});
-    log.info({ event: 'sweep', requeued: requeued.length, timers: timers.length, stallMs }, 'sweep finished');
-    return { requeued, timers: timers.length };
+    const swept = await sweepRunsAndTimers({ store: runtime.store, queue: runtime.queue, clock: systemClock, log }, { stallMs, ...(only ? { agents: only } : {}) });
+    log.info({ event: 'sweep', requeued: swept.requeued.length, timers: swept.timers, stallMs }, 'sweep finished');
+    return swept;
   };
 }
 

@@ -12,7 +12,8 @@ usage:
   stepwise start   --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   enqueue a run for the workers
                    [--budget-tokens <n>] [--budget-usd <x>]   stop the run before it spends more (run and start)
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
-                   [--stall-ms <ms>]   re-drive local runs stuck this long (default 60000)
+                   [--stall-ms <ms>]   re-drive runs stuck this long (default 60000; on AWS 900000,
+                   where the worker also sends the timers of waits that come due)
                    [--concurrency <n>] steps at once in this process, each on its own run (default 1)
   stepwise status  [<runId>] [--status <status>] [--json] [--cursor <c>]           one run, or a table of runs (1,000 a page)
   stepwise history <runId> [--json]                                                the checkpoint timeline

@@ -1,6 +1,7 @@
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
 import type { CheckpointStore, Clock, RunMessage, RunQueue, RunSummary } from '../ports.ts';
+import { sendDueTimers } from '../waits/timers.ts';
 
 export interface SweepDeps {
   store: Pick<CheckpointStore, 'list'>;
@@ -56,4 +57,19 @@ export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): 
     }
   }
   return requeued;
+}
+
+/**
+ * The whole sweep for a queue that neither sees the runs nor holds a message for days (SQS): stalled runs
+ * by the store's index, then the timers of waits due within 15 minutes. The scheduled sweeper function
+ * runs it on AWS; a `stepwise worker --backend aws` runs it too, so runs worked off Lambda (`npm run
+ * local-aws`, workers of your own) time out their long waits and get their lost messages back.
+ */
+export async function sweepRunsAndTimers(
+  deps: { store: CheckpointStore; queue: RunQueue; clock: Clock; log: Logger },
+  options: SweepOptions,
+): Promise<{ requeued: RunMessage[]; timers: number }> {
+  const requeued = await sweepStalledRuns(deps, options);
+  const timers = await sendDueTimers(deps, options.agents ? { agents: options.agents } : {});
+  return { requeued, timers: timers.length };
 }

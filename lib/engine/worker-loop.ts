@@ -21,8 +21,14 @@ export interface WorkerOptions {
   onHandled?: (handled: Handled) => boolean | void;
   /** Re-drive running runs with no checkpoint and no live message for this long (default 60 s). */
   stallMs?: number;
-  /** Look for them this often, ±20% (default 30 s; 0: never). Only queues that can see the runs (local). */
+  /** Look for them this often, ±20% (default 30 s; 0: never). */
   sweepEveryMs?: number;
+  /**
+   * What that look is. By default the consumer's own stalled-run sweep, on a queue that can see the runs
+   * (local); on one that cannot (SQS), none unless given here (the CLI's AWS worker gives the sweeper
+   * function's: sweepRunsAndTimers).
+   */
+  sweep?: () => Promise<unknown>;
   /**
    * Steps run at once, each on its own message (default 1, at most MAX_WORKER_CONCURRENCY). A step spends most of
    * its time awaiting the model: n loops let one process keep n runs moving.
@@ -103,17 +109,19 @@ type LoopOptions = WorkerOptions & { visibilityMs: number };
 async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: LoopOptions, shared: Shared): Promise<void> {
   const { visibilityMs } = options;
   const sweepEveryMs = options.sweepEveryMs ?? DEFAULT_SWEEP_EVERY_MS;
-  const stalled = sweepEveryMs > 0 ? consumer.stalledRuns?.bind(consumer) : undefined;
+  const stalled = consumer.stalledRuns?.bind(consumer);
+  const sweep = sweepEveryMs <= 0 ? undefined : options.sweep ?? (stalled
+    ? () => sweepStalledRuns({ store: deps.store, queue: deps.queue, clock: deps.clock, log: deps.log, stalled }, { stallMs: options.stallMs ?? DEFAULT_STALL_MS })
+    : undefined);
   // Only with a way to give back what a last step received: a worker stopping must not sit on it.
   const receive = consumer.handBack ? consumer.receiveInCommit?.(visibilityMs) : undefined;
   /** Received for this loop and not started yet: the next step's delivery, or the rest of a batch. */
   let held: Delivery[] = [];
   try {
     while (!options.signal?.aborted) {
-      if (stalled && deps.clock.now() >= shared.nextSweepAt) {
+      if (sweep && deps.clock.now() >= shared.nextSweepAt) {
         shared.nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
-        await sweepStalledRuns({ store: deps.store, queue: deps.queue, clock: deps.clock, log: deps.log, stalled }, { stallMs: options.stallMs ?? DEFAULT_STALL_MS })
-          .catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'stalled-run sweep failed; the next one retries'));
+        await sweep().catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'stalled-run sweep failed; the next one retries'));
       }
       if (!held.length) {
         held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });

@@ -1,5 +1,7 @@
 import { agentNames } from '../../agent.ts';
+import { sweepRunsAndTimers } from '../../engine/sweep.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
+import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { progressLine } from '../progress.ts';
 
@@ -50,6 +52,11 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
       ...(options.idleExitMs !== undefined ? { idleExitMs: options.idleExitMs } : {}),
       ...(options.stallMs ? { stallMs: options.stallMs } : {}),
       ...(options.concurrency ? { concurrency: options.concurrency } : {}),
+      // SQS cannot show which runs have a message, nor hold a timer for days: without the sweeper
+      // function (off Lambda), this worker does its work, for its agent's runs.
+      ...(runtime.kind === 'aws' ? {
+        sweep: () => sweepRunsAndTimers(deps, { stallMs: options.stallMs ?? DEFAULT_SWEEPER_STALL_MS, agents: names }),
+      } : {}),
       onHandled: (handled) => {
         const line = progressLine(handled);
         if (line) out(line);
