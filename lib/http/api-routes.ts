@@ -174,14 +174,18 @@ function runView(state: RunState, version: number) {
 
 /**
  * A body in another type (a form, text) would reach the validators as no body at all, and be refused
- * for its "missing" fields: say what is wrong instead. A POST with no body stays fine (retry, cancel).
+ * for its "missing" fields: say what is wrong instead. A POST with no body stays fine (retry, cancel),
+ * with or without a JSON Content-Type: an empty JSON body reads as {}, where the parser found it malformed.
  */
 const jsonBodies: MiddlewareHandler = async (c, next) => {
   const type = c.req.header('content-type');
   const hasBody = Number(c.req.header('content-length') ?? 0) > 0 || c.req.header('transfer-encoding') !== undefined;
-  if (c.req.method === 'POST' && (hasBody || type) && !/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type ?? '')) {
+  if (c.req.method !== 'POST') return next();
+  const json = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type ?? '');
+  if ((hasBody || type) && !json) {
     return c.json({ error: `send the body as JSON, with Content-Type: application/json (got ${type ? JSON.stringify(type) : 'no Content-Type'})` }, 415);
   }
+  if (json && !(await c.req.raw.clone().text()).trim()) c.req.raw = new Request(c.req.raw, { body: '{}' });
   await next();
 };
 

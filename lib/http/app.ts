@@ -1,10 +1,14 @@
 import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { NewerFormatError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
 import { inspectorRoutes } from './inspector-routes.ts';
 import type { HttpDeps } from './deps.ts';
+
+/** The largest request body read: an event's payload may be 256 KiB, with room for its JSON around it. */
+export const MAX_BODY_BYTES = 1024 * 1024;
 
 /**
  * The one HTTP app behind `stepwise serve` (Node) and the API Gateway handler (functions/api.ts), so
@@ -13,6 +17,11 @@ import type { HttpDeps } from './deps.ts';
  */
 export function createHttpApp(deps: HttpDeps): Hono {
   const app = new Hono();
+  // Read no further than any request needs: the largest is an event (MAX_EVENT_BYTES of payload).
+  app.use('*', bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    onError: (c) => c.json({ error: `the request body is over ${MAX_BODY_BYTES} bytes, the most any request takes` }, 413),
+  }));
   app.get('/health', (c) => c.json({ ok: true, agent: deps.agent.name }));
   app.route('/approvals', approvalRoutes(deps));
   app.route('/inspect', inspectorRoutes(deps));

@@ -30,7 +30,7 @@ export function approvalRoutes(deps: HttpDeps): Hono {
     const state = decodeState(stored);
     if (state.status !== 'waiting' || state.wait?.id !== claim.waitId) {
       const record = state.steps.findLast((s) => s.waitId === claim.waitId);
-      return c.html(messagePage('Nothing to decide', record ? describeAnswer(record) : `This run is no longer waiting for this approval (it is ${state.status}).`), 409);
+      return c.html(messagePage('Nothing to decide', record ? describeAnswer(record) : notWaiting(state.status === 'waiting', state.status)), 409);
     }
     return c.html(approvalPage({ state, wait: state.wait, approver: claim.approver, action: c.req.path }));
   });
@@ -57,7 +57,7 @@ export function approvalRoutes(deps: HttpDeps): Hono {
       case 'expired':
         return c.html(messagePage('Too late', `The approval expired at ${new Date(outcome.deadline).toISOString()}; the run continued with "timed out".`), 410);
       case 'not-waiting':
-        return c.html(messagePage('Nothing to decide', `This run is no longer waiting for this approval (it is ${outcome.status}).`), 409);
+        return c.html(messagePage('Nothing to decide', notWaiting(outcome.current !== undefined, outcome.status)), 409);
       case 'unknown-run':
         return c.html(messagePage('Unknown run', `Run ${claim.runId} does not exist (any more).`), 404);
       case 'refused':
@@ -73,4 +73,9 @@ async function check(c: Context, deps: HttpDeps): Promise<{ claim: ApprovalClaim
   const status = result.reason === 'expired' ? 410 : result.reason === 'malformed' ? 400 : 403;
   const title = result.reason === 'expired' ? 'Link expired' : 'Invalid link';
   return { page: c.html(messagePage(title, result.message), status) };
+}
+
+/** Why a link has nothing to decide: the run moved on to another wait, or is no longer waiting at all. */
+function notWaiting(waitsForAnother: boolean, status: string): string {
+  return waitsForAnother ? 'This run is waiting for another answer now, not for this approval.' : `This run is no longer waiting for this approval (it is ${status}).`;
 }

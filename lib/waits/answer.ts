@@ -24,8 +24,11 @@ export type AnswerOutcome =
   | { outcome: 'already-answered'; runId: string; waitId: string; record: StepRecord }
   /** The deadline passed first: the run continued (or now continues) with "timed out". */
   | { outcome: 'expired'; runId: string; waitId: string; deadline: number }
-  /** The run is not waiting for this wait: it ended, was cancelled, or waits for something else. */
-  | { outcome: 'not-waiting'; runId: string; waitId: string; status: RunState['status'] }
+  /**
+   * The run is not waiting for this wait: it ended, was cancelled, or waits for something else (`current`:
+   * the id of the wait it is in now, when it is waiting).
+   */
+  | { outcome: 'not-waiting'; runId: string; waitId: string; status: RunState['status']; current?: string }
   | { outcome: 'unknown-run'; runId: string; waitId: string }
   /** The answer does not fit the wait (not an approver, another event): nothing changed. */
   | { outcome: 'refused'; runId: string; waitId: string; reason: string };
@@ -57,7 +60,7 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
     if (state.status !== 'waiting' || !wait || wait.id !== waitId) {
       const record = state.steps.findLast((s) => s.waitId === waitId);
       if (record) return { outcome: 'already-answered', runId, waitId, record };
-      return { outcome: 'not-waiting', runId, waitId, status: state.status };
+      return { outcome: 'not-waiting', runId, waitId, status: state.status, ...(state.status === 'waiting' && wait ? { current: wait.id } : {}) };
     }
     const refused = answerFits(wait, input.answer);
     if (refused) return { outcome: 'refused', runId, waitId, reason: refused };

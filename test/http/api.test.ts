@@ -1,6 +1,8 @@
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
-import { startHttpApp } from '../support/http-app.ts';
+import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
+import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
 import { workVisible } from '../support/queue-work.ts';
 import { APPROVER } from '../support/wait-agent.ts';
 
@@ -9,6 +11,32 @@ beforeAll(async () => { app = await startHttpApp(); });
 afterAll(async () => { await app?.close(); });
 
 const json = async (response: Response) => ({ status: response.status, body: await response.json() as any });
+
+/**
+ * A JSON POST past the body limit through node:http, so the answer is read however the server reads:
+ * with a Content-Length over the limit and a first part of the body (the rest never sent: the answer
+ * comes from the header alone), or chunked, a little over the limit in all.
+ */
+function postOverLimit(url: string, withLength: boolean): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string | number> = { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json' };
+    if (withLength) headers['content-length'] = 2 * MAX_BODY_BYTES;
+    const req = request(url, { method: 'POST', headers }, (response) => {
+      let text = '';
+      response.setEncoding('utf8').on('data', (chunk: string) => { text += chunk; }).on('end', () => {
+        resolve({ status: response.statusCode!, body: JSON.parse(text) });
+        req.destroy();
+      });
+    });
+    req.on('error', reject);
+    const chunk = 'x'.repeat(64 * 1024);
+    if (withLength) req.write(chunk);
+    else {
+      for (let sent = 0; sent <= MAX_BODY_BYTES; sent += chunk.length) req.write(chunk);
+      req.end();
+    }
+  });
+}
 
 describe('the JSON API', () => {
   it('wants the bearer token on every program route, and not on the approval pages', async () => {
@@ -42,6 +70,12 @@ describe('the JSON API', () => {
     }
     const notJson = await json(await app.api('/runs', { method: 'POST', body: '{"goal":' }));
     expect(notJson.status).toBe(400);
+    // An empty body with the JSON type reads as {}: refused for what it lacks, not as malformed JSON.
+    expect(await json(await app.api('/runs', { method: 'POST' }))).toMatchObject({ status: 400, body: { error: 'invalid request: goal: required (string)' } });
+    // A body past what any request takes is refused before it is read whole, with its length given or not.
+    const over = { status: 413, body: { error: `the request body is over ${MAX_BODY_BYTES} bytes, the most any request takes` } };
+    expect(await postOverLimit(`${app.url}/runs`, true)).toEqual(over);
+    expect(await postOverLimit(`${app.url}/runs`, false)).toEqual(over);
     // A form or text body is not taken for an empty one (which would be refused for a "missing" goal).
     for (const type of ['application/x-www-form-urlencoded', 'text/plain']) {
       const wrongType = await json(await app.api('/runs', { method: 'POST', headers: { 'content-type': type }, body: type === 'text/plain' ? '{"goal":"x","runId":"api-text"}' : 'goal=x&runId=api-form' }));

@@ -64,7 +64,7 @@ describe('approval links', () => {
       [signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: app.clock.now() - 1 }, key), 410, /expired/],
       [signApproval({ runId: 'run', waitId: wait.id, approver: 'mallory@example.com', expiresAt: wait.deadline }, key), 403, /not an approver/],
       [signApproval({ runId: 'other-run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline }, key), 404, /does not exist/],
-      [signApproval({ runId: 'run', waitId: 'wait-of-another-step', approver: APPROVER, expiresAt: wait.deadline }, key), 409, /no longer waiting/],
+      [signApproval({ runId: 'run', waitId: 'wait-of-another-step', approver: APPROVER, expiresAt: wait.deadline }, key), 409, /waiting for another answer now, not for this approval/],
     ];
     for (const [bad, status, message] of cases) {
       const response = await post(`${base}${bad}`, { decision: 'approve' });

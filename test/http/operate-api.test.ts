@@ -66,4 +66,11 @@ describe('operating runs through the API', () => {
     await workVisible(app.deps, app.runtime);
     expect(decodeState((await app.runtime.store.load('op-cap'))!)).toMatchObject({ status: 'waiting', stepCap: 5 });
   });
+
+  it('takes a retry with no body at all, with the JSON type a client library sends anyway', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-bare', stepCap: 1 })).status).toBe(201);
+    await workVisible(app.deps, app.runtime);
+    const bare = await json(await app.api('/runs/op-bare/retry', { method: 'POST' }));
+    expect(bare).toMatchObject({ status: 200, body: { runId: 'op-bare', from: 'capped' } });
+  });
 });

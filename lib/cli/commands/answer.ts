@@ -69,7 +69,9 @@ function describe(outcome: AnswerOutcome, decision: string): string {
     case 'resumed': return `run ${outcome.runId}: ${decision === 'approve' ? 'approved' : 'rejected'}; it continues at version ${outcome.version}`;
     case 'already-answered': return `run ${outcome.runId}: this approval was already answered (step ${outcome.record.step}): nothing changed`;
     case 'expired': return `run ${outcome.runId}: the approval expired at ${new Date(outcome.deadline).toISOString()}; the run continues with "timed out"`;
-    case 'not-waiting': return `run ${outcome.runId} is not waiting for this approval (it is ${outcome.status})`;
+    case 'not-waiting': return outcome.current
+      ? `run ${outcome.runId} waits for another answer now (wait ${outcome.current}), not for this approval`
+      : `run ${outcome.runId} is not waiting for this approval (it is ${outcome.status})`;
     case 'unknown-run': return `unknown run: ${outcome.runId}`;
     case 'refused': return `refused: ${outcome.reason}`;
   }

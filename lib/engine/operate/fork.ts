@@ -54,7 +54,7 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
     let from: ForkedFrom | undefined;
     try { from = existing && decodeState(existing).forkedFrom; } catch { from = undefined; }
     if (!existing || from?.runId !== parentId || from.step !== step) {
-      throw new InvalidInputError(`run ${runId} already exists and is not a fork of ${parentId} at step ${step}: choose another --run-id`);
+      throw new InvalidInputError(`run ${runId} already exists and is not a fork of ${parentId} at step ${step}: choose another run id`);
     }
     if (existing.status === 'running') await deps.queue.redrive({ runId, version: existing.version });
     return { runId, created: false, version: existing.version, forkedFrom: from };
