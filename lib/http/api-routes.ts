@@ -101,8 +101,9 @@ export function apiRoutes(deps: HttpDeps): Hono {
 
   // Operating runs (lib/engine/operate): the state after a step, fork, retry, cancel.
   app.get('/runs/:runId/steps/:step', zValidator('query', stepQuery, invalid), async (c) => {
-    const step = Number(c.req.param('step'));
-    if (!Number.isInteger(step) || step < 0) return c.json({ error: `invalid request: step: a whole number from 0, got ${JSON.stringify(c.req.param('step'))}` }, 400);
+    // Digits only: Number() would also read '0x2', '1e1' and ' 2' as steps.
+    const step = /^\d{1,9}$/.test(c.req.param('step')) ? Number(c.req.param('step')) : Number.NaN;
+    if (!Number.isInteger(step)) return c.json({ error: `invalid request: step: a whole number from 0, got ${JSON.stringify(c.req.param('step'))}` }, 400);
     const full = c.req.valid('query').full === 'true';
     const view = await showRun(deps, c.req.param('runId'), { step, full: [step], pricingModel: pricingModelFor(deps) });
     const { steps, ...run } = view;

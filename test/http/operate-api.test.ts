@@ -33,6 +33,12 @@ describe('operating runs through the API', () => {
     });
     expect((await json(await app.api('/runs/op-api/steps/2'))).body.error).toContain('there is no step 2');
     expect((await app.api('/runs/op-api/steps/one')).status).toBe(400);
+    // Written otherwise, a number is still not a step: 0x1 and 1e0 are not read as step 1.
+    for (const written of ['0x1', '1e0', '%201', '-1', '1.0']) {
+      const refused = await json(await app.api(`/runs/op-api/steps/${written}`));
+      expect(refused.status, written).toBe(400);
+      expect(refused.body.error, written).toMatch(/^invalid request: step: a whole number from 0/);
+    }
     expect((await app.api('/runs/nobody/steps/1')).status).toBe(404);
 
     const forked = await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f', goal: 'copy them again' }));
