@@ -121,7 +121,7 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
     while (!options.signal?.aborted) {
       if (sweep && deps.clock.now() >= shared.nextSweepAt) {
         shared.nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
-        await sweep().catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'stalled-run sweep failed; the next one retries'));
+        await sweep().catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'sweep failed (stalled runs, or due wait timers on AWS); the next one retries'));
       }
       if (!held.length) {
         held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
