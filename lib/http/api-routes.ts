@@ -186,7 +186,9 @@ const jsonBodies: MiddlewareHandler = async (c, next) => {
   if ((hasBody || type) && !json) {
     return c.json({ error: `send the body as JSON, with Content-Type: application/json (got ${type ? JSON.stringify(type) : 'no Content-Type'})` }, 415);
   }
-  if (json && !(await c.req.raw.clone().text()).trim()) c.req.raw = new Request(c.req.raw, { body: '{}' });
+  // Read ahead only where no header says a body comes (API Gateway may give no Content-Length): the
+  // validator reads the body once more.
+  if (json && !hasBody && !(await c.req.raw.clone().text()).trim()) c.req.raw = new Request(c.req.raw, { body: '{}' });
   await next();
 };
 

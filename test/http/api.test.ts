@@ -106,6 +106,9 @@ describe('the JSON API', () => {
     const outsider = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: 'mallory@example.com' }) }));
     expect(outsider).toMatchObject({ status: 403, body: { outcome: 'refused' } });
     expect((await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'maybe', by: APPROVER }) })).status).toBe(400);
+    // An answer for a wait the run is not in, while it waits for another: says which one it is in.
+    const elsewhere = await json(await app.api('/runs/api-1/waits/not-this-wait', { method: 'POST', body: JSON.stringify({ decision: 'approve', by: APPROVER }) }));
+    expect(elsewhere).toMatchObject({ status: 409, body: { outcome: 'not-waiting', status: 'waiting', current: waitId } });
     const answer = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: APPROVER, comment: 'scripted' }) }));
     expect(answer).toMatchObject({ status: 200, body: { outcome: 'resumed' } });
     const twice = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'reject', by: APPROVER }) }));
