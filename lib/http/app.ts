@@ -20,7 +20,12 @@ export function createHttpApp(deps: HttpDeps): Hono {
   // Read no further than any request needs: the largest is an event (MAX_EVENT_BYTES of payload).
   app.use('*', bodyLimit({
     maxSize: MAX_BODY_BYTES,
-    onError: (c) => c.json({ error: `the request body is over ${MAX_BODY_BYTES} bytes, the most any request takes` }, 413),
+    onError: (c) => {
+      // The rest of the body is left unread, and Node closes such a connection after the answer: say so,
+      // or the client keeps it alive and its next request on it fails ("other side closed").
+      c.header('Connection', 'close');
+      return c.json({ error: `the request body is over ${MAX_BODY_BYTES} bytes, the most any request takes` }, 413);
+    },
   }));
   app.get('/health', (c) => c.json({ ok: true, agent: deps.agent.name }));
   app.route('/approvals', approvalRoutes(deps));

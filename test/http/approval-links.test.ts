@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { decodeState } from '../../lib/core/codec.ts';
+import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
 import { signApproval } from '../../lib/waits/approval-token.ts';
 import { start } from '../support/harness.ts';
 import { startHttpApp } from '../support/http-app.ts';
@@ -42,6 +43,14 @@ describe('approval links', () => {
     // HEAD, as some scanners send, decides nothing either.
     expect((await fetch(link, { method: 'HEAD' })).status).toBe(200);
     expect(await version()).toBe(before);
+    // A form past what any request takes is refused before it is read, and decides nothing.
+    const huge = await post(link, { decision: 'approve', comment: 'x'.repeat(MAX_BODY_BYTES) });
+    expect(huge.status).toBe(413);
+    expect(await huge.json()).toEqual({ error: `the request body is over ${MAX_BODY_BYTES} bytes, the most any request takes` });
+    expect(await version()).toBe(before);
+    // The connection it came on is closed, not kept alive and then dropped under the next requests.
+    expect(huge.headers.get('connection')).toBe('close');
+    for (let i = 0; i < 3; i++) expect((await fetch(link)).status).toBe(200);
 
     const first = await post(link, { decision: 'approve', comment: 'go' });
     expect(first.status).toBe(200);
