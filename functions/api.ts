@@ -43,7 +43,7 @@ async function wire(agent: AgentDefinition): Promise<ApiHandler> {
   if (!waits.signingKey) throw new InvalidInputError(`${SIGNING_KEY_SECRET_ENV} is not set: approval links cannot be checked`);
   const app = createHttpApp({
     store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: systemClock, workerId: 'api', codeVersion: CODE_VERSION,
-    log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, signingKey: waits.signingKey, ...(waits.events ? { events: waits.events } : {}),
+    log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, agentQueue: true, signingKey: waits.signingKey, ...(waits.events ? { events: waits.events } : {}),
   });
   return handle(app) as ApiHandler;
 }

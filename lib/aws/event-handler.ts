@@ -1,6 +1,6 @@
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { AgentDefinition } from '../agent.ts';
-import { errorMessage } from '../core/errors.ts';
+import { agentNames, type AgentDefinition } from '../agent.ts';
+import { InvalidInputError, errorMessage } from '../core/errors.ts';
 import { startFromEvent } from '../engine/start-from-event.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
@@ -29,6 +29,12 @@ export interface EventHandlerResult {
  */
 export function createEventHandler(options: EventHandlerOptions): (event: EventBridgeEvent<string, unknown>, context: { awsRequestId: string }) => Promise<EventHandlerResult> {
   return async (event, context) => {
+    // Not an EventBridge event (an SQS or SNS envelope, a test payload): without its id, a run trigger's
+    // run id would be one for every such event. Thrown, so the invocation ends in the dead-letter queue
+    // with the event kept, not answered as if it matched nothing.
+    if (!isEventBridgeEvent(event)) {
+      throw new InvalidInputError(`not an EventBridge event (it needs string id, source and detail-type): ${String(JSON.stringify(event)).slice(0, 200)}`);
+    }
     const deps = {
       ...options.runtime, agent: options.agent, clock: options.clock ?? systemClock, workerId: context.awsRequestId,
       codeVersion: options.codeVersion, log: options.log.child({ workerId: context.awsRequestId, eventId: event.id }),
@@ -46,11 +52,17 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
     let resumed: string[] = [];
     if (forWaits) {
       const result = await emitEvent(
-        { ...deps, events: options.events, waitingFor: (type, key) => options.runtime.store.waitingFor(type, key) },
+        { ...deps, events: options.events, waitingFor: (type, key) => options.runtime.store.waitingFor(type, key), agents: agentNames(options.agent) },
         { ...forWaits, id: event.id },
       );
       resumed = result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId);
     }
     return { started: started.map((s) => ({ runId: s.runId, created: s.created })), resumed };
   };
+}
+
+function isEventBridgeEvent(event: unknown): event is EventBridgeEvent<string, unknown> {
+  if (!event || typeof event !== 'object') return false;
+  const { id, source, 'detail-type': detailType } = event as Record<string, unknown>;
+  return typeof id === 'string' && id !== '' && typeof source === 'string' && typeof detailType === 'string';
 }

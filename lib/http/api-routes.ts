@@ -2,6 +2,7 @@ import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
+import { agentNames } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
@@ -156,7 +157,9 @@ export function apiRoutes(deps: HttpDeps): Hono {
   app.post('/events', zValidator('json', eventInputSchema, invalid), async (c) => {
     if (!deps.events) return c.json({ error: 'this deployment keeps no events' }, 501);
     const body = c.req.valid('json');
-    const result = await emitEvent({ ...deps, events: deps.events, waitingFor: (type, key) => deps.store.waitingFor(type, key) }, { ...body, id: body.id ?? randomUUID() });
+    const result = await emitEvent({
+      ...deps, events: deps.events, waitingFor: (type, key) => deps.store.waitingFor(type, key), ...(deps.agentQueue ? { agents: agentNames(deps.agent) } : {}),
+    }, { ...body, id: body.id ?? randomUUID() });
     return c.json({ eventId: result.event.id, fresh: result.fresh, resumed: result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 202);
   });
   return app;

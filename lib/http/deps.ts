@@ -14,4 +14,9 @@ export interface HttpDeps extends AnswerDeps {
    * sets one unless told otherwise; on AWS, IAM authorizes those routes at API Gateway instead.
    */
   apiToken?: string;
+  /**
+   * The queue is this agent's alone (SQS; the table may be shared with other agents): an event resumes
+   * only this agent's runs, whose workers read it. Unset on SQLite, where each message carries its run's agent.
+   */
+  agentQueue?: boolean;
 }

@@ -44,7 +44,13 @@ export function checkEvent(input: { type: string; key: string; payload?: unknown
 export interface EmitDeps extends AnswerDeps {
   events: EventBuffer;
   /** Runs waiting for this (type, key) now. */
-  waitingFor(type: string, key: string): Promise<{ runId: string; waitId: string }[]>;
+  waitingFor(type: string, key: string): Promise<{ runId: string; waitId: string; agent?: string }[]>;
+  /**
+   * Resume only runs of these agents: set where the queue is one agent's alone (SQS), so a run of another
+   * agent sharing the table would get its message on a queue none of its workers read; that agent's own
+   * events function answers it. Unset where each message carries its run's agent (the SQLite queue).
+   */
+  agents?: readonly string[];
 }
 
 /**
@@ -63,7 +69,8 @@ export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string
   const resumed: AnswerOutcome[] = [];
   // A redelivered event is matched again: the first delivery may have died before resuming anyone, and a
   // wait it did resume answers "already answered".
-  for (const { runId, waitId } of await deps.waitingFor(event.type, event.key)) {
+  for (const { runId, waitId, agent } of await deps.waitingFor(event.type, event.key)) {
+    if (deps.agents && agent !== undefined && !deps.agents.includes(agent)) continue;
     resumed.push(await answerWait(deps, { runId, waitId, answer: eventAnswer(event) }));
   }
   deps.log.info({ event: 'event-received', type: event.type, key: event.key, eventId: event.id, fresh, resumed: resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 'event received');

@@ -3,7 +3,7 @@ import { SESv2Client } from '@aws-sdk/client-sesv2';
 import type { APIGatewayProxyEventV2, APIGatewayProxyResult, EventBridgeEvent } from 'aws-lambda';
 import { handle } from 'hono/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent } from '../../lib/agent.ts';
+import { defineAgent, type AgentDefinition } from '../../lib/agent.ts';
 import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
 import { createEventHandler } from '../../lib/aws/event-handler.ts';
 import type { AwsRuntime } from '../../lib/aws/runtime.ts';
@@ -13,6 +13,7 @@ import { decodeState } from '../../lib/core/codec.ts';
 import type { RunState } from '../../lib/core/state.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
 import { silentLogger } from '../../lib/log.ts';
+import { captureLogs } from './log-capture.ts';
 import type { Model, ModelReply } from '../../lib/ports.ts';
 import { sendDueTimers } from '../../lib/waits/timers.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -73,11 +74,11 @@ function apiEvent(method: string, path: string, body?: string, headers: Record<s
   };
 }
 
-function apiHandler() {
+function apiHandler(options: { agent?: AgentDefinition; agentQueue?: boolean } = {}) {
   const runtime = resources.runtime();
   const app = createHttpApp({
     store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: { now: () => Date.now() }, workerId: 'api', codeVersion: 'test',
-    log: silentLogger, agent: waitAgent(new FakeRows(), []), signingKey, events: events(runtime),
+    log: silentLogger, agent: options.agent ?? waitAgent(new FakeRows(), []), signingKey, events: events(runtime), ...(options.agentQueue ? { agentQueue: true } : {}),
   });
   const lambda = handle(app) as unknown as (event: APIGatewayProxyEventV2, context: unknown) => Promise<APIGatewayProxyResult>;
   return (event: APIGatewayProxyEventV2) => lambda(event, { awsRequestId: randomUUID() });
@@ -190,6 +191,67 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     const done = await pollUntil(a, runId, ['completed', 'failed'], 60);
     a.close();
     expect(done.steps[0]!.result.text).toContain('"timedOut":true');
+  });
+
+  it('agents sharing a table: an event resumes only the events function\'s own agent\'s runs, and starts a run for each agent it triggers', { timeout: 120_000 }, async () => {
+    const key = `order-${randomUUID().slice(0, 6)}`;
+    const trigger = { source: 'aws.s3', detailType: 'Object Created', goal: (e: { detail: unknown }) => `Process ${(e.detail as { object: { key: string } }).object.key}` };
+    const shopA = defineAgent({ ...waitAgent(new FakeRows(), []), startOn: [trigger] });
+    const shopB = defineAgent({ ...waitAgent(new FakeRows(), []), name: 'shop-b', startOn: [trigger] });
+    const runId = `aws-shared-${randomUUID().slice(0, 6)}`;
+    const b = new WorkerProcess({ resources, agent: shopB, model: new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } }), waits: waitsOf });
+    await startTestRun(b.runtime, shopB, runId);
+    await pollUntil(b, runId, ['waiting']);
+    const handlerOf = (agent: typeof shopA) => createEventHandler({ runtime: b.runtime, events: events(b.runtime), agent, log: silentLogger, codeVersion: 'test' });
+    // Agent A's function sees the event too (each agent's rule does): its queue is not B's, so it leaves B's run to B.
+    const paid = eventBridge('order.paid', { key });
+    expect(await handlerOf(shopA)(paid, { awsRequestId: 'a1' })).toEqual({ started: [], resumed: [] });
+    // So does A's API, sent the event by a program.
+    const posted = await apiHandler({ agent: shopA, agentQueue: true })(apiEvent('POST', '/events', JSON.stringify({ type: 'order.paid', key }), { 'content-type': 'application/json' }));
+    expect({ status: posted.statusCode, resumed: JSON.parse(posted.body).resumed }).toEqual({ status: 202, resumed: [] });
+    expect((await state(runId)).status).toBe('waiting');
+    expect(await handlerOf(shopB)(paid, { awsRequestId: 'b1' })).toEqual({ started: [], resumed: [runId] });
+    const done = await pollUntil(b, runId, ['completed', 'failed']);
+    b.close();
+    expect(done.steps[0]!.result.text).toContain(`"id":"${paid.id}"`);
+    // One S3 event, two agents started on it: a run for each, each its agent's.
+    const created = eventBridge('Object Created', { bucket: { name: 'inbox' }, object: { key: `in/${randomUUID()}.csv` } }, randomUUID(), 'aws.s3');
+    const a = await handlerOf(shopA)(created, { awsRequestId: 'a2' });
+    const bStarted = await handlerOf(shopB)(created, { awsRequestId: 'b2' });
+    expect(a.started).toMatchObject([{ created: true }]);
+    expect(bStarted.started).toMatchObject([{ created: true }]);
+    expect(bStarted.started[0]!.runId).not.toBe(a.started[0]!.runId);
+    expect((await state(a.started[0]!.runId)).agent).toBe(shopA.name);
+    expect((await state(bStarted.started[0]!.runId)).agent).toBe('shop-b');
+  });
+
+  it('the events function refuses what is not an EventBridge event, and an invalid goal a trigger makes is logged, not thrown', { timeout: 60_000 }, async () => {
+    const runtime = resources.runtime();
+    const { log, lines } = captureLogs();
+    const agent = defineAgent({
+      ...waitAgent(new FakeRows(), []),
+      startOn: [
+        { source: 'shop', detailType: 'order.created', goal: (e) => `Process ${JSON.stringify(e.detail)}` },
+        { source: 'shop', goal: () => '   ' },
+      ],
+    });
+    const handler = createEventHandler({ runtime, events: events(runtime), agent, log, codeVersion: 'test' });
+    // An SQS record, an SNS envelope, an event without its id, nothing: each refused by name, none started.
+    const sqs = { Records: [{ messageId: 'm1', body: '{}', eventSource: 'aws:sqs' }] };
+    const sns = { Records: [{ EventSource: 'aws:sns', Sns: { Message: '{}' } }] };
+    const noId = { source: 'aws.s3', 'detail-type': 'Object Created', detail: { object: { key: 'a.csv' } } };
+    for (const bad of [sqs, sns, noId, null, 'text']) {
+      await expect(handler(bad as never, { awsRequestId: 'x' })).rejects.toThrow(/^not an EventBridge event \(it needs string id, source and detail-type\)/);
+    }
+    // 20 KB of detail (EventBridge takes 256 KB) makes a goal over the limit; the other trigger's goal is blank.
+    const big = eventBridge('order.created', { lines: 'x'.repeat(20_000), key: `k-${randomUUID()}` });
+    expect(await handler(big, { awsRequestId: 'r1' })).toEqual({ started: [], resumed: [] });
+    const errors = lines.filter((l) => l.event === 'trigger-error');
+    expect(errors.map((l) => l.trigger)).toEqual([0, 1]);
+    expect(errors[0]!.error).toMatch(/^the goal is \d+ bytes; the limit is 16384/);
+    expect(errors[1]!.error).toMatch(/^the goal is empty/);
+    // The event was still kept for waits: it reaches a run that begins waiting for it.
+    expect(await events(runtime).find('order.created', (big.detail as { key: string }).key, 0)).toMatchObject([{ id: big.id }]);
   });
 
   it('an event matching a trigger starts one run, however often EventBridge delivers it', { timeout: 60_000 }, async () => {

@@ -123,11 +123,11 @@ describe('fuzzing the AWS entry points', () => {
       const starts = e.source === 'aws.s3' && e['detail-type'] === 'Object Created' && typeof key === 'string';
       if (e.source === 'aws.s3' && e['detail-type'] === 'Object Created' && !starts) triggerErrors++;
       const first = await handler(e, { awsRequestId: randomUUID() });
-      expect(first).toEqual({ started: starts ? [{ runId: runIdForEvent(e, 0), created: true }] : [], resumed: [] });
+      expect(first).toEqual({ started: starts ? [{ runId: runIdForEvent(agent.name, e, 0), created: true }] : [], resumed: [] });
       if (starts) {
-        expect(decodeState((await runtime.store.load(runIdForEvent(e, 0)))!).goal).toBe(`Process ${(key as string).toUpperCase()}`);
+        expect(decodeState((await runtime.store.load(runIdForEvent(agent.name, e, 0)))!).goal).toBe(`Process ${(key as string).toUpperCase()}`);
         // EventBridge delivers at least once: the same event again starts nothing new.
-        expect(await handler(e, { awsRequestId: randomUUID() })).toEqual({ started: [{ runId: runIdForEvent(e, 0), created: false }], resumed: [] });
+        expect(await handler(e, { awsRequestId: randomUUID() })).toEqual({ started: [{ runId: runIdForEvent(agent.name, e, 0), created: false }], resumed: [] });
       }
     }), fuzzRuns(80));
     expect(lines.filter((l) => l.event === 'trigger-error')).toHaveLength(triggerErrors);

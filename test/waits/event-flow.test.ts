@@ -195,7 +195,7 @@ describe('runs started by events', () => {
     const again = await startFromEvent(w.deps, triggers, event);
     expect(first).toMatchObject([{ created: true }]);
     expect(again).toMatchObject([{ created: false, runId: first[0]!.runId }]);
-    expect(first[0]!.runId).toBe(runIdForEvent(event, 0));
+    expect(first[0]!.runId).toBe(runIdForEvent(w.deps.agent.name, event, 0));
     const runs = await w.runtime.store.list();
     expect(runs.map((r) => r.runId)).toEqual([first[0]!.runId]);
     expect(decodeState((await w.runtime.store.load(first[0]!.runId))!).goal).toBe('Process s3://inbox/a<b>.csv');
