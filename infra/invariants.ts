@@ -13,6 +13,8 @@ export interface DeploymentFacts {
   visibilityTimeoutSeconds: number | undefined;
   /** The dead-letter queue's receive count; undefined when the queue has no dead-letter queue. */
   maxReceiveCount: number | undefined;
+  /** Whether the dead-letter queue is FIFO; undefined when there is none, or it is not known. */
+  deadLetterQueueFifo?: boolean | undefined;
   workerTimeoutSeconds: number | undefined;
   functionResponseTypes: readonly string[] | undefined;
   batchSize: number | undefined;
@@ -34,6 +36,8 @@ export interface TableFacts {
 
 /** The worker must be able to wait the model's whole retry deadline and still write the step's outcome. */
 export const MIN_WORKER_TIMEOUT_SECONDS = Math.ceil((DEFAULT_DEADLINE_MS + DEFAULT_RESERVE_MS) / 1000);
+/** Lambda's longest timeout: CloudFormation refuses a function with a longer one. */
+export const MAX_LAMBDA_TIMEOUT_SECONDS = 900;
 /** AWS's advice for an SQS event source, so a message is not redelivered while its batch still runs. */
 export const VISIBILITY_PER_TIMEOUT = 6;
 
@@ -55,6 +59,12 @@ export function invariantErrors(facts: DeploymentFacts): string[] {
   }
   if (need(facts.workerTimeoutSeconds, 'the worker timeout') && facts.workerTimeoutSeconds < MIN_WORKER_TIMEOUT_SECONDS) {
     errors.push(`the worker timeout (${facts.workerTimeoutSeconds} s) must be at least ${MIN_WORKER_TIMEOUT_SECONDS} s: the model's retry deadline (${DEFAULT_DEADLINE_MS / 1000} s) plus the ${DEFAULT_RESERVE_MS / 1000} s kept back to record the step's outcome; a shorter one cuts the model's retries short on every slow reply`);
+  }
+  if (facts.workerTimeoutSeconds !== undefined && facts.workerTimeoutSeconds > MAX_LAMBDA_TIMEOUT_SECONDS) {
+    errors.push(`the worker timeout (${facts.workerTimeoutSeconds} s) must be at most ${MAX_LAMBDA_TIMEOUT_SECONDS} s, the longest Lambda allows: the deploy would fail`);
+  }
+  if (facts.queueFifo === true && facts.deadLetterQueueFifo === false) {
+    errors.push('the dead-letter queue must be FIFO like the run queue: SQS refuses a redrive policy from a FIFO queue to a standard one, and the deploy would fail');
   }
   if (need(facts.visibilityTimeoutSeconds, 'the queue\'s visibility timeout') && facts.workerTimeoutSeconds !== undefined
     && facts.visibilityTimeoutSeconds < VISIBILITY_PER_TIMEOUT * facts.workerTimeoutSeconds) {

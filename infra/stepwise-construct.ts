@@ -10,6 +10,7 @@ import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
@@ -113,6 +114,8 @@ export interface StepwiseProps {
 
 const DEFAULT_TIMEOUT = Duration.minutes(6);
 const DEFAULT_MEMORY_MB = 256;
+/** What reading and writing DynamoDB items, SQS messages and S3 objects under a customer-managed key takes. */
+const KEY_ACTIONS = ['kms:Decrypt', 'kms:DescribeKey', 'kms:Encrypt', 'kms:GenerateDataKey'];
 /** Above the engine's own limit, so it fails a crash-looping run with a reason before SQS moves the message. */
 export const DEFAULT_MAX_RECEIVE_COUNT = DEFAULT_MAX_RECEIVES + 5;
 
@@ -402,6 +405,24 @@ export class Stepwise extends Construct {
     // The sweeper only reads: stalled runs and due waits through the indexes, then sends their messages.
     this.sweeperFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: indexArns }));
     this.sweeperFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [this.queue.queueArn] }));
+    this.grantKeys();
+  }
+
+  /**
+   * A table, queue or bucket encrypted with a customer-managed KMS key (by dynamoTableProps, queueProps,
+   * bucketProps, or an existing resource) is read and written through that key: every function that
+   * touches the resource needs it, or each call fails with AccessDenied. AWS-owned and managed keys need
+   * no grant (the defaults). The four actions cover reading and writing the data of all three services.
+   */
+  private grantKeys(): void {
+    const uses: [kms.IKey | undefined, lambda.Function[]][] = [
+      [this.table.encryptionKey, [this.workerFunction, this.apiFunction, this.eventsFunction, this.sweeperFunction]],
+      [this.queue.encryptionMasterKey, [this.workerFunction, this.apiFunction, this.eventsFunction, this.sweeperFunction]],
+      [this.bucket.encryptionKey, [this.workerFunction, this.apiFunction, this.eventsFunction]],
+    ];
+    for (const [key, functions] of uses) {
+      for (const f of functions) key?.grant(f, ...KEY_ACTIONS);
+    }
   }
 
   private grantSecretsAndEmail(props: StepwiseProps): void {
@@ -484,6 +505,7 @@ export class Stepwise extends Construct {
       queueFifo: resolved(this, cfnQueue.fifoQueue) as boolean | undefined,
       visibilityTimeoutSeconds: numberOf(this, cfnQueue.visibilityTimeout),
       maxReceiveCount: redrive ? numberOf(this, redrive.maxReceiveCount) ?? Number.NaN : undefined,
+      deadLetterQueueFifo: this.deadLetterQueue.fifo,
       workerTimeoutSeconds: numberOf(this, cfnWorker.timeout),
       functionResponseTypes: resolved(this, mapping?.functionResponseTypes) as string[] | undefined,
       // Lambda's own default when the mapping names none.

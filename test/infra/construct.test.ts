@@ -1,7 +1,10 @@
 import { createHash } from 'node:crypto';
 import { App, Duration } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   HEAD_SK, PK, SK, STATUS_INDEX, STATUS_INDEX_ATTRIBUTES, STATUS_KEY, STATUS_SORT, TTL_ATTRIBUTE,
@@ -339,6 +342,38 @@ describe('IAM', () => {
   it('lets the sweeper only query the two indexes and send messages', () => {
     const sweeper = policyStatements().filter((s) => s.role === logicalIdOf(stepwise.sweeperFunction.role as never)).map((s) => s.statement.Action).flat().sort();
     expect(sweeper).toEqual(['dynamodb:Query', 'logs:CreateLogStream', 'logs:PutLogEvents', 'sqs:SendMessage']);
+  });
+});
+
+describe('customer-managed keys', () => {
+  it('let every function that touches a table, queue or bucket under a customer-managed key use that key', () => {
+    const { stepwise: s, template: t } = synthStepwise({
+      dynamoTableProps: { encryption: dynamodb.TableEncryption.CUSTOMER_MANAGED },
+      queueProps: { encryption: sqs.QueueEncryption.KMS },
+      bucketProps: { encryption: s3.BucketEncryption.KMS },
+    });
+    const j = t.toJSON() as Json;
+    const resolve = (c: { node: { defaultChild?: unknown } }) => (s.node.scope as any).resolve((c.node.defaultChild as any).logicalId) as string;
+    const keyOf = { table: s.table.encryptionKey!, queue: s.queue.encryptionMasterKey!, bucket: s.bucket.encryptionKey! };
+    const keyIds = Object.fromEntries(Object.entries(keyOf).map(([name, key]) => [name, resolve(key as never)]));
+    expect(new Set(Object.values(keyIds)).size).toBe(3);
+    /** The KMS actions a function's role has on a key. */
+    const actionsOn = (fn: keyof typeof FUNCTIONS, keyId: string) => (Object.values(j.Resources) as Json[])
+      .filter((r) => r.Type === 'AWS::IAM::Policy' && r.Properties.Roles[0].Ref === resolve(s[FUNCTIONS[fn]].role as never))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement as Json[])
+      .filter((st) => [st.Resource].flat().some((r: Json) => r?.['Fn::GetAtt']?.[0] === keyId))
+      .flatMap((st) => [st.Action].flat()).sort();
+    const readWrite = ['kms:Decrypt', 'kms:DescribeKey', 'kms:Encrypt', 'kms:GenerateDataKey'];
+    for (const fn of ['worker', 'api', 'events', 'sweeper'] as const) {
+      expect(actionsOn(fn, keyIds.table!), `${fn} on the table's key`).toEqual(readWrite);
+      // The worker's event source adds its own kms:Decrypt on the queue's key.
+      expect([...new Set(actionsOn(fn, keyIds.queue!))], `${fn} on the queue's key`).toEqual(readWrite);
+      expect(actionsOn(fn, keyIds.bucket!), `${fn} on the bucket's key`).toEqual(fn === 'sweeper' ? [] : readWrite);
+    }
+  });
+
+  it('need no key grant under the default encryption', () => {
+    expect(JSON.stringify(json)).not.toContain('kms:');
   });
 });
 

@@ -23,6 +23,14 @@ describe('overrides that break an invariant fail the synth with the reason', () 
     expect(() => synthStepwise({ workerFunctionProps: { timeout: Duration.seconds(MIN_WORKER_TIMEOUT_SECONDS) } })).not.toThrow();
   });
 
+  it('a worker timeout past Lambda\'s longest, or a standard dead-letter queue under the FIFO run queue: deploys that would fail', () => {
+    expect(() => synthStepwise({ workerFunctionProps: { timeout: Duration.minutes(20) } }))
+      .toThrow('the worker timeout (1200 s) must be at most 900 s, the longest Lambda allows: the deploy would fail');
+    expect(() => synthStepwise({ workerFunctionProps: { timeout: Duration.minutes(15) } })).not.toThrow();
+    expect(() => synthStepwise({ deadLetterQueueProps: { fifo: false } }))
+      .toThrow('the dead-letter queue must be FIFO like the run queue: SQS refuses a redrive policy from a FIFO queue to a standard one');
+  });
+
   it('a visibility timeout under 6x the worker timeout', () => {
     expect(() => synthStepwise({ queueProps: { visibilityTimeout: Duration.minutes(30) } }))
       .toThrow("the queue's visibility timeout (1800 s) must be at least 6x the worker timeout (2160 s): a message that becomes visible while its step still runs");
