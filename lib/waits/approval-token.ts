@@ -32,6 +32,14 @@ export function signApproval(claim: ApprovalClaim, key: Buffer): string {
   return `${VERSION}.${payload}.${mac(key, payload)}`;
 }
 
+/**
+ * An approval link for a log line: the signature masked. The link is the approver's only credential, and
+ * log lines reach collectors and people the approver is not; the run, wait and approver stay readable.
+ */
+export function maskedLink(link: string): string {
+  return link.replace(/(\/approvals\/[^/.]+\.[^/.]+\.)[^/.?#]+$/, '$1***');
+}
+
 export function verifyApproval(token: string, key: Buffer, now: number): TokenCheck {
   assertKey(key);
   const parts = typeof token === 'string' && token.length < 4096 ? token.split('.') : [];

@@ -6,7 +6,7 @@ import { deadlineAnswer } from '../core/waits.ts';
 import type { IdempotencyLedger } from '../ports.ts';
 import { answerWait, type AnswerDeps } from './answer.ts';
 import { approvalEmail } from './approval-email.ts';
-import { signApproval } from './approval-token.ts';
+import { maskedLink, signApproval } from './approval-token.ts';
 import { answeredEventIds, eventAnswer } from './events.ts';
 import { DEFAULT_EARLY_EVENT_MS, type WaitServices } from './services.ts';
 
@@ -92,7 +92,7 @@ async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecor
       await services.notifier!.send(email);
       return { sent: true };
     });
-    deps.log.info({ event: 'approval-requested', runId: state.runId, waitId: wait.id, approver, link }, 'approval requested');
+    deps.log.info({ event: 'approval-requested', runId: state.runId, waitId: wait.id, approver, link: maskedLink(link) }, 'approval requested');
     links.push(link);
   }
   return links;

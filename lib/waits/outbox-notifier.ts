@@ -17,7 +17,8 @@ export class OutboxNotifier implements Notifier {
     makeDir(this.dir);
     const file = this.pathOf(notification.id);
     const temp = join(this.dir, `.${randomUUID()}.tmp`);
-    writeFileSync(temp, mime(notification, this.from));
+    // Readable by its owner only: an approval email's link is the approver's credential.
+    writeFileSync(temp, mime(notification, this.from), { mode: 0o600 });
     renameSync(temp, file);
   }
 

@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
@@ -8,6 +9,7 @@ import type { Notification } from '../../lib/ports.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
 import { verifyApproval } from '../../lib/waits/approval-token.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { captureLogs } from '../aws/log-capture.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
@@ -93,6 +95,22 @@ describe('a run that waits for approval (SQLite)', () => {
     expect(await workVisible(b.deps, b.runtime)).toBe(0);
     expect((await b.runtime.store.load('run'))!.version).toBe(finalVersion);
     b.runtime.close();
+  });
+
+  it('keeps the link to its approver: the email file is its owner\'s alone, and the log line masks the signature', async () => {
+    db = tempDb();
+    const a = waitWorker(new ManualClock(), 'worker-A');
+    const { log, lines } = captureLogs();
+    const deps = { ...a.deps, log };
+    await start(deps, 'copy the rows, then drop old_rows with approval');
+    await workVisible(deps, a.runtime);
+    a.runtime.close();
+    const [email] = outbox();
+    expect(statSync(email!.file).mode & 0o777).toBe(0o600);
+    const token = email!.link!.split('/approvals/')[1]!;
+    const [requested] = lines.filter((l) => l.event === 'approval-requested');
+    expect(requested!.link).toBe(`http://127.0.0.1:8787/approvals/${token.slice(0, token.lastIndexOf('.'))}.***`);
+    expect(JSON.stringify(lines)).not.toContain(token.split('.')[2]);
   });
 
   it('a rejection is the step\'s result: the model sees it and acts on it', async () => {
