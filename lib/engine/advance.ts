@@ -10,6 +10,7 @@ import {
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { withFields } from '../core/objects.ts';
+import { replyProblem } from '../core/model-reply.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
 import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
@@ -143,6 +144,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       const request: ModelRequest = { runId, step: n, prompt: renderStepPrompt(state), tools: toolSpecs(deps.agent), settings: deps.agent.settings ?? {} };
       if (deps.signal) request.signal = deps.signal;
       reply = await deps.model.decide(request);
+      const problem = replyProblem(reply);
+      if (problem) throw new TransientError(`the model ${deps.model.name} returned a reply the engine cannot record: ${problem}`);
     } catch (error) {
       if (error instanceof ModelKeyError) {
         // Not a try of the step: the work waits for a valid key. Taking this delivery's start back keeps

@@ -9,6 +9,7 @@ import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
 import { DEFAULT_DEADLINE_MS } from '../settings.ts';
+import { redactUrl } from '../redact.ts';
 import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**
@@ -104,6 +105,13 @@ export class AnthropicModel implements Model {
         maxRetries: this.maxRetries,
         middleware: [stopRetryingPastDeadline(deadline)],
       });
+      const problem = messageProblem(message);
+      // A gateway or proxy at ANTHROPIC_BASE_URL may answer 200 with a page or other JSON: said as such,
+      // not as the TypeError that reading it as a message would throw.
+      if (problem) {
+        const where = redactUrl(this.baseURL ?? 'https://api.anthropic.com');
+        throw new TransientError(`the Messages API at ${where} answered 200 with something that is not a message (${problem}): ${foldedExcerpt(typeof message === 'string' ? message : JSON.stringify(message) ?? String(message), 120)}`);
+      }
       return readReply(message, params.max_tokens);
     } catch (error) {
       throw classifyError(error, {
@@ -253,6 +261,16 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
     return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, model };
   }
   return invalid(trimmed ? `no tool call and no DONE; the reply said: ${foldedExcerpt(trimmed, 200)}` : 'an empty reply: no tool call and no DONE');
+}
+
+/** Why a 200's body is not a Messages API message readReply can read, or undefined. */
+export function messageProblem(message: unknown): string | undefined {
+  if (!message || typeof message !== 'object' || Array.isArray(message)) return `a ${message === null ? 'null' : Array.isArray(message) ? 'list' : typeof message}, not an object`;
+  const m = message as Record<string, unknown>;
+  if (!Array.isArray(m.content)) return 'no content list';
+  if (m.content.some((b) => !b || typeof b !== 'object' || typeof (b as { type?: unknown }).type !== 'string')) return 'a content block without a type';
+  if (!m.usage || typeof m.usage !== 'object') return 'no usage';
+  return undefined;
 }
 
 /** In key order, as the step record holding it is (stepRecordOf): its canonical JSON then copies nothing. */

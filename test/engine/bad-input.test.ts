@@ -243,4 +243,22 @@ describe('bad input gets a clear error and nothing is lost', () => {
     const history = await runtime.store.history('run');
     expect(Math.max(...history.map((h) => h.bytes))).toBeLessThan(4096);
   });
+
+  it('a model reply the engine cannot record (usage without its cache counts, no kind) fails the try with the reason, and every checkpoint stays readable', async () => {
+    const bad: unknown[] = [
+      { kind: 'done', summary: 'ok', usage: { inputTokens: 100, outputTokens: 10 } },
+      { kind: 'tool', tool: 'write_rows', input: {}, usage: { inputTokens: 1, outputTokens: 1, cacheWriteTokens: 0, cacheReadTokens: -1 } },
+      { tool: 'write_rows', input: {} },
+      null,
+    ];
+    const { deps, runtime, clock } = setup(() => bad.shift() as ModelReply);
+    await start(deps, 'write the rows');
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    // Three tries, then failed: each one's error names what was wrong, and the run is read back whole.
+    expect(state).toMatchObject({ status: 'failed', failures: 3 });
+    expect(state.lastError).toBe('the model stub returned a reply the engine cannot record: kind must be "tool", "done" or "invalid", got undefined');
+    expect(state.steps).toEqual([]);
+    expect(state.usage).toEqual({ inputTokens: 0, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 });
+  });
 });

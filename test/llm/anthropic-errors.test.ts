@@ -146,9 +146,21 @@ describe('Anthropic adapter errors', () => {
     expect((error as Error).message).toMatch(/cancelled/);
   });
 
-  it('a 200 that is not JSON: TransientError, not a crash', async () => {
-    server.script({ type: 'raw', status: 200, body: '<html>gateway</html>' });
-    await expect(modelWith().decide(request())).rejects.toBeInstanceOf(TransientError);
+  it('a 200 that is not a message (a gateway\'s page, other JSON): TransientError that says so, not a TypeError', async () => {
+    const cases = [
+      ['<html>gateway</html>', /answered 200 with something that is not a message \(a string, not an object\): <html>gateway<\/html>$/],
+      ['{}', /not a message \(no content list\): \{\}$/],
+      ['{"type":"message","content":"nope"}', /not a message \(no content list\)/],
+      ['{"type":"message","content":[{"type":"text","text":"DONE"}]}', /not a message \(no usage\)/],
+      ['[1]', /not a message \(a list, not an object\)/],
+    ] as const;
+    for (const [body, message] of cases) {
+      server.script({ type: 'raw', status: 200, body, ...(body.startsWith('<') ? { headers: { 'content-type': 'text/html' } } : {}) });
+      const error = await modelWith().decide(request()).catch((e: unknown) => e);
+      expect(error, body).toBeInstanceOf(TransientError);
+      expect((error as Error).message, body).toContain(`the Messages API at ${server.url}`);
+      expect((error as Error).message, body).toMatch(message);
+    }
   });
 
   it('no key configured: PermanentError before any request', async () => {
