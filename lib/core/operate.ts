@@ -47,6 +47,11 @@ export function forkState(parent: RunState, n: number, options: ForkOptions): Ru
   const budget = options.budget ?? parent.budget;
   const stepCap = options.stepCap ?? parent.stepCap;
   checkStepCap(stepCap);
+  // As for a retry of a capped run: a fork must have room for a step of its own, or its first step only
+  // pays for a model call to end capped again (a capped run forked at its last step, its cap inherited).
+  if (stepCap <= n) {
+    throw new InvalidInputError(`a step cap of ${stepCap} leaves a fork from step ${n} of run ${parent.runId} no step to take: give it a step cap above ${n}`);
+  }
   return {
     ...rest, runId: options.runId, goal: options.goal ?? parent.goal, stepCap, forkedFrom,
     ...(budget ? { budget: checkBudget(budget) } : {}),

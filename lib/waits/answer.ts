@@ -100,11 +100,40 @@ export async function answerApproval(
 ): Promise<AnswerOutcome> {
   const stored = await deps.store.load(runId);
   if (!stored) throw new UnknownRunError(runId);
-  const wait = decodeState(stored).wait;
-  if (stored.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
+  const state = decodeState(stored);
+  const wait = state.wait;
+  if (stored.status !== 'waiting' || !wait) {
+    // A second answer to the approval the run waited for last, or one after its deadline fired: told what
+    // became of that approval, as the page and the API tell it, not that the run is not waiting.
+    const answered = lastApproval(state);
+    if (answered) return answered;
+    throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
+  }
   if (wait.kind !== 'approval') throw new InvalidInputError(`run ${runId} waits for ${wait.kind === 'event' ? `event ${wait.event?.type}/${wait.event?.key}` : 'a time'}, not an approval`);
   return answerWait(deps, {
     runId, waitId: wait.id,
     answer: { kind: input.decision === 'approve' ? 'approved' : 'rejected', by: input.by ?? wait.approvers?.[0] ?? '', ...(input.comment ? { comment: input.comment } : {}) },
   });
+}
+
+/** What became of the last approval the run waited for, when it has one: answered, or timed out. */
+function lastApproval(state: RunState): AnswerOutcome | undefined {
+  for (let i = state.steps.length - 1; i >= 0; i--) {
+    const record = state.steps[i]!;
+    if (!record.waitId) continue;
+    let answer: { approval?: unknown; timedOut?: unknown; waited?: unknown; deadline?: unknown };
+    try {
+      answer = JSON.parse(record.result.text) as typeof answer;
+    } catch {
+      return undefined;
+    }
+    const base = { runId: state.runId, waitId: record.waitId };
+    if (answer.approval === 'approved' || answer.approval === 'rejected') return { outcome: 'already-answered', ...base, record };
+    if (answer.timedOut === true && answer.waited === 'for approval' && typeof answer.deadline === 'string') {
+      return { outcome: 'expired', ...base, deadline: Date.parse(answer.deadline) };
+    }
+    // The run's last wait was for something else: no approval of it to speak of.
+    return undefined;
+  }
+  return undefined;
 }

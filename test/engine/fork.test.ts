@@ -104,6 +104,9 @@ describe('fork', () => {
     await expect(forkRun(a.deps, 'run', { fromStep: 1, runId: 'bad id!' })).rejects.toThrow(/must match/);
     await expect(forkRun(a.deps, 'run', { fromStep: 1, goal: '  ' })).rejects.toThrow(/goal is empty/);
     await expect(forkRun(a.deps, 'run', { fromStep: 1, runId: 'run' })).rejects.toThrow(/run run already exists/);
+    // A cap that leaves the fork no step of its own: it would pay for one model call to end capped.
+    await expect(forkRun(a.deps, 'run', { fromStep: 1, stepCap: 1 })).rejects.toThrow('a step cap of 1 leaves a fork from step 1 of run run no step to take: give it a step cap above 1');
+    expect((await a.runtime.store.list()).map((r) => r.runId)).toEqual(['run']);
     // The same fork again is recognised and changes nothing.
     const first = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x' });
     const again = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x' });

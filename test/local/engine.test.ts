@@ -56,7 +56,8 @@ describe('openLocalEngine: the engine embedded in a program', () => {
     expect(readdirSync(join(dir, 'outbox')).filter((f) => f.endsWith('.eml'))).toHaveLength(1);
 
     expect(await engine.answer(runId, { decision: 'approve', comment: 'go' })).toMatchObject({ outcome: 'resumed', answer: { kind: 'approved', by: 'ops@example.com', comment: 'go' } });
-    await expect(engine.answer(runId, { decision: 'approve' })).rejects.toThrow(new InvalidInputError('run emb-1 is not waiting (it is running)'));
+    // A second answer is told the approval was answered, at the step its answer completed.
+    expect(await engine.answer(runId, { decision: 'approve' })).toMatchObject({ outcome: 'already-answered', record: { step: 2, tool: 'request_approval' } });
 
     now = await engine.work(runId);
     expect(now.state.wait).toMatchObject({ kind: 'event', event: { type: 'order.paid', key: 'order-7' } });

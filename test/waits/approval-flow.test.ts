@@ -6,7 +6,7 @@ import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { Notification } from '../../lib/ports.ts';
-import { answerWait } from '../../lib/waits/answer.ts';
+import { answerApproval, answerWait } from '../../lib/waits/answer.ts';
 import { verifyApproval } from '../../lib/waits/approval-token.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
 import { captureLogs } from '../aws/log-capture.ts';
@@ -136,6 +136,8 @@ describe('a run that waits for approval (SQLite)', () => {
     expect(done.steps[1]!.result).toMatchObject({ ok: false });
     const late = await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: APPROVER } });
     expect(late).toMatchObject({ outcome: 'already-answered' });
+    // Answered by run id (the CLI's approve): told the approval expired, not that the run is not waiting.
+    expect(await answerApproval(a.deps, 'run', { decision: 'approve' })).toEqual({ outcome: 'expired', runId: 'run', waitId: wait.id, deadline: wait.deadline });
     expect(shared.dropped).toEqual([]);
     a.runtime.close();
   });
