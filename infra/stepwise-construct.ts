@@ -284,6 +284,11 @@ export class Stepwise extends Construct {
   /** The CloudFormation outputs the `stepwise` CLI's `--stack` reads: TableName, BucketName, QueueUrl, ApiUrl. */
   addStackOutputs(): void {
     const stack = Stack.of(this);
+    // The CLI's --stack reads these names: one agent's per stack.
+    const taken = stack.node.tryFindChild('TableName');
+    if (taken) {
+      throw new Error(`stepwise: stack ${stack.stackName} already has the stack outputs \`stepwise --stack\` reads (TableName, QueueUrl, ...), so ${this.node.path} cannot add its own: they are one agent's per stack. Put this agent in a stack of its own to use --stack with it, or give the CLI its table and queue (--table, --queue-url)`);
+    }
     new CfnOutput(stack, 'TableName', { value: this.table.tableName, description: 'stepwise: the run table' });
     new CfnOutput(stack, 'BucketName', { value: this.bucket.bucketName, description: 'stepwise: the blob bucket' });
     new CfnOutput(stack, 'QueueUrl', { value: this.queue.queueUrl, description: `stepwise: the run queue of agent ${this.agent.name}` });
@@ -430,6 +435,10 @@ export class Stepwise extends Construct {
     this.signingKeySecret.grantRead(this.workerFunction);
     this.signingKeySecret.grantRead(this.apiFunction);
     if (!props.emailFrom) return;
+    // SES sends only from a verified address or domain: anything else would deploy, then fail every email.
+    if (!Token.isUnresolved(props.emailFrom) && !/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(props.emailFrom)) {
+      throw new Error(`stepwise: emailFrom must be an email address (the verified SES sender), got ${JSON.stringify(props.emailFrom)}`);
+    }
     const stack = Stack.of(this);
     // A sender is verified as the address or as its domain: both identities, and only this From address.
     const domain = Token.isUnresolved(props.emailFrom) ? Fn.select(1, Fn.split('@', props.emailFrom)) : props.emailFrom.split('@')[1] ?? props.emailFrom;

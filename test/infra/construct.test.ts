@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { App, Duration } from 'aws-cdk-lib';
+import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -16,9 +16,9 @@ import {
   DEFAULT_RETENTION_DAYS, METRICS_NAMESPACE, METRICS_SERVICE, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV,
   STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../../lib/settings.ts';
-import type { Stepwise } from '../../infra/stepwise-construct.ts';
+import { Stepwise } from '../../infra/stepwise-construct.ts';
 import { StepwiseStack } from '../../infra/stepwise-stack.ts';
-import { cdkContext, synthStepwise } from './synth-support.ts';
+import { FIXTURE_AGENT, cdkContext, synthStepwise } from './synth-support.ts';
 
 /** The synthesized template of the construct: every resource property the runtime relies on. */
 
@@ -292,6 +292,12 @@ describe('secrets and email', () => {
     });
   });
 
+  it('refuse a sender that is not an email address', () => {
+    for (const emailFrom of ['not-an-email', 'agent@localhost', 'a b@example.com']) {
+      expect(() => synthStepwise({ emailFrom }), emailFrom).toThrow(`stepwise: emailFrom must be an email address (the verified SES sender), got ${JSON.stringify(emailFrom)}`);
+    }
+  });
+
   it('limit it to the sender given as a deploy parameter, its domain split out by CloudFormation', () => {
     const app = new App({ context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, 'aws:cdk:bundling-stacks': [] } });
     const stack = new StepwiseStack(app, 'Params', { agentPath: 'examples/aws/agent.ts' });
@@ -406,6 +412,15 @@ describe('stack outputs', () => {
     const outputs = t.toJSON().Outputs as Json;
     expect(Object.keys(outputs).sort()).toEqual(['ApiUrl', 'BucketName', 'QueueUrl', 'TableName']);
     expect(outputs.QueueUrl.Value).toEqual({ Ref: (stack as any).resolve((s.queue.node.defaultChild as any).logicalId) });
+  });
+
+  it('are one agent\'s per stack: a second construct asking for them is told why, not CDK\'s name clash', () => {
+    expect(() => synthStepwise({}, {
+      after: (first) => {
+        first.addStackOutputs();
+        new Stepwise(Stack.of(first), 'Second', { agentPath: FIXTURE_AGENT }).addStackOutputs();
+      },
+    })).toThrow(/^stepwise: stack Test already has the stack outputs `stepwise --stack` reads \(TableName, QueueUrl, \.\.\.\), so Test\/Second cannot add its own: they are one agent's per stack/);
   });
 });
 
