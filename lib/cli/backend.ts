@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
+import { shellWord } from './format.ts';
 import type { BlobStore, CheckpointStore, EventBuffer, IdempotencyLedger, RunQueue, RunQueueConsumer } from '../ports.ts';
 import { DEFAULT_DB_PATH } from '../local/paths.ts';
 import type { LocalRuntime } from '../local/runtime.ts';
@@ -34,6 +35,18 @@ export interface Backend {
   /** Emails, approval links, kept events: what waiting runs need on this backend. */
   waits: WaitServices & { events: EventBuffer };
   close(): void;
+}
+
+/**
+ * The options that chose this command's store, as flags for a next command it prints (` --db 'my runs.db'`),
+ * so that command, pasted, reads the same store. What the environment chose it reads again by itself.
+ */
+export function storeFlags(options: CliOptions): string {
+  const flags: [string, string | undefined][] = [
+    ['--db', options.db], ['--backend', options.backend], ['--stack', options.stack],
+    ['--table', options.table], ['--bucket', options.bucket], ['--queue-url', options.queueUrl],
+  ];
+  return flags.filter(([, value]) => value !== undefined).map(([flag, value]) => ` ${flag} ${shellWord(value!)}`).join('');
 }
 
 export function dbPath(options: CliOptions): string {

@@ -9,8 +9,9 @@ import type { Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
 import type { Backend } from './backend.ts';
+import { shellWord } from './format.ts';
 
-export { dbPath, openBackend, type Backend, type CliOptions } from './backend.ts';
+export { dbPath, openBackend, storeFlags, type Backend, type CliOptions } from './backend.ts';
 export { chooseModel } from '../llm/choose-model.ts';
 
 export const workerId = processWorkerId;
@@ -20,7 +21,7 @@ export const workerId = processWorkerId;
  * when STEPWISE_AGENT names it (the next command reads it too), else a placeholder to fill in.
  */
 export function agentFlag(options: { agent?: string }): string {
-  if (options.agent) return ` --agent ${options.agent}`;
+  if (options.agent) return ` --agent ${shellWord(options.agent)}`;
   return process.env.STEPWISE_AGENT ? '' : ' --agent <path>';
 }
 

@@ -3,6 +3,7 @@ import { StepwiseError } from '../core/errors.ts';
 import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, setLogFormat } from '../log-format.ts';
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
+import { printable } from './format.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -77,10 +78,15 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
+/** Digits only: Number() would also read "" as 0, and " 2", "0x2" and "2e0" as 2. */
+const DIGITS = /^\d+$/;
+/** A plain decimal (dollars, days): digits, at most one point; no sign, exponent, hex or blanks. */
+const DECIMAL = /^(\d+\.?\d*|\.\d+)$/;
+
 function wholeNumber(name: string, value: string | undefined, least = 0): number | undefined {
   if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < least) throw new StepwiseUsageError(`--${name} must be a whole number (${least} or more), got ${JSON.stringify(value)}`);
+  const n = DIGITS.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < least) throw new StepwiseUsageError(`--${name} must be a whole number (${least} or more), got ${JSON.stringify(value)}`);
   return n;
 }
 
@@ -113,12 +119,12 @@ function budgetOf(tokens: string | undefined, usd: string | undefined): { budget
   if (tokens === undefined && usd === undefined) return {};
   const budget: Budget = {};
   if (tokens !== undefined) {
-    const n = Number(tokens);
-    if (!Number.isInteger(n) || n < 1) throw new StepwiseUsageError(`--budget-tokens must be a whole number above 0, got ${JSON.stringify(tokens)}`);
+    const n = DIGITS.test(tokens) ? Number(tokens) : Number.NaN;
+    if (!Number.isSafeInteger(n) || n < 1) throw new StepwiseUsageError(`--budget-tokens must be a whole number above 0, got ${JSON.stringify(tokens)}`);
     budget.tokens = n;
   }
   if (usd !== undefined) {
-    const n = Number(usd);
+    const n = DECIMAL.test(usd) ? Number(usd) : Number.NaN;
     if (!Number.isFinite(n) || n <= 0) throw new StepwiseUsageError(`--budget-usd must be a number above 0 (dollars), got ${JSON.stringify(usd)}`);
     budget.usd = n;
   }
@@ -127,11 +133,52 @@ function budgetOf(tokens: string | undefined, usd: string | undefined): { budget
 
 class StepwiseUsageError extends StepwiseError {}
 
-export async function main(argv: string[], out: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
+/**
+ * Options that name something: given empty (an unset shell variable, `--run-id "$ID"`), each would quietly
+ * mean its default instead (a random run or event id, the default database or agent), so repeating the
+ * command would not do the same thing. Refused instead.
+ */
+const NAMING_OPTIONS = ['run-id', 'id', 'db', 'agent', 'backend', 'stack', 'table', 'bucket', 'queue-url', 'queue-name'] as const;
+
+/** The positional arguments each command takes after its name; one more is refused, not ignored. */
+const ARGUMENTS: Record<string, { most: number; usage: string }> = {
+  run: { most: 0, usage: 'stepwise run --agent <path> --goal <text>' },
+  start: { most: 0, usage: 'stepwise start --agent <path> --goal <text>' },
+  worker: { most: 0, usage: 'stepwise worker --agent <path>' },
+  status: { most: 1, usage: 'stepwise status [<runId>]' },
+  history: { most: 1, usage: 'stepwise history <runId>' },
+  prune: { most: 0, usage: 'stepwise prune [--older-than-days <n>]' },
+  drift: { most: 0, usage: 'stepwise drift --agent <new-agent>' },
+  show: { most: 1, usage: 'stepwise show <runId> [--step <n>]' },
+  fork: { most: 1, usage: 'stepwise fork <runId> --from-step <n>' },
+  retry: { most: 1, usage: 'stepwise retry <runId>' },
+  cancel: { most: 1, usage: 'stepwise cancel <runId>' },
+  serve: { most: 0, usage: 'stepwise serve --agent <path>' },
+  approve: { most: 1, usage: 'stepwise approve <runId>' },
+  reject: { most: 1, usage: 'stepwise reject <runId>' },
+  emit: { most: 3, usage: 'stepwise emit <type> <key> [<json>], the JSON quoted as one argument' },
+  init: { most: 0, usage: 'stepwise init' },
+};
+
+export async function main(argv: string[], write: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
+  // Goals, summaries and tool output come from models, programs and events: a terminal control sequence
+  // in one is shown, not acted on, whichever command prints it.
+  const out = (line: string) => write(printable(line));
   const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options: OPTIONS, allowPositionals: true, strict: true });
   const [command, arg] = positionals;
   setLogFormat(chooseLogFormat(values.log));
   if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
+  const takes = Object.hasOwn(ARGUMENTS, command) ? ARGUMENTS[command] : undefined;
+  if (!takes) throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
+  if (positionals.length - 1 > takes.most) {
+    throw new StepwiseUsageError(`unexpected argument ${JSON.stringify(positionals[takes.most + 1])}; usage: ${takes.usage}`);
+  }
+  for (const name of NAMING_OPTIONS) {
+    if (values[name] === '') throw new StepwiseUsageError(`--${name} is empty (an unset shell variable?): give a value, or leave --${name} out`);
+  }
+  if (values['older-than-days'] !== undefined && !DECIMAL.test(values['older-than-days'])) {
+    throw new StepwiseUsageError(`--older-than-days must be a number of days (0 or more), got ${JSON.stringify(values['older-than-days'])}`);
+  }
   const common = {
     ...(values.db ? { db: values.db } : {}), ...(values.agent ? { agent: values.agent } : {}),
     ...(values.backend ? { backend: values.backend } : {}), ...(values.stack ? { stack: values.stack } : {}), ...(values.table ? { table: values.table } : {}),
@@ -167,7 +214,7 @@ export async function main(argv: string[], out: (line: string) => void = (l) => 
     case 'reject':
       return (await import('./commands/answer.ts')).answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
     case 'init': return (await import('./commands/init.ts')).initCommand({ ...common, ...(values['queue-name'] ? { queueName: values['queue-name'] } : {}), ...(values.json ? { json: true } : {}) }, out);
-    case 'emit': return (await import('./commands/answer.ts')).emitCommand(positionals.slice(1), { ...common, ...(values.id ? { id: values.id } : {}) }, out);
+    case 'emit': return (await import('./commands/answer.ts')).emitCommand(positionals.slice(1), { ...common, ...(values.id !== undefined ? { id: values.id } : {}) }, out);
     case 'prune': return (await import('./commands/prune.ts')).pruneCommand({ ...common, ...(values['older-than-days'] !== undefined ? { olderThanDays: values['older-than-days'] } : {}) }, out);
     case 'drift': return (await import('./commands/drift.ts')).driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'show': {
@@ -203,7 +250,7 @@ export async function runCli(): Promise<void> {
     // Bad input is the user's to fix: a one-line message and exit code 2. Anything else is ours: exit 1.
     const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
     const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
-    process.stderr.write(`stepwise: ${cliErrorLine(error)}\n`);
+    process.stderr.write(`stepwise: ${printable(cliErrorLine(error))}\n`);
     process.exitCode = userError || parseError ? 2 : 1;
   }
 }

@@ -80,10 +80,16 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
 
   // The same operations as the API's POST /runs/:id/fork, /retry and /cancel, from forms.
   app.post('/runs/:runId/fork', async (c) => {
-    const form = forkForm.safeParse(await c.req.parseBody());
-    if (!form.success) return c.html(messagePage('Not understood', 'Give the step to fork from, a whole number.'), 400);
+    const given = (await c.req.parseBody()).fromStep;
+    // Digits only, as GET /runs/:id/steps/:step reads a step: Number() would read "" as step 0, and " 3",
+    // "0x2" and "1e0" as other steps than the form shows.
+    const fromStep = typeof given === 'string' && /^\d{1,9}$/.test(given) ? Number(given) : undefined;
+    if (fromStep === undefined) {
+      const got = typeof given === 'string' ? `got ${JSON.stringify(given)}` : 'got none';
+      return c.html(messagePage('Not understood', `The step to fork from is a whole number from 0, in digits only; ${got}.`), 400);
+    }
     return refusal(c, async () => {
-      const forked = await forkRun(deps, c.req.param('runId'), { fromStep: form.data.fromStep });
+      const forked = await forkRun(deps, c.req.param('runId'), { fromStep });
       return back(c, forked.runId);
     });
   });
@@ -99,7 +105,6 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
 }
 
 const back = (c: Context, runId: string) => c.redirect(`/inspect/runs/${encodeURIComponent(runId)}`, 303);
-const forkForm = z.object({ fromStep: z.coerce.number().int().nonnegative() });
 
 /** An operation the run's state refuses (retry a completed run, fork past its last step): a page that says why. */
 async function refusal(c: Context, operate: () => Promise<Response>): Promise<Response> {

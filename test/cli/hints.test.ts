@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { WaitRecord } from '../../lib/core/state.ts';
 import { waitingHint } from '../../lib/cli/commands/run.ts';
-import { agentFlag } from '../../lib/cli/context.ts';
+import { agentFlag, storeFlags } from '../../lib/cli/context.ts';
 import { answerCommand } from '../../lib/cli/format.ts';
 
 /** The next commands the CLI prints: one wording for a wait's answer, one for the agent's flag. */
@@ -24,6 +24,11 @@ describe('next-command hints', () => {
     expect(waitingHint(approval, 'r1', ' --agent a.ts')).toBe('answer with `stepwise approve|reject r1`, or open the link while `stepwise serve --agent a.ts` runs');
     expect(waitingHint(event, 'r1', ' --agent a.ts')).toBe('answer with `stepwise emit order.paid order-7 [json]`');
     expect(waitingHint(sleep, 'r1', ' --agent a.ts')).toBe('it wakes at 2026-12-06T09:00:00.000Z');
+    // The store the run is in, when a flag chose it, goes with each command, quoted for the shell.
+    const store = storeFlags({ db: "my runs/it's.db", backend: 'local' });
+    expect(store).toBe(" --db 'my runs/it'\\''s.db' --backend local");
+    expect(waitingHint(approval, 'r1', ' --agent a.ts', store)).toBe(`answer with \`stepwise approve|reject r1${store}\`, or open the link while \`stepwise serve --agent a.ts${store}\` runs`);
+    expect(agentFlag({ agent: 'my agents/a.ts' })).toBe(" --agent 'my agents/a.ts'");
   });
 
   it('names the agent as given; none when STEPWISE_AGENT names it for the next command too; else a placeholder', () => {

@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RUNS_SHOWN } from '../../lib/cli/commands/read.ts';
@@ -49,6 +51,44 @@ describe('stepwise status over more runs than it shows', () => {
 
     const waiting = await stepwiseCli(['status', '--status', 'waiting'], env);
     expect(waiting.out.trim()).toBe('no runs');
+  });
+
+  it('the next page\'s command carries the options that chose the store, quoted for the shell, and reads it pasted', async () => {
+    // The same database through a directory whose name a shell would split and expand unquoted.
+    const odd = mkdtempSync(join(tmpdir(), 'stepwise-odd-'));
+    try {
+      const link = join(odd, "my runs, it's $HOME");
+      symlinkSync(dirname(db.path), link);
+      const oddDb = join(link, 'stepwise.db');
+      const noEnvDb = { STEPWISE_DB: undefined, STEPWISE_LOG_LEVEL: 'warn' };
+      const quoted = `'${oddDb.replace(/'/g, `'\\''`)}'`;
+
+      const table = await stepwiseCli(['status', '--db', oddDb, '--backend', 'local'], noEnvDb);
+      expect(table.code).toBe(0);
+      const note = /^\(1000 runs shown; the next 1000: (stepwise status .*)\)$/.exec(table.out.trim().split('\n').at(-1)!);
+      expect(note).not.toBeNull();
+      expect(note![1]).toMatch(/^stepwise status --db .* --backend local --cursor \S+$/);
+      expect(note![1]).toContain(`--db ${quoted} --backend local`);
+      const json = await stepwiseCli(['status', '--db', oddDb, '--json'], noEnvDb);
+      expect(json.err.trim()).toMatch(/^stepwise: 1000 runs shown; the next 1000: stepwise status --db '.*' --cursor \S+$/);
+
+      // Pasted into a shell elsewhere, with no STEPWISE_DB: the rest of the same store.
+      const pasted = note![1]!.replace(/^stepwise /, `"${process.execPath}" "${BIN}" `);
+      const { STEPWISE_DB: _unset, ...elsewhere } = process.env;
+      const child = spawn('bash', ['-c', pasted], { cwd: odd, env: { ...elsewhere, STEPWISE_LOG_LEVEL: 'warn' } });
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (d: Buffer) => { out += d; });
+      child.stderr.on('data', (d: Buffer) => { err += d; });
+      const code = await new Promise((resolve) => child.on('exit', resolve));
+      expect(err).toBe('');
+      expect(code).toBe(0);
+      const rest = out.trim().split('\n').slice(1);
+      expect(rest).toHaveLength(1);
+      expect(rest[0]).toMatch(/^many-\d+\s/);
+    } finally {
+      rmSync(odd, { recursive: true, force: true });
+    }
   });
 
   // Real pipes; the exit code of the stepwise side is printed. `true` reads nothing and is gone long before

@@ -73,6 +73,25 @@ describe('a run waiting for an event, from the terminal', () => {
     }
   });
 
+  it('emit after the deadline says the wait had expired and the run goes on with "timed out", not that no run waited', { timeout: 120_000 }, async () => {
+    const own = tempDb();
+    const ownEnv = { ...env, STEPWISE_DB: own.path };
+    try {
+      const short = join(ROOT, 'test/support/short-event-agent.ts');
+      const run = await stepwiseCli(['run', '--agent', short, '--goal', 'wait a second for order late', '--run-id', 'ev-late'], ownEnv);
+      expect(run.out.trim().split('\n').at(-1)).toMatch(/^run ev-late: waiting at version 2 /);
+      const { wait } = JSON.parse((await stepwiseCli(['status', 'ev-late', '--json'], ownEnv)).out) as { wait: { deadline: number } };
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, wait.deadline - Date.now()) + 200));
+      const late = await stepwiseCli(['emit', 'order.paid', 'order-late', '{"amount":1}', '--id', 'late-1'], ownEnv);
+      expect(late.code).toBe(0);
+      expect(late.out.trim()).toBe(`event late-1 (order.paid/order-late): run ev-late: the wait had expired at ${new Date(wait.deadline).toISOString()}; it continues with "timed out", not this event; kept for a wait that begins soon`);
+      const done = await stepwiseCli(['run', '--agent', short, '--run-id', 'ev-late'], ownEnv);
+      expect(done.out).toMatch(/completed after 1 steps: saw: .*"timedOut":true/);
+    } finally {
+      own.cleanup();
+    }
+  });
+
   it('`run` whose wait is answered as it begins, by an event sent before, works on to the end in one go', { timeout: 120_000 }, async () => {
     const own = tempDb();
     const ownEnv = { ...env, STEPWISE_DB: own.path };

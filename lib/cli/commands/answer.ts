@@ -52,12 +52,30 @@ export async function emitCommand(args: string[], options: EmitOptions, out: (li
       { ...cliDeps(backend), events: backend.waits.events, waitingFor: (t, k) => backend.store.waitingFor(t, k) },
       event,
     );
-    const resumed = result.resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId);
-    out(`event ${result.event.id} (${type}/${key})${result.fresh ? '' : ' seen before'}: ${resumed.length ? `resumed ${resumed.join(', ')}` : 'no run was waiting for it; kept for a wait that begins soon'}`);
+    out(`event ${result.event.id} (${type}/${key})${result.fresh ? '' : ' seen before'}: ${emitted(result.resumed)}`);
     return 0;
   } finally {
     backend.close();
   }
+}
+
+/**
+ * What became of each run the event matched, as it was: resumed, or (the emit itself found the deadline
+ * passed) moved on with "timed out", or not answered and why. The event is kept all the same.
+ */
+function emitted(outcomes: AnswerOutcome[]): string {
+  if (!outcomes.length) return 'no run was waiting for it; kept for a wait that begins soon';
+  const resumed = outcomes.filter((o) => o.outcome === 'resumed').map((o) => o.runId);
+  const others = outcomes.filter((o) => o.outcome !== 'resumed').map((o) => {
+    switch (o.outcome) {
+      case 'expired': return `run ${o.runId}: the wait had expired at ${new Date(o.deadline).toISOString()}; it continues with "timed out", not this event`;
+      case 'already-answered': return `run ${o.runId}: the wait was already answered (step ${o.record.step}): nothing changed`;
+      case 'not-waiting': return `run ${o.runId}: no longer waiting for it (it is ${o.status}): nothing changed`;
+      case 'unknown-run': return `run ${o.runId}: gone: nothing changed`;
+      case 'refused': return `run ${o.runId}: refused: ${o.reason}`;
+    }
+  });
+  return [...(resumed.length ? [`resumed ${resumed.join(', ')}`] : []), ...others, ...(resumed.length ? [] : ['kept for a wait that begins soon'])].join('; ');
 }
 
 function cliDeps(backend: Awaited<ReturnType<typeof openBackend>>) {

@@ -1,7 +1,7 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import type { Budget } from '../../core/state.ts';
 import { forkRun } from '../../engine/operate/fork.ts';
-import { agentFlag, openBackend, operateDeps, type CliOptions } from '../context.ts';
+import { agentFlag, openBackend, operateDeps, storeFlags, type CliOptions } from '../context.ts';
 
 export interface ForkOptions extends CliOptions {
   fromStep?: number;
@@ -23,7 +23,7 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
     });
     const from = `${forked.forkedFrom.runId} at step ${forked.forkedFrom.step}`;
     out(forked.created
-      ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); \`stepwise run${agentFlag(options)} --run-id ${forked.runId}\` or a worker works it`
+      ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); \`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${forked.runId}\` or a worker works it`
       : `run ${forked.runId} already exists, forked from ${from}: nothing changed`);
     return 0;
   } finally {

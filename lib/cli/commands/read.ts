@@ -1,10 +1,10 @@
 import { NewerFormatError, UnknownRunError } from '../../core/errors.ts';
 import type { RunStatus } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
-import { historyTable, runDetail, runsTable } from '../format.ts';
+import { historyTable, runDetail, runsTable, shellWord } from '../format.ts';
 import { runCost } from '../../llm/cost.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
-import { openBackend, type CliOptions } from '../backend.ts';
+import { openBackend, storeFlags, type CliOptions } from '../backend.ts';
 
 export interface ReadOptions extends CliOptions {
   json?: boolean;
@@ -35,7 +35,9 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
       });
       out(options.json ? JSON.stringify(runs, null, 2) : runs.length ? runsTable(runs) : 'no runs');
       if (next) {
-        const note = `${RUNS_SHOWN} runs shown; the next ${RUNS_SHOWN}: stepwise status${options.status ? ` --status ${options.status}` : ''} --cursor ${next}`;
+        // The next page's command reads the same store, pasted as it is printed.
+        const again = `stepwise status${storeFlags(options)}${options.status ? ` --status ${options.status}` : ''} --cursor ${shellWord(next)}`;
+        const note = `${RUNS_SHOWN} runs shown; the next ${RUNS_SHOWN}: ${again}`;
         // Under --json the note would break the JSON: it goes to stderr there.
         if (options.json) process.stderr.write(`stepwise: ${note}\n`);
         else out(`(${note})`);

@@ -4,7 +4,7 @@ import { isTerminal, type WaitRecord } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { openLocalEngine } from '../../local/engine.ts';
 import type { CheckpointStore } from '../../ports.ts';
-import { backendKind } from '../backend.ts';
+import { backendKind, storeFlags } from '../backend.ts';
 import { agentFlag, dbPath, requireAgent } from '../context.ts';
 import { answerCommand } from '../format.ts';
 import { progressLine } from '../progress.ts';
@@ -45,9 +45,9 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
       process.off('SIGTERM', onSignal);
     }
     const { status } = final.state;
-    const again = `\`stepwise run${agentFlag(options)} --run-id ${started.runId}\``;
+    const again = `\`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${started.runId}\``;
     const resume = interrupted && status === 'running' ? ` (stopped by ${interrupted} after the step in hand; ${again} or a worker continues it)`
-      : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, agentFlag(options))}; then ${again} or a worker continues it)` : '';
+      : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, agentFlag(options), storeFlags(options))}; then ${again} or a worker continues it)` : '';
     out(`run ${started.runId}: ${status} at version ${final.version}${resume}`);
     return isTerminal(status) && status !== 'completed' ? 1 : 0;
   } finally {
@@ -56,10 +56,10 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
 }
 
 /** What ends a wait `run` stopped at: the command that answers it, or the time a worker takes it up. */
-export function waitingHint(wait: WaitRecord, runId: string, agentFlag: string): string {
+export function waitingHint(wait: WaitRecord, runId: string, agentFlag: string, store = ''): string {
   const answer = answerCommand(runId, wait);
   if (!answer) return `it wakes at ${new Date(wait.deadline).toISOString()}`;
-  return `answer with \`${answer}\`${wait.kind === 'approval' ? `, or open the link while \`stepwise serve${agentFlag}\` runs` : ''}`;
+  return `answer with \`${answer}${store}\`${wait.kind === 'approval' ? `, or open the link while \`stepwise serve${agentFlag}${store}\` runs` : ''}`;
 }
 
 /** `run --run-id id` without --goal resumes that run: its goal is the one it was started with. */

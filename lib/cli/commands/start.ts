@@ -3,7 +3,7 @@ import { startRun } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
-import { agentFlag, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { agentFlag, openBackend, requireAgent, storeFlags, workerId, type CliOptions } from '../context.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -23,7 +23,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
       { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) },
     );
     if (started.created) {
-      out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}\` works it`);
+      out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`);
     } else {
       const stored = await runtime.store.load(started.runId);
       out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed`);
