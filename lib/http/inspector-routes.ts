@@ -3,7 +3,7 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
-import { NewerFormatError, StepwiseError, isPermanent } from '../core/errors.ts';
+import { NewerFormatError, StepwiseError, UnreadableCheckpointError, isPermanent } from '../core/errors.ts';
 import { isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -14,7 +14,7 @@ import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { runPage, runsPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
-import { messagePage, pageHeaders } from './pages.ts';
+import { messagePage, pageHeaders, type Page } from './pages.ts';
 
 const COOKIE = 'stepwise_token';
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
@@ -58,8 +58,10 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     const runId = c.req.param('runId');
     const stored = await deps.store.load(runId);
     if (!stored) return c.html(messagePage('Unknown run', `There is no run ${runId}.`), 404);
+    const state = decoded(stored);
+    if (!state.ok) return c.html(state.page, state.status);
     const history = await deps.store.history(runId);
-    return c.html(runPage({ state: decodeState(stored), version: stored.version, history, model: model(), actions: true }));
+    return c.html(runPage({ state: state.state, version: stored.version, history, model: model(), actions: true }));
   });
 
   app.post('/runs/:runId/waits/:waitId', async (c) => {
@@ -67,7 +69,9 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     const form = answerForm.safeParse(await c.req.parseBody());
     if (!form.success) return c.html(messagePage('Not understood', 'Press Approve or Reject.'), 400);
     const stored = await deps.store.load(runId);
-    const wait = stored && decodeState(stored).wait;
+    const state = stored && decoded(stored);
+    if (state && !state.ok) return c.html(state.page, state.status);
+    const wait = state?.state.wait;
     // The inspector answers as the operator who holds the API token: recorded as the wait's first approver.
     const by = wait?.approvers?.[0] ?? 'operator';
     const comment = form.data.comment?.trim();
@@ -102,6 +106,24 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     return back(c, c.req.param('runId'));
   }));
   return app;
+}
+
+/**
+ * The run's state, or the page that says why it cannot be shown: a checkpoint no code can read, or one
+ * written by newer code (the list shows both by status; a browser gets a page, not the API's JSON).
+ */
+function decoded(stored: Parameters<typeof decodeState>[0]): { ok: true; state: ReturnType<typeof decodeState> } | { ok: false; page: Page; status: 409 | 500 } {
+  try {
+    return { ok: true, state: decodeState(stored) };
+  } catch (error) {
+    if (error instanceof NewerFormatError) {
+      return { ok: false, status: 409, page: messagePage('Written by newer code', `${error.message}. Open it with an inspector of a version that reads it; nothing was changed.`) };
+    }
+    if (error instanceof UnreadableCheckpointError) {
+      return { ok: false, status: 500, page: messagePage('Unreadable checkpoint', `${error.message}. \`stepwise status\` and the run list show it by its status; nothing was changed.`) };
+    }
+    throw error;
+  }
 }
 
 const back = (c: Context, runId: string) => c.redirect(`/inspect/runs/${encodeURIComponent(runId)}`, 303);

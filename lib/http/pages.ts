@@ -10,7 +10,7 @@ import type { RunState, StepRecord, WaitRecord } from '../core/state.ts';
  * tool arguments, model text and comments show as text, whatever they contain.
  */
 
-type Page = HtmlEscapedString | Promise<HtmlEscapedString>;
+export type Page = HtmlEscapedString | Promise<HtmlEscapedString>;
 
 const STYLE = `body{font:15px/1.5 system-ui,sans-serif;max-width:46rem;margin:2rem auto;padding:0 1rem;color:#1b1b1b}
 h1{font-size:1.35rem}pre{background:#f4f4f4;padding:.75rem;overflow:auto;white-space:pre-wrap;word-break:break-word}

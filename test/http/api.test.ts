@@ -149,6 +149,19 @@ describe('the JSON API', () => {
     expect(needs).toEqual([expect.objectContaining({ runId: 'api-newer', status: 'running', needs: 'head format 9' })]);
     const page = await (await app.api('/inspect')).text();
     expect(page).toMatch(/api-newer<\/a><\/td><td class="status">running <span class="needs">\(needs head format 9\)<\/span>/);
+    // Its own page, and an answer posted from one, are pages that say why, not the API's JSON.
+    for (const response of [await app.api('/inspect/runs/api-newer'), await app.api('/inspect/runs/api-newer/waits/w1', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'decision=approve' })]) {
+      expect(response.status).toBe(409);
+      expect(response.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(await response.text()).toMatch(/Written by newer code[\s\S]*needs code that reads head format 9/);
+    }
+    // A checkpoint no code can read: a page that says which and why.
+    app.runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'api-newer' AND version = 1").run(JSON.stringify({ ...JSON.parse(head), usage: null }));
+    const unreadable = await app.api('/inspect/runs/api-newer');
+    expect(unreadable.status).toBe(500);
+    expect(unreadable.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(await unreadable.text()).toMatch(/Unreadable checkpoint[\s\S]*checkpoint 1 of run api-newer is unreadable/);
+    expect((await app.runtime.store.load('api-newer'))).toMatchObject({ version: 1, status: 'running' });
   });
 
   it('pages through runs and waits with the next cursor: every run once; a bad cursor is a 400', async () => {
