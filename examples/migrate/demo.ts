@@ -12,15 +12,18 @@ import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createServer } from 'node:net';
+import { constants as osConstants } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { readOutbox } from '../../lib/waits/outbox-notifier.ts';
+import migrateAgent from './agent.ts';
 import { checkMigration, openMigrationDb, seedSource } from './migration-db.ts';
+import { BATCH_SIZE } from './scripted-model.ts';
 
 const USAGE = `usage: npm run demo [-- --approve]
 
-Migrates DEMO_ROWS rows (default 1000) in batches with the offline model (or Claude, with
+Migrates DEMO_ROWS rows (default 1000, at most ${maxRows()}) in batches with the offline model (or Claude, with
 ANTHROPIC_API_KEY set), kills its worker mid-step, resumes on a fresh one, and waits for approval
 before the risky step. Its files go to .stepwise/demo-<time>/.
 
@@ -40,11 +43,30 @@ if (flags.help) {
   process.exit(0);
 }
 
+/**
+ * The run takes one step per batch and four more (inspect_tables, verify, request_approval, drop_source):
+ * more batches than the agent's step cap leaves room for would end the run capped, not at its approval.
+ */
+function maxRows(): number {
+  return BATCH_SIZE * ((migrateAgent.settings?.stepCap ?? 60) - 4);
+}
+
+// Checked before anything starts: zero rows (or a typo, which Number() reads as NaN) leave no batch to
+// crash in, and a bad value used to show only as a timeout a minute later.
+const rowsText = process.env.DEMO_ROWS?.trim() || '1000';
+const ROWS = /^\d+$/.test(rowsText) ? Number(rowsText) : NaN;
+if (!(ROWS >= 1 && ROWS <= maxRows())) {
+  process.stderr.write(`demo: DEMO_ROWS must be a whole number from 1 to ${maxRows()}, got "${rowsText}"\n`);
+  process.exit(2);
+}
+
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'examples/migrate/agent.ts');
-const ROWS = Number(process.env.DEMO_ROWS ?? 1000);
-const KILL_AT_STEP = 6;
+// Step 1 inspects the tables and steps 2 to batches + 1 copy them: the kill lands in the middle copy_batch
+// for any row count (step 6 of 10 batches for the default 1000 rows). The offline model copies BATCH_SIZE
+// rows a step; Claude may batch otherwise, which the wait for worker A reports instead of timing out.
+const KILL_AT_STEP = 1 + Math.ceil(Math.ceil(ROWS / BATCH_SIZE) / 2);
 const VISIBILITY_MS = 2000;
 
 const dir = resolve(ROOT, '.stepwise', `demo-${Date.now()}`);
@@ -56,10 +78,36 @@ const say = (line: string) => process.stdout.write(`${line}\n`);
 const autoApprove = flags.approve === true || !process.stdin.isTTY;
 let publicUrl = '';
 
+/** The children still running: stopped when the demo fails or is stopped, so none outlives it. */
+const children = new Set<ChildProcess>();
+let stopping = false;
+
 function stepwise(args: string[], env: Record<string, string> = {}): ChildProcess {
-  return spawn(process.execPath, [BIN, ...args, '--db', stepwiseDb], {
+  // main() goes on between awaits while the demo stops: it must not start a child nobody would stop.
+  if (stopping) throw new Error('the demo is stopping');
+  const child = spawn(process.execPath, [BIN, ...args, '--db', stepwiseDb], {
     cwd: ROOT, env: { ...process.env, MIGRATE_DB: migrateDb, STEPWISE_LOG_LEVEL: 'warn', STEPWISE_PUBLIC_URL: publicUrl, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
   });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+/**
+ * Stops the demo: SIGKILLs its children and waits until each has exited (and is reaped), then exits.
+ * SIGKILL, not SIGTERM: a worker stopped gently first finishes its step, and worker A may be holding in one
+ * for a minute; a stopped demo's run, in its own directory, is scratch. The first reason to stop wins.
+ */
+async function stop(code: number, why: string): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  process.stderr.write(why);
+  await Promise.all([...children].map((child) => {
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    return exited;
+  }));
+  process.exit(code);
 }
 
 function freePort(): Promise<number> {
@@ -115,11 +163,18 @@ async function main(): Promise<void> {
   if (started.code !== 0) throw new Error(`start failed: ${started.out}`);
   say(`\n1. ${started.out.trim().split('\n')[0]}`);
 
-  say(`\n2. worker A works the run; it will be killed with SIGKILL inside step ${KILL_AT_STEP}, after its batch is copied, before its checkpoint`);
   const a = worker('worker A', { DEMO_HOLD_AFTER_STEP: String(KILL_AT_STEP) });
+  say(`\n2. worker A (pid ${a.pid}) works the run; it will be killed with SIGKILL inside step ${KILL_AT_STEP}, after its batch is copied, before its checkpoint`);
   let holding = false;
   createInterface({ input: a.stderr! }).on('line', (l) => { if (l.startsWith('demo-hold:')) holding = true; });
-  await waitFor(() => holding, `worker A to reach step ${KILL_AT_STEP}`);
+  await waitFor(() => {
+    if (holding) return true;
+    // Said at once: worker A will not hold now, and waiting out the timeout would only hide why.
+    if (a.exitCode !== null || a.signalCode !== null) throw new Error(`worker A exited (${a.exitCode ?? a.signalCode}) before it reached step ${KILL_AT_STEP}`);
+    const status = statusOf();
+    if (status !== 'running') throw new Error(`the run is ${status}, but worker A never held in step ${KILL_AT_STEP}, where the demo expects its middle copy_batch of ${BATCH_SIZE} rows (what the run did: stepwise status ${runId} --db ${stepwiseDb})`);
+    return false;
+  }, `worker A to reach step ${KILL_AT_STEP}`);
   a.kill('SIGKILL');
   await new Promise((r) => a.on('exit', r));
   say(`  worker A (pid ${a.pid}) killed with SIGKILL in the middle of step ${KILL_AT_STEP}`);
@@ -133,6 +188,7 @@ async function main(): Promise<void> {
   say(`\n4. the run waits for approval before dropping the source table: its checkpoint says "waiting", worker B has stopped, nothing runs`);
   const server = stepwise(['serve', '--agent', AGENT, '--port', String(port)]);
   await lineOf(server, /^serving /);
+  say(`  stepwise serve (pid ${server.pid}) serves the approval page at ${publicUrl}`);
   const link = readOutbox(join(dir, 'outbox'))[0]?.link;
   say(`  the approval email is in ${join(dir, 'outbox')}; its link: ${link}`);
   if (autoApprove) {
@@ -185,7 +241,11 @@ function statusOf(): string {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`demo failed: ${(error as Error).stack ?? String(error)}\n`);
-  process.exitCode = 1;
-});
+// A failure, or a supervisor's (or `timeout`'s) signal to this process alone, stops the children too: left
+// running, they kept a failed demo waiting on their pipes, and outlived a killed one.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => void stop(128 + osConstants.signals[signal], `demo stopped (${signal}); stopping its workers and server\n`));
+}
+// The last resort, for an exit that did not come through stop() (an error thrown in an event handler).
+process.on('exit', () => { for (const child of children) child.kill('SIGKILL'); });
+main().catch((error: unknown) => stop(1, `demo failed: ${(error as Error).stack ?? String(error)}\n`));
