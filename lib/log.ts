@@ -1,5 +1,6 @@
 import { pino, type Logger } from 'pino';
 import { logFormat, type LogFormat } from './log-format.ts';
+import { printable } from './core/printable.ts';
 import { redactSecrets } from './redact.ts';
 
 export type { Logger };
@@ -46,7 +47,8 @@ export function prettyLine(json: string): string {
   const fields = Object.entries(entry)
     .filter(([key, value]) => !HIDDEN.has(key) && value !== undefined)
     .map(([key, value]) => `${key}=${fieldText(value)}`);
-  return `${String(entry.level)}: ${String(entry.msg ?? '')}${fields.length ? ` (${fields.join(' ')})` : ''}\n`;
+  // Run ids, goals and errors in a field come from models, programs and events: shown, not acted on.
+  return `${printable(`${String(entry.level)}: ${String(entry.msg ?? '')}${fields.length ? ` (${fields.join(' ')})` : ''}`)}\n`;
 }
 
 function fieldText(value: unknown): string {

@@ -3,7 +3,7 @@ import { StepwiseError } from '../core/errors.ts';
 import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, setLogFormat } from '../log-format.ts';
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
-import { printable } from './format.ts';
+import { printable } from '../core/printable.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 

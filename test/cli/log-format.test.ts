@@ -37,6 +37,12 @@ describe('log format', () => {
     ]);
   });
 
+  it('shows control characters in the pretty form as escapes, not sent to the terminal', () => {
+    const { log, lines } = capture('pretty');
+    log.warn({ event: 'step-failed', runId: 'r\u001b]0;pwned\u0007', error: '\u001b[31mred' }, 'failed: \u009b2J');
+    expect(lines).toEqual(['warn: failed: \\u009b2J (event=step-failed runId=r\\u001b]0;pwned\\u0007 error=\\u001b[31mred)\n']);
+  });
+
   it('keeps the info lines available in the pretty form with STEPWISE_LOG_LEVEL=info', () => {
     const { log, lines } = capture('pretty', { STEPWISE_LOG_LEVEL: 'info' });
     log.info({ event: 'checkpoint', runId: 'r1', step: 1, workerId: 'w1', bytes: 900 }, 'checkpoint written');
