@@ -2,7 +2,7 @@ import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
-import { agentNames } from '../agent.ts';
+import { agentNames, worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
@@ -72,6 +72,20 @@ export function apiRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   if (deps.apiToken) app.use('*', bearer(deps.apiToken));
   app.use('*', jsonBodies);
+  // On AWS the queue is this agent's alone: answering, retrying, cancelling or forking a run of another
+  // agent sharing the table would send its next message here, where none of its workers read.
+  if (deps.agentQueue) {
+    app.use('/runs/:runId/*', async (c, next) => {
+      if (c.req.method !== 'POST') return next();
+      const stored = await deps.store.load(c.req.param('runId'));
+      let agent: string | undefined;
+      try { agent = stored ? decodeState(stored).agent : undefined; } catch { agent = undefined; } // the route says why it cannot be read
+      if (agent !== undefined && !worksRunsOf(deps.agent, agent)) {
+        return c.json({ error: `run ${c.req.param('runId')} belongs to agent "${agent}", not "${deps.agent.name}": operate it through that agent's API, whose queue its workers read` }, 409);
+      }
+      return next();
+    });
+  }
 
   app.post('/runs', zValidator('json', startBody, invalid), async (c) => {
     const body = c.req.valid('json');

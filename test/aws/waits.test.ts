@@ -209,6 +209,14 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     // So does A's API, sent the event by a program.
     const posted = await apiHandler({ agent: shopA, agentQueue: true })(apiEvent('POST', '/events', JSON.stringify({ type: 'order.paid', key }), { 'content-type': 'application/json' }));
     expect({ status: posted.statusCode, resumed: JSON.parse(posted.body).resumed }).toEqual({ status: 202, resumed: [] });
+    // Nor does it answer, cancel or fork B's run when asked by its id: told whose run it is.
+    const waitId = (await state(runId)).wait!.id;
+    for (const [path, body] of [[`/runs/${runId}/waits/${waitId}`, { decision: 'approve', by: APPROVER }], [`/runs/${runId}/cancel`, { by: 'ops' }], [`/runs/${runId}/fork`, { fromStep: 0 }]] as const) {
+      const refused = await apiHandler({ agent: shopA, agentQueue: true })(apiEvent('POST', path, JSON.stringify(body), { 'content-type': 'application/json' }));
+      expect({ status: refused.statusCode, body: JSON.parse(refused.body) }, path).toEqual({
+        status: 409, body: { error: `run ${runId} belongs to agent "shop-b", not "${shopA.name}": operate it through that agent's API, whose queue its workers read` },
+      });
+    }
     expect((await state(runId)).status).toBe('waiting');
     expect(await handlerOf(shopB)(paid, { awsRequestId: 'b1' })).toEqual({ started: [], resumed: [runId] });
     const done = await pollUntil(b, runId, ['completed', 'failed']);
