@@ -18,7 +18,8 @@ const IGNORES_KEY = process.env.CHAOS_SABOTAGE === 'effect-ignores-key';
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const HANG_LIMIT_MS = 3_000;
-const HANG_RATE = Number(process.env.CHAOS_HANG_RATE ?? 0.08);
+/** The steps whose first try never returns, as the schedule drew them from its seed (process-schedule.ts). */
+const HANG_KEYS = new Set((process.env.CHAOS_HANG_KEYS ?? '').split(',').filter(Boolean));
 
 /** An effect that never returns (a lost reply, a lock never given back), counted for the totals. */
 function hangHere(d: Database.Database, key: string, at: 'before' | 'after'): Promise<never> {
@@ -70,10 +71,10 @@ export default defineAgent({
       const d = effects();
       const long = Math.random() < 0.125;
       if (long) d.prepare('INSERT INTO long_effects (key) VALUES (?)').run(ctx.idempotencyKey);
-      // Some first tries never return (CHAOS_HANG_RATE, default one in twelve), before or after their
-      // effect: the try ends at the limit, the claim is no longer renewed, and the next try takes the key
-      // when its lease ends. Only a first try, so no step fails its run for it.
-      const hang = ctx.attempt === 1 && Math.random() < HANG_RATE ? (Math.random() < 0.5 ? 'before' : 'after') : undefined;
+      // Some first tries never return (the schedule's CHAOS_HANG_KEYS), before or after their effect: the
+      // try ends at the limit, the claim is no longer renewed, and the next try takes the key when its
+      // lease ends. Only a first try, so no step fails its run for it.
+      const hang = ctx.attempt === 1 && HANG_KEYS.has(ctx.idempotencyKey) ? (Math.random() < 0.5 ? 'before' : 'after') : undefined;
       if (hang === 'before') return hangHere(d, ctx.idempotencyKey, hang);
       await pause(long ? 1200 + Math.random() * 800 : Math.random() * 40);
       d.transaction(() => {

@@ -20,6 +20,23 @@ import type { ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
 import { openProcessBackend, type ProcessBackendKind } from './process-backends.ts';
 import { rng } from './random.ts';
+import { idempotencyKey } from '../../lib/core/keys.ts';
+
+/** The agent's default share of steps whose effect never returns on its first try. */
+const DEFAULT_HANG_RATE = 0.08;
+
+/**
+ * The steps whose effect never returns on its first try: drawn from the seed (a stream of its own, so the
+ * kills and pauses a seed gave stay the same), not in the worker, so a schedule asked for hangs has them
+ * every time it is run (drawn there, a small schedule sometimes had none). At least one when a rate is
+ * asked for.
+ */
+function hungKeys(seed: number, runIds: string[], steps: number, rate: number | undefined): string[] {
+  const draw = rng(seed ^ 0x5bd1e995);
+  const all = runIds.flatMap((runId) => Array.from({ length: steps }, (_, i) => idempotencyKey(runId, i + 1)));
+  const keys = all.filter(() => draw.chance(rate ?? DEFAULT_HANG_RATE));
+  return keys.length || rate === undefined ? keys : [draw.pick(all)];
+}
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const BIN = join(ROOT, 'bin/stepwise.js');
@@ -41,6 +58,7 @@ export async function processSchedule(
   const effectsDb = join(dir, 'effects.db');
   const steps = r.int(4, 8);
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
+  const hangKeys = hungKeys(seed, runs.map((run) => run.runId), steps, options.hangRate);
   const report: ScheduleReport = {
     seed, runs: runs.length, steps: runs.length * steps, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0,
     longEffects: 0, modelFaults: 0, modelCalls: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
@@ -49,7 +67,7 @@ export async function processSchedule(
   const env = {
     ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
     ...(options.sabotage ? { CHAOS_SABOTAGE: options.sabotage } : {}),
-    ...(options.hangRate !== undefined ? { CHAOS_HANG_RATE: String(options.hangRate) } : {}),
+    CHAOS_HANG_KEYS: hangKeys.join(','),
   };
   const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
