@@ -281,7 +281,7 @@ export class Stepwise extends Construct {
     }
   }
 
-  /** The CloudFormation outputs the `stepwise` CLI's `--stack` reads: TableName, BucketName, QueueUrl, ApiUrl. */
+  /** The CloudFormation outputs the `stepwise` CLI's `--stack` reads: TableName, BucketName, QueueUrl, ApiUrl, AgentNames. */
   addStackOutputs(): void {
     const stack = Stack.of(this);
     // The CLI's --stack reads these names: one agent's per stack.
@@ -293,6 +293,8 @@ export class Stepwise extends Construct {
     new CfnOutput(stack, 'BucketName', { value: this.bucket.bucketName, description: 'stepwise: the blob bucket' });
     new CfnOutput(stack, 'QueueUrl', { value: this.queue.queueUrl, description: `stepwise: the run queue of agent ${this.agent.name}` });
     new CfnOutput(stack, 'ApiUrl', { value: this.apiUrl, description: 'stepwise: the HTTP API (IAM) and the approval pages' });
+    // So the CLI sends to this queue only what this agent's workers take (agents may share the table).
+    new CfnOutput(stack, 'AgentNames', { value: JSON.stringify([this.agent.name, ...this.agent.formerNames]), description: 'stepwise: the agent whose workers read the queue, then its former names' });
   }
 
   functions(): NodejsFunction[] {

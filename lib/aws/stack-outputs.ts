@@ -6,7 +6,7 @@ import { errorName } from './dynamo-errors.ts';
  * The outputs the stepwise construct (infra/stepwise-construct.ts) gives its stack, by output key: after
  * `cdk deploy`, `--stack <name>` finds the resources here instead of repeating them on every command.
  */
-export const STACK_OUTPUT_KEYS = { tableName: 'TableName', bucketName: 'BucketName', queueUrl: 'QueueUrl', apiUrl: 'ApiUrl' } as const;
+export const STACK_OUTPUT_KEYS = { tableName: 'TableName', bucketName: 'BucketName', queueUrl: 'QueueUrl', apiUrl: 'ApiUrl', agentNames: 'AgentNames' } as const;
 
 export interface StackResources {
   stackName: string;
@@ -15,6 +15,11 @@ export interface StackResources {
   queueUrl: string;
   /** The HTTP API and approval pages, when the stack has them. */
   apiUrl?: string;
+  /**
+   * The agent whose workers read the queue: its name, then its former names (a JSON array in the output).
+   * Absent from a stack deployed before the output was added.
+   */
+  agentNames?: string[];
 }
 
 /** One DescribeStacks call; a missing stack or a stack without stepwise's outputs is InvalidInputError. */
@@ -40,14 +45,30 @@ export async function readStackOutputs(stackName: string, client?: CloudFormatio
       throw new InvalidInputError(`stack ${stackName} has no output ${missing.join(', ')}: is it a stepwise stack? (its outputs: ${[...outputs.keys()].join(', ') || 'none'})`);
     }
     const apiUrl = outputs.get(STACK_OUTPUT_KEYS.apiUrl);
+    const agentNames = parseAgentNames(stackName, outputs.get(STACK_OUTPUT_KEYS.agentNames));
     return {
       stackName,
       tableName: outputs.get(STACK_OUTPUT_KEYS.tableName)!,
       bucketName: outputs.get(STACK_OUTPUT_KEYS.bucketName)!,
       queueUrl: outputs.get(STACK_OUTPUT_KEYS.queueUrl)!,
       ...(apiUrl ? { apiUrl } : {}),
+      ...(agentNames ? { agentNames } : {}),
     };
   } finally {
     if (!client) cloudformation.destroy();
   }
+}
+
+function parseAgentNames(stackName: string, output: string | undefined): string[] | undefined {
+  if (!output) return undefined;
+  let names: unknown;
+  try {
+    names = JSON.parse(output);
+  } catch {
+    names = undefined;
+  }
+  if (!Array.isArray(names) || !names.length || !names.every((n) => typeof n === 'string' && n)) {
+    throw new InvalidInputError(`stack ${stackName}'s output ${STACK_OUTPUT_KEYS.agentNames} is not a JSON array of agent names: ${output.slice(0, 120)}`);
+  }
+  return names as string[];
 }

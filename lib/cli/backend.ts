@@ -34,7 +34,15 @@ export interface Backend {
   aws?: AwsRuntime;
   /** Emails, approval links, kept events: what waiting runs need on this backend. */
   waits: WaitServices & { events: EventBuffer };
+  /** On AWS, from a stack's AgentNames output: the agent whose workers read the queue (queue-agent.ts). */
+  queueAgent?: QueueAgent;
   close(): void;
+}
+
+/** The agent a queue is for: its name, then its former names, and what said so. */
+export interface QueueAgent {
+  names: readonly string[];
+  source: string;
 }
 
 /**
@@ -99,7 +107,12 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
     aws.close();
     throw error;
   }
-  return { kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, aws, waits: { ...waits, events: waits.events! }, close: () => aws.close() };
+  // The stack's queue is its agent's, unless --queue-url named another one.
+  const queueAgent = deployed?.agentNames && !options.queueUrl ? { names: deployed.agentNames, source: `stack ${deployed.stackName}` } : undefined;
+  return {
+    kind, store: aws.store, blobs: aws.blobs, ledger: aws.ledger, queue: aws.queue, aws, waits: { ...waits, events: waits.events! },
+    ...(queueAgent ? { queueAgent } : {}), close: () => aws.close(),
+  };
 }
 
 /** --backend, else STEPWISE_BACKEND, else aws when a stack is named, else local. */

@@ -56,6 +56,14 @@ describe('stepwise serve on the AWS backend', () => {
       expect((await aws.runtime().store.load('serve-aws-1'))?.version).toBe(1);
       const read = await fetch(`http://127.0.0.1:${port}/runs/serve-aws-1`, { headers: auth });
       expect(await read.json()).toMatchObject({ run: { runId: 'serve-aws-1', status: 'running', agent: 'approval-e2e' } });
+      // Another agent's run in the same table: its next message belongs on its own queue, not this one.
+      const other = await stepwiseCli(['start', '--agent', join(ROOT, 'test/support/process-agent.ts'), '--goal', 'write 1 row', '--run-id', 'serve-aws-other'], env({}));
+      expect(other.code, other.err).toBe(0);
+      const cancel = await fetch(`http://127.0.0.1:${port}/runs/serve-aws-other/cancel`, { method: 'POST', headers: auth, body: JSON.stringify({ by: 'ops' }) });
+      expect({ status: cancel.status, body: await cancel.json() }).toEqual({
+        status: 409, body: { error: 'run serve-aws-other belongs to agent "process-rows", not "approval-e2e": operate it through that agent\'s API, whose queue its workers read' },
+      });
+      expect((await aws.runtime().store.load('serve-aws-other'))?.status).toBe('running');
     } finally {
       await server.stop();
     }

@@ -14,6 +14,7 @@ import { createTestResources, type TestResources } from './aws-fixtures.ts';
  * real resources on DynamoDB Local and fauxqs, which every other call reaches.
  */
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
+const EVENT_AGENT = join(ROOT, 'test/support/event-agent.ts');
 const effects = tempDb();
 let aws: TestResources;
 const cloudformation = mockClient(CloudFormationClient);
@@ -35,7 +36,7 @@ afterAll(() => {
   effects.cleanup();
 });
 
-function deployed(stackName: string) {
+function deployed(stackName: string, agentNames?: string[]) {
   cloudformation.on(DescribeStacksCommand, { StackName: stackName }).resolves({
     Stacks: [{
       StackName: stackName, StackStatus: 'UPDATE_COMPLETE', CreationTime: new Date(),
@@ -44,6 +45,7 @@ function deployed(stackName: string) {
         { OutputKey: 'BucketName', OutputValue: aws.bucketName },
         { OutputKey: 'QueueUrl', OutputValue: aws.queueUrl },
         { OutputKey: 'ApiUrl', OutputValue: 'https://example.execute-api.us-east-1.amazonaws.com/' },
+        ...(agentNames ? [{ OutputKey: 'AgentNames', OutputValue: JSON.stringify(agentNames) }] : []),
       ],
     }],
   });
@@ -90,6 +92,43 @@ describe('the CLI against a deployed stack', () => {
     await expect(stepwise('start', '--stack', 'other', '--agent', AGENT, '--goal', 'x')).rejects.toThrow(
       'stack other has no output BucketName, QueueUrl: is it a stepwise stack? (its outputs: TableName)',
     );
+  });
+
+  it('agents sharing the table: with a stack\'s AgentNames, or --agent, the CLI sends to the queue only runs its agent\'s workers take', { timeout: 60_000 }, async () => {
+    // Agent event-cli's run, through its own queue (here the same one, named by --queue-url): waiting for an event.
+    const own = ['--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl];
+    await stepwise('start', ...own, '--agent', EVENT_AGENT, '--goal', 'wait to be paid', '--run-id', 'shared-1');
+    expect((await stepwise('worker', ...own, '--agent', EVENT_AGENT, '--idle-exit-ms', '2500')).code).toBe(0);
+    const waiting = await aws.runtime().store.load('shared-1');
+    expect(waiting?.status).toBe('waiting');
+    // Stack shop-a is agent process-rows's: its queue's workers would hand event-cli's run back.
+    deployed('shop-a', ['process-rows', 'rows-v0']);
+    const emitted = await stepwise('emit', 'order.paid', 'order-42', '--stack', 'shop-a');
+    expect(emitted.out).toMatch(/: no run was waiting for it; kept for a wait that begins soon$/);
+    const refusal = 'run shared-1 belongs to agent "event-cli", but this queue is agent "process-rows"\'s (stack shop-a), whose workers would not take it: name the stack or queue of agent "event-cli" (--stack, --queue-url)';
+    for (const command of [['approve', 'shared-1'], ['reject', 'shared-1'], ['cancel', 'shared-1'], ['retry', 'shared-1'], ['fork', 'shared-1', '--from-step', '0']]) {
+      await expect(stepwise(...command, '--stack', 'shop-a'), command[0]).rejects.toThrow(refusal);
+    }
+    await expect(stepwise('start', '--stack', 'shop-a', '--agent', EVENT_AGENT, '--goal', 'x')).rejects.toThrow(
+      'stack shop-a\'s queue is agent "process-rows"\'s, and the agent loaded is "event-cli": its workers would not take runs of it; name agent "event-cli"\'s own stack, or deploy it to this one first',
+    );
+    await expect(stepwise('worker', '--stack', 'shop-a', '--agent', EVENT_AGENT, '--idle-exit-ms', '0')).rejects.toThrow('this worker would hand back every run on it');
+    // Without the output (--queue-url names the queue), --agent says whose it is.
+    await expect(stepwise('cancel', 'shared-1', ...own, '--agent', AGENT)).rejects.toThrow('this queue is agent "process-rows"\'s (--agent)');
+    expect((await aws.runtime().store.load('shared-1'))?.version).toBe(waiting!.version);
+    // Its own agent's: resumed, and its worker finishes it.
+    const resumed = await stepwise('emit', 'order.paid', 'order-42', ...own, '--agent', EVENT_AGENT);
+    expect(resumed.out).toContain('resumed shared-1');
+    expect((await stepwise('worker', ...own, '--agent', EVENT_AGENT, '--idle-exit-ms', '2500')).code).toBe(0);
+    expect((await aws.runtime().store.load('shared-1'))?.status).toBe('completed');
+  });
+
+  it('a stack whose AgentNames output is not a JSON array of names is a one-line bad-input error', async () => {
+    cloudformation.on(DescribeStacksCommand).resolves({ Stacks: [{ StackName: 'odd', StackStatus: 'CREATE_COMPLETE', CreationTime: new Date(), Outputs: [
+      { OutputKey: 'TableName', OutputValue: aws.tableName }, { OutputKey: 'BucketName', OutputValue: aws.bucketName },
+      { OutputKey: 'QueueUrl', OutputValue: aws.queueUrl }, { OutputKey: 'AgentNames', OutputValue: 'process-rows' },
+    ] }] });
+    await expect(stepwise('status', '--stack', 'odd')).rejects.toThrow(new InvalidInputError('stack odd\'s output AgentNames is not a JSON array of agent names: process-rows'));
   });
 
   it('--stack belongs to the AWS backend', async () => {

@@ -410,7 +410,9 @@ describe('stack outputs', () => {
   it('are named as the CLI\'s --stack reads them', () => {
     const { stack, stepwise: s, template: t } = synthStepwise({}, { after: (c) => c.addStackOutputs() });
     const outputs = t.toJSON().Outputs as Json;
-    expect(Object.keys(outputs).sort()).toEqual(['ApiUrl', 'BucketName', 'QueueUrl', 'TableName']);
+    expect(Object.keys(outputs).sort()).toEqual(['AgentNames', 'ApiUrl', 'BucketName', 'QueueUrl', 'TableName']);
+    // Which agent's workers read the queue, so the CLI sends it only that agent's runs.
+    expect(JSON.parse(outputs.AgentNames.Value)).toEqual(['fixture-echo']);
     expect(outputs.QueueUrl.Value).toEqual({ Ref: (stack as any).resolve((s.queue.node.defaultChild as any).logicalId) });
   });
 

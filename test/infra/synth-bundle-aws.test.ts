@@ -64,7 +64,7 @@ afterAll(() => {
 describe('npm run synth', () => {
   it('synthesizes offline with no credentials, cdk-nag passing, with the outputs the CLI reads and one bundle per function', () => {
     expect(synth.code, synth.stderr.slice(-3000)).toBe(0);
-    expect(Object.keys(template.Outputs).sort()).toEqual(['ApiKeySecretArn', 'ApiUrl', 'BucketName', 'QueueUrl', 'TableName']);
+    expect(Object.keys(template.Outputs).sort()).toEqual(['AgentNames', 'ApiKeySecretArn', 'ApiUrl', 'BucketName', 'QueueUrl', 'TableName']);
     expect(Object.keys(template.Parameters)).toEqual(expect.arrayContaining(['SenderEmail', 'ApproverEmail']));
     const sizes: Record<string, number> = {};
     for (const [kind, description] of [['worker', /one step/], ['api', /HTTP API/], ['events', /EventBridge/], ['sweeper', /re-drives/]] as const) {

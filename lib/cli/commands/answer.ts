@@ -5,6 +5,7 @@ import { CODE_VERSION } from '../../version.ts';
 import { answerApproval, type AnswerOutcome } from '../../waits/answer.ts';
 import { checkEvent, emitEvent } from '../../waits/events.ts';
 import { openBackend, workerId, type CliOptions } from '../context.ts';
+import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
 
 export interface AnswerOptions extends CliOptions {
   comment?: string;
@@ -17,6 +18,7 @@ export async function answerCommand(decision: 'approve' | 'reject', runId: strin
   if (!runId) throw new InvalidInputError(`usage: stepwise ${decision} <runId> [--comment text] [--as approver]`);
   const backend = await openBackend(options, ['table', 'queue']);
   try {
+    await assertQueueTakesRun(backend, await queueAgentOf(backend, options), runId);
     const outcome = await answerApproval(cliDeps(backend), runId, { decision, ...(options.as ? { by: options.as } : {}), ...(options.comment ? { comment: options.comment } : {}) });
     // Who may not answer, or a run that is not there, is bad input (exit 2 and the reason on stderr); a
     // wait already answered or expired is the run's state, said on stdout with exit 1.
@@ -48,8 +50,10 @@ export async function emitCommand(args: string[], options: EmitOptions, out: (li
   // An event may come before any run: it is kept for a wait that begins soon.
   const backend = await openBackend(options, ['table', 'queue'], { create: true });
   try {
+    // On AWS, only the runs this queue's agent works: the others' events function resumes theirs.
+    const queueAgent = await queueAgentOf(backend, options);
     const result = await emitEvent(
-      { ...cliDeps(backend), events: backend.waits.events, waitingFor: (t, k) => backend.store.waitingFor(t, k) },
+      { ...cliDeps(backend), events: backend.waits.events, waitingFor: (t, k) => backend.store.waitingFor(t, k), ...(queueAgent ? { agents: queueAgent.names } : {}) },
       event,
     );
     out(`event ${result.event.id} (${type}/${key})${result.fresh ? '' : ' seen before'}: ${emitted(result.resumed)}`);

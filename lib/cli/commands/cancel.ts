@@ -1,6 +1,7 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import { cancelRun } from '../../engine/operate/cancel.ts';
 import { openBackend, operateDeps, operator, type CliOptions } from '../context.ts';
+import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
 
 export interface CancelOptions extends CliOptions {
   /** Who cancels (default: user@host). */
@@ -13,6 +14,7 @@ export async function cancelCommand(runId: string | undefined, options: CancelOp
   if (!runId) throw new InvalidInputError('usage: stepwise cancel <runId> [--reason <text>] [--as <who>]');
   const runtime = await openBackend(options, ['table', 'queue']);
   try {
+    await assertQueueTakesRun(runtime, await queueAgentOf(runtime, options), runId);
     const outcome = await cancelRun(operateDeps(runtime), runId, { by: options.as ?? operator(), ...(options.reason !== undefined ? { reason: options.reason } : {}) });
     switch (outcome.outcome) {
       case 'cancelled': out(`run ${runId} cancelled at version ${outcome.version}: it was waiting, so nothing was running`); break;

@@ -2,6 +2,7 @@ import { InvalidInputError } from '../../core/errors.ts';
 import type { Budget } from '../../core/state.ts';
 import { forkRun } from '../../engine/operate/fork.ts';
 import { agentFlag, openBackend, operateDeps, storeFlags, type CliOptions } from '../context.ts';
+import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
 
 export interface ForkOptions extends CliOptions {
   fromStep?: number;
@@ -16,6 +17,7 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
   if (!parentId || options.fromStep === undefined) throw new InvalidInputError('usage: stepwise fork <runId> --from-step <n> [--run-id <id>] [--goal <text>]');
   const runtime = await openBackend(options, ['table', 'queue']);
   try {
+    await assertQueueTakesRun(runtime, await queueAgentOf(runtime, options), parentId);
     const forked = await forkRun(operateDeps(runtime), parentId, {
       fromStep: options.fromStep,
       ...(options.runId ? { runId: options.runId } : {}), ...(options.goal !== undefined ? { goal: options.goal } : {}),

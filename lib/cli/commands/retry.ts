@@ -2,6 +2,7 @@ import { InvalidInputError } from '../../core/errors.ts';
 import type { Budget } from '../../core/state.ts';
 import { retryRun } from '../../engine/operate/retry.ts';
 import { openBackend, operateDeps, type CliOptions } from '../context.ts';
+import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 import { budgetText } from '../format.ts';
 
@@ -15,6 +16,7 @@ export async function retryCommand(runId: string | undefined, options: RetryOpti
   if (!runId) throw new InvalidInputError('usage: stepwise retry <runId> [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>]');
   const runtime = await openBackend(options, ['table', 'queue']);
   try {
+    await assertQueueTakesRun(runtime, await queueAgentOf(runtime, options), runId);
     const retried = await retryRun(operateDeps(runtime), runId, {
       ...(options.stepCap !== undefined ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}),
       pricingModel: pricingModel(),

@@ -11,6 +11,7 @@ import { EMAIL_FROM_ENV, OUTBOX_ENV, SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_EN
 import { OutboxNotifier } from '../../waits/outbox-notifier.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { makeDir } from '../../make-dir.ts';
 
 export interface ServeOptions extends CliOptions {
@@ -26,6 +27,12 @@ export interface ServeOptions extends CliOptions {
 export async function serveCommand(options: ServeOptions, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
   const backend = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
+  try {
+    assertQueueTakesAgent(backend, agent, 'start');
+  } catch (error) {
+    backend.close();
+    throw error;
+  }
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORT;
   const apiToken = process.env.STEPWISE_API_TOKEN?.trim() || localApiToken(join(dirname(dbPath(options)), 'api-token'));
@@ -34,6 +41,8 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api' }), agent, signingKey: backend.waits.signingKey,
     events: backend.waits.events, apiToken,
+    // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
+    agentQueue: backend.kind === 'aws',
   });
   const server = serve({ fetch: app.fetch, port, hostname: host });
   await new Promise<void>((resolve, reject) => {

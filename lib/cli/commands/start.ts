@@ -4,6 +4,7 @@ import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { agentFlag, openBackend, requireAgent, storeFlags, workerId, type CliOptions } from '../context.ts';
+import { assertQueueTakesAgent } from '../queue-agent.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -17,6 +18,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
   const agent = await requireAgent(options);
   const runtime = await openBackend(options, ['table', 'queue'], { create: true });
   try {
+    assertQueueTakesAgent(runtime, agent, 'start');
     const id = workerId();
     const started = await startRun(
       { store: runtime.store, queue: runtime.queue, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION, log: createLogger() },

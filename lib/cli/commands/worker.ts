@@ -3,6 +3,7 @@ import { sweepRunsAndTimers } from '../../engine/sweep.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { progressLine } from '../progress.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
@@ -18,6 +19,12 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   const agent = await requireAgent(options);
   const { model, label } = await chooseModel(agent);
   const runtime = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
+  try {
+    assertQueueTakesAgent(runtime, agent, 'work');
+  } catch (error) {
+    runtime.close();
+    throw error;
+  }
   const id = workerId();
   const deps = engineDeps(runtime, agent, model, id);
   const stop = new AbortController();
