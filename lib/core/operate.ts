@@ -44,7 +44,8 @@ export function forkState(parent: RunState, n: number, options: ForkOptions): Ru
   const at = stateAtStep(parent, n);
   const forkedFrom: ForkedFrom = { runId: parent.runId, step: n, version: options.version };
   const { budget: _b, forkedFrom: _f, ...rest } = at;
-  const budget = options.budget ?? parent.budget;
+  // The parts given replace the parent's, as on a retry: `--budget-usd` alone keeps the token budget.
+  const budget = options.budget || parent.budget ? { ...parent.budget, ...options.budget } : undefined;
   const stepCap = options.stepCap ?? parent.stepCap;
   checkStepCap(stepCap);
   // As for a retry of a capped run: a fork must have room for a step of its own, or its first step only

@@ -32,7 +32,11 @@ describe('operating transitions', () => {
     const parent = { ...runWithUsage(3), budget: { tokens: 10_000 } };
     const fork = forkState(parent, 1, { runId: 'f', version: 9, now: 50 });
     expect(fork).toMatchObject({ runId: 'f', goal: parent.goal, stepCap: 60, budget: { tokens: 10_000 }, forkedFrom: { runId: 'run', step: 1, version: 9 }, createdAt: 50 });
-    expect(forkState(parent, 1, { runId: 'g', version: 9, now: 50, goal: 'other', stepCap: 5, budget: { usd: 1 } })).toMatchObject({ goal: 'other', stepCap: 5, budget: { usd: 1 } });
+    expect(forkState(parent, 1, { runId: 'g', version: 9, now: 50, goal: 'other', stepCap: 5, budget: { usd: 1 } })).toMatchObject({ goal: 'other', stepCap: 5 });
+    // A part given replaces that part, as on a retry: a dollar budget alone does not drop the token budget.
+    expect(forkState(parent, 1, { runId: 'g', version: 9, now: 50, budget: { usd: 1 } }).budget).toEqual({ tokens: 10_000, usd: 1 });
+    expect(forkState(parent, 1, { runId: 'g', version: 9, now: 50, budget: { tokens: 20_000 } }).budget).toEqual({ tokens: 20_000 });
+    expect(forkState({ ...parent, budget: undefined }, 1, { runId: 'g', version: 9, now: 50 }).budget).toBeUndefined();
   });
 
   it('retry: failed keeps its cap (even at the cap, where the model may still say DONE); capped gets more; other statuses are refused', () => {

@@ -16,7 +16,7 @@ export interface ForkInput {
   goal?: string;
   /** Default the parent's. */
   stepCap?: number;
-  /** Default the parent's. */
+  /** Replaces these parts of the parent's budget. */
   budget?: Budget;
 }
 
