@@ -130,7 +130,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const body = c.req.valid('json');
     const forked = await forkRun(deps, c.req.param('runId'), {
       fromStep: body.fromStep, ...(body.runId ? { runId: body.runId } : {}), ...(body.goal !== undefined ? { goal: body.goal } : {}),
-      ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}),
+      ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}), pricingModel: pricingModelFor(deps),
     });
     return c.json(forked, forked.created ? 201 : 200);
   });

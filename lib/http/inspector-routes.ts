@@ -93,7 +93,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       return c.html(messagePage('Not understood', `The step to fork from is a whole number from 0, in digits only; ${got}.`), 400);
     }
     return refusal(c, async () => {
-      const forked = await forkRun(deps, c.req.param('runId'), { fromStep });
+      const forked = await forkRun(deps, c.req.param('runId'), { fromStep, pricingModel: deps.agent.settings?.model ?? model() });
       return back(c, forked.runId);
     });
   });

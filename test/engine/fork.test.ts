@@ -106,10 +106,15 @@ describe('fork', () => {
     await expect(forkRun(a.deps, 'run', { fromStep: 1, runId: 'run' })).rejects.toThrow(/run run already exists/);
     // A cap that leaves the fork no step of its own: it would pay for one model call to end capped.
     await expect(forkRun(a.deps, 'run', { fromStep: 1, stepCap: 1 })).rejects.toThrow('a step cap of 1 leaves a fork from step 1 of run run no step to take: give it a step cap above 1');
+    // A budget its copied step has already spent (120 tokens, priced as Opus 5.5: $0.0008): the fork would
+    // only stop as over-budget at its first step, as a retry with it would.
+    await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { tokens: 120 } })).rejects.toThrow(
+      'a fork of run run from step 1 would stop at once: token budget of 120 reached: 120 tokens used; give it a budget above that with --budget-tokens or --budget-usd');
+    await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { usd: 0.0008 }, pricingModel: 'claude-opus-5-5' })).rejects.toThrow(/dollar budget of \$0.0008 reached/);
     expect((await a.runtime.store.list()).map((r) => r.runId)).toEqual(['run']);
     // The same fork again is recognised and changes nothing.
-    const first = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x' });
-    const again = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x' });
+    const first = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x', budget: { tokens: 121, usd: 0.0009 }, pricingModel: 'claude-opus-5-5' });
+    const again = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x', budget: { tokens: 121, usd: 0.0009 }, pricingModel: 'claude-opus-5-5' });
     expect(first.created).toBe(true);
     expect(again).toMatchObject({ created: false, runId: 'run-x', version: 1 });
     expect((await a.runtime.store.list()).map((r) => r.runId).sort()).toEqual(['run', 'run-x']);

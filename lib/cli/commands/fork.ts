@@ -3,6 +3,7 @@ import type { Budget } from '../../core/state.ts';
 import { forkRun } from '../../engine/operate/fork.ts';
 import { agentFlag, openBackend, operateDeps, storeFlags, type CliOptions } from '../context.ts';
 import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
+import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 
 export interface ForkOptions extends CliOptions {
   fromStep?: number;
@@ -22,6 +23,7 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
       fromStep: options.fromStep,
       ...(options.runId ? { runId: options.runId } : {}), ...(options.goal !== undefined ? { goal: options.goal } : {}),
       ...(options.stepCap !== undefined ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}),
+      pricingModel: pricingModel(),
     });
     const from = `${forked.forkedFrom.runId} at step ${forked.forkedFrom.step}`;
     out(forked.created

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError } from '../../core/errors.ts';
-import { forkState } from '../../core/operate.ts';
+import { budgetReached, forkState } from '../../core/operate.ts';
 import type { Budget, ForkedFrom } from '../../core/state.ts';
+import { estimatedUsd } from '../budget.ts';
 import { RUN_ID_PATTERN, validateGoal, validateRunId } from '../start.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
@@ -18,6 +19,8 @@ export interface ForkInput {
   stepCap?: number;
   /** Replaces these parts of the parent's budget. */
   budget?: Budget;
+  /** Prices usage no step records a model for (the CLI's STEPWISE_MODEL or the default model), as on a retry. */
+  pricingModel?: string;
 }
 
 export interface ForkResult {
@@ -46,6 +49,9 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
     ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}),
     ...(input.budget ? { budget: input.budget } : {}),
   });
+  // As a retry is: a fork whose budget its copied steps have reached would stop at once as over-budget.
+  const over = state.budget && budgetReached(state.budget, state.usage, estimatedUsd(state, input.pricingModel));
+  if (over) throw new InvalidInputError(`a fork of run ${parentId} from step ${step} would stop at once: ${over}; give it a budget above that with --budget-tokens or --budget-usd`);
   const forkedFrom = state.forkedFrom!;
   const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion });
   if (!created.created) {
