@@ -140,4 +140,20 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     expect(stepwise(['status', 'op-b']).out).toContain('status   completed');
     expect(stepwise(['start', '--agent', AGENT, '--goal', 'x', '--budget-usd', 'lots']).err).toContain('--budget-usd must be a number above 0');
   });
+
+  it('a step cap or budget given for a run that exists is not dropped in silence: start says so, run works nothing', () => {
+    expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'op-l', '--budget-tokens', '500']).code).toBe(0);
+    const again = stepwise(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'op-l', '--budget-tokens', '500']);
+    expect(again.out.trim()).toBe('run op-l already exists (status running, version 1): nothing changed');
+    const other = stepwise(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'op-l', '--step-cap', '1']);
+    expect(other.code).toBe(0);
+    expect(other.out).toContain('nothing changed (--step-cap and --budget-* apply only to a new run: it keeps step cap 60 and budget 500 tokens;');
+    // Worked on, the run would go past the cap asked for.
+    const run = stepwise(['run', '--agent', AGENT, '--run-id', 'op-l', '--step-cap', '1', '--budget-tokens', '100']);
+    expect(run.code).toBe(2);
+    expect(run.err).toContain('stepwise: run op-l exists, so it was not worked: --step-cap and --budget-* apply only to a new run: it keeps step cap 60 and budget 500 tokens;');
+    expect(stepwise(['status', 'op-l']).out).toContain('step     0 of at most 60, version 1');
+    expect(stepwise(['run', '--agent', AGENT, '--run-id', 'op-l', '--budget-tokens', '500']).code).toBe(0);
+    expect(stepwise(['status', 'op-l']).out).toContain('status   completed');
+  });
 });

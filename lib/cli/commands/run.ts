@@ -8,7 +8,7 @@ import { backendKind, storeFlags } from '../backend.ts';
 import { agentFlag, dbPath, requireAgent } from '../context.ts';
 import { answerCommand } from '../format.ts';
 import { progressLine } from '../progress.ts';
-import type { StartOptions } from './start.ts';
+import { unappliedLimits, type StartOptions } from './start.ts';
 
 /**
  * Starts a run (or picks up an existing one) and works it in the foreground, printing each step. Other
@@ -23,6 +23,12 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
   try {
     out(`model: ${engine.modelLabel}`);
     const started = await startRun(engine.deps, { goal: await goalOf(engine.runtime.store, options), ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) });
+    if (!started.created) {
+      // Worked on, it would spend past the limit asked for: nothing is worked until the flags agree.
+      const stored = await engine.runtime.store.load(started.runId);
+      const unapplied = stored && unappliedLimits(stored, options);
+      if (unapplied) throw new InvalidInputError(`run ${started.runId} exists, so it was not worked: ${unapplied}; leave them out to work it on as it is`);
+    }
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
     // Ctrl-C or a supervisor's SIGTERM: the step in hand finishes and is checkpointed, as a worker's does.
     const stop = new AbortController();

@@ -1,3 +1,4 @@
+import { decodeState, type StoredCheckpoint } from '../../core/codec.ts';
 import type { Budget } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
@@ -5,6 +6,7 @@ import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { agentFlag, openBackend, requireAgent, storeFlags, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
+import { budgetText } from '../format.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -28,10 +30,27 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
       out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`);
     } else {
       const stored = await runtime.store.load(started.runId);
-      out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed`);
+      const unapplied = stored && unappliedLimits(stored, options);
+      out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed${unapplied ? ` (${unapplied})` : ''}`);
     }
     return 0;
   } finally {
     runtime.close();
   }
+}
+
+/**
+ * A step cap or budget given for a run that already exists is not applied (a repeated start changes
+ * nothing): what the run keeps instead, so a limit asked for is never silently dropped. Undefined when
+ * none was given, or the run has it already.
+ */
+export function unappliedLimits(stored: StoredCheckpoint, options: Pick<StartOptions, 'stepCap' | 'budget'>): string | undefined {
+  let state;
+  try { state = decodeState(stored); } catch { return undefined; } // unreadable: status and history say why
+  const budget = state.budget ?? {};
+  const differs = (options.stepCap !== undefined && options.stepCap !== state.stepCap)
+    || (options.budget?.tokens !== undefined && options.budget.tokens !== budget.tokens)
+    || (options.budget?.usd !== undefined && options.budget.usd !== budget.usd);
+  if (!differs) return undefined;
+  return `--step-cap and --budget-* apply only to a new run: it keeps step cap ${state.stepCap} and ${state.budget ? `budget ${budgetText(state.budget)}` : 'no budget'}; \`stepwise retry\` or \`fork\` sets them once it stops`;
 }
