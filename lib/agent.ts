@@ -5,7 +5,7 @@ import * as z from 'zod';
 import { InvalidInputError } from './core/errors.ts';
 import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 import type { EventTrigger, IncomingEvent } from './core/waits.ts';
-import type { Budget } from './core/state.ts';
+import { budgetSchema, type Budget } from './core/state.ts';
 import { MAX_TOOL_TIMEOUT_MS } from './settings.ts';
 
 /** What a tool receives besides its input. */
@@ -114,12 +114,19 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
 
 /** Settings that would fail every run of the agent are refused when it loads, naming the agent. */
 function checkSettings(definition: AgentDefinition): void {
-  const { stepCap, inlineLimit } = definition.settings ?? {};
+  const { stepCap, inlineLimit, budget } = definition.settings ?? {};
   if (stepCap !== undefined && !(Number.isInteger(stepCap) && stepCap >= 1)) {
     throw new InvalidInputError(`agent ${definition.name}: settings.stepCap must be a whole number from 1, got ${stepCap}`);
   }
   if (inlineLimit !== undefined && !(Number.isInteger(inlineLimit) && inlineLimit >= 0)) {
     throw new InvalidInputError(`agent ${definition.name}: settings.inlineLimit must be a whole number of bytes from 0, got ${inlineLimit}`);
+  }
+  // Strict: a misspelt part (`{ dollars: 5 }`) would otherwise leave every run without the limit it meant.
+  if (budget !== undefined) {
+    const parsed = budgetSchema.strict().safeParse(budget);
+    if (!parsed.success || (parsed.data.tokens === undefined && parsed.data.usd === undefined)) {
+      throw new InvalidInputError(`agent ${definition.name}: settings.budget must be { tokens?, usd? } with at least one (tokens a whole number above 0, usd a number above 0), got ${JSON.stringify(budget)}`);
+    }
   }
 }
 

@@ -19,13 +19,18 @@ describe('defineAgent refuses, when the agent loads, what would fail every run',
     ['a step cap of 0', { settings: { stepCap: 0 } }, 'agent a: settings.stepCap must be a whole number from 1, got 0'],
     ['a fractional step cap', { settings: { stepCap: 2.5 } }, 'agent a: settings.stepCap must be a whole number from 1, got 2.5'],
     ['a negative inline limit', { settings: { inlineLimit: -1 } }, 'agent a: settings.inlineLimit must be a whole number of bytes from 0, got -1'],
+    // Each would fail every start, or start every run without the limit it meant.
+    ['a token budget of 0', { settings: { budget: { tokens: 0 } } }, 'agent a: settings.budget must be { tokens?, usd? } with at least one (tokens a whole number above 0, usd a number above 0), got {"tokens":0}'],
+    ['a dollar budget as text', { settings: { budget: { usd: '5' } } }, 'agent a: settings.budget must be { tokens?, usd? } with at least one'],
+    ['a misspelt budget', { settings: { budget: { dollars: 5 } } }, 'got {"dollars":5}'],
+    ['an empty budget', { settings: { budget: {} } }, 'agent a: settings.budget must be { tokens?, usd? } with at least one'],
   ])('%s', (_what, overrides, message) => {
     expect(agentWith(overrides)).toThrow(InvalidInputError);
     expect(agentWith(overrides)).toThrow(message);
   });
 
   it('takes the settings at their edges: a cap of 1, every output by reference', () => {
-    const agent = defineAgent({ name: 'a', tools: [echo as ToolDefinition], settings: { stepCap: 1, inlineLimit: 0 } });
-    expect(agent.settings).toEqual({ stepCap: 1, inlineLimit: 0 });
+    const agent = defineAgent({ name: 'a', tools: [echo as ToolDefinition], settings: { stepCap: 1, inlineLimit: 0, budget: { tokens: 1, usd: 0.01 } } });
+    expect(agent.settings).toEqual({ stepCap: 1, inlineLimit: 0, budget: { tokens: 1, usd: 0.01 } });
   });
 });
