@@ -22,6 +22,8 @@ export interface DriftReport {
   checked: number;
   /** Running and waiting runs of other agents, not this agent's to resume. */
   otherAgents: number;
+  /** Those runs by agent, most first: a rename without formerNames shows here, its runs left to no worker. */
+  others: { agent: string; runs: number }[];
   blocked: BlockedRun[];
   /** True when there were more runs than the check could list: it is then not a complete answer. */
   truncated: boolean;
@@ -46,9 +48,14 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
     if (runs.length >= limit) truncated = true;
     live.push(...runs);
   }
-  const report: DriftReport = { agent: agent.name, checked: 0, otherAgents: 0, blocked: [], truncated };
+  const report: DriftReport = { agent: agent.name, checked: 0, otherAgents: 0, others: [], blocked: [], truncated };
+  const others = new Map<string, number>();
   for (const summary of live.sort((a, b) => a.runId.localeCompare(b.runId))) {
-    if (!worksRunsOf(agent, summary.agent)) { report.otherAgents++; continue; }
+    if (!worksRunsOf(agent, summary.agent)) {
+      report.otherAgents++;
+      others.set(summary.agent, (others.get(summary.agent) ?? 0) + 1);
+      continue;
+    }
     const stored = await store.load(summary.runId);
     // Ended or gone since the listing: nothing to resume.
     if (!stored || (stored.status !== 'running' && stored.status !== 'waiting')) continue;
@@ -69,5 +76,6 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
       if (!resumable.ok) blocked(`step ${state.pending.step}: ${resumable.problem}`);
     }
   }
+  report.others = [...others].map(([name, runs]) => ({ agent: name, runs })).sort((a, b) => b.runs - a.runs || a.agent.localeCompare(b.agent));
   return report;
 }

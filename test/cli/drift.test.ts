@@ -67,7 +67,8 @@ describe('stepwise drift: which paused runs a new agent cannot resume', () => {
     expect(r.err).toBe('');
     expect(r.code).toBe(0);
     expect(r.out).toContain('checked 3 running or waiting runs of agent drift-agent: this code and agent can resume every one');
-    expect(r.out).toContain('1 run of other agents not checked');
+    // Which agents, and what a rename without formerNames would need: the deploy gate cannot tell the two apart.
+    expect(r.out).toContain('1 run of other agents not checked (rows-agent: 1); if agent drift-agent was renamed from one of them, add formerNames: ["rows-agent"] to its defineAgent, or no worker of it will resume those runs');
     expect(dump()).toEqual(before);
   });
 
@@ -84,7 +85,7 @@ describe('stepwise drift: which paused runs a new agent cannot resume', () => {
     const r = await drift('changed-input.ts', '--json');
     expect(r.code).toBe(3);
     const report = JSON.parse(r.out) as { agent: string; checked: number; blocked: { runId: string; problem: string }[] };
-    expect(report).toMatchObject({ agent: 'drift-agent', checked: 3 });
+    expect(report).toMatchObject({ agent: 'drift-agent', checked: 3, otherAgents: 1, others: [{ agent: 'rows-agent', runs: 1 }] });
     expect(report.blocked.map((b) => b.runId)).toEqual(['pending-1']);
     expect(report.blocked[0]!.problem).toMatch(/tool "write_row" no longer fits its input schema \(table: /);
   });

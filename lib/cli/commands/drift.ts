@@ -24,7 +24,13 @@ export async function driftCommand(options: CliOptions & { json?: boolean }, out
       if (report.blocked.length) {
         out(table(['RUN', 'STATUS', 'STEP', 'VERSION', 'PROBLEM'], report.blocked.map((b) => [b.runId, b.status, b.step, b.version, b.problem])));
       }
-      if (report.otherAgents) out(`${report.otherAgents} run${report.otherAgents === 1 ? '' : 's'} of other agents not checked`);
+      if (report.otherAgents) {
+        // Other agents' runs may be theirs to resume; or this agent is one of them renamed, and a deploy
+        // without formerNames leaves them to no worker. drift cannot tell the two apart: it says both.
+        const byAgent = report.others.map((o) => `${o.agent}: ${o.runs}`).join(', ');
+        const former = report.others.length === 1 ? JSON.stringify([report.others[0]!.agent]) : '[...]';
+        out(`${report.otherAgents} run${report.otherAgents === 1 ? '' : 's'} of other agents not checked (${byAgent}); if agent ${report.agent} was renamed from one of them, add formerNames: ${former} to its defineAgent, or no worker of it will resume those runs`);
+      }
       if (report.truncated) out('more runs than the check lists: the answer is incomplete');
     }
     return report.blocked.length || report.truncated ? DRIFT_EXIT_CODE : 0;
