@@ -125,7 +125,7 @@ function budgetOf(tokens: string | undefined, usd: string | undefined): { budget
   }
   if (usd !== undefined) {
     const n = DECIMAL.test(usd) ? Number(usd) : Number.NaN;
-    if (!Number.isFinite(n) || n <= 0) throw new StepwiseUsageError(`--budget-usd must be a number above 0 (dollars), got ${JSON.stringify(usd)}`);
+    if (!Number.isFinite(n) || n <= 0) throw new StepwiseUsageError(`--budget-usd must be a number above 0 (dollars, in plain decimals: 0.000001, not 1e-6), got ${JSON.stringify(usd)}`);
     budget.usd = n;
   }
   return { budget };

@@ -40,7 +40,9 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     [['fork', 'in-1', '--from-step', '1', '--step-cap', '0x9'], '--step-cap must be a whole number (1 or more), got "0x9"'],
     [['retry', 'in-1', '--step-cap', ' 9'], '--step-cap must be a whole number (1 or more), got " 9"'],
     [['start', '--agent', AGENT, '--goal', 'x', '--budget-tokens', '1e3'], '--budget-tokens must be a whole number above 0, got "1e3"'],
-    [['start', '--agent', AGENT, '--goal', 'x', '--budget-usd', '0x2'], '--budget-usd must be a number above 0 (dollars), got "0x2"'],
+    [['start', '--agent', AGENT, '--goal', 'x', '--budget-usd', '0x2'], '--budget-usd must be a number above 0 (dollars, in plain decimals: 0.000001, not 1e-6), got "0x2"'],
+    // Above 0, but an exponent: the message says which form is read.
+    [['start', '--agent', AGENT, '--goal', 'x', '--budget-usd', '1e-9'], '--budget-usd must be a number above 0 (dollars, in plain decimals: 0.000001, not 1e-6), got "1e-9"'],
     [['worker', '--agent', AGENT, '--idle-exit-ms', ''], '--idle-exit-ms must be a whole number (0 or more), got ""'],
     [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--visibility-ms', ' 5'], '--visibility-ms must be a whole number (1 or more), got " 5"'],
     [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--stall-ms', '1e3'], '--stall-ms must be a whole number (1 or more), got "1e3"'],
