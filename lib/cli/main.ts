@@ -251,8 +251,18 @@ export async function runCli(): Promise<void> {
     const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
     const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
     process.stderr.write(`stepwise: ${printable(cliErrorLine(error))}\n`);
-    process.exitCode = userError || parseError ? 2 : 1;
+    process.exitCode = userError || parseError || readOnlyDatabase(error) ? 2 : 1;
   }
+}
+
+/**
+ * SQLite refused to write the file, its directory (where the -wal and -shm files go) or its -shm: the
+ * permissions or the mount are the user's to fix, like any --db path that cannot hold a database (exit 2).
+ * DBMOVED is not among them: the file was deleted or replaced under an open connection.
+ */
+export function readOnlyDatabase(error: unknown): boolean {
+  const code = String((error as { code?: unknown })?.code ?? '');
+  return code === 'SQLITE_READONLY' || (code.startsWith('SQLITE_READONLY_') && code !== 'SQLITE_READONLY_DBMOVED');
 }
 
 /** The one line the CLI prints for an error that stops a command. */
@@ -262,6 +272,9 @@ export function cliErrorLine(error: unknown): string {
   // SQLite's own words name neither the file nor what to do; nothing is lost, and that is worth saying.
   if ((error as { code?: unknown })?.code === 'SQLITE_FULL') {
     return `${line}: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint`;
+  }
+  if (readOnlyDatabase(error)) {
+    return `${line}: this user cannot write the database (--db, STEPWISE_DB) or the directory that holds it, where SQLite keeps its -wal and -shm files; give write access to both, or pick another --db`;
   }
   return line;
 }

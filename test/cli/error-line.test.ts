@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cliErrorLine } from '../../lib/cli/main.ts';
+import { cliErrorLine, readOnlyDatabase } from '../../lib/cli/main.ts';
 import { tempDb } from '../support/harness.ts';
 
 const db = tempDb();
@@ -26,5 +26,28 @@ describe('the line the CLI prints for an error', () => {
     }
     expect((error as { code: string }).code).toBe('SQLITE_FULL');
     expect(cliErrorLine(error)).toBe('database or disk is full: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint');
+  });
+
+  it('says what to do when the database cannot be written, and counts it as bad input (exit code 2)', () => {
+    // A real SQLITE_READONLY: what a file, directory or mount the user may not write gives every command.
+    const setup = new Database(db.path);
+    setup.exec('CREATE TABLE IF NOT EXISTS r (x TEXT)');
+    setup.close();
+    const readOnly = new Database(db.path, { readonly: true });
+    let error: unknown;
+    try {
+      readOnly.prepare('INSERT INTO r VALUES (?)').run('x');
+    } catch (e) {
+      error = e;
+    } finally {
+      readOnly.close();
+    }
+    expect((error as { code: string }).code).toBe('SQLITE_READONLY');
+    expect(readOnlyDatabase(error)).toBe(true);
+    expect(cliErrorLine(error)).toBe('attempt to write a readonly database: this user cannot write the database (--db, STEPWISE_DB) or the directory that holds it, where SQLite keeps its -wal and -shm files; give write access to both, or pick another --db');
+    expect(readOnlyDatabase(Object.assign(new Error('attempt to write a readonly database'), { code: 'SQLITE_READONLY_DIRECTORY' }))).toBe(true);
+    // Not a permission: the file was replaced under an open connection.
+    expect(readOnlyDatabase(Object.assign(new Error('attempt to write a readonly database'), { code: 'SQLITE_READONLY_DBMOVED' }))).toBe(false);
+    expect(readOnlyDatabase(new Error('database or disk is full'))).toBe(false);
   });
 });
