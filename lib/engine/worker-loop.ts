@@ -7,6 +7,11 @@ import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 
 /** A running run with no checkpoint and no live message for this long is re-driven by a worker loop. */
 export const DEFAULT_STALL_MS = 60_000;
+/**
+ * A timer's longest delay in Node. A longer one (a third of a visibility timeout over 74 days) fires
+ * after 1 ms instead, which would renew every step in progress a thousand times a second.
+ */
+const MAX_TIMER_MS = 2_147_483_647;
 /** How often a worker loop looks for such runs, give or take a fifth so that workers spread out. */
 export const DEFAULT_SWEEP_EVERY_MS = 30_000;
 
@@ -69,7 +74,7 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
     for (const delivery of inFlight) {
       consumer.release(delivery, visibilityMs).catch((error: unknown) => deps.log.warn({ event: 'heartbeat-failed', error: errorMessage(error) }, 'heartbeat failed'));
     }
-  }, Math.max(50, visibilityMs / 3));
+  }, Math.min(Math.max(50, visibilityMs / 3), MAX_TIMER_MS));
   const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: Date.now(), inFlight };
   try {
     // The loops take the visibility the heartbeat renews, not a default of their own.

@@ -156,4 +156,32 @@ describe('the worker heartbeat', () => {
     await expect(runWorker(deps, broken, { waitMs: 0, sweepEveryMs: 0 })).rejects.toThrow('queue gone');
     expect(timers()).toBe(before);
   });
+
+  it('takes a visibility timeout past a timer\'s limit (about 24.8 days a third) as that limit, not as a renewal every millisecond', async () => {
+    const stop = new AbortController();
+    const delivery = { body: JSON.stringify({ runId: 'r', version: 1 }), receipt: 'x', receiveCount: 1 } as Delivery;
+    let stepping = false;
+    let renewals = 0;
+    let received = false;
+    const consumer: RunQueueConsumer = {
+      receive: async () => {
+        if (received) { stop.abort(); return []; }
+        received = true;
+        return [delivery];
+      },
+      ack: async () => true,
+      release: async () => { if (stepping) renewals += 1; },
+    };
+    // A step of 300 ms: its load is slow, then finds no run.
+    const load = async () => {
+      stepping = true;
+      await new Promise((r) => setTimeout(r, 300));
+      stepping = false;
+      return undefined;
+    };
+    const deps = { clock: systemClock, log: silentLogger, workerId: 'w', store: { load } } as unknown as EngineDeps;
+    // Node arms a timer past 2^31 - 1 ms to fire after 1 ms instead (TimeoutOverflowWarning).
+    await runWorker(deps, consumer, { waitMs: 0, sweepEveryMs: 0, signal: stop.signal, visibilityMs: 100 * 86_400_000 });
+    expect(renewals).toBe(0);
+  });
 });
