@@ -194,9 +194,10 @@ export async function main(argv: string[], write: (line: string) => void = (l) =
   const visibilityMs = atLeastOne('visibility-ms', values['visibility-ms']);
   const idleExitMs = wholeNumber('idle-exit-ms', values['idle-exit-ms']);
   const stallMs = atLeastOne('stall-ms', values['stall-ms']);
-  const concurrency = wholeNumber('concurrency', values.concurrency);
-  if (concurrency !== undefined && (concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY)) {
-    throw new StepwiseUsageError(`--concurrency must be from 1 to ${MAX_WORKER_CONCURRENCY}, got ${concurrency}`);
+  // One message for every wrong value, so that 2.5 is not told "0 or more" and then 0 "from 1".
+  const concurrency = values.concurrency === undefined ? undefined : DIGITS.test(values.concurrency) ? Number(values.concurrency) : Number.NaN;
+  if (concurrency !== undefined && !(concurrency >= 1 && concurrency <= MAX_WORKER_CONCURRENCY)) {
+    throw new StepwiseUsageError(`--concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}, got ${JSON.stringify(values.concurrency)}`);
   }
   const port = wholeNumber('port', values.port);
   if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);

@@ -105,8 +105,8 @@ describe('the stepwise command', () => {
     [['fly'], 'stepwise: unknown command "fly"'],
     [['status', '--bogus'], "stepwise: Unknown option '--bogus'"],
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
-    [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be from 1 to 256, got 0'],
-    [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be from 1 to 256, got 1000'],
+    [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be a whole number from 1 to 256, got "0"'],
+    [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be a whole number from 1 to 256, got "1000"'],
     [['serve', '--agent', AGENT, '--port', '99999'], 'stepwise: --port must be from 0 to 65535, got 99999'],
     // Node's recursive mkdir loops forever under /proc (ENOENT for a child of a directory that exists): the
     // spawn's timeout would leave the code null.

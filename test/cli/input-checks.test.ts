@@ -46,7 +46,9 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     [['worker', '--agent', AGENT, '--idle-exit-ms', ''], '--idle-exit-ms must be a whole number (0 or more), got ""'],
     [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--visibility-ms', ' 5'], '--visibility-ms must be a whole number (1 or more), got " 5"'],
     [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--stall-ms', '1e3'], '--stall-ms must be a whole number (1 or more), got "1e3"'],
-    [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--concurrency', '0x2'], '--concurrency must be a whole number (0 or more), got "0x2"'],
+    [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--concurrency', '0x2'], '--concurrency must be a whole number from 1 to 256, got "0x2"'],
+    [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--concurrency', '2.5'], '--concurrency must be a whole number from 1 to 256, got "2.5"'],
+    [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--concurrency', '0'], '--concurrency must be a whole number from 1 to 256, got "0"'],
     [['prune', '--older-than-days', ''], '--older-than-days must be a number of days (0 or more), got ""'],
     [['prune', '--older-than-days', '0x2'], '--older-than-days must be a number of days (0 or more), got "0x2"'],
   ])('%j: exit 2, naming the option', (args, message) => {
