@@ -330,7 +330,9 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
     line.failures = next.failures;
     line.error = next.lastError;
   }
-  deps.log.info(line, 'checkpoint written');
+  // A run that failed is an operator's to look at: a warning, which `--log pretty` shows (it hides info).
+  if (next.status === 'failed') deps.log.warn(line, `run ${next.runId} failed: ${next.reason ?? ''}`);
+  else deps.log.info(line, 'checkpoint written');
   if (deps.probe) await deps.probe('C6', { runId: next.runId, step: next.step });
   const advanced: Advance & { kind: 'advanced' } = { kind: 'advanced', version: written.version, state: next, bytes: written.bytes, queued: queue };
   if (appended) advanced.appended = appended;

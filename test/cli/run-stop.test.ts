@@ -34,6 +34,8 @@ describe('stepwise run, stopped by a signal', () => {
     const [code, signal] = await once(run.child, 'exit') as [number | null, string | null];
     expect({ code, signal }).toEqual({ code: 0, signal: null });
     expect(run.out()).toMatch(/^run stop-1 v3 {2}step 2 {2}write_row {2}ok: /m);
+    // Said when the signal came, before the step in hand ended.
+    expect(run.out()).toMatch(/^stopping \(SIGTERM\): the step in hand finishes and is checkpointed first; SIGTERM again stops at once\nrun stop-1 v3 {2}step 2 /m);
     expect(run.out().trim().split('\n').at(-1)).toBe(
       `run stop-1: running at version 3 (stopped by SIGTERM after the step in hand; \`stepwise run --agent ${AGENT} --run-id stop-1\` or a worker continues it)`,
     );

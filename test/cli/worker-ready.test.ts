@@ -36,12 +36,17 @@ describe('a worker that is ready', () => {
       expect(line).toContain('run ready-1 v4  completed after 2 steps');
 
       worker.kill('SIGTERM');
+      // Said when the signal comes, then when the worker has stopped.
+      expect((await lines.next()).value).toBe(`worker ${workerId} stopping (SIGTERM): the steps in hand finish and are checkpointed first, what it received is handed back; SIGTERM again stops it at once`);
+      expect((await lines.next()).value).toBe(`worker ${workerId} stopped`);
       const [code] = await once(worker, 'exit');
       expect(code).toBe(0);
       const events = err.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
       expect(events.find((e) => e.event === 'worker-ready')).toMatchObject({ level: 'info', workerId, agent: 'process-rows', model, msg: 'worker ready' });
       // The ready event comes before the worker's first checkpoint.
       expect(events.findIndex((e) => e.event === 'worker-ready')).toBeLessThan(events.findIndex((e) => e.event === 'checkpoint'));
+      // And its pair, last, for a supervisor that reads the logs.
+      expect(events.at(-1)).toMatchObject({ level: 'info', event: 'worker-stopped', workerId, agent: 'process-rows', backend: 'local', msg: 'worker stopped' });
     } finally {
       worker.kill('SIGKILL');
     }

@@ -7,6 +7,7 @@ import type { ModelReply } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+import { captureLogs } from '../aws/log-capture.ts';
 
 describe('the stop rule, end to end', () => {
   let db: ReturnType<typeof tempDb>;
@@ -91,9 +92,14 @@ describe('the stop rule, end to end', () => {
     db.cleanup();
 
     const permanent = setup(rowsAgent(new FakeRows()), () => { throw new PermanentError('authentication failed: invalid x-api-key'); });
+    const { log, lines } = captureLogs();
     await start(permanent.deps);
-    await drain(permanent.deps, permanent.runtime, permanent.clock);
+    await drain({ ...permanent.deps, log }, permanent.runtime, permanent.clock);
     expect(await loadState(permanent.runtime)).toMatchObject({ status: 'failed', failures: 1, reason: 'step 1: authentication failed: invalid x-api-key' });
+    // An operator's to look at: a warning, which the pretty log (warnings and errors only) shows.
+    expect(lines.filter((l) => l.event === 'checkpoint')).toEqual([expect.objectContaining({
+      level: 40, status: 'failed', runId: 'run', msg: 'run run failed: step 1: authentication failed: invalid x-api-key',
+    })]);
   });
 
   it('fails a run whose step message keeps coming back without finishing (a step that kills its worker)', async () => {

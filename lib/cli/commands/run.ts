@@ -33,7 +33,12 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
     // Ctrl-C or a supervisor's SIGTERM: the step in hand finishes and is checkpointed, as a worker's does.
     const stop = new AbortController();
     let interrupted: string | undefined;
-    const onSignal = (signal: NodeJS.Signals) => { interrupted = signal; stop.abort(); };
+    const onSignal = (signal: NodeJS.Signals) => {
+      // Said at once: the step in hand may take minutes (a tool's limit is 15), and silence reads as a hang.
+      out(`stopping (${signal}): the step in hand finishes and is checkpointed first; ${signal} again stops at once`);
+      interrupted = signal;
+      stop.abort();
+    };
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
     let final;

@@ -28,7 +28,11 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   const id = workerId();
   const deps = engineDeps(runtime, agent, model, id);
   const stop = new AbortController();
-  const onSignal = () => stop.abort();
+  const onSignal = (signal: NodeJS.Signals) => {
+    // Said at once: the steps in hand may take minutes (a tool's limit is 15), and silence reads as a hang.
+    out(`worker ${id} stopping (${signal}): the steps in hand finish and are checkpointed first, what it received is handed back; ${signal} again stops it at once`);
+    stop.abort();
+  };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   runtime.local?.store.prune();
@@ -70,6 +74,8 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
       },
     });
     out(`worker ${id} stopped`);
+    // The ready line's pair, for a supervisor reading the JSON logs.
+    deps.log.info({ event: 'worker-stopped', workerId: id, agent: agent.name, backend: runtime.kind }, 'worker stopped');
     return 0;
   } finally {
     process.off('SIGINT', onSignal);
