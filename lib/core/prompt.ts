@@ -201,13 +201,24 @@ export function foldedExcerpt(text: string, max: number): string {
   const cut = 2 * max + 16;
   if (text.length > cut) {
     const folded = text.slice(0, cut).replace(/\s+/g, ' ').trimStart();
-    if (folded.length > max + 1) return `${folded.slice(0, max)}…`;
+    if (folded.length > max + 1) return `${cutAt(folded, max)}…`;
   }
   return excerpt(text.replace(/\s+/g, ' ').trim(), max);
 }
 
 export function excerpt(text: string, max: number): string {
-  return text.length <= max ? text : `${text.slice(0, max)}…`;
+  return text.length <= max ? text : `${cutAt(text, max)}…`;
+}
+
+/**
+ * The first `max` UTF-16 units, one fewer where the cut would split a surrogate pair (an emoji): half a
+ * pair is not Unicode, and the Anthropic API refuses a request with one (400, "no low surrogate in
+ * string"). An output's excerpt is stored in its step record and sent in every later prompt, so a split
+ * pair would fail the run at its next model call, and every retry with it.
+ */
+function cutAt(text: string, max: number): string {
+  const high = text.charCodeAt(max - 1);
+  return high >= 0xd800 && high <= 0xdbff ? text.slice(0, max - 1) : text.slice(0, max);
 }
 
 function splitOnce(text: string, marker: string): [string, string] {
