@@ -145,7 +145,9 @@ export function showText(view: RunView, fallbackModel: string, options: { full?:
     if (s.waitId) lines.push(`  wait    ${s.waitId}`);
     lines.push(`  input   ${excerpt(s.input, options.full)}`);
     if (s.output !== undefined) {
-      lines.push(`  result  (${s.result.bytes} B from ${s.result.ref})`, ...s.output.split('\n').map((l) => `    ${l}`));
+      // One string, not a line each: spread into push, an output of a few hundred thousand lines (a 5 MB
+      // log) passed each as an argument and overflowed the stack.
+      lines.push(`  result  (${s.result.bytes} B from ${s.result.ref})`, `    ${s.output.replaceAll('\n', '\n    ')}`);
     } else {
       lines.push(`  result  ${options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT)}`);
       if (s.outputMissing) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store no longer has)`);
