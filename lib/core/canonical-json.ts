@@ -7,6 +7,15 @@ export function canonicalJson(value: unknown): string {
 }
 
 /**
+ * JSON.stringify's RangeError for a value whose JSON would pass V8's longest string (about 512 MB); its
+ * other RangeError is a stack overflow (a value that refers to itself, or nests past the stack).
+ */
+export const isTooLongForJson = (error: unknown): boolean => error instanceof RangeError && /invalid string length/i.test(error.message);
+
+/** What the reason of a value JSON cannot hold says when it is too long for one string. */
+export const TOO_LONG_FOR_JSON = 'its JSON would be longer than the longest string JavaScript can hold, about 512 MB';
+
+/**
  * The value as its canonical JSON reads back: every plain object's keys in order, undefined fields gone,
  * undefined array items null. Itself, not a copy, where it is so already, and so is everything in it: a
  * head decoded from its stored text is, and copying it was most of its encoding.

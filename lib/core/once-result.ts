@@ -1,3 +1,4 @@
+import { TOO_LONG_FOR_JSON, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError } from './errors.ts';
 
 /**
@@ -14,7 +15,7 @@ export function storableResult(key: string, result: unknown): { json: string; un
     json = JSON.stringify(result ?? null);
     if (json === undefined) why = `it is a ${typeof result}`;
   } catch (error) {
-    why = error instanceof RangeError ? 'it is nested too deeply' : String((error as Error)?.message ?? error).split('\n')[0];
+    why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? 'it is nested too deeply' : String((error as Error)?.message ?? error).split('\n')[0];
   }
   if (json !== undefined) return { json };
   return {

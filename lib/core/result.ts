@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { canonicalJson } from './canonical-json.ts';
+import { TOO_LONG_FOR_JSON, canonicalJson, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError, errorMessage } from './errors.ts';
 import { excerpt } from './prompt.ts';
 import type { StepResult } from './state.ts';
@@ -24,8 +24,9 @@ export function outputText(output: unknown, tool: string): string {
   try {
     text = canonicalJson(output);
   } catch (error) {
-    // A stack overflow (a value that contains itself, or nests past the stack) or a BigInt.
-    const why = error instanceof RangeError ? 'it refers to itself, or is nested too deeply' : errorMessage(error);
+    // Too long for one string, a stack overflow (a value that contains itself, or nests past the stack), or a BigInt.
+    const why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON
+      : error instanceof RangeError ? 'it refers to itself, or is nested too deeply' : errorMessage(error);
     throw new PermanentError(`tool ${tool} returned a value that cannot be stored as JSON (${why}); return plain data`);
   }
   // JSON.stringify writes nothing for a function or a symbol.

@@ -68,6 +68,8 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'Converting circular structure to JSON'],
       ['holds a BigInt', () => ({ rows: 10n }), 'Do not know how to serialize a BigInt'],
       ['is a function', () => () => 1, 'it is a function'],
+      // What JSON.stringify throws past V8's longest string, without building 512 MB to get there.
+      ['is too long for one string', () => ({ toJSON: () => { throw new RangeError('Invalid string length'); } }), 'its JSON would be longer than the longest string JavaScript can hold, about 512 MB'],
     ])('an effect whose result %s fails with the reason, and its key is completed: it never runs again', async (_what, result, why) => {
       const clock = new ManualClock();
       const key = uniqueKey('unstorable');

@@ -190,6 +190,8 @@ describe('bad input gets a clear error and nothing is lost', () => {
 
   it.each([
     ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'tool write_row returned a value that cannot be stored as JSON (it refers to itself, or is nested too deeply); return plain data'],
+    // What JSON.stringify throws past V8's longest string, without building 512 MB to get there.
+    ['is too large for one string', () => ({ toJSON: () => { throw new RangeError('Invalid string length'); } }), 'tool write_row returned a value that cannot be stored as JSON (its JSON would be longer than the longest string JavaScript can hold, about 512 MB); return plain data'],
     ['holds a BigInt', () => ({ rows: 10n }), 'tool write_row returned a value that cannot be stored as JSON (Do not know how to serialize a BigInt); return plain data'],
     ['is a function', () => () => 1, 'tool write_row returned a function, which cannot be stored as JSON; return plain data'],
     ['is a symbol', () => Symbol('row'), 'tool write_row returned a symbol, which cannot be stored as JSON; return plain data'],
