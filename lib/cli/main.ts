@@ -19,7 +19,8 @@ usage:
   stepwise status  [<runId>] [--status <status>] [--json] [--cursor <c>]           one run, or a table of runs (1,000 a page)
   stepwise history <runId> [--json]                                                the checkpoint timeline
   stepwise prune   [--older-than-days <n>]                                         drop checkpoint versions past the
-                   retention window (default 14 days, or STEPWISE_RETENTION_DAYS), the latest of every run kept
+                   retention window they were written with (14 days, or STEPWISE_RETENTION_DAYS then), the
+                   latest of every run kept
   stepwise drift   --agent <new-agent> [--json]                                    before a deploy: which running or
                    waiting runs this code and agent cannot resume (exit 3 if any)
   stepwise show    <runId> [--step <n>] [--full] [--json]                          the state after a step, each step in full

@@ -88,8 +88,34 @@ describe('retention, SQLite', () => {
     const r = await stepwiseCli(['prune', '--older-than-days', '30'], { STEPWISE_DB: db.path });
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^pruned \d+ checkpoint versions older than 30 days \(the latest of every run kept\), 0 queue tombstones, 0 expired events, 0 unreferenced blobs$/m);
+    const again = await stepwiseCli(['prune'], { STEPWISE_DB: db.path });
+    expect(again.out).toMatch(/^pruned 0 checkpoint versions past their retention window \(the latest of every run kept; each keeps the window it was written with/m);
     const bad = await stepwiseCli(['prune', '--older-than-days', 'soon'], { STEPWISE_DB: db.path });
     expect(bad.code).toBe(2);
     expect(bad.err).toMatch(/--older-than-days/);
+  });
+
+  it('a lowered STEPWISE_RETENTION_DAYS is not said to apply to versions written under the window before it', async () => {
+    db = tempDb();
+    // Three versions written three days ago, under the default 14 days.
+    const clock = new ManualClock(Date.now() - 3 * DAY);
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    try {
+      let state = newState('r');
+      await runtime.store.create(state, META);
+      for (let n = 1; n <= 2; n++) {
+        state = completeStep(state, recordFor('r', n), clock.now());
+        await runtime.store.commit({ runId: 'r', expectedVersion: n, state, appended: state.steps[n - 1]!, ...META });
+      }
+    } finally {
+      runtime.close();
+    }
+    const r = await stepwiseCli(['prune'], { STEPWISE_DB: db.path, STEPWISE_RETENTION_DAYS: '1' });
+    expect(r.code).toBe(0);
+    // They keep their 14 days: the line must not claim a window of 1 day was applied, and says what does prune by age.
+    expect(r.out).not.toContain('1 days');
+    expect(r.out).toMatch(/^pruned 0 checkpoint versions past their retention window .*--older-than-days n prunes by age\)/m);
+    const byAge = await stepwiseCli(['prune', '--older-than-days', '1'], { STEPWISE_DB: db.path });
+    expect(byAge.out).toMatch(/^pruned 2 checkpoint versions older than 1 days/m);
   });
 });

@@ -1,5 +1,5 @@
 import { InvalidInputError } from '../../core/errors.ts';
-import { DEFAULT_RETENTION_MS, daysToMs, retentionMsFromEnv } from '../../core/retention.ts';
+import { DEFAULT_RETENTION_MS, daysToMs } from '../../core/retention.ts';
 import { pruneLocal } from '../../local/prune.ts';
 import { openBackend, type CliOptions } from '../context.ts';
 
@@ -22,8 +22,12 @@ export async function pruneCommand(options: CliOptions & { olderThanDays?: strin
     }
     if (!runtime.local) throw new InvalidInputError('stepwise prune needs the local or the aws backend');
     const pruned = pruneLocal(runtime.local, olderThanMs !== undefined ? { olderThanMs } : {});
-    const window = olderThanMs !== undefined ? olderThanMs : retentionMsFromEnv(process.env) ?? DEFAULT_RETENTION_MS;
-    out(`pruned ${pruned.checkpoints} checkpoint versions ${olderThanMs !== undefined ? 'older than' : 'past the retention window of'} ${window / 86_400_000} days (the latest of every run kept), ${pruned.tombstones} queue tombstones, ${pruned.events} expired events, ${pruned.blobs} unreferenced blobs`);
+    // A version's window is fixed when it is written (its expiry, as DynamoDB's TTL on AWS): naming today's
+    // STEPWISE_RETENTION_DAYS here said a lowered window had been applied to versions it had not touched.
+    const which = olderThanMs !== undefined
+      ? `older than ${olderThanMs / 86_400_000} days (the latest of every run kept)`
+      : `past their retention window (the latest of every run kept; each keeps the window it was written with, STEPWISE_RETENTION_DAYS then or ${DEFAULT_RETENTION_MS / 86_400_000} days: --older-than-days n prunes by age)`;
+    out(`pruned ${pruned.checkpoints} checkpoint versions ${which}, ${pruned.tombstones} queue tombstones, ${pruned.events} expired events, ${pruned.blobs} unreferenced blobs`);
     return 0;
   } finally {
     runtime.close();
