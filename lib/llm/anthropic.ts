@@ -165,10 +165,11 @@ export function anthropicTool(spec: ToolSpec): Anthropic.Tool {
 }
 
 /**
- * The prompt blocks as text blocks, joined exactly as the Step prompt, with cache_control on the
- * flagged ones (the last MAX_CACHE_BREAKPOINTS of them). Block boundaries are kept as rendered: the API
- * matches a cached prefix block by block, and renderStepPrompt keeps step n's blocks identical in step
- * n + 1. A blank block is folded into its neighbour, since the API refuses whitespace-only text.
+ * The prompt blocks as text blocks, joined exactly as the Step prompt (any lone surrogate made U+FFFD),
+ * with cache_control on the flagged ones (the last MAX_CACHE_BREAKPOINTS of them). Block boundaries are
+ * kept as rendered: the API matches a cached prefix block by block, and renderStepPrompt keeps step n's
+ * blocks identical in step n + 1. A blank block is folded into its neighbour, since the API refuses
+ * whitespace-only text.
  */
 export function userContent(prompt: PromptBlock[]): Anthropic.TextBlockParam[] {
   const blocks: { text: string; cache: boolean }[] = [];
@@ -192,7 +193,10 @@ export function userContent(prompt: PromptBlock[]): Anthropic.TextBlockParam[] {
   const kept = new Set(flagged.slice(-MAX_CACHE_BREAKPOINTS));
   return blocks.map((b, i) => ({
     type: 'text',
-    text: b.text,
+    // Half an emoji (a lone surrogate: a tool's string output, a goal, an event's payload) is not Unicode,
+    // and the API refuses the whole request with it (400, "no low surrogate in string"), at every retry:
+    // it becomes U+FFFD, as it does in the UTF-8 the stores write. Well-formed text is returned as it is.
+    text: b.text.toWellFormed(),
     ...(kept.has(i) ? { cache_control: { type: 'ephemeral' as const } } : {}),
   }));
 }

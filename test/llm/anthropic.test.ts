@@ -168,6 +168,12 @@ describe('userContent', () => {
     expect(MAX_CACHE_BREAKPOINTS).toBe(4);
   });
 
+  it('sends no lone surrogate, which the API refuses with a 400 at every try: half an emoji becomes U+FFFD, the rest is as it was', () => {
+    const blocks = userContent([{ text: 'goal: \u{1F600} ok\n' }, { text: `output: ${'\u{1F600}'.slice(0, 1)} then \udc00 alone`, cache: true }]);
+    expect(blocks.map((b) => b.text)).toEqual(['goal: \u{1F600} ok\n', 'output: \uFFFD then \uFFFD alone']);
+    expect(blocks.every((b) => b.text.isWellFormed())).toBe(true);
+  });
+
   it('keeps each step\'s cached blocks identical in the next step\'s prompt', () => {
     for (let n = 1; n < 8; n++) {
       const now = userContent(renderStepPrompt(stateAfter('r', n)));
