@@ -128,6 +128,17 @@ export function answerText(wait: WaitRecord, answer: WaitAnswer, at: number): st
   }
 }
 
+/**
+ * The id of the event that answered this step, when an event did. The answer text is canonical JSON, keys
+ * sorted: "at", "event", "id" come before the payload, so they are there even when a large payload was cut
+ * to an excerpt; a type or key cannot hold a quote.
+ */
+export function answeredEventId(record: Pick<StepRecord, 'waitId' | 'result'>): string | undefined {
+  if (!record.waitId) return undefined;
+  const match = /^\{"at":"[^"]*","event":"[^"]*","id":("(?:[^"\\]|\\.)*")/.exec(record.result.text);
+  return match ? JSON.parse(match[1]!) as string : undefined;
+}
+
 /** A rejection or a timeout is an answer the model acts on, not a failed step, but it is not "ok". */
 export function answerOk(answer: WaitAnswer): boolean {
   return answer.kind === 'approved' || answer.kind === 'event' || answer.kind === 'woke';

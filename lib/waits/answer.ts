@@ -2,7 +2,7 @@ import { decodeState } from '../core/codec.ts';
 import { InvalidInputError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
-import { answerFits, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
+import { answerFits, answeredEventId, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
 
@@ -64,6 +64,10 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
     }
     const refused = answerFits(wait, input.answer);
     if (refused) return { outcome: 'refused', runId, waitId, reason: refused };
+    // An event delivered again (EventBridge is at-least-once) after it resumed this run, which now waits
+    // for the same type and key once more: it answered its own wait, and is not the later one's answer.
+    const answered = input.answer.kind === 'event' ? findAnsweredBy(state, input.answer.id) : undefined;
+    if (answered) return { outcome: 'already-answered', runId, waitId, record: answered };
     const now = deps.clock.now();
     const late = now >= wait.deadline && input.answer.kind !== deadlineAnswer(wait).kind;
     // A late answer changes nothing but moves the run on as its timer would have.
@@ -136,4 +140,9 @@ function lastApproval(state: RunState): AnswerOutcome | undefined {
     return undefined;
   }
   return undefined;
+}
+
+/** The step an event answered in this run, if it answered one. */
+function findAnsweredBy(state: RunState, eventId: string): StepRecord | undefined {
+  return state.steps.findLast((s) => answeredEventId(s) === eventId);
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import * as z from 'zod';
 import { InvalidInputError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
-import { EVENT_NAME, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';
+import { EVENT_NAME, answeredEventId, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';
 import type { AgentDefinition } from '../agent.ts';
 import type { EventBuffer, RunEvent } from '../ports.ts';
 import { answerWait, type AnswerDeps, type AnswerOutcome } from './answer.ts';
@@ -85,11 +85,8 @@ export function eventAnswer(event: RunEvent): WaitAnswer {
 export function answeredEventIds(state: Pick<RunState, 'steps'>): Set<string> {
   const ids = new Set<string>();
   for (const step of state.steps) {
-    if (!step.waitId) continue;
-    // The answer text is canonical JSON, keys sorted: "at", "event", "id" come before the payload, so
-    // they are there even when a large payload was cut to an excerpt; a type or key cannot hold a quote.
-    const match = /^\{"at":"[^"]*","event":"[^"]*","id":("(?:[^"\\]|\\.)*")/.exec(step.result.text);
-    if (match) ids.add(JSON.parse(match[1]!) as string);
+    const id = answeredEventId(step);
+    if (id !== undefined) ids.add(id);
   }
   return ids;
 }
