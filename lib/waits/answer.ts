@@ -108,8 +108,10 @@ export async function answerApproval(
   const wait = state.wait;
   if (stored.status !== 'waiting' || !wait) {
     // A second answer to the approval the run waited for last, or one after its deadline fired: told what
-    // became of that approval, as the page and the API tell it, not that the run is not waiting.
-    const answered = lastApproval(state);
+    // became of that approval, as the page and the API tell it, not that the run is not waiting. A cancel
+    // drops the wait it ends, so the last approval on record may be an earlier one: a cancelled run is
+    // said to be cancelled.
+    const answered = stored.status === 'cancelled' ? undefined : lastApproval(state);
     if (answered) return answered;
     throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
   }

@@ -6,6 +6,7 @@ import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { Notification } from '../../lib/ports.ts';
+import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import { answerApproval, answerWait } from '../../lib/waits/answer.ts';
 import { verifyApproval } from '../../lib/waits/approval-token.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
@@ -13,6 +14,7 @@ import { captureLogs } from '../aws/log-capture.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
+import { StubModel } from '../support/stub-model.ts';
 import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
 
 let db: ReturnType<typeof tempDb>;
@@ -206,6 +208,22 @@ describe('a run that waits for approval (SQLite)', () => {
     expect(await answerWait(a.deps, { runId: 'run', waitId: wait.id, answer: { kind: 'approved', by: APPROVER } })).toMatchObject({ outcome: 'resumed' });
     await workVisible(a.deps, a.runtime);
     expect(decodeState((await a.runtime.store.load('run'))!).status).toBe('completed');
+    a.runtime.close();
+  });
+
+  it('approve by run id, on a run cancelled while it waited for its second approval: told it is cancelled, not that the first was answered', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const ask = (request: string) => ({ kind: 'tool' as const, tool: 'request_approval', input: { request } });
+    const a = waitWorker(clock, 'worker-A', new StubModel((step) => step === 1 ? ask('first') : step === 2 ? ask('second') : { kind: 'done', summary: 'x' }) as never);
+    await start(a.deps);
+    await workVisible(a.deps, a.runtime);
+    expect(await answerApproval(a.deps, 'run', { decision: 'approve' })).toMatchObject({ outcome: 'resumed' });
+    await workVisible(a.deps, a.runtime);
+    expect((await waitOf(a)).step).toBe(2);
+    expect(await cancelRun(a.deps, 'run', { by: 'ops' })).toMatchObject({ outcome: 'cancelled' });
+    // The approval the run waited for last was dropped with the cancel, never answered.
+    await expect(answerApproval(a.deps, 'run', { decision: 'approve' })).rejects.toThrow('run run is not waiting (it is cancelled)');
     a.runtime.close();
   });
 });
