@@ -28,10 +28,19 @@ export const EVENT_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$/;
 /** An approver: an email address (what the approval email is sent to and the token is bound to). */
 export const APPROVER = /^[^\s@<>"',;]{1,64}@[^\s@<>"',;]{1,190}$/;
 
+/** The longest comment an approver may give (the page, the API and the CLI alike). */
+export const MAX_COMMENT = 4000;
+/**
+ * An approval's answer is kept inline up to this many bytes, so the model reads its comment whole: 4,000
+ * characters at 6 bytes each at worst (JSON's \u escapes), the inspector's note, the approver and the rest. Over the 4 KiB
+ * other results keep inline, it was cut to a 1,000-character excerpt, 1,400 Japanese characters enough.
+ */
+const APPROVAL_INLINE_LIMIT = 32 * 1024;
+
 /** How a wait ended: what the model sees as the step's result. */
 export const waitAnswerSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('approved'), by: z.string(), comment: z.string().max(4000).optional() }),
-  z.object({ kind: z.literal('rejected'), by: z.string(), comment: z.string().max(4000).optional() }),
+  z.object({ kind: z.literal('approved'), by: z.string(), comment: z.string().max(MAX_COMMENT).optional() }),
+  z.object({ kind: z.literal('rejected'), by: z.string(), comment: z.string().max(MAX_COMMENT).optional() }),
   z.object({ kind: z.literal('event'), type: z.string(), key: z.string(), id: z.string(), payload: z.unknown() }),
   z.object({ kind: z.literal('woke') }),
   z.object({ kind: z.literal('timed-out') }),
@@ -158,7 +167,8 @@ export function resolveWait(state: RunState, answer: WaitAnswer, now: number, wo
   const wait = state.wait;
   if (state.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${state.runId} is not waiting`);
   const { wait: _wait, ...rest } = state;
-  const shaped = shapeResult(answerText(wait, answer, now), answerOk(answer));
+  const approval = answer.kind === 'approved' || answer.kind === 'rejected';
+  const shaped = shapeResult(answerText(wait, answer, now), answerOk(answer), approval ? APPROVAL_INLINE_LIMIT : undefined);
   // The record carries the usage of the call that chose it, for its cost and the state after it (show,
   // fork); the run counted it when the wait began, so completing the step does not count it again.
   const record: StepRecord = {

@@ -2,7 +2,7 @@ import { decodeState } from '../core/codec.ts';
 import { InvalidInputError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
-import { answerFits, answeredEventId, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
+import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
 
@@ -116,6 +116,10 @@ export async function answerApproval(
     throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
   }
   if (wait.kind !== 'approval') throw new InvalidInputError(`run ${runId} waits for ${wait.kind === 'event' ? `event ${wait.event?.type}/${wait.event?.key}` : 'a time'}, not an approval`);
+  // The page and the API refuse a longer one before they get here.
+  if (input.comment !== undefined && input.comment.length > MAX_COMMENT) {
+    throw new InvalidInputError(`a comment may be at most ${MAX_COMMENT.toLocaleString('en')} characters; this one has ${input.comment.length.toLocaleString('en')}`);
+  }
   return answerWait(deps, {
     runId, waitId: wait.id,
     answer: { kind: input.decision === 'approve' ? 'approved' : 'rejected', by: input.by ?? wait.approvers?.[0] ?? '', ...(input.comment ? { comment: input.comment } : {}) },

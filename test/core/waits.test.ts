@@ -84,6 +84,17 @@ describe('waiting and resuming', () => {
     }
   });
 
+  it("an approver's comment reaches the model whole, up to the page's 4,000 characters, whatever they are", () => {
+    const waiting = beginWait(start, wait, NOW);
+    // Three bytes each in UTF-8, or six once JSON escapes them: over the 4 KiB a result keeps inline.
+    for (const comment of ['あ'.repeat(3999) + '!', '\u0001'.repeat(4000), `${'\u0001'.repeat(4000)} (from the inspector)`]) {
+      const { record, blob } = resolveWait(waiting, { kind: 'rejected', by: 'ops@example.com', comment }, NOW + 1000, 'worker-b');
+      expect(blob).toBeUndefined();
+      expect(record.result.ref).toBeUndefined();
+      expect(JSON.parse(record.result.text).comment).toBe(comment);
+    }
+  });
+
   it('refuses to resolve a run that is not waiting', () => {
     expect(() => resolveWait(start, { kind: 'timed-out' }, NOW, 'w')).toThrow(/not waiting/);
   });

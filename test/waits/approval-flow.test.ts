@@ -226,4 +226,13 @@ describe('a run that waits for approval (SQLite)', () => {
     await expect(answerApproval(a.deps, 'run', { decision: 'approve' })).rejects.toThrow('run run is not waiting (it is cancelled)');
     a.runtime.close();
   });
+
+  it('approve by run id with a comment over the 4,000 characters the page and the API take: refused, nothing changed', async () => {
+    const { a } = await waitingRun();
+    const before = (await a.runtime.store.load('run'))!.version;
+    await expect(answerApproval(a.deps, 'run', { decision: 'approve', comment: 'x'.repeat(4001) })).rejects.toThrow('a comment may be at most 4,000 characters; this one has 4,001');
+    expect((await a.runtime.store.load('run'))!.version).toBe(before);
+    expect(await answerApproval(a.deps, 'run', { decision: 'approve', comment: 'x'.repeat(4000) })).toMatchObject({ outcome: 'resumed' });
+    a.runtime.close();
+  });
 });
