@@ -94,13 +94,21 @@ export function answerCommand(runId: string, wait: WaitRecord): string | undefin
     : wait.kind === 'event' ? `stepwise emit ${wait.event?.type} ${wait.event?.key} [json]` : undefined;
 }
 
-/** A waiting run's line in `status` and `show`: what it waits for, until when, and the command that answers it. */
-function waitingLine(runId: string, wait: WaitRecord): string {
+/**
+ * A waiting run's line in `status` and `show`: what it waits for, until when, and the command that answers
+ * it. Past its deadline no answer is taken (an approval or an event is told "expired"), and nothing moves
+ * the run until a worker takes its timer: said so, rather than a command that no longer answers it.
+ */
+function waitingLine(runId: string, wait: WaitRecord, now: number): string {
+  const head = `waiting  step ${wait.step}: ${waitedFor(wait)} until ${time(wait.deadline)} (wait ${wait.id})`;
+  if (now >= wait.deadline) {
+    return `${head}; its deadline has passed: the next worker to take the run, or \`stepwise run --agent <path> --run-id ${runId}\`, resumes it with "${wait.kind === 'sleep' ? 'woke' : 'timed out'}"`;
+  }
   const answer = answerCommand(runId, wait);
-  return `waiting  step ${wait.step}: ${waitedFor(wait)} until ${time(wait.deadline)} (wait ${wait.id})${answer ? `; answer: ${answer}` : ''}`;
+  return `${head}${answer ? `; answer: ${answer}` : ''}`;
 }
 
-export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string } = {}): string {
+export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string } = {}, now = Date.now()): string {
   const lines = [
     ...headLines(state, extra.cancelRequested),
     `step     ${state.step} of at most ${state.stepCap}, version ${version}`,
@@ -108,7 +116,7 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
   ];
   if (state.failures) lines.push(`failures ${state.failures} on step ${state.step + 1}: ${state.lastError ?? ''}`);
   if (state.pending) lines.push(`pending  step ${state.pending.step}: ${state.pending.tool} (decision recorded, key ${state.pending.idempotencyKey ?? '-'})`);
-  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait));
+  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now));
   if (state.summary) lines.push(`summary  ${state.summary}`);
   lines.push('', table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], state.steps.map((s) => [
     s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${s.result.text.replace(/\s+/g, ' ').slice(0, 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
@@ -119,7 +127,7 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
 const INPUT_EXCERPT = 300;
 
 /** `stepwise show`: the run's head, then every step with its call, arguments, result, key, worker and cost. */
-export function showText(view: RunView, fallbackModel: string, options: { full?: boolean } = {}): string {
+export function showText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number } = {}): string {
   const state = { usage: view.usage, steps: view.steps };
   const usage = costLine(state as RunState, fallbackModel);
   const lines = [
@@ -132,7 +140,7 @@ export function showText(view: RunView, fallbackModel: string, options: { full?:
   if (view.atStep === view.step) {
     if (view.failures) lines.push(`failures ${view.failures} on step ${view.step + 1}: ${view.lastError ?? ''}`);
     if (view.pending) lines.push(`pending  step ${view.pending.step}: ${view.pending.tool} ${excerpt(view.pending.input, options.full)} (decision recorded, key ${view.pending.idempotencyKey ?? '-'})`);
-    if (view.wait) lines.push(waitingLine(view.runId, view.wait));
+    if (view.wait) lines.push(waitingLine(view.runId, view.wait, options.now ?? Date.now()));
     if (view.summary) lines.push(`summary  ${view.summary}`);
   }
   for (const s of view.steps) {

@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest';
+import { runDetail, showText } from '../../lib/cli/format.ts';
+import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
+import type { RunView } from '../../lib/engine/operate/show.ts';
+import { decisionFor, newState } from '../support/states.ts';
+
+const decision = { ...decisionFor('r', 1), tool: 'request_approval' };
+const approval = beginWait(newState('r'), waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop', timeoutMs: 60_000 }, decision, 'w1', 10_000), 10_000);
+const sleep = beginWait(newState('r'), waitRecordFor({ kind: 'sleep', forMs: 60_000 }, decision, 'w2', 10_000), 10_000);
+const waitingLine = (text: string) => text.split('\n').find((l) => l.startsWith('waiting  '));
+
+describe("a waiting run's line in status and show", () => {
+  it('before its deadline: what answers it', () => {
+    expect(waitingLine(runDetail(approval, 2, '', {}, 69_999))).toMatch(/until 1970-01-01 00:01:10Z \(wait w1\); answer: stepwise approve\|reject r$/);
+  });
+
+  it('past its deadline: no answer is taken any more (an approval would be told "expired"); what moves it on is a worker', () => {
+    const line = waitingLine(runDetail(approval, 2, '', {}, 70_000));
+    expect(line).toMatch(/\(wait w1\); its deadline has passed: the next worker to take the run, or `stepwise run --agent <path> --run-id r`, resumes it with "timed out"$/);
+    expect(line).not.toContain('stepwise approve');
+    expect(waitingLine(runDetail(sleep, 2, '', {}, 70_000))).toMatch(/resumes it with "woke"$/);
+    const view = { ...approval, version: 2, atStep: 0 } as unknown as RunView;
+    expect(waitingLine(showText(view, '', { now: 70_000 }))).toMatch(/its deadline has passed/);
+  });
+});
