@@ -41,6 +41,16 @@ const CHECKPOINTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} 
   CHECK (id = run_no * ${RUN_KEYS} + version)
 )`;
 
+/** Kept events: an id names one event of a type and key, as on DynamoDB (keyEventsByTypeKeyAndId). */
+const EVENTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} (
+  type_key    TEXT NOT NULL,
+  id          TEXT NOT NULL,
+  payload     TEXT NOT NULL,
+  received_at INTEGER NOT NULL,
+  expires_at  INTEGER NOT NULL,
+  PRIMARY KEY (type_key, id)
+)`;
+
 const SCHEMA = `
 -- One row per run: what changes with its status. A running run's next steps are written to checkpoints
 -- alone, so version, step and updated_at here are those of the run's last commit that changed its status
@@ -110,13 +120,7 @@ CREATE TABLE IF NOT EXISTS blobs (
 );
 
 -- Events kept for a window, so one that arrives before its wait begins is matched when it does.
-CREATE TABLE IF NOT EXISTS events (
-  id          TEXT PRIMARY KEY,
-  type_key    TEXT NOT NULL,
-  payload     TEXT NOT NULL,
-  received_at INTEGER NOT NULL,
-  expires_at  INTEGER NOT NULL
-);
+${EVENTS_TABLE('events')};
 CREATE INDEX IF NOT EXISTS events_by_type_key ON events (type_key, received_at);
 
 CREATE TABLE IF NOT EXISTS ledger (
@@ -211,6 +215,7 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   }
   addMissingColumns(db);
   keyCheckpointsByNumber(db);
+  keyEventsByTypeKeyAndId(db);
   db.exec(INDEXES_ON_ADDED_COLUMNS);
   return db;
 }
@@ -319,6 +324,25 @@ function keyCheckpointsByNumber(db: Db): void {
         FROM checkpoints c JOIN runs r ON r.run_id = c.run_id ORDER BY r.run_no, c.version;
       DROP TABLE checkpoints;
       ALTER TABLE checkpoints_keyed RENAME TO checkpoints;`);
+  });
+}
+
+/**
+ * An older file's events, keyed by their id alone, copied once into the table keyed by (type_key, id), as
+ * DynamoDB keys them: an id reused under another type or key is an event of its own, where the older key
+ * dropped it as "seen before". Under the write lock and checked again inside it (several processes open
+ * one file).
+ */
+function keyEventsByTypeKeyAndId(db: Db): void {
+  const keyed = () => (db.prepare("SELECT pk FROM pragma_table_info('events') WHERE name = 'type_key'").get() as { pk: number }).pk > 0;
+  if (keyed()) return;
+  immediate(db, () => {
+    if (keyed()) return;
+    db.exec(`${EVENTS_TABLE('events_keyed')};
+      INSERT INTO events_keyed (type_key, id, payload, received_at, expires_at) SELECT type_key, id, payload, received_at, expires_at FROM events;
+      DROP TABLE events;
+      ALTER TABLE events_keyed RENAME TO events;
+      CREATE INDEX IF NOT EXISTS events_by_type_key ON events (type_key, received_at);`);
   });
 }
 

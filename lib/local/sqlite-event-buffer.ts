@@ -4,13 +4,13 @@ import { preparedOnce, type Db } from './database.ts';
 
 export const DEFAULT_EVENT_RETENTION_MS = 24 * 3600 * 1000;
 
-/** Events in the SQLite file, one row per event id, dropped after the retention window. */
+/** Events in the SQLite file, one row per type, key and event id, dropped after the retention window. */
 export class SqliteEventBuffer implements EventBuffer {
   constructor(private readonly db: Db, private readonly options: { clock?: Clock; retentionMs?: number } = {}) {}
 
   async put(event: RunEvent): Promise<boolean> {
     const expiresAt = event.receivedAt + (this.options.retentionMs ?? DEFAULT_EVENT_RETENTION_MS);
-    return preparedOnce(this.db)('INSERT INTO events (id, type_key, payload, received_at, expires_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING')
+    return preparedOnce(this.db)('INSERT INTO events (id, type_key, payload, received_at, expires_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (type_key, id) DO NOTHING')
       .run(event.id, typeKey(event.type, event.key), JSON.stringify(event.payload ?? null), event.receivedAt, expiresAt).changes > 0;
   }
 

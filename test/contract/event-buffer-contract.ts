@@ -22,6 +22,19 @@ export function eventBufferContract(name: string, subject: () => { events: Event
       expect(await events.find(type, 'order-9', 0)).toEqual([]);
     });
 
+    it('takes an id reused under another type or key as an event of its own (ids are unique per type and key)', async () => {
+      const { events, setNow } = subject();
+      setNow(5_000);
+      const type = `reused.${process.pid}.${counter++}`;
+      const id = `same-${counter}`;
+      expect(await events.put({ id, type, key: 'a', payload: 1, receivedAt: 5_000 })).toBe(true);
+      expect(await events.put({ id, type, key: 'b', payload: 2, receivedAt: 5_000 })).toBe(true);
+      expect(await events.put({ id, type: `${type}.other`, key: 'a', payload: 3, receivedAt: 5_000 })).toBe(true);
+      expect(await events.put({ id, type, key: 'b', payload: 4, receivedAt: 5_100 })).toBe(false);
+      expect((await events.find(type, 'b', 0)).map((e) => [e.id, e.payload])).toEqual([[id, 2]]);
+      expect((await events.find(`${type}.other`, 'a', 0)).map((e) => e.payload)).toEqual([3]);
+    });
+
     it('forgets events after their retention window', async () => {
       const { events, setNow } = subject();
       const type = `late.${process.pid}.${counter++}`;
