@@ -32,8 +32,9 @@ export const APPROVER = /^[^\s@<>"',;]{1,64}@[^\s@<>"',;]{1,190}$/;
 export const MAX_COMMENT = 4000;
 /**
  * An approval's answer is kept inline up to this many bytes, so the model reads its comment whole: 4,000
- * characters at 6 bytes each at worst (JSON's \u escapes), the inspector's note, the approver and the rest. Over the 4 KiB
- * other results keep inline, it was cut to a 1,000-character excerpt, 1,400 Japanese characters enough.
+ * characters at 6 bytes each at worst (JSON's \u escapes), the inspector's note, the approver and the
+ * rest. At the 4 KiB other results keep inline, 1,400 Japanese characters were cut to a 1,000-character
+ * excerpt.
  */
 const APPROVAL_INLINE_LIMIT = 32 * 1024;
 
