@@ -128,7 +128,7 @@ const INPUT_EXCERPT = 300;
 
 /** `stepwise show`: the run's head, then every step with its call, arguments, result, key, worker and cost. */
 export function showText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number } = {}): string {
-  const state = { usage: view.usage, steps: view.steps };
+  const state = { usage: view.usage, steps: view.steps, ...(view.wait ? { wait: view.wait } : {}) };
   const usage = costLine(state as RunState, fallbackModel);
   const lines = [
     ...headLines(view, view.cancelRequested),

@@ -1,13 +1,13 @@
 import { budgetReached } from '../core/operate.ts';
 import type { RunState } from '../core/state.ts';
-import { estimateRunUsd } from '../llm/cost.ts';
+import { estimateRunUsd, lastModelOf } from '../llm/cost.ts';
 
 /**
  * The model that prices a run's usage no step carries (the DONE reply, unusable replies): the one that
  * answered most recently, else `fallback` (the agent's model setting, or the model the worker runs).
  */
 export function pricingModelOf(state: RunState, fallback?: string): string | undefined {
-  return state.steps.findLast((s) => s.model)?.model ?? state.wait?.model ?? fallback;
+  return lastModelOf(state) ?? fallback;
 }
 
 /** The run's estimated cost so far, undefined if some of its usage has no known price. */

@@ -129,12 +129,23 @@ export function formatUsd(usd: number): string {
 }
 
 /**
+ * The model that answered a run most recently: the last step's that names one, else its wait's (the
+ * call that began the wait carries no step yet). The usage no step carries (the DONE reply, unusable
+ * replies) came from it, so it prices that usage, as the budget does (lib/engine/budget.ts).
+ */
+export function lastModelOf(run: { steps: readonly { model?: string }[]; wait?: { model?: string } }): string | undefined {
+  return run.steps.findLast((s) => s.model)?.model ?? run.wait?.model;
+}
+
+/**
  * A run's estimated cost: each step priced by the model that chose it, and the usage no step carries
- * (the DONE reply, unusable replies) priced by `fallbackModel`. Undefined parts (unknown models, offline
- * runs with no usage) count as zero; `priced` says whether anything could be priced.
+ * (the DONE reply, unusable replies) by the model that answered last, `fallbackModel` if none is known.
+ * Priced by `fallbackModel` alone, `status` showed a run of Sonnet steps with its DONE reply at the
+ * default model's price, where `show --json` and the budget priced it at Sonnet's. Undefined parts
+ * (unknown models, offline runs with no usage) count as zero; `priced` says whether anything could be priced.
  */
 export function runCost(
-  run: { usage: Usage; steps: { usage?: Usage; model?: string }[] },
+  run: { usage: Usage; steps: { usage?: Usage; model?: string }[]; wait?: { model?: string } },
   fallbackModel: string,
 ): { usd: number; uncachedUsd: number; priced: boolean; cacheHitShare: number } {
   let usd = 0;
@@ -154,7 +165,7 @@ export function runCost(
     rest.cacheWriteTokens -= step.usage.cacheWriteTokens;
     rest.cacheReadTokens -= step.usage.cacheReadTokens;
   }
-  if (promptTokens(rest) + rest.outputTokens > 0) add(rest, fallbackModel);
+  if (promptTokens(rest) + rest.outputTokens > 0) add(rest, lastModelOf(run) ?? fallbackModel);
   const prompt = promptTokens(run.usage);
   return { usd, uncachedUsd, priced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0 };
 }
