@@ -79,5 +79,9 @@ export function localApiToken(path: string): string {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
   }
   chmodSync(path, 0o600);
-  return readFileSync(path, 'utf8').trim();
+  const token = readFileSync(path, 'utf8').trim();
+  // No token turns the check off (createHttpApp), and an empty file is easily had: emptied by hand, or read
+  // by a second serve between the first one's create and write. Refused, rather than serving runs to anyone.
+  if (!token) throw new InvalidInputError(`the API token file ${path} is empty: delete it, and the next serve makes a new one`);
+  return token;
 }
