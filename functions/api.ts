@@ -1,10 +1,12 @@
 import type { APIGatewayProxyEventV2, Context } from 'aws-lambda';
+import type { Hono } from 'hono';
 import { handle } from 'hono/aws-lambda';
 import { loadAgent, type AgentDefinition } from '../lib/agent.ts';
 import { openAwsRuntime } from '../lib/aws/runtime.ts';
 import { awsWaitServices } from '../lib/aws/wait-services.ts';
 import { InvalidInputError } from '../lib/core/errors.ts';
 import { createHttpApp } from '../lib/http/app.ts';
+import { ESCAPED_ROUTE_RESPONSE, escapesPublicRoute } from '../lib/http/gateway-route.ts';
 import { createLogger } from '../lib/log.ts';
 import { systemClock } from '../lib/ports.ts';
 import { AGENT_ENV, SIGNING_KEY_SECRET_ENV } from '../lib/settings.ts';
@@ -45,5 +47,11 @@ async function wire(agent: AgentDefinition): Promise<ApiHandler> {
     store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: systemClock, workerId: 'api', codeVersion: CODE_VERSION,
     log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, agentQueue: true, signingKey: waits.signingKey, ...(waits.events ? { events: waits.events } : {}),
   });
-  return handle(app) as ApiHandler;
+  return gatewayHandler(app);
+}
+
+/** The app behind API Gateway, refusing a request on the public approval route that the app would route elsewhere. */
+export function gatewayHandler(app: Hono): ApiHandler {
+  const lambda = handle(app) as ApiHandler;
+  return async (event, context) => (escapesPublicRoute(event) ? ESCAPED_ROUTE_RESPONSE : lambda(event, context));
 }
