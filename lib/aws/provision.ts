@@ -1,6 +1,6 @@
 import {
   CreateTableCommand, DescribeTableCommand, DescribeTimeToLiveCommand, UpdateTableCommand, UpdateTimeToLiveCommand,
-  waitUntilTableExists, type DynamoDBClient,
+  waitUntilTableExists, type DynamoDBClient, type TableDescription,
 } from '@aws-sdk/client-dynamodb';
 import {
   CreateBucketCommand, PutBucketEncryptionCommand, PutPublicAccessBlockCommand, type BucketLocationConstraint, type S3Client,
@@ -8,6 +8,7 @@ import {
 import {
   CreateQueueCommand, GetQueueAttributesCommand, GetQueueUrlCommand, SetQueueAttributesCommand, type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { InvalidInputError } from '../core/errors.ts';
 import { DEFAULT_MAX_RECEIVES } from '../engine/handle-message.ts';
 import { errorName } from './dynamo-errors.ts';
 import {
@@ -46,7 +47,9 @@ export async function ensureTable(dynamo: DynamoDBClient, tableName: string): Pr
     if (errorName(error) !== 'ResourceInUseException') throw error;
   }
   await waitUntilTableExists({ client: dynamo, maxWaitTime: 300, minDelay: 1, maxDelay: 5 }, { TableName: tableName });
-  await addWaitIndex(dynamo, tableName);
+  const table = (await dynamo.send(new DescribeTableCommand({ TableName: tableName }))).Table;
+  assertStepwiseLayout(tableName, table);
+  await addWaitIndex(dynamo, tableName, table);
   const ttl = await dynamo.send(new DescribeTimeToLiveCommand({ TableName: tableName }));
   const status = ttl.TimeToLiveDescription?.TimeToLiveStatus;
   if (status !== 'ENABLED' && status !== 'ENABLING') {
@@ -62,9 +65,21 @@ const WAIT_INDEX_DEFINITION = {
   Projection: { ProjectionType: 'INCLUDE' as const, NonKeyAttributes: WAIT_INDEX_ATTRIBUTES },
 };
 
+/**
+ * A name taken by another application's table is refused before anything is changed: bringing it "up to
+ * date" would add our index to it and turn TTL on `expiresAt` on, deleting its items that carry one.
+ * Every stepwise table has had these keys and the status index since the first.
+ */
+function assertStepwiseLayout(tableName: string, table: TableDescription | undefined): void {
+  const keys = (table?.KeySchema ?? []).map((k) => `${k.AttributeName} ${k.KeyType}`).join(', ');
+  const ours = keys === `${PK} HASH, ${SK} RANGE` && table?.GlobalSecondaryIndexes?.some((index) => index.IndexName === STATUS_INDEX);
+  if (!ours) {
+    throw new InvalidInputError(`table ${tableName} exists and is not a stepwise table (its keys: ${keys || 'none'}; a stepwise table's are ${PK} HASH, ${SK} RANGE, with the ${STATUS_INDEX} index): choose another name; it was left unchanged`);
+  }
+}
+
 /** A table made before waits existed gets the deadline index added, not recreated. */
-async function addWaitIndex(dynamo: DynamoDBClient, tableName: string): Promise<void> {
-  const table = (await dynamo.send(new DescribeTableCommand({ TableName: tableName }))).Table;
+async function addWaitIndex(dynamo: DynamoDBClient, tableName: string, table: TableDescription | undefined): Promise<void> {
   if (table?.GlobalSecondaryIndexes?.some((index) => index.IndexName === WAIT_INDEX)) return;
   await dynamo.send(new UpdateTableCommand({
     TableName: tableName,
