@@ -9,16 +9,20 @@ export type { AgentDefinition, AgentSettings, ToolContext, ToolDefinition } from
 export { InvalidInputError, ModelUnavailableError, PermanentError, StepwiseError, ToolError, ToolTimeoutError, TransientError } from './core/errors.ts';
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';
+export type { Advance, AdvanceOptions } from './engine/advance.ts';
 export { handleDelivery } from './engine/handle-message.ts';
 export type { Handled } from './engine/handle-message.ts';
 export { startRun } from './engine/start.ts';
+export type { StartResult } from './engine/start.ts';
 export { cancelRun } from './engine/operate/cancel.ts';
 export { forkRun } from './engine/operate/fork.ts';
 export { retryRun } from './engine/operate/retry.ts';
 export { showRun } from './engine/operate/show.ts';
 export { runWorker } from './engine/worker-loop.ts';
+export type { WorkerOptions } from './engine/worker-loop.ts';
 export type { EngineDeps } from './engine/deps.ts';
-export type { Model, ModelReply, ModelRequest } from './ports.ts';
+// What EngineDeps and runWorker take, for a program that wraps or brings its own queue, clock or model.
+export type { Clock, Delivery, Model, ModelReply, ModelRequest, RunMessage, RunQueue, RunQueueConsumer } from './ports.ts';
 export { requestApproval, sleepUntil, waitForEvent } from './waits/tools.ts';
 export type { ApprovalToolOptions, EventToolOptions, SleepToolOptions } from './waits/tools.ts';
 export type { EventTrigger, IncomingEvent, WaitAnswer } from './core/waits.ts';
