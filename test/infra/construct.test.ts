@@ -51,7 +51,9 @@ async function provisioned(): Promise<{ table: Json; queue: Json; dlq: Json }> {
   const dynamo = {
     send: async (command: { constructor: { name: string }; input: Json }) => {
       sent.push({ name: command.constructor.name, input: command.input });
-      if (command.constructor.name === 'DescribeTableCommand') return { Table: { TableStatus: 'ACTIVE', GlobalSecondaryIndexes: [{ IndexName: WAIT_INDEX }] } };
+      // The table as created: ensureTable checks its keys and indexes before it changes anything.
+      const created = sent.find((s) => s.name === 'CreateTableCommand')?.input;
+      if (command.constructor.name === 'DescribeTableCommand') return { Table: { TableStatus: 'ACTIVE', KeySchema: created?.KeySchema, GlobalSecondaryIndexes: created?.GlobalSecondaryIndexes } };
       if (command.constructor.name === 'DescribeTimeToLiveCommand') return { TimeToLiveDescription: { TimeToLiveStatus: 'ENABLED' } };
       return {};
     },
