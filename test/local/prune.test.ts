@@ -11,6 +11,16 @@ import { completeStep } from '../../lib/core/transitions.ts';
 
 const DAY = 24 * 3600_000;
 
+/** Run r created and `steps` steps committed on it, each a version, at the clock's time. */
+async function writeSteps(runtime: ReturnType<typeof openLocalRuntime>, clock: ManualClock, steps: number): Promise<void> {
+  let state = newState('r');
+  await runtime.store.create(state, META);
+  for (let n = 1; n <= steps; n++) {
+    state = completeStep(state, recordFor('r', n), clock.now());
+    await runtime.store.commit({ runId: 'r', expectedVersion: n, state, appended: state.steps[n - 1]!, ...META });
+  }
+}
+
 describe('retention, SQLite', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
@@ -20,12 +30,7 @@ describe('retention, SQLite', () => {
     const clock = new ManualClock();
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
     try {
-      let state = newState('r');
-      await runtime.store.create(state, META);
-      for (let n = 1; n <= 3; n++) {
-        state = completeStep(state, recordFor('r', n), clock.now());
-        await runtime.store.commit({ runId: 'r', expectedVersion: n, state, appended: state.steps[n - 1]!, ...META });
-      }
+      await writeSteps(runtime, clock, 3);
       clock.advance(13 * DAY);
       expect(runtime.store.prune()).toBe(0);
       expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([1, 2, 3, 4]);
@@ -101,12 +106,7 @@ describe('retention, SQLite', () => {
     const clock = new ManualClock(Date.now() - 3 * DAY);
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
     try {
-      let state = newState('r');
-      await runtime.store.create(state, META);
-      for (let n = 1; n <= 2; n++) {
-        state = completeStep(state, recordFor('r', n), clock.now());
-        await runtime.store.commit({ runId: 'r', expectedVersion: n, state, appended: state.steps[n - 1]!, ...META });
-      }
+      await writeSteps(runtime, clock, 2);
     } finally {
       runtime.close();
     }
