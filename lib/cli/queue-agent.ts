@@ -1,5 +1,5 @@
 import { agentNames, type AgentDefinition } from '../agent.ts';
-import { decodeState } from '../core/codec.ts';
+import { recordedAgentOf } from '../engine/operate/load.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import type { Backend, CliOptions, QueueAgent } from './backend.ts';
 import { requireAgent } from './context.ts';
@@ -21,10 +21,8 @@ export async function queueAgentOf(backend: Backend, options: CliOptions): Promi
 /** Refuses a run this queue's workers would not take: answering, retrying, cancelling or forking it here. */
 export async function assertQueueTakesRun(backend: Backend, queueAgent: QueueAgent | undefined, runId: string): Promise<void> {
   if (!queueAgent) return;
-  const stored = await backend.store.load(runId);
-  let agent: string | undefined;
   // A run that is not there, or cannot be read, is the command's own error to give.
-  try { agent = stored ? decodeState(stored).agent : undefined; } catch { agent = undefined; }
+  const agent = await recordedAgentOf(backend.store, runId);
   if (agent === undefined || queueAgent.names.includes(agent)) return;
   throw new InvalidInputError(
     `run ${runId} belongs to agent "${agent}", but this queue is agent "${queueAgent.names[0]}"'s (${queueAgent.source}), whose workers would not take it: `

@@ -9,6 +9,7 @@ import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
 import { showRun } from '../engine/operate/show.ts';
+import { recordedAgentOf } from '../engine/operate/load.ts';
 import { startRun } from '../engine/start.ts';
 import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
@@ -77,9 +78,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
   if (deps.agentQueue) {
     app.use('/runs/:runId/*', async (c, next) => {
       if (c.req.method !== 'POST') return next();
-      const stored = await deps.store.load(c.req.param('runId'));
-      let agent: string | undefined;
-      try { agent = stored ? decodeState(stored).agent : undefined; } catch { agent = undefined; } // the route says why it cannot be read
+      const agent = await recordedAgentOf(deps.store, c.req.param('runId'));
       if (agent !== undefined && !worksRunsOf(deps.agent, agent)) {
         return c.json({ error: `run ${c.req.param('runId')} belongs to agent "${agent}", not "${deps.agent.name}": operate it through that agent's API, whose queue its workers read` }, 409);
       }

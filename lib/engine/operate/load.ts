@@ -3,6 +3,19 @@ import { InvalidInputError, UnknownRunError, UnreadableCheckpointError } from '.
 import type { RunState } from '../../core/state.ts';
 import type { CheckpointStore } from '../../ports.ts';
 
+/**
+ * The agent a run records, or undefined when there is no such run or its checkpoint cannot be read: for a
+ * check made before an operation, which then says why itself.
+ */
+export async function recordedAgentOf(store: CheckpointStore, runId: string): Promise<string | undefined> {
+  const stored = await store.load(runId);
+  try {
+    return stored ? decodeState(stored).agent : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The latest checkpoint of a run, every step included, for an operation that must read all of it. */
 export async function loadRun(store: CheckpointStore, runId: string, what: string): Promise<{ stored: StoredCheckpoint; state: RunState }> {
   const stored = await store.load(runId);
