@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import * as z from 'zod';
-import { InvalidInputError } from '../core/errors.ts';
+import { TOO_LONG_FOR_JSON, isTooLongForJson } from '../core/canonical-json.ts';
+import { InvalidInputError, errorMessage } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
 import { EVENT_NAME, answeredEventId, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';
 import type { AgentDefinition } from '../agent.ts';
@@ -54,6 +55,23 @@ export interface EmitDeps extends AnswerDeps {
 }
 
 /**
+ * The payload as JSON, or a clear refusal: a program's emit (the CLI and the API parse JSON, so theirs
+ * always is) may pass a BigInt, a value that contains itself, or a function, which the store could not
+ * keep or would keep as something else.
+ */
+function payloadJson(payload: unknown): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(payload ?? null);
+  } catch (error) {
+    const why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? 'it is nested too deeply' : errorMessage(error);
+    throw new InvalidInputError(`the event payload cannot be stored as JSON (${why}); pass plain data`);
+  }
+  if (text === undefined) throw new InvalidInputError(`the event payload is a ${typeof payload}, which cannot be stored as JSON; pass plain data`);
+  return text;
+}
+
+/**
  * An event arrives: keep it first, then resume every run waiting for it. The wait side saves its waiting
  * checkpoint first, then looks for kept events. Each side writes before it reads, so whichever comes second
  * sees the other; if both do, the version fence lets one resume win.
@@ -61,8 +79,8 @@ export interface EmitDeps extends AnswerDeps {
 export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string }): Promise<{ event: RunEvent; fresh: boolean; resumed: AnswerOutcome[] }> {
   // Deep nesting would overflow the recursive walks a payload meets later (canonical JSON, the result
   // shown to the model): refuse it here, counted without recursion.
-  if (nestingDepth(input.payload) > MAX_EVENT_DEPTH) throw new InvalidInputError(`the event payload is nested deeper than ${MAX_EVENT_DEPTH} levels`);
-  const bytes = Buffer.byteLength(JSON.stringify(input.payload ?? null));
+  if (nestingDepth(input.payload) > MAX_EVENT_DEPTH) throw new InvalidInputError(`the event payload is nested deeper than ${MAX_EVENT_DEPTH} levels, or contains itself`);
+  const bytes = Buffer.byteLength(payloadJson(input.payload));
   if (bytes > MAX_EVENT_BYTES) throw new InvalidInputError(`the event payload is ${bytes} bytes; the limit is ${MAX_EVENT_BYTES}`);
   const event: RunEvent = { id: input.id, type: input.type, key: input.key, payload: input.payload ?? null, receivedAt: deps.clock.now() };
   const fresh = await deps.events.put(event);

@@ -73,6 +73,24 @@ describe('openLocalEngine: the engine embedded in a program', () => {
     expect(calls).toEqual(['emb-1/step-1']);
   });
 
+  it('refuses an event payload JSON cannot hold with an InvalidInputError, and keeps nothing of it', async () => {
+    const { engine } = await open();
+    const event = { type: 'order.paid', key: 'order-7', id: 'evt-odd' };
+    const refusal = (payload: unknown) => engine.emit({ ...event, payload }).then(() => 'kept', (error: unknown) => error);
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    const refused = [await refusal({ amount: 12n }), await refusal(() => 12), await refusal(Symbol('x')), await refusal(cyclic)];
+    expect(refused.every((error) => error instanceof InvalidInputError)).toBe(true);
+    expect(refused.map((error) => (error as Error).message)).toEqual([
+      'the event payload cannot be stored as JSON (Do not know how to serialize a BigInt); pass plain data',
+      'the event payload is a function, which cannot be stored as JSON; pass plain data',
+      'the event payload is a symbol, which cannot be stored as JSON; pass plain data',
+      'the event payload is nested deeper than 64 levels, or contains itself',
+    ]);
+    // Nothing was kept under the id: the same event with plain data is new.
+    expect(await engine.emit({ ...event, payload: { amount: 12 } })).toMatchObject({ eventId: 'evt-odd', fresh: true });
+  });
+
   it('stops before a step when its signal is aborted, and the run continues from there on the next work', async () => {
     const { engine } = await open();
     const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
