@@ -86,6 +86,7 @@ export function tool<I>(definition: ToolDefinition<I>): ToolDefinition<I> {
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
 export function defineAgent(definition: AgentDefinition): AgentDefinition {
+  if (!definition || typeof definition !== 'object') throw new InvalidInputError(`an agent is defineAgent({ name, tools }), not ${definition === null ? 'null' : typeof definition}`);
   if (!definition.name) throw new InvalidInputError('an agent needs a name');
   for (const former of definition.formerNames ?? []) {
     if (typeof former !== 'string' || !former || former === definition.name) {

@@ -91,6 +91,19 @@ describe('openLocalEngine: the engine embedded in a program', () => {
     expect(await engine.emit({ ...event, payload: { amount: 12 } })).toMatchObject({ eventId: 'evt-odd', fresh: true });
   });
 
+  it('checks an agent the program built without defineAgent, as `stepwise run` checks a loaded one', async () => {
+    const db = tempDb();
+    cleanups.push(db.cleanup);
+    const copy = { name: 'copy_rows', description: 'Copy rows.', input: z.object({ table: z.string() }), run: () => 'copied' };
+    await expect(openLocalEngine({ name: 'hand-built', tools: [copy] } as never, { dbPath: db.path, log: quiet }))
+      .rejects.toThrow(new InvalidInputError('tool copy_rows: sideEffect must be true (it changes something: its decision is kept and it runs under an idempotency key) or false'));
+    await expect(openLocalEngine({ name: 'hand-built', tools: [], settings: { budget: { dollars: 5 } } } as never, { dbPath: db.path, log: quiet }))
+      .rejects.toThrow('agent hand-built: settings.budget must be { tokens?, usd? }');
+    const none = openLocalEngine(undefined as never, { dbPath: db.path, log: quiet });
+    await expect(none).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(none).rejects.toThrow('an agent is defineAgent({ name, tools }), not undefined');
+  });
+
   it('stops before a step when its signal is aborted, and the run continues from there on the next work', async () => {
     const { engine } = await open();
     const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
