@@ -133,7 +133,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   } else {
     // A budget is checked before the call that would spend more: the run goes past it by at most one step.
     if (state.budget) {
-      const over = overBudget(state, deps.agent.settings?.model ?? modelIdOf(deps.model.name));
+      const over = overBudget(state, workerModelId(deps));
       if (over) return commit(deps, base, overBudgetState(state, over, now()));
     }
     // At the cap the model is still asked, so a goal done in exactly stepCap steps completes; only DONE
@@ -178,7 +178,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     decision = { step: n, tool: tool.name, input: parsed.data, at: now(), atVersion: version };
     if (tool.sideEffect) decision.idempotencyKey = idempotencyKey(runId, n);
     if (reply.usage) decision.usage = reply.usage;
-    if (reply.model) decision.model = reply.model;
+    const model = answeringModel(deps, reply);
+    if (model) decision.model = model;
     uncounted = reply.usage;
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
@@ -278,8 +279,22 @@ function errorStep(deps: EngineDeps, step: number, reply: { tool: string; input:
   // The call as the model made it, no idempotency key: nothing ran under one.
   const call: Decision = { step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now() };
   if (reply.usage) call.usage = reply.usage;
-  if (reply.model) call.model = reply.model;
+  const model = answeringModel(deps, reply);
+  if (model) call.model = model;
   return stepRecordOf(call, shapeResult(message, false).result, deps.workerId);
+}
+
+/**
+ * The model a step's usage is priced by: the reply's, else (a model of the program's own that names none)
+ * the worker's, so `status`, `retry` and the budget price the step alike, not each by its own default.
+ */
+function answeringModel(deps: EngineDeps, reply: { usage?: Usage; model?: string }): string | undefined {
+  return reply.model ?? (reply.usage ? workerModelId(deps) : undefined);
+}
+
+/** The model this worker asks: the agent's setting (what a model adapter is told to use), else its name. */
+function workerModelId(deps: EngineDeps): string {
+  return deps.agent.settings?.model ?? modelIdOf(deps.model.name);
 }
 
 function asStepError(error: unknown): unknown {

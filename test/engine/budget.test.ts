@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineAgent } from '../../lib/agent.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
+import { runCost } from '../../lib/llm/cost.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
@@ -63,6 +64,21 @@ describe('budgets', () => {
     await drain(deps, runtime, clock);
     expect(await loadState(runtime)).toMatchObject({ status: 'over-budget', step: 1, reason: expect.stringMatching(/cannot be checked/) });
     expect(model.stepsAsked()).toEqual([1]);
+  });
+
+  it('usage from a model that names none is priced by the worker\'s model everywhere: the budget, retry and the cost agree', async () => {
+    // A model of the program's own (its name `stub`): replies with usage, no model id.
+    const { deps, runtime, clock } = setup((step) => step <= 5
+      ? { kind: 'tool', tool: 'write_row', input: { row: step }, usage: { inputTokens: 1000, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 } }
+      : { kind: 'done', summary: 'done' });
+    await startRun(deps, { goal: 'write the rows', runId: 'run', budget: { usd: 100 } });
+    await drain(deps, runtime, clock);
+    const stopped = await loadState(runtime);
+    expect(stopped).toMatchObject({ status: 'over-budget', step: 1, reason: expect.stringMatching(/cannot be checked/) });
+    expect(stopped.steps[0]!.model).toBe('stub');
+    // What `status` shows and `retry` checks, with the CLI's default pricing model: not priced at it.
+    expect(runCost(stopped, 'claude-opus-5-5')).toMatchObject({ priced: false, usd: 0 });
+    await expect(retryRun(deps, 'run', { budget: { usd: 500 }, pricingModel: 'claude-opus-5-5' })).rejects.toThrow(/would stop again at once: dollar budget of \$500 cannot be checked/);
   });
 
   it('the budget comes from the agent\'s settings unless the start gives one; bad budgets are refused', async () => {

@@ -11,11 +11,11 @@ describe('fork', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
 
-  function setup(rows = new FakeRows()) {
+  function setup(rows = new FakeRows(), script = writeRowsScript(5)) {
     db = tempDb();
     const clock = new ManualClock();
     const agent = rowsAgent(rows);
-    const a = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(5)), clock, workerId: 'A' });
+    const a = workerProcess({ dbPath: db.path, agent, model: new StubModel(script), clock, workerId: 'A' });
     return { rows, clock, agent, a };
   }
 
@@ -95,7 +95,8 @@ describe('fork', () => {
   });
 
   it('refuses what cannot be forked, clearly, and changes nothing', async () => {
-    const { clock, a } = setup();
+    // Replies that name their model, as Claude's do: the dollar budgets below are priced by it.
+    const { clock, a } = setup(new FakeRows(), (step) => ({ ...writeRowsScript(5)(step), model: 'claude-opus-5-5' }));
     await start(a.deps);
     await advance(a.deps, 'run');
     await expect(forkRun(a.deps, 'run', { fromStep: 2 })).rejects.toThrow(/has 1 completed steps; there is no step 2/);
@@ -110,11 +111,11 @@ describe('fork', () => {
     // only stop as over-budget at its first step, as a retry with it would.
     await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { tokens: 120 } })).rejects.toThrow(
       'a fork of run run from step 1 would stop at once: token budget of 120 reached: 120 tokens used; give it a budget above that with --budget-tokens or --budget-usd');
-    await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { usd: 0.0008 }, pricingModel: 'claude-opus-5-5' })).rejects.toThrow(/dollar budget of \$0.0008 reached/);
+    await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { usd: 0.0008 } })).rejects.toThrow(/dollar budget of \$0.0008 reached/);
     expect((await a.runtime.store.list()).map((r) => r.runId)).toEqual(['run']);
     // The same fork again is recognised and changes nothing.
-    const first = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x', budget: { tokens: 121, usd: 0.0009 }, pricingModel: 'claude-opus-5-5' });
-    const again = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x', budget: { tokens: 121, usd: 0.0009 }, pricingModel: 'claude-opus-5-5' });
+    const first = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x', budget: { tokens: 121, usd: 0.0009 } });
+    const again = await forkRun(a.deps, 'run', { fromStep: 1, runId: 'run-x', budget: { tokens: 121, usd: 0.0009 } });
     expect(first.created).toBe(true);
     expect(again).toMatchObject({ created: false, runId: 'run-x', version: 1 });
     expect((await a.runtime.store.list()).map((r) => r.runId).sort()).toEqual(['run', 'run-x']);

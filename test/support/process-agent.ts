@@ -49,7 +49,8 @@ class RowsModel implements Model {
     // A model call takes time, so kills also land between the model and the tool.
     await pause(5 + Math.random() * 20);
     const next = completedSteps(promptText(request.prompt)) + 1;
-    const usage = TOKENS ? { usage: { inputTokens: TOKENS, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 } } : {};
+    // With usage, the model that spent it, as Claude's replies name theirs: the CLI prices it at Opus 5.5.
+    const usage = TOKENS ? { usage: { inputTokens: TOKENS, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: 'claude-opus-5-5' } : {};
     return next <= ROWS ? { kind: 'tool', tool: 'write_row', input: { row: next }, ...usage } : { kind: 'done', summary: `wrote ${ROWS} rows`, ...usage };
   }
 }
