@@ -1,9 +1,8 @@
-import { agentNames, loadAgent, type AgentDefinition } from '../lib/agent.ts';
+import { loadAgent, type AgentDefinition } from '../lib/agent.ts';
+import { sweepRuns, type RunSweep } from '../lib/aws/run-sweep.ts';
 import { openAwsRuntime } from '../lib/aws/runtime.ts';
 import { InvalidInputError } from '../lib/core/errors.ts';
-import { sweepRunsAndTimers } from '../lib/engine/sweep.ts';
 import { createLogger } from '../lib/log.ts';
-import { systemClock, type RunMessage } from '../lib/ports.ts';
 import { AGENT_ENV, DEFAULT_SWEEPER_STALL_MS, STALL_SECONDS_ENV } from '../lib/settings.ts';
 
 /**
@@ -14,7 +13,7 @@ import { AGENT_ENV, DEFAULT_SWEEPER_STALL_MS, STALL_SECONDS_ENV } from '../lib/s
  * agent module, or `sweeperHandlerFor(agent)` in a bundle) it sweeps only that agent's runs: set it when
  * several agents share the table, each with its queue.
  */
-export type SweeperHandler = () => Promise<{ requeued: RunMessage[]; timers: number }>;
+export type SweeperHandler = () => Promise<RunSweep>;
 
 const log = createLogger({ service: 'stepwise-sweeper' });
 /** Lambda's longest invocation: a run idle for longer is not inside a step (retry backoff is at most a minute). */
@@ -23,17 +22,17 @@ export const DEFAULT_STALL_MS = DEFAULT_SWEEPER_STALL_MS;
 /** `agent`: only its runs (its name and former names); undefined sweeps every run of the table. */
 export function sweeperHandlerFor(agent: AgentDefinition | (() => Promise<AgentDefinition | undefined>) | undefined): SweeperHandler {
   let runtime: ReturnType<typeof openAwsRuntime> | undefined;
-  let agents: Promise<string[] | undefined> | undefined;
+  let loaded: Promise<AgentDefinition | undefined> | undefined;
   return async () => {
     runtime ??= openAwsRuntime();
     const seconds = process.env[STALL_SECONDS_ENV];
     const stallMs = seconds === undefined ? DEFAULT_STALL_MS : Number(seconds) * 1000;
     if (!(stallMs > 0)) throw new InvalidInputError(`${STALL_SECONDS_ENV} must be a positive number, got ${seconds}`);
-    agents ??= (typeof agent === 'function' ? agent() : Promise.resolve(agent)).then((a) => (a ? agentNames(a) : undefined))
-      .catch((error: unknown) => { agents = undefined; throw error; });
-    const only = await agents;
+    loaded ??= (typeof agent === 'function' ? agent() : Promise.resolve(agent))
+      .catch((error: unknown) => { loaded = undefined; throw error; });
+    const only = await loaded;
     // Waits too long for SQS to hold their timer get it when they come due (lib/waits/timers.ts).
-    const swept = await sweepRunsAndTimers({ store: runtime.store, queue: runtime.queue, clock: systemClock, log }, { stallMs, ...(only ? { agents: only } : {}) });
+    const swept = await sweepRuns(runtime, { stallMs, log, ...(only ? { agent: only } : {}) });
     log.info({ event: 'sweep', requeued: swept.requeued.length, timers: swept.timers, stallMs }, 'sweep finished');
     return swept;
   };

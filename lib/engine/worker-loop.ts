@@ -30,8 +30,8 @@ export interface WorkerOptions {
   sweepEveryMs?: number;
   /**
    * What that look is. By default the consumer's own stalled-run sweep, on a queue that can see the runs
-   * (local); on one that cannot (SQS), none unless given here (the CLI's AWS worker gives the sweeper
-   * function's: sweepRunsAndTimers).
+   * (local); on one that cannot (SQS), none unless given here: the sweeper function's work is `sweepRuns`
+   * from `stepwise/aws` (the CLI's AWS worker gives sweepRunsAndTimers, which it wraps).
    */
   sweep?: () => Promise<unknown>;
   /**

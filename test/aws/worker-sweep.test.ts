@@ -1,11 +1,13 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { sweepRuns } from '../../lib/aws.ts';
 import { SQS_MAX_TIMER_MS } from '../../lib/aws/wait-services.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import type { RunState } from '../../lib/core/state.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { sweepRunsAndTimers } from '../../lib/engine/sweep.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
+import { runWorker as publicRunWorker } from '../../lib/index.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -53,6 +55,42 @@ describe('a worker on the AWS backend does the sweeper function\'s work', () => 
     const done = await state();
     expect(done.status).toBe('completed');
     expect(done.steps[0]!.result.text).toContain('woke');
+  });
+
+  it('a program of its own has that sweep from stepwise/aws: sweepRuns as runWorker\'s sweep, for its agent\'s runs only', { timeout: 60_000 }, async () => {
+    resources = await createTestResources('worker-sweep-public');
+    let offset = 0;
+    const clock = { now: () => Date.now() + offset };
+    const runtime = resources.runtime({ clock });
+    const agent = waitAgent(new FakeRows(), []);
+    const deps: EngineDeps = {
+      store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
+      model: new OneWaitModel({ kind: 'tool', tool: 'sleep_until', input: { seconds: 20 * 60 } }),
+      agent, clock, workerId: 'own-worker', codeVersion: 'test', log: silentLogger, waits: { maxTimerMs: SQS_MAX_TIMER_MS },
+    };
+    const work = () => publicRunWorker(deps, runtime.queue, {
+      waitMs: 1000, idleExitMs: 2500, sweep: () => sweepRuns(runtime, { agent, clock, log: silentLogger }),
+    });
+    await runtime.store.create({ ...newState('nap'), agent: 'wait-agent' }, META);
+    await runtime.queue.send({ runId: 'nap', version: 1 });
+    await work();
+    expect((await runtime.store.load('nap'))?.status).toBe('waiting');
+    // Two runs whose first message never went out: this agent's, and another agent's that shares the table.
+    await runtime.store.create({ ...newState('lost'), agent: 'wait-agent' }, META);
+    await runtime.store.create({ ...newState('theirs'), agent: 'other-agent' }, META);
+
+    offset = 20 * MINUTE + 1000;
+    await work();
+    const nap = decodeState((await runtime.store.load('nap'))!);
+    expect(nap.status).toBe('completed');
+    expect(nap.steps[0]!.result.text).toContain('woke');
+    // The lost run was re-driven and took its first step (a sleep of its own).
+    expect(decodeState((await runtime.store.load('lost'))!)).toMatchObject({ status: 'waiting', wait: { kind: 'sleep' } });
+    // The other agent's run is its own sweeper's: never put on this agent's queue.
+    expect((await runtime.store.load('theirs'))).toMatchObject({ status: 'running', version: 1 });
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
+    // A stall window of 0 would re-drive every run inside a step, at every sweep.
+    await expect(sweepRuns(runtime, { stallMs: 0 })).rejects.toThrow('stallMs must be a number of milliseconds above 0, not 0');
   });
 
   it('`stepwise worker --backend aws` re-drives a run whose message was lost, after --stall-ms', { timeout: 90_000 }, async () => {
