@@ -1,5 +1,6 @@
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
+import type { RunPosition } from '../core/run-order.ts';
 import type { CheckpointStore, Clock, RunMessage, RunQueue, RunSummary } from '../ports.ts';
 import { sendDueTimers } from '../waits/timers.ts';
 
@@ -40,7 +41,7 @@ export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): 
   const limit = options.limit ?? 500;
   const stalled = deps.stalled
     ? await deps.stalled(before, limit)
-    : await deps.store.list({ status: 'running', updatedBefore: before, limit });
+    : await stalledRunsOf(deps.store, before, limit, options.agents);
   // One token per stall window for SQS: sweeps of the same window within SQS's 5-minute deduplication
   // window add no copy; a later one that still finds the run stalled sends another, which is harmless.
   const token = `sweep-${Math.floor(now / options.stallMs)}`;
@@ -57,6 +58,24 @@ export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): 
     }
   }
   return requeued;
+}
+
+/**
+ * The store's running runs with no checkpoint since `before`, the latest first, up to `limit` of `agents`'
+ * runs. Past a full page of other agents' runs it reads on: agents that share a table share its index, and
+ * a backlog on another agent's queue (hundreds of its runs idle for longer than the stall window) would
+ * otherwise fill every sweep's page and hide this agent's lost runs for as long as the backlog lasts.
+ */
+async function stalledRunsOf(store: Pick<CheckpointStore, 'list'>, before: number, limit: number, agents: readonly string[] | undefined): Promise<RunSummary[]> {
+  const own: RunSummary[] = [];
+  let after: RunPosition | undefined;
+  for (;;) {
+    const page = await store.list({ status: 'running', updatedBefore: before, limit, ...(after ? { after } : {}) });
+    own.push(...(agents ? page.filter((run) => agents.includes(run.agent)) : page));
+    const last = page[page.length - 1];
+    if (!agents || !last || page.length < limit || own.length >= limit) return own.slice(0, limit);
+    after = { updatedAt: last.updatedAt, runId: last.runId };
+  }
 }
 
 /**

@@ -61,6 +61,22 @@ describe('the sweeper: runs whose message was lost', () => {
   });
 });
 
+describe('the sweeper of one agent on a shared table', () => {
+  it('reads past a full page of another agent\'s stalled runs to its own agent\'s lost run', async () => {
+    resources = await createTestResources('sweep-shared');
+    // This agent's run lost its message an hour ago; since then the other agent has more runs idle for
+    // longer than the stall window (a backlog on its queue) than a sweep takes at once.
+    const hourAgo = resources.runtime({ clock: { now: () => Date.now() - 60 * MINUTE } }).store;
+    await hourAgo.create({ ...newState('mine-lost'), agent: 'mine' }, META);
+    const halfHourAgo = resources.runtime({ clock: { now: () => Date.now() - 30 * MINUTE } }).store;
+    for (const runId of ['theirs-1', 'theirs-2', 'theirs-3']) await halfHourAgo.create({ ...newState(runId), agent: 'theirs' }, META);
+    const runtime = resources.runtime();
+    const deps = { store: runtime.store, queue: runtime.queue, clock: systemClock, log: silentLogger };
+    expect(await sweepStalledRuns(deps, { stallMs: 15 * MINUTE, limit: 2, agents: ['mine'] })).toEqual([{ runId: 'mine-lost', version: 1 }]);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+  });
+});
+
 describe('functions/sweeper.ts', () => {
   const saved = { ...process.env };
   afterEach(() => {
