@@ -177,8 +177,11 @@ export interface CheckpointStore {
   history(runId: string): Promise<CheckpointInfo[]>;
   /** Runs waiting now for an event of this type and correlation key (from the wait in their head). */
   waitingFor(type: string, key: string): Promise<OpenWait[]>;
-  /** Waiting runs whose deadline is at or before `before`, soonest first: their timers are due. */
-  dueWaits(before: number, limit?: number): Promise<OpenWait[]>;
+  /**
+   * Waiting runs whose deadline is at or before `before`, soonest first: their timers are due. With
+   * `agents`, only their runs, up to `limit` of them however many of other agents' come first.
+   */
+  dueWaits(before: number, limit?: number, agents?: readonly string[]): Promise<OpenWait[]>;
   list(query?: ListRunsQuery): Promise<RunSummary[]>;
 }
 

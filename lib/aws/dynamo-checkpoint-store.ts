@@ -433,17 +433,26 @@ export class DynamoCheckpointStore implements CheckpointStore {
     }));
   }
 
-  async dueWaits(before: number, limit = 100): Promise<OpenWait[]> {
+  async dueWaits(before: number, limit = 100, agents?: readonly string[]): Promise<OpenWait[]> {
+    if (agents?.length === 0) return [];
     const pages = await Promise.all(waitShards().map(async (shard) => {
       const e = new Expression();
-      const page = await this.options.doc.send(new QueryCommand({
-        TableName: this.table, IndexName: WAIT_INDEX,
-        KeyConditionExpression: `${e.name(WAIT_SHARD)} = ${e.value(shard)} AND ${e.name(WAIT_DEADLINE)} <= ${e.value(before)}`,
-        ...e.params(), Limit: limit,
-      }));
-      return (page.Items ?? []).map((item) => ({
-        runId: String(item.runId), agent: String(item.agent), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]),
-      }));
+      const key = `${e.name(WAIT_SHARD)} = ${e.value(shard)} AND ${e.name(WAIT_DEADLINE)} <= ${e.value(before)}`;
+      const filter = agents ? `${e.name('agent')} IN (${agents.map((agent) => e.value(agent)).join(', ')})` : undefined;
+      const waits: OpenWait[] = [];
+      let start: Record<string, unknown> | undefined;
+      do {
+        // A filter is applied after Limit: a page of other agents' waits is read past, not taken as the end.
+        const page = await this.options.doc.send(new QueryCommand({
+          TableName: this.table, IndexName: WAIT_INDEX, KeyConditionExpression: key, ...(filter ? { FilterExpression: filter } : {}),
+          ...e.params(), Limit: limit, ...(start ? { ExclusiveStartKey: start } : {}),
+        }));
+        for (const item of page.Items ?? []) {
+          waits.push({ runId: String(item.runId), agent: String(item.agent), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]) });
+        }
+        start = page.LastEvaluatedKey;
+      } while (filter && start && waits.length < limit);
+      return waits;
     }));
     return pages.flat().sort((a, b) => a.deadline - b.deadline).slice(0, limit);
   }

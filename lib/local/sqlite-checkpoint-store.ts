@@ -338,9 +338,10 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return rows.map(openWait);
   }
 
-  async dueWaits(before: number, limit = 100): Promise<OpenWait[]> {
-    const rows = this.sql("SELECT run_id, agent, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting' ORDER BY wait_deadline LIMIT ?")
-      .all(before, limit) as WaitRow[];
+  async dueWaits(before: number, limit = 100, agents?: readonly string[]): Promise<OpenWait[]> {
+    const only = agents ? ` AND agent IN (SELECT value FROM json_each(?))` : '';
+    const rows = this.sql(`SELECT run_id, agent, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting'${only} ORDER BY wait_deadline LIMIT ?`)
+      .all(before, ...(agents ? [JSON.stringify(agents)] : []), limit) as WaitRow[];
     return rows.map(openWait);
   }
 

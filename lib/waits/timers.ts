@@ -17,11 +17,11 @@ export async function sendDueTimers(
   options: { lookaheadMs?: number; limit?: number; agents?: readonly string[] } = {},
 ): Promise<OpenWait[]> {
   const now = deps.clock.now();
-  const due = await deps.store.dueWaits(now + (options.lookaheadMs ?? DEFAULT_TIMER_LOOKAHEAD_MS), options.limit ?? 500);
+  // Agents that share a table each have their own queue: a timer goes to its own agent's. The store takes
+  // only theirs, so other agents' due waits (a backlog on their queue) never fill the sweep's `limit`.
+  const due = await deps.store.dueWaits(now + (options.lookaheadMs ?? DEFAULT_TIMER_LOOKAHEAD_MS), options.limit ?? 500, options.agents);
   const sent: OpenWait[] = [];
   for (const wait of due) {
-    // Agents that share a table each have their own queue: a timer goes to its own agent's.
-    if (options.agents && !options.agents.includes(wait.agent)) continue;
     try {
       await deps.queue.send({ runId: wait.runId, version: wait.version }, { delayMs: Math.max(0, wait.deadline - now), timer: true });
       sent.push(wait);

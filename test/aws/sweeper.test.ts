@@ -1,7 +1,9 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
+import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
 import { sweepStalledRuns } from '../../lib/engine/sweep.ts';
+import { sendDueTimers } from '../../lib/waits/timers.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { systemClock } from '../../lib/ports.ts';
 import { META, newState } from '../support/states.ts';
@@ -73,6 +75,23 @@ describe('the sweeper of one agent on a shared table', () => {
     const runtime = resources.runtime();
     const deps = { store: runtime.store, queue: runtime.queue, clock: systemClock, log: silentLogger };
     expect(await sweepStalledRuns(deps, { stallMs: 15 * MINUTE, limit: 2, agents: ['mine'] })).toEqual([{ runId: 'mine-lost', version: 1 }]);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+  });
+
+  it('sends its own agent\'s due timer past a full page of another agent\'s due waits, which sort first', async () => {
+    resources = await createTestResources('timers-shared');
+    const runtime = resources.runtime();
+    const sleeping = (runId: string, agent: string, deadline: number) => {
+      const decision = { step: 1, tool: 'sleep_until', input: {}, at: deadline - MINUTE };
+      const wait = waitRecordFor({ kind: 'sleep', until: deadline }, decision, `wait-${runId}`, deadline - MINUTE);
+      return runtime.store.create(beginWait({ ...newState(runId), agent }, wait, deadline - MINUTE), META);
+    };
+    // The other agent's waits came due first and are still open (their timers wait in a backlog on its
+    // queue); theirs-4, -8 and -9 share mine-due's index shard, so one shard's first page is all theirs.
+    for (const [i, runId] of ['theirs-1', 'theirs-4', 'theirs-8', 'theirs-9'].entries()) await sleeping(runId, 'theirs', Date.now() - (30 - i) * MINUTE);
+    await sleeping('mine-due', 'mine', Date.now() - MINUTE);
+    const deps = { store: runtime.store, queue: runtime.queue, clock: systemClock, log: silentLogger };
+    expect((await sendDueTimers(deps, { limit: 2, agents: ['mine'] })).map((w) => w.runId)).toEqual(['mine-due']);
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
   });
 });

@@ -367,6 +367,9 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(await s().waitingFor(type, 'order-8')).toEqual([]);
       expect((await s().dueWaits(66_000, 1000)).filter((w) => w.runId === runId)).toEqual([{ runId, agent: 'test-agent', waitId: wait.id, version: written.version, deadline: 66_000 }]);
       expect((await s().dueWaits(65_999, 1000)).filter((w) => w.runId === runId)).toEqual([]);
+      // Only the agents asked for: a sweeper of one agent on a shared table.
+      expect((await s().dueWaits(66_000, 1000, ['other-agent', 'test-agent'])).filter((w) => w.runId === runId)).toHaveLength(1);
+      expect((await s().dueWaits(66_000, 1000, ['other-agent'])).filter((w) => w.runId === runId)).toEqual([]);
       const loaded = decodeState((await s().load(runId))!);
       expect(loaded.wait).toEqual(wait);
 
