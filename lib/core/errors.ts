@@ -55,8 +55,8 @@ export class ModelUnavailableError extends TransientError {}
 export class ToolTimeoutError extends TransientError {}
 
 /**
- * The model API refused the credentials (401, 403), or the key cannot be read: no step can be tried until
- * the key is fixed. The work pauses (the message comes back later, after the key is read again); it is
+ * The model API refused the credentials (401, 403) or to bill their account (402, a spend limit reached),
+ * or the key cannot be read: no step can be tried until the key or its account is fixed. The work pauses (the message comes back later, after the key is read again); it is
  * neither a failed attempt nor a reason to fail the run.
  */
 export class ModelKeyError extends StepwiseError {}

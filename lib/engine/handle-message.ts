@@ -108,7 +108,7 @@ export async function handleDelivery(
     }
     if (error instanceof ModelKeyError) {
       const delayMs = keyRetryDelayMs(delivery.receiveCount);
-      deps.log.error({ event: 'model-key-refused', runId, version, delayMs, error: error.message }, 'the model key was refused: the run waits for a valid key, nothing is counted');
+      deps.log.error({ event: 'model-key-refused', runId, version, delayMs, error: error.message }, 'the model key or its account was refused: the run waits until it is fixed, nothing is counted');
       return { action: 'release', delayMs, runId };
     }
     if (error instanceof NewerFormatError) return leaveForNewerCode(deps, error, runId, version);

@@ -295,10 +295,17 @@ function isTransientStatus(status: number): boolean {
 }
 
 /**
+ * The 429 codes of a spend limit the organization has reached (its tier's monthly threshold, its
+ * contract's): no retry within the step's half hour of outage tries gets through, only the operator can.
+ */
+const SPEND_LIMIT_CODES = new Set(['enforced_spend_limit_reached', 'contract_spend_limit_reached']);
+
+/**
  * What is left after the SDK's own retries, sorted for the engine: ModelUnavailableError (unreachable,
  * timed out, 429, 5xx, 529) counts toward the step's 30 failures of a model outage, other TransientErrors
  * (a call past its deadline) toward its 3; PermanentError (bad request, not found, too large) fails the run at once;
- * ModelKeyError (401, 403: a missing, rotated or revoked key) pauses the work until the key is fixed.
+ * ModelKeyError (401, 403: a missing, rotated or revoked key; 402 or a spend limit's 429: the key's
+ * organization cannot pay) pauses the work until the key or its account is fixed.
  */
 export function classifyError(error: unknown, context: { callerAborted: boolean; deadlineHit: boolean; deadlineMs: number }): StepwiseError {
   if (error instanceof StepwiseError) return error;
@@ -317,6 +324,11 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
   if (error instanceof APIError && typeof error.status === 'number') {
     const reason = describeApiError(error);
     if (error.status === 401 || error.status === 403) return new ModelKeyError(`the Anthropic API refused the key: ${reason}`, { cause: error });
+    // Out of credit or over a spend limit: every run's next step would fail the same way, and a run failed
+    // for it would have to be retried by hand once the bill is paid. Paused, the work resumes by itself.
+    if (error.status === 402 || error.type === 'billing_error' || SPEND_LIMIT_CODES.has(error.errorCode ?? '')) {
+      return new ModelKeyError(`the Anthropic API will not bill the key's organization: ${reason}`, { cause: error });
+    }
     if (!isTransientStatus(error.status)) return new PermanentError(`the Anthropic API refused the request: ${reason}`, { cause: error });
     const pastDeadline = error.headers?.get(PAST_DEADLINE_HEADER);
     const why = pastDeadline ? `; it asked to retry after ${Math.round(Number(pastDeadline) / 1000)} s, past this call's deadline` : ', after retries';

@@ -73,6 +73,26 @@ describe('Anthropic adapter errors', () => {
     expect(server.requests).toHaveLength(1);
   });
 
+  it('out of credit (402) or over a spend limit (429 with its code): ModelKeyError, the work pauses until the bill is paid', async () => {
+    server.script(apiError(402, 'Your credit balance is too low to access the Anthropic API.', NOW));
+    const billing = await modelWith().decide(request()).catch((e: unknown) => e);
+    expect(billing).toBeInstanceOf(ModelKeyError);
+    expect((billing as Error).message).toMatch(/will not bill the key's organization: 402 billing_error: Your credit balance is too low/);
+    expect(server.requests).toHaveLength(1);
+
+    server.reset();
+    server.otherwise({ type: 'error', status: 429, message: 'monthly usage threshold crossed', errorCode: 'enforced_spend_limit_reached', headers: NOW });
+    const limit = await modelWith().decide(request()).catch((e: unknown) => e);
+    expect(limit).toBeInstanceOf(ModelKeyError);
+    expect((limit as Error).message).toMatch(/will not bill the key's organization: 429 rate_limit_error: monthly usage threshold crossed/);
+
+    // A plain rate limit is still an outage to wait out, counted.
+    server.reset();
+    server.otherwise(apiError(429, 'rate limited', NOW));
+    const rate = await modelWith({ maxRetries: 0 }).decide(request()).catch((e: unknown) => e);
+    expect(rate).toBeInstanceOf(TransientError);
+  });
+
   it('a wrong key is a 401 from the server: ModelKeyError', async () => {
     await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(ModelKeyError);
     await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(/401 authentication_error/);

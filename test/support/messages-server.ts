@@ -23,7 +23,8 @@ export type ReplyBlock =
 
 export type Reply =
   | { type: 'message'; content: ReplyBlock[]; stopReason: StopReason }
-  | { type: 'error'; status: number; message: string; errorType?: string; headers?: Record<string, string> }
+  /** `errorCode`: the body's error.details.error_code, the API's stable name of the cause. */
+  | { type: 'error'; status: number; message: string; errorType?: string; errorCode?: string; headers?: Record<string, string> }
   /**
    * Closes the socket without answering: the client sees a connection reset. With `midReply`, first sends
    * that reply's status, headers (its full content-length) and half its body: the reply is cut short.
@@ -158,7 +159,7 @@ export async function startMessagesServer(options: MessagesServerOptions = {}): 
         return;
       case 'error':
         recorded.outcome = reply.status;
-        sendJson(res, reply.status, errorBody(reply.errorType ?? errorTypeFor(reply.status), reply.message), reply.headers);
+        sendJson(res, reply.status, errorBody(reply.errorType ?? errorTypeFor(reply.status), reply.message, reply.errorCode), reply.headers);
         return;
       case 'message': {
         const usage = cache.usageFor(recorded.body!, reply.content);
@@ -361,14 +362,15 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   res.end(text);
 }
 
-function errorBody(type: string, message: string): unknown {
-  return { type: 'error', error: { type, message } };
+function errorBody(type: string, message: string, errorCode?: string): unknown {
+  return { type: 'error', error: { type, message, ...(errorCode ? { details: { error_code: errorCode } } : {}) } };
 }
 
 function errorTypeFor(status: number): string {
   switch (status) {
     case 400: return 'invalid_request_error';
     case 401: return 'authentication_error';
+    case 402: return 'billing_error';
     case 403: return 'permission_error';
     case 404: return 'not_found_error';
     case 413: return 'request_too_large';
