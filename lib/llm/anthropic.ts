@@ -342,9 +342,15 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
   return new TransientError(`the model call failed: ${errorMessage(error)}`, { cause: error });
 }
 
+/** Characters kept of an error body that is not the API's own (a proxy's or a gateway's page). */
+const FOREIGN_ERROR_EXCERPT = 200;
+
 function describeApiError(error: APIError): string {
   const type = error.type ? ` ${error.type}` : '';
-  const message = error.apiMessage ?? error.message;
+  // Not the API's error JSON (a load balancer's HTML 413 or 502 page, a gateway's JSON): the SDK's message
+  // is the status and the whole body, which became the run's reason and every progress line, many lines
+  // of markup long. Its start on one line, the status said once.
+  const message = error.apiMessage ?? foldedExcerpt(error.message.replace(new RegExp(`^${error.status} `), ''), FOREIGN_ERROR_EXCERPT);
   const id = error.requestID ? ` (request ${error.requestID})` : '';
   return `${error.status}${type}: ${message}${id}`;
 }

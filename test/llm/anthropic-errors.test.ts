@@ -93,6 +93,23 @@ describe('Anthropic adapter errors', () => {
     expect(rate).toBeInstanceOf(TransientError);
   });
 
+  it('an error page that is not the API\'s (a proxy\'s HTML 413 or 502): its start on one line in the reason, the status said once', async () => {
+    const page = (status: number, title: string) => `<html>\r\n<head><title>${status} ${title}</title></head>\r\n<body>\r\n<center><h1>${status} ${title}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n${'<!-- a padding to disable MSIE and Chrome friendly error page -->\r\n'.repeat(6)}`;
+    server.script({ type: 'raw', status: 413, body: page(413, 'Request Entity Too Large'), headers: { 'content-type': 'text/html' } });
+    const tooLarge = await modelWith().decide(request()).catch((e: unknown) => e);
+    expect(tooLarge).toBeInstanceOf(PermanentError);
+    expect((tooLarge as Error).message).toMatch(/^the Anthropic API refused the request: 413: <html> <head><title>413 Request Entity Too Large<\/title>/);
+
+    server.otherwise({ type: 'raw', status: 502, body: page(502, 'Bad Gateway'), headers: { 'content-type': 'text/html', ...NOW } });
+    const gateway = await modelWith({ maxRetries: 0 }).decide(request()).catch((e: unknown) => e);
+    expect(gateway).toBeInstanceOf(TransientError);
+    for (const error of [tooLarge, gateway]) {
+      const { message } = error as Error;
+      expect(message).not.toMatch(/[\r\n]/);
+      expect(message.length).toBeLessThan(300);
+    }
+  });
+
   it('a wrong key is a 401 from the server: ModelKeyError', async () => {
     await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(ModelKeyError);
     await expect(modelWith({ apiKey: 'wrong-key' }).decide(request())).rejects.toThrow(/401 authentication_error/);
