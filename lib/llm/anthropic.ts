@@ -251,7 +251,7 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
     case 'model_context_window_exceeded':
       return invalid('the reply was cut off: the context window is full');
     case 'refusal':
-      return invalid('the model refused to continue (stop_reason "refusal")');
+      return invalid(`the model refused to continue (stop_reason "refusal"${refusalDetails(message.stop_details)})`);
     case 'pause_turn':
       return invalid('the model paused its turn instead of answering');
     default:
@@ -265,6 +265,22 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
     return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, model };
   }
   return invalid(trimmed ? `no tool call and no DONE; the reply said: ${foldedExcerpt(trimmed, 200)}` : 'an empty reply: no tool call and no DONE');
+}
+
+/** Characters kept of a refusal's explanation: it is the run's reason and the model's retry note. */
+const REFUSAL_EXPLANATION_EXCERPT = 300;
+
+/**
+ * What the API said of a refusal (stop_details): its policy category and explanation. Without them a run
+ * failed by three refusals gave its operator no clue which part of the goal or of a tool's output to change.
+ */
+function refusalDetails(details: Anthropic.RefusalStopDetails | null | undefined): string {
+  if (!details || typeof details !== 'object') return '';
+  const category = typeof details.category === 'string' && details.category ? `, category "${details.category}"` : '';
+  const explanation = typeof details.explanation === 'string' && details.explanation.trim()
+    ? `: ${foldedExcerpt(details.explanation, REFUSAL_EXPLANATION_EXCERPT)}`
+    : '';
+  return category + explanation;
 }
 
 /** Why a 200's body is not a Messages API message readReply can read, or undefined. */

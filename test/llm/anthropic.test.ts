@@ -118,6 +118,15 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     expect(result.usage).toBeDefined();
   });
 
+  it('a refusal says the policy category and the explanation the API gave, in the reason the run and the model see', async () => {
+    server.script(refusal({ category: 'cyber', explanation: 'The request could enable\nexploit development.' }));
+    expect(await model.decide(stepRequest(2))).toMatchObject({
+      kind: 'invalid', reason: 'the model refused to continue (stop_reason "refusal", category "cyber": The request could enable exploit development.)',
+    });
+    server.script(refusal());
+    expect(await model.decide(stepRequest(2))).toMatchObject({ kind: 'invalid', reason: 'the model refused to continue (stop_reason "refusal")' });
+  });
+
   it('a tool_use cut off by max_tokens is invalid, not a call with half its input', async () => {
     server.script({ type: 'message', stopReason: 'max_tokens', content: [{ type: 'tool_use', name: 'write_row', input: {} }] });
     expect(await model.decide(stepRequest(2))).toMatchObject({ kind: 'invalid', reason: expect.stringMatching(/max_tokens/) });

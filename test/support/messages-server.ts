@@ -22,7 +22,8 @@ export type ReplyBlock =
   | { type: 'thinking'; thinking: string };
 
 export type Reply =
-  | { type: 'message'; content: ReplyBlock[]; stopReason: StopReason }
+  /** `stopDetails`: the API's structured why of a stop (a refusal's policy category and explanation). */
+  | { type: 'message'; content: ReplyBlock[]; stopReason: StopReason; stopDetails?: Record<string, unknown> }
   /** `errorCode`: the body's error.details.error_code, the API's stable name of the cause. */
   | { type: 'error'; status: number; message: string; errorType?: string; errorCode?: string; headers?: Record<string, string> }
   /**
@@ -205,6 +206,7 @@ function messageBody(reply: Extract<Reply, { type: 'message' }>, recorded: Recor
     model: recorded.body?.model,
     content: reply.content.map(toWireBlock),
     stop_reason: reply.stopReason,
+    stop_details: reply.stopDetails ?? null,
     stop_sequence: null,
     usage,
   };
@@ -234,8 +236,12 @@ export function truncated(text: string): Reply {
   return { type: 'message', content: [{ type: 'text', text }], stopReason: 'max_tokens' };
 }
 
-export function refusal(): Reply {
-  return { type: 'message', content: [], stopReason: 'refusal' };
+/** As the API says a classifier's refusal: its policy category and explanation, when it has them. */
+export function refusal(details: { category?: string | null; explanation?: string | null } = {}): Reply {
+  return {
+    type: 'message', content: [], stopReason: 'refusal',
+    stopDetails: { type: 'refusal', category: details.category ?? null, explanation: details.explanation ?? null },
+  };
 }
 
 export function apiError(status: number, message: string, headers?: Record<string, string>): Reply {
