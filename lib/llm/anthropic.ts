@@ -10,7 +10,7 @@ import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
 import { DEFAULT_DEADLINE_MS } from '../settings.ts';
 import { redactUrl } from '../redact.ts';
-import { apiKeyFromEnv, rememberKey, type ApiKeySource } from './api-key.ts';
+import { apiKeyFromEnv, keyProblem, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**
  * The Anthropic Messages API behind the engine's Model port. One call per step: the Step prompt as the
@@ -133,6 +133,13 @@ export class AnthropicModel implements Model {
       key = await source();
     } catch (error) {
       throw error instanceof StepwiseError ? error : new TransientError(`cannot get the Anthropic API key: ${errorMessage(error)}`, { cause: error });
+    }
+    const problem = keyProblem(key);
+    if (problem) {
+      // A key the API would refuse: the work pauses as for a 401, and the next step reads it again, so a
+      // fixed secret is used at once.
+      source.invalidate?.();
+      throw new ModelKeyError(`the Anthropic API key cannot be sent: ${problem}`);
     }
     if (this.client?.key !== key) {
       const base = new BaseAnthropic({ apiKey: key, maxRetries: this.maxRetries, ...(this.baseURL ? { baseURL: this.baseURL } : {}) });

@@ -94,6 +94,19 @@ export function keyFromSecret(value: string | undefined, secretId: string): stri
 }
 
 /**
+ * Why a key cannot be what it is meant to be, or undefined; never the key itself. A key is printable ASCII
+ * with no space: fetch refuses a header with a line break or a character past U+00FF before any request
+ * is sent, with a message that named neither the key nor the character's position ("Cannot convert
+ * argument to a ByteString ..."), and each run failed with it as a model call that failed three times.
+ */
+export function keyProblem(key: string): string | undefined {
+  const at = key.search(/[^\x21-\x7e]/);
+  if (at < 0) return undefined;
+  const code = key.codePointAt(at)!.toString(16).toUpperCase().padStart(4, '0');
+  return `character ${at + 1} of its ${key.length} is U+${code}, which no key holds (a line break, a space, or a typographic dash, ellipsis or invisible character copied with it?)`;
+}
+
+/**
  * Shares what `read` returns with every caller for `refreshMs`, then reads again (one read at a time).
  * A failed first read is not remembered, so the next step tries again. A failed refresh keeps the key
  * that worked a little longer: a throttled secret store does not stop the steps. invalidate() drops the

@@ -207,6 +207,20 @@ describe('Anthropic adapter errors', () => {
     expect(server.requests).toHaveLength(0);
   });
 
+  it.each([
+    ['a shortened copy', 'sk-ant-api03-abc…', /character 17 of its 17 is U\+2026/],
+    ['two lines', 'sk-ant-api03-abc\nsk-ant-api03-def', /character 17 of its 33 is U\+000A/],
+    ['a typographic dash', 'sk‑ant-api03-abc', /character 3 of its 16 is U\+2011/],
+    ['an invisible space', 'sk-ant-api03-abc\u200b', /character 17 of its 17 is U\+200B/],
+  ])('a key with %s: ModelKeyError (the work pauses) saying which character, never the key, before any request', async (_label, key, reason) => {
+    const error = await modelWith({ apiKey: key }).decide(request()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ModelKeyError);
+    expect((error as Error).message).toMatch(/^the Anthropic API key cannot be sent: /);
+    expect((error as Error).message).toMatch(reason);
+    expect((error as Error).message).not.toContain('sk-ant');
+    expect(server.requests).toHaveLength(0);
+  });
+
   it('the server accepts both auth header styles; the SDK sends a bearer token', async () => {
     server.script(done('bearer'), done('x-api-key'), done('nothing'));
     await modelWith().decide(request());

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { defineAgent, tool, toolSpecs } from '../../lib/agent.ts';
 import { renderStepPrompt } from '../../lib/core/prompt.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { ModelKeyError } from '../../lib/core/errors.ts';
 import { AnthropicModel } from '../../lib/llm/anthropic.ts';
 import { KEY_REFRESH_MS, rememberKey, secretsManagerApiKey } from '../../lib/llm/api-key.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
@@ -71,6 +72,16 @@ describe('a refused key (401) through the SDK and the local Messages server', ()
   beforeEach(() => { server.reset(); secrets.reset(); });
 
   const request = () => ({ runId: 'k', step: 1, prompt: renderStepPrompt(newState('k')), tools: toolSpecs(rowsAgent(new FakeRows())), settings: {} });
+
+  it('a secret holding a mangled key pauses the step, and the fixed secret is read at the next step, not after the refresh interval', async () => {
+    secrets.on(GetSecretValueCommand).resolvesOnce({ SecretString: 'sk-new…' }).resolves({ SecretString: 'sk-new' });
+    const model = new AnthropicModel({ baseURL: server.url, env: {}, apiKey: secretsManagerApiKey('stepwise/mangled', sm) });
+    server.script(done('fixed'));
+    await expect(model.decide(request())).rejects.toThrow(ModelKeyError);
+    expect(server.requests).toHaveLength(0);
+    expect(await model.decide(request())).toMatchObject({ kind: 'done', summary: 'fixed' });
+    expect(secrets.commandCalls(GetSecretValueCommand)).toHaveLength(2);
+  });
 
   it('a rotated key: the 401 makes the adapter read the secret again and the call is retried at once with the new key', async () => {
     secrets.on(GetSecretValueCommand).resolvesOnce({ SecretString: 'sk-old' }).resolves({ SecretString: 'sk-new' });
