@@ -1,4 +1,5 @@
 import { agentNames, type AgentDefinition } from '../agent.ts';
+import { InvalidInputError } from '../core/errors.ts';
 import { sweepRunsAndTimers } from '../engine/sweep.ts';
 import { createLogger, type Logger } from '../log.ts';
 import { systemClock, type Clock, type RunMessage } from '../ports.ts';
@@ -34,7 +35,7 @@ export interface RunSweep {
 export async function sweepRuns(runtime: Pick<AwsRuntime, 'store' | 'queue'>, options: RunSweepOptions = {}): Promise<RunSweep> {
   const stallMs = options.stallMs ?? DEFAULT_SWEEPER_STALL_MS;
   // 0 would re-drive every run inside a step, on every sweep.
-  if (!Number.isFinite(stallMs) || stallMs <= 0) throw new RangeError(`stallMs must be a number of milliseconds above 0, not ${String(stallMs)}`);
+  if (!Number.isFinite(stallMs) || stallMs <= 0) throw new InvalidInputError(`stallMs must be a number of milliseconds above 0, not ${String(stallMs)}`);
   const deps = { store: runtime.store, queue: runtime.queue, clock: options.clock ?? systemClock, log: options.log ?? createLogger({ service: 'stepwise-sweeper' }) };
   return sweepRunsAndTimers(deps, { stallMs, ...(options.agent ? { agents: agentNames(options.agent) } : {}) });
 }

@@ -7,7 +7,7 @@ import type { RunState } from '../../lib/core/state.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { sweepRunsAndTimers } from '../../lib/engine/sweep.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
-import { runWorker as publicRunWorker } from '../../lib/index.ts';
+import { InvalidInputError, runWorker as publicRunWorker } from '../../lib/index.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -90,7 +90,9 @@ describe('a worker on the AWS backend does the sweeper function\'s work', () => 
     expect((await runtime.store.load('theirs'))).toMatchObject({ status: 'running', version: 1 });
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
     // A stall window of 0 would re-drive every run inside a step, at every sweep.
-    await expect(sweepRuns(runtime, { stallMs: 0 })).rejects.toThrow('stallMs must be a number of milliseconds above 0, not 0');
+    const refused = sweepRuns(runtime, { stallMs: 0 });
+    await expect(refused).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(refused).rejects.toThrow('stallMs must be a number of milliseconds above 0, not 0');
   });
 
   it('`stepwise worker --backend aws` re-drives a run whose message was lost, after --stall-ms', { timeout: 90_000 }, async () => {
