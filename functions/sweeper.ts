@@ -16,7 +16,11 @@ import { AGENT_ENV, DEFAULT_SWEEPER_STALL_MS, STALL_SECONDS_ENV } from '../lib/s
 export type SweeperHandler = () => Promise<RunSweep>;
 
 const log = createLogger({ service: 'stepwise-sweeper' });
-/** Lambda's longest invocation: a run idle for longer is not inside a step (retry backoff is at most a minute). */
+/**
+ * Lambda's longest invocation: a run idle for longer is not inside a step. A run between tries may be (a
+ * retry-after can hide its message up to 15 minutes): the copy sent for it waits behind that message, as
+ * SQS FIFO delivers one message of a run at a time, and finds the run moved on.
+ */
 export const DEFAULT_STALL_MS = DEFAULT_SWEEPER_STALL_MS;
 
 /** `agent`: only its runs (its name and former names); undefined sweeps every run of the table. */
