@@ -160,12 +160,32 @@ function toolSpec(t: ToolDefinition): ToolSpec {
   } catch (error) {
     throw new InvalidInputError(`tool ${t.name}: its input cannot be sent to the model as JSON Schema: ${(error as Error).message}`);
   }
-  const { $schema: _ignored, ...schema } = json;
+  const { $schema: _ignored, ...schema } = withDefaultsOptional(json) as Record<string, unknown>;
   // The Messages API takes only an object schema as a tool's input.
   if (schema.type !== 'object') {
     throw new InvalidInputError(`tool ${t.name}: its input must be an object schema (z.object), not ${JSON.stringify(schema.type ?? 'untyped')}`);
   }
   return { name: t.name, description: t.description, inputSchema: schema };
+}
+
+/**
+ * The schema with every field that has a default left out of `required`. Written for the output (the
+ * parsed input, defaults filled in, as a decision is recorded and checked again on resume; a transform
+ * cannot be, so that mode refuses it), a schema lists such a field as required, and the model would have
+ * to send what zod fills in by itself.
+ */
+function withDefaultsOptional(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(withDefaultsOptional);
+  if (!node || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(node)) out[key] = withDefaultsOptional(value);
+  const properties = out.properties as Record<string, { default?: unknown }> | undefined;
+  if (properties && typeof properties === 'object' && Array.isArray(out.required)) {
+    const required = (out.required as string[]).filter((name) => properties[name]?.default === undefined);
+    if (required.length) out.required = required;
+    else delete out.required;
+  }
+  return out;
 }
 
 const isAgentLike = (value: unknown): boolean => Boolean(value && typeof value === 'object' && Array.isArray((value as AgentDefinition).tools));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineAgent, loadAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
+import { defineAgent, loadAgent, tool, toolSpecs, type AgentDefinition } from '../../lib/agent.ts';
 import { InvalidInputError } from '../../lib/core/errors.ts';
 import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -34,6 +34,28 @@ describe('a tool input that cannot be sent to the model is an error when the age
     }
     expect(error).toBeInstanceOf(InvalidInputError);
     expect((error as Error).message).toMatch(reason);
+  });
+
+  it('a field with a default is not required of the model, and the step runs with the default filled in', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const seen: unknown[] = [];
+    const copy = tool({
+      name: 'copy_rows', description: 'Copy rows.', sideEffect: false, run: (input) => { seen.push(input); return 'copied'; },
+      input: z.object({ table: z.string(), batch: z.number().int().default(100), where: z.object({ column: z.string(), op: z.string().default('=') }).optional() }),
+    });
+    const agent = defineAgent({ name: 'defaults', tools: [copy] });
+    expect(toolSpecs(agent)[0]!.inputSchema).toMatchObject({
+      required: ['table'], additionalProperties: false,
+      properties: { batch: { default: 100 }, where: { required: ['column'], properties: { op: { default: '=' } } } },
+    });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'copy_rows', input: { table: 'orders', where: { column: 'id' } } } : { kind: 'done', summary: 'copied' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' });
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(seen).toEqual([{ table: 'orders', batch: 100, where: { column: 'id', op: '=' } }]);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', steps: [{ input: { table: 'orders', batch: 100, where: { column: 'id', op: '=' } } }] });
+    runtime.close();
   });
 
   it('loadAgent refuses the module, before any run is touched', async () => {
