@@ -1,5 +1,5 @@
 import type { Budget, ForkedFrom, RunState, StepRecord, Usage, WaitRecord } from '../core/state.ts';
-import type { RunView } from '../engine/operate/show.ts';
+import type { RunView, StepView } from '../engine/operate/show.ts';
 import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
 import type { CheckpointInfo, RunSummary } from '../ports.ts';
 import { printable } from '../core/printable.ts';
@@ -128,6 +128,11 @@ const INPUT_EXCERPT = 300;
 
 /** `stepwise show`: the run's head, then every step with its call, arguments, result, key, worker and cost. */
 export function showText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number } = {}): string {
+  return [showHeadText(view, fallbackModel, options), ...view.steps.map((s) => showStepText(s, fallbackModel, options))].join('\n');
+}
+
+/** What `show` prints above the steps: the run now, or as it stood after `atStep`. */
+export function showHeadText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number } = {}): string {
   const state = { usage: view.usage, steps: view.steps, ...(view.wait ? { wait: view.wait } : {}) };
   const usage = costLine(state as RunState, fallbackModel);
   const lines = [
@@ -143,24 +148,27 @@ export function showText(view: RunView, fallbackModel: string, options: { full?:
     if (view.wait) lines.push(waitingLine(view.runId, view.wait, options.now ?? Date.now()));
     if (view.summary) lines.push(`summary  ${view.summary}`);
   }
-  for (const s of view.steps) {
-    const cost = stepCost(s, fallbackModel);
-    lines.push('', [
-      `step ${s.step}`, s.tool, s.result.ok ? 'ok' : 'error', `worker ${s.workerId}`,
-      ...(tokens(s.usage) ? [`tokens ${tokens(s.usage)}`] : []), ...(cost ? [`cost ${cost}`] : []), `at ${time(s.at)}`,
-    ].join('  '));
-    if (s.idempotencyKey) lines.push(`  key     ${s.idempotencyKey}`);
-    if (s.waitId) lines.push(`  wait    ${s.waitId}`);
-    lines.push(`  input   ${excerpt(s.input, options.full)}`);
-    if (s.output !== undefined) {
-      // One string, not a line each: spread into push, an output of a few hundred thousand lines (a 5 MB
-      // log) passed each as an argument and overflowed the stack.
-      lines.push(`  result  (${s.result.bytes} B from ${s.result.ref})`, `    ${s.output.replaceAll('\n', '\n    ')}`);
-    } else {
-      lines.push(`  result  ${options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT)}`);
-      if (s.outputMissing) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store no longer has)`);
-      else if (s.result.ref) lines.push(`          (${s.result.bytes} B stored by ref ${s.result.ref}; --full shows it)`);
-    }
+  return lines.join('\n');
+}
+
+/** One step as `show` prints it, after a blank line; its whole output when the step view carries it. */
+export function showStepText(s: StepView, fallbackModel: string, options: { full?: boolean } = {}): string {
+  const cost = stepCost(s, fallbackModel);
+  const lines = ['', [
+    `step ${s.step}`, s.tool, s.result.ok ? 'ok' : 'error', `worker ${s.workerId}`,
+    ...(tokens(s.usage) ? [`tokens ${tokens(s.usage)}`] : []), ...(cost ? [`cost ${cost}`] : []), `at ${time(s.at)}`,
+  ].join('  ')];
+  if (s.idempotencyKey) lines.push(`  key     ${s.idempotencyKey}`);
+  if (s.waitId) lines.push(`  wait    ${s.waitId}`);
+  lines.push(`  input   ${excerpt(s.input, options.full)}`);
+  if (s.output !== undefined) {
+    // One string, not a line each: spread into push, an output of a few hundred thousand lines (a 5 MB
+    // log) passed each as an argument and overflowed the stack.
+    lines.push(`  result  (${s.result.bytes} B from ${s.result.ref})`, `    ${s.output.replaceAll('\n', '\n    ')}`);
+  } else {
+    lines.push(`  result  ${options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT)}`);
+    if (s.outputMissing) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store no longer has)`);
+    else if (s.result.ref) lines.push(`          (${s.result.bytes} B stored by ref ${s.result.ref}; --full shows it)`);
   }
   return lines.join('\n');
 }

@@ -1,8 +1,8 @@
 import { InvalidInputError } from '../../core/errors.ts';
-import { showRun } from '../../engine/operate/show.ts';
+import { showRun, withOutput } from '../../engine/operate/show.ts';
 import { openBackend, type CliOptions } from '../context.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
-import { showText } from '../format.ts';
+import { showHeadText, showStepText } from '../format.ts';
 
 export interface ShowOptions extends CliOptions {
   step?: number;
@@ -15,10 +15,17 @@ export async function showCommand(runId: string | undefined, options: ShowOption
   if (!runId) throw new InvalidInputError('usage: stepwise show <runId> [--step n] [--full] [--json]');
   const runtime = await openBackend(options);
   try {
-    const view = await showRun(runtime, runId, {
-      ...(options.step !== undefined ? { step: options.step } : {}), ...(options.full ? { full: true } : {}), pricingModel: pricingModel(),
-    });
-    out(options.json ? JSON.stringify(view, null, 2) : showText(view, pricingModel(), { full: options.full === true }));
+    const step = options.step !== undefined ? { step: options.step } : {};
+    if (options.json) {
+      out(JSON.stringify(await showRun(runtime, runId, { ...step, ...(options.full ? { full: true } : {}), pricingModel: pricingModel() }), null, 2));
+      return 0;
+    }
+    // As text, each step's whole output is read just before it is printed: a long run's outputs never
+    // need to be in memory together.
+    const view = await showRun(runtime, runId, { ...step, pricingModel: pricingModel() });
+    const shown = { full: options.full === true };
+    out(showHeadText(view, pricingModel(), shown));
+    for (const record of view.steps) out(showStepText(options.full ? await withOutput(runtime.blobs, record) : record, pricingModel(), shown));
     return 0;
   } finally {
     runtime.close();

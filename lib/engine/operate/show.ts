@@ -52,6 +52,19 @@ export interface ShowOptions {
   pricingModel?: string;
 }
 
+const BLOB_READS_AT_ONCE = 8;
+
+/**
+ * The step with its whole output from the blob store, when stored by reference. One step at a time, for
+ * a caller that prints each before the next (`stepwise show --full`): a run's outputs together need not
+ * fit in memory.
+ */
+export async function withOutput(blobs: BlobStore, record: StepRecord): Promise<StepView> {
+  if (!record.result.ref) return record;
+  const data = await blobs.get(record.result.ref);
+  return data ? { ...record, output: data.toString('utf8') } : { ...record, outputMissing: true };
+}
+
 export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }, runId: string, options: ShowOptions = {}): Promise<RunView> {
   const { stored, state } = await loadRun(deps.store, runId, 'show');
   const atStep = options.step ?? state.step;
@@ -59,11 +72,12 @@ export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }
   const fallback = pricingModelOf(at, options.pricingModel);
   const cost = runCost(at, fallback ?? '');
   const wanted = options.full === true ? () => true : (n: number) => Array.isArray(options.full) && options.full.includes(n);
-  const steps = await Promise.all(at.steps.map(async (record): Promise<StepView> => {
-    if (!record.result.ref || !wanted(record.step)) return record;
-    const data = await deps.blobs.get(record.result.ref);
-    return data ? { ...record, output: data.toString('utf8') } : { ...record, outputMissing: true };
-  }));
+  const steps: StepView[] = at.steps.slice();
+  // A few blobs at a time, not every one of a long run's outputs requested at once.
+  const refs = steps.flatMap((record, i) => (record.result.ref && wanted(record.step) ? [i] : []));
+  for (let i = 0; i < refs.length; i += BLOB_READS_AT_ONCE) {
+    await Promise.all(refs.slice(i, i + BLOB_READS_AT_ONCE).map(async (at) => { steps[at] = await withOutput(deps.blobs, steps[at]!); }));
+  }
   return {
     runId, agent: state.agent, goal: state.goal, status: state.status, version: stored.version, step: state.step, stepCap: state.stepCap,
     ...(state.budget ? { budget: state.budget } : {}), ...(state.forkedFrom ? { forkedFrom: state.forkedFrom } : {}),
