@@ -1,5 +1,5 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
@@ -15,9 +15,26 @@ import { runStepwise, type Running } from '../support/processes.ts';
 const dir = tempDb();
 afterAll(() => dir.cleanup());
 
+/** `npm run local-aws -- <args>` as a process of its own; `ready` once it has printed what to source. */
+function startLocalAws(args: string[]): { child: ChildProcess; out(): string; err(): string; ready: Promise<void>; exited: Promise<number | null> } {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/local-aws.ts', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  const exited = new Promise<number | null>((done) => child.on('exit', (code) => done(code)));
+  const ready = new Promise<void>((done, fail) => {
+    child.stdout.on('data', (d: Buffer) => { out += d; if (out.includes('everything is in memory')) done(); });
+    void exited.then((code) => fail(new Error(`local-aws exited with ${code} before it was ready:\n${out}\n${err}`)));
+  });
+  child.stderr.on('data', (d: Buffer) => { err += d; });
+  return { child, out: () => out, err: () => err, ready, exited };
+}
+
 /** The exports as `source` reads them in bash: the names the file sets, with the values the shell gave them. */
 function sourceEnvFile(file: string): Record<string, string> {
-  const names = readFileSync(file, 'utf8').trim().split('\n').map((line) => {
+  const lines = readFileSync(file, 'utf8').trim().split('\n');
+  // The first line says whose the file is; `source` skips it.
+  expect(lines[0]).toMatch(/^# npm run local-aws, pid \d+: removed when it stops$/);
+  const names = lines.slice(1).map((line) => {
     const m = /^export ([A-Z0-9_]+)=/.exec(line);
     if (!m) throw new Error(`not an export line: ${line}`);
     return m[1]!;
@@ -99,6 +116,47 @@ describe('npm run local-aws', () => {
     expect(existsSync(envFile)).toBe(false);
     expect(existsSync(join(home, 'local-aws-outbox'))).toBe(false);
     expect(existsSync(join(home, 'local-aws-signing.key'))).toBe(false);
+  });
+
+  it('a second session on a file a running one holds is refused; one on a file of its own beside it has its own key and emails, and stopping it leaves the first one\'s', { timeout: 180_000 }, async () => {
+    const home = join(dir.path, '..', 'two sessions');
+    const first = join(home, 'local-aws.env');
+    const second = join(home, 'second.env');
+    // A file left by a session that died without removing it (SIGKILL): its process is gone, so it is taken over.
+    mkdirSync(home, { recursive: true });
+    writeFileSync(first, `# npm run local-aws, pid ${spawnSync('true').pid}: removed when it stops\nexport AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:1\n`);
+    const a = startLocalAws(['--write-env', first]);
+    let again: ReturnType<typeof startLocalAws> | undefined;
+    let b: ReturnType<typeof startLocalAws> | undefined;
+    try {
+      await a.ready;
+      const written = readFileSync(first, 'utf8');
+      expect(written).toMatch(new RegExp(`^# npm run local-aws, pid ${a.child.pid}: removed when it stops\n`));
+      const keyA = readFileSync(join(home, 'local-aws-signing.key'), 'utf8');
+
+      // Both would write the file, the key and the outbox, and whichever stopped first would remove the other's.
+      again = startLocalAws(['--write-env', first]);
+      expect(await Promise.race([again.exited, again.ready.then(() => 'started')])).toBe(2);
+      expect(again.err()).toBe(`local-aws: ${first} belongs to another npm run local-aws (pid ${a.child.pid}), still running: use that one, stop it first, or give this one a file of its own (-- --write-env <path>)\n`);
+      expect(readFileSync(first, 'utf8')).toBe(written);
+
+      b = startLocalAws(['--write-env', second]);
+      await b.ready;
+      const envB = sourceEnvFile(second);
+      expect(envB).toMatchObject({ STEPWISE_SIGNING_KEY_FILE: join(home, 'second-signing.key'), STEPWISE_OUTBOX: join(home, 'second-outbox') });
+      expect(envB.AWS_ENDPOINT_URL_DYNAMODB).not.toBe(sourceEnvFile(first).AWS_ENDPOINT_URL_DYNAMODB);
+      b.child.kill('SIGTERM');
+      expect(await b.exited).toBe(0);
+      expect(existsSync(second)).toBe(false);
+      expect(existsSync(join(home, 'second-signing.key'))).toBe(false);
+      // The first session's file and key are as it wrote them.
+      expect(readFileSync(first, 'utf8')).toBe(written);
+      expect(readFileSync(join(home, 'local-aws-signing.key'), 'utf8')).toBe(keyA);
+    } finally {
+      for (const session of [again, b, a]) session?.child.kill('SIGTERM');
+    }
+    expect(await a.exited).toBe(0);
+    expect(existsSync(first)).toBe(false);
   });
 
   it('a mistyped option stops it before any server starts, with the usage; --help prints it', () => {
