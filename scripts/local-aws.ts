@@ -8,6 +8,9 @@
  * the key and emails named after it) when it stops.
  *
  *   npm run local-aws [-- --write-env <path>]     (default .stepwise/local-aws.env)
+ *
+ * The npm script `exec`s node: npm passes a SIGTERM on to its script's shell, which would not pass it on
+ * to this process, and the servers would outlive `kill <npm's pid>`.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';

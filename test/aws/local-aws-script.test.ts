@@ -159,6 +159,32 @@ describe('npm run local-aws', () => {
     expect(existsSync(first)).toBe(false);
   });
 
+  it('SIGTERM to `npm run local-aws` (a supervisor, kill <pid>) stops the servers and removes the file, not only npm', { timeout: 180_000 }, async () => {
+    const envFile = join(dir.path, '..', 'npm', 'local-aws.env');
+    // A group of its own, so whatever npm leaves running can be found and stopped at the end.
+    const npm = spawn('npm', ['run', '--silent', 'local-aws', '--', '--write-env', envFile], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let out = '';
+    npm.stdout.on('data', (d: Buffer) => { out += d; });
+    const exited = new Promise<void>((done) => npm.on('exit', () => done()));
+    try {
+      while (!out.includes('everything is in memory') && npm.exitCode === null) await new Promise((r) => setTimeout(r, 200));
+      const env = sourceEnvFile(envFile);
+      npm.kill('SIGTERM');
+      await exited;
+      // npm hands the signal to its script's shell, and sh does not pass it on to a command it runs: the
+      // script, Java and fauxqs went on, still answering, and the file still named them.
+      expect(existsSync(envFile)).toBe(false);
+      await expect(fetch(env.AWS_ENDPOINT_URL_DYNAMODB!)).rejects.toThrow();
+      await expect(fetch(env.AWS_ENDPOINT_URL_SQS!)).rejects.toThrow();
+    } finally {
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // the group is gone already
+      }
+    }
+  });
+
   it('a mistyped option stops it before any server starts, with the usage; --help prints it', () => {
     const typo = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/local-aws.ts', '--write-evn', 'x'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
     expect(typo.status).toBe(2);
