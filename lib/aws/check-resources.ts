@@ -46,11 +46,35 @@ const NOT_FOUND: Record<AwsResource, readonly string[]> = {
   bucket: ['NoSuchBucket', 'NotFound'],
 };
 
+/** The SDK's own variables for an endpoint of each service's, the most specific first. */
+const ENDPOINT_ENV: Record<AwsResource, readonly string[]> = {
+  table: ['AWS_ENDPOINT_URL_DYNAMODB', 'AWS_ENDPOINT_URL'],
+  queue: ['AWS_ENDPOINT_URL_SQS', 'AWS_ENDPOINT_URL'],
+  bucket: ['AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL'],
+};
+/** A connection that never opened: nothing listens there, or the name does not resolve. */
+const UNREACHABLE = ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH'];
+
+/**
+ * An endpoint the environment names where nothing answers, most often the servers of an `npm run
+ * local-aws` that has stopped, its exports still in the shell: one line naming the variable and what to
+ * do (exit code 2), where the SDK's own is a bare `connect ECONNREFUSED 127.0.0.1:36513`. Undefined for
+ * any other error, or when no variable chose the endpoint (AWS's own, a network fault, not a setting).
+ */
+export function unreachableEndpoint(resource: AwsResource, error: unknown, env: NodeJS.ProcessEnv = process.env): InvalidInputError | undefined {
+  if (!UNREACHABLE.includes(String((error as { code?: unknown })?.code))) return undefined;
+  const variable = ENDPOINT_ENV[resource].find((name) => env[name]?.trim());
+  if (!variable) return undefined;
+  return new InvalidInputError(`nothing answers at ${env[variable]!.trim()} (${variable}, for the ${resource}): ${(error as Error).message}; `
+    + 'start the server it names, or, if npm run local-aws wrote it, run that again and source the file it writes');
+}
+
 /**
  * Checks, in one round of parallel calls, that the resources a command is about to use exist, so a table
  * that was never deployed (a typo, another region) is one line naming it with the fix, exit code 2,
  * before anything is written, and not the SDK's "Cannot do operations on a non-existent table". Only a
- * not-found answer counts: any other error (no permission to describe) is left to the real call.
+ * not-found answer counts, or an endpoint set in the environment where nothing answers: any other error
+ * (no permission to describe) is left to the real call.
  */
 export async function assertResourcesExist(
   clients: Pick<AwsClients, 'dynamo' | 'sqs' | 's3'>,
@@ -63,14 +87,15 @@ export async function assertResourcesExist(
     bucket: () => clients.s3.send(new HeadBucketCommand({ Bucket: names.bucketName })),
   };
   const label: Record<AwsResource, string> = { table: names.tableName, queue: names.queueUrl, bucket: names.bucketName };
-  const missing = await Promise.all(uses.map(async (resource) => {
+  const refusals = await Promise.all(uses.map(async (resource) => {
     try {
       await probes[resource]();
       return undefined;
     } catch (error) {
-      return NOT_FOUND[resource].includes(errorName(error)) ? resource : undefined;
+      if (NOT_FOUND[resource].includes(errorName(error))) return new InvalidInputError(`${resource} ${label[resource]} does not exist: ${MISSING_RESOURCE_FIX}`);
+      return unreachableEndpoint(resource, error);
     }
   }));
-  const first = missing.find((m) => m !== undefined);
-  if (first) throw new InvalidInputError(`${first} ${label[first]} does not exist: ${MISSING_RESOURCE_FIX}`);
+  const first = refusals.find((refusal) => refusal !== undefined);
+  if (first) throw first;
 }

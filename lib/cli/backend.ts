@@ -99,10 +99,12 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
   });
   let waits: ReturnType<typeof awsWaitServices>;
   try {
+    // The resources first: exports left from a stopped `npm run local-aws` name servers that are gone and
+    // a signing key file it removed, and the servers are what to start again, not a key to make by hand.
+    await assertResourcesExist(aws.clients, aws, uses);
     // Approval links point at the stack's API unless STEPWISE_PUBLIC_URL says otherwise.
     const env = deployed?.apiUrl && !process.env.STEPWISE_PUBLIC_URL ? { ...process.env, STEPWISE_PUBLIC_URL: deployed.apiUrl } : process.env;
     waits = awsWaitServices(aws, env);
-    await assertResourcesExist(aws.clients, aws, uses);
   } catch (error) {
     aws.close();
     throw error;

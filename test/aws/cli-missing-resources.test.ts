@@ -3,6 +3,7 @@ import { inspect } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openAwsRuntime } from '../../lib/aws/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { freePort } from '../support/aws-servers.ts';
 import { createTestResources, uniqueName, type TestResources } from './aws-fixtures.ts';
 
 /**
@@ -54,6 +55,29 @@ describe('missing AWS resources', () => {
     expect(r.code).toBe(2);
     expect(r.err).toBe(`stepwise: bucket ${bucket} does not exist: ${FIX}\n`);
     expect(r.out).not.toContain('ready');
+  });
+
+  it('servers that are gone (a stopped npm run local-aws, its exports still in the shell): one line naming the endpoint, not the key file it removed', async () => {
+    // Where nothing listens, as the stopped servers' ports; the session's key file went with them.
+    const gone = `http://127.0.0.1:${await freePort()}`;
+    const env = {
+      ...ENV, AWS_ENDPOINT_URL_DYNAMODB: gone, AWS_ENDPOINT_URL_SQS: gone, AWS_ENDPOINT_URL_S3: gone, STEPWISE_BACKEND: 'aws',
+      TABLE_NAME: 'stepwise', BUCKET_NAME: 'stepwise-blobs', QUEUE_URL: `${gone}/000000000000/stepwise.fifo`,
+      STEPWISE_SIGNING_KEY_FILE: join(ROOT, '.stepwise', `${uniqueName('removed')}-signing.key`),
+    };
+    const line = (variable: string, resource: string) => `stepwise: nothing answers at ${gone} (${variable}, for the ${resource}): connect ECONNREFUSED ${gone.slice('http://'.length)}; `
+      + 'start the server it names, or, if npm run local-aws wrote it, run that again and source the file it writes\n';
+    for (const args of [['status'], ['start', '--agent', AGENT, '--goal', 'x'], ['approve', 'some-run'], ['worker', '--agent', AGENT, '--idle-exit-ms', '500']]) {
+      const r = await stepwiseCli(args, env);
+      expect(r.err, args[0]).toBe(line('AWS_ENDPOINT_URL_DYNAMODB', 'table'));
+      expect(r.code).toBe(2);
+      // The worker stops before it says it is ready.
+      expect(r.out).toBe('');
+    }
+    // init makes all three at once: whichever call fails first is the line.
+    const init = await stepwiseCli(['init', '--backend', 'aws'], env);
+    expect(init.code).toBe(2);
+    expect([line('AWS_ENDPOINT_URL_DYNAMODB', 'table'), line('AWS_ENDPOINT_URL_SQS', 'queue'), line('AWS_ENDPOINT_URL_S3', 'bucket')]).toContain(init.err);
   });
 
   it('a command that only reads needs the table alone; one that moves runs needs all three named', async () => {

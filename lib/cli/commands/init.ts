@@ -36,21 +36,24 @@ export async function initCommand(options: InitOptions, out: (line: string) => v
   if (!BUCKET_NAME.test(bucketName)) throw new InvalidInputError(`--bucket ${JSON.stringify(bucketName)}: a bucket name is 3 to 63 lowercase letters, digits, hyphens and dots`);
   if (!QUEUE_NAME.test(queueName)) throw new InvalidInputError(`--queue-name ${JSON.stringify(queueName)}: a queue name is 1 to 71 letters, digits, hyphens and underscores`);
 
-  const [{ createAwsClients }, { ensureBucket, ensureQueue, ensureTable }, { errorName }, { assertAwsConfigured }] = await Promise.all([
+  const [{ createAwsClients }, { ensureBucket, ensureQueue, ensureTable }, { errorName }, { assertAwsConfigured, unreachableEndpoint }] = await Promise.all([
     import('../../aws/clients.ts'), import('../../aws/provision.ts'), import('../../aws/dynamo-errors.ts'), import('../../aws/check-resources.ts'),
   ]);
   const clients = createAwsClients();
   try {
     await assertAwsConfigured(clients.dynamo);
     const region = await clients.dynamo.config.region();
+    const unreachable = (resource: 'table' | 'bucket' | 'queue') => (error: unknown): never => {
+      throw unreachableEndpoint(resource, error) ?? error;
+    };
     const [, , queue] = await Promise.all([
-      ensureTable(clients.dynamo, tableName),
+      ensureTable(clients.dynamo, tableName).catch(unreachable('table')),
       ensureBucket(clients.s3, bucketName).catch((error: unknown) => {
         // Bucket names are global across all AWS accounts; the default one may well be taken.
         if (errorName(error) === 'BucketAlreadyExists') throw new InvalidInputError(`bucket name ${bucketName} is taken by another AWS account (bucket names are global): choose one with --bucket`);
-        throw error;
+        return unreachable('bucket')(error);
       }),
-      ensureQueue(clients.sqs, queueName),
+      ensureQueue(clients.sqs, queueName).catch(unreachable('queue')),
     ]);
     if (options.json) {
       out(JSON.stringify({ tableName, bucketName, queueUrl: queue.queueUrl, dlqUrl: queue.dlqUrl }, null, 2));
