@@ -37,6 +37,13 @@ describe('the stepwise command on the AWS backend', () => {
     expect(history.filter((h) => h.idempotencyKey).map((h) => h.idempotencyKey)).toEqual(['aws-cli-1/step-1', 'aws-cli-1/step-2', 'aws-cli-1/step-3']);
     const table = await stepwise('status');
     expect(table.out).toMatch(/aws-cli-1\s+completed\s+3\s+5/);
+
+    // A fork names the command that works it here: `stepwise run` is refused on this backend.
+    const forked = await stepwise('fork', 'aws-cli-1', '--from-step', '2', '--run-id', 'aws-cli-1-f', '--agent', AGENT);
+    const flags = `--backend aws --table ${aws.tableName} --bucket ${aws.bucketName} --queue-url ${aws.queueUrl}`;
+    expect(forked.out.trim()).toBe(`forked run aws-cli-1-f from aws-cli-1 at step 2 (version 5); \`stepwise worker --agent ${AGENT} ${flags}\` works it`);
+    const fromFork = await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '2500');
+    expect(fromFork.out).toMatch(/run aws-cli-1-f v\d+ {2}completed after 3 steps/);
   });
 
   it('run is local only, and a missing table is a clear error', async () => {

@@ -26,8 +26,12 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
       pricingModel: pricingModel(),
     });
     const from = `${forked.forkedFrom.runId} at step ${forked.forkedFrom.step}`;
+    // `run` works a run in its own process on the local backend only; on AWS the fork is the workers'.
+    const worksIt = runtime.kind === 'local'
+      ? `\`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${forked.runId}\` or a worker works it`
+      : `\`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`;
     out(forked.created
-      ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); \`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${forked.runId}\` or a worker works it`
+      ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); ${worksIt}`
       : `run ${forked.runId} already exists, forked from ${from}: nothing changed`);
     return 0;
   } finally {
