@@ -141,24 +141,31 @@ class StepwiseUsageError extends StepwiseError {}
  */
 const NAMING_OPTIONS = ['run-id', 'id', 'db', 'agent', 'backend', 'stack', 'table', 'bucket', 'queue-url', 'queue-name'] as const;
 
-/** The positional arguments each command takes after its name; one more is refused, not ignored. */
-const ARGUMENTS: Record<string, { most: number; usage: string }> = {
-  run: { most: 0, usage: 'stepwise run --agent <path> --goal <text>' },
-  start: { most: 0, usage: 'stepwise start --agent <path> --goal <text>' },
-  worker: { most: 0, usage: 'stepwise worker --agent <path>' },
-  status: { most: 1, usage: 'stepwise status [<runId>]' },
-  history: { most: 1, usage: 'stepwise history <runId>' },
-  prune: { most: 0, usage: 'stepwise prune [--older-than-days <n>]' },
-  drift: { most: 0, usage: 'stepwise drift --agent <new-agent>' },
-  show: { most: 1, usage: 'stepwise show <runId> [--step <n>]' },
-  fork: { most: 1, usage: 'stepwise fork <runId> --from-step <n>' },
-  retry: { most: 1, usage: 'stepwise retry <runId>' },
-  cancel: { most: 1, usage: 'stepwise cancel <runId>' },
-  serve: { most: 0, usage: 'stepwise serve --agent <path>' },
-  approve: { most: 1, usage: 'stepwise approve <runId>' },
-  reject: { most: 1, usage: 'stepwise reject <runId>' },
-  emit: { most: 3, usage: 'stepwise emit <type> <key> [<json>], the JSON quoted as one argument' },
-  init: { most: 0, usage: 'stepwise init' },
+/** The options every command reads: where the store is, and how to log. */
+const STORE_OPTIONS = ['db', 'backend', 'stack', 'table', 'bucket', 'queue-url', 'log', 'help'] as const;
+const START_OPTIONS = ['agent', 'goal', 'run-id', 'step-cap', 'budget-tokens', 'budget-usd'] as const;
+/**
+ * The positional arguments each command takes after its name, and the options it reads besides the store's:
+ * one more argument, or an option it would not read, is refused, not ignored (`worker --budget-usd 1` ran
+ * every run without a budget, `cancel r --comment why` cancelled it without the reason).
+ */
+const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly (keyof typeof OPTIONS)[] }> = {
+  run: { most: 0, usage: 'stepwise run --agent <path> --goal <text>', options: [...START_OPTIONS, 'visibility-ms'] },
+  start: { most: 0, usage: 'stepwise start --agent <path> --goal <text>', options: START_OPTIONS },
+  worker: { most: 0, usage: 'stepwise worker --agent <path>', options: ['agent', 'visibility-ms', 'idle-exit-ms', 'stall-ms', 'concurrency'] },
+  status: { most: 1, usage: 'stepwise status [<runId>]', options: ['status', 'json', 'cursor'] },
+  history: { most: 1, usage: 'stepwise history <runId>', options: ['json'] },
+  prune: { most: 0, usage: 'stepwise prune [--older-than-days <n>]', options: ['older-than-days'] },
+  drift: { most: 0, usage: 'stepwise drift --agent <new-agent>', options: ['agent', 'json'] },
+  show: { most: 1, usage: 'stepwise show <runId> [--step <n>]', options: ['step', 'full', 'json'] },
+  fork: { most: 1, usage: 'stepwise fork <runId> --from-step <n>', options: ['from-step', ...START_OPTIONS] },
+  retry: { most: 1, usage: 'stepwise retry <runId>', options: ['agent', 'step-cap', 'budget-tokens', 'budget-usd'] },
+  cancel: { most: 1, usage: 'stepwise cancel <runId>', options: ['agent', 'reason', 'as'] },
+  serve: { most: 0, usage: 'stepwise serve --agent <path>', options: ['agent', 'port', 'host'] },
+  approve: { most: 1, usage: 'stepwise approve <runId>', options: ['agent', 'comment', 'as'] },
+  reject: { most: 1, usage: 'stepwise reject <runId>', options: ['agent', 'comment', 'as'] },
+  emit: { most: 3, usage: 'stepwise emit <type> <key> [<json>], the JSON quoted as one argument', options: ['agent', 'id'] },
+  init: { most: 0, usage: 'stepwise init', options: ['queue-name', 'json'] },
 };
 
 export async function main(argv: string[], write: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
@@ -173,6 +180,12 @@ export async function main(argv: string[], write: (line: string) => void = (l) =
   if (!takes) throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
   if (positionals.length - 1 > takes.most) {
     throw new StepwiseUsageError(`unexpected argument ${JSON.stringify(positionals[takes.most + 1])}; usage: ${takes.usage}`);
+  }
+  const unread = (Object.keys(values) as (keyof typeof OPTIONS)[])
+    .find((name) => !(STORE_OPTIONS as readonly string[]).includes(name) && !takes.options.includes(name));
+  if (unread) {
+    const own = takes.options.map((name) => `--${name}`).join(', ');
+    throw new StepwiseUsageError(`--${unread} is not an option of stepwise ${command}${own ? ` (it takes ${own})` : ''}; see stepwise --help`);
   }
   for (const name of NAMING_OPTIONS) {
     if (values[name] === '') throw new StepwiseUsageError(`--${name} is empty (an unset shell variable?): give a value, or leave --${name} out`);

@@ -72,6 +72,33 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     expect(runIds()).toEqual(before);
   });
 
+  // Every option parses for every command: one the command does not read was dropped without a word.
+  it.each([
+    [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--budget-usd', '1'], '--budget-usd is not an option of stepwise worker (it takes --agent, --visibility-ms, --idle-exit-ms, --stall-ms, --concurrency)'],
+    [['approve', 'in-1', '--reason', 'checked'], '--reason is not an option of stepwise approve (it takes --agent, --comment, --as)'],
+    [['status', '--step-cap', '3'], '--step-cap is not an option of stepwise status (it takes --status, --json, --cursor)'],
+    [['prune', '--json'], '--json is not an option of stepwise prune (it takes --older-than-days)'],
+    [['start', '--agent', AGENT, '--goal', 'x', '--concurrency', '4'], '--concurrency is not an option of stepwise start (it takes --agent, --goal, --run-id, --step-cap, --budget-tokens, --budget-usd)'],
+  ])('%j: an option the command does not read is refused', (args, message) => {
+    const before = runIds();
+    const r = stepwise(...args);
+    expect(r.code).toBe(2);
+    expect(r.err.trim()).toBe(`stepwise: ${message}; see stepwise --help`);
+    expect(r.out).toBe('');
+    expect(runIds()).toEqual(before);
+  });
+
+  it('cancel with --comment (approve\'s option) is refused, and the run is not cancelled without its reason', () => {
+    expect(stepwise('start', '--agent', AGENT, '--goal', 'x', '--run-id', 'in-opt').code).toBe(0);
+    const r = stepwise('cancel', 'in-opt', '--comment', 'started by mistake');
+    expect(r.code).toBe(2);
+    expect(r.err.trim()).toBe('stepwise: --comment is not an option of stepwise cancel (it takes --agent, --reason, --as); see stepwise --help');
+    const cancelOf = () => (JSON.parse(stepwise('status', 'in-opt', '--json').out) as { cancelRequested?: string }).cancelRequested;
+    expect(cancelOf()).toBeUndefined();
+    expect(stepwise('cancel', 'in-opt', '--reason', 'started by mistake').code).toBe(0);
+    expect(cancelOf()).toMatch(/: started by mistake$/);
+  });
+
   it('emit refuses an empty --id and an argument past the payload', () => {
     const noId = stepwise('emit', 'order.paid', 'order-1', '--id', '');
     expect(noId.code).toBe(2);
