@@ -10,9 +10,12 @@ const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 usage:
   stepwise run     --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   start a run and work it here
                    (--run-id of an existing run, without --goal: work that run here)
+                   [--visibility-ms <ms>]   how long a step is held before another worker may take it over
+                   (default 30000; run and worker)
   stepwise start   --agent <path> --goal <text> [--run-id <id>] [--step-cap <n>]   enqueue a run for the workers
                    [--budget-tokens <n>] [--budget-usd <x>]   stop the run before it spends more (run and start)
   stepwise worker  --agent <path> [--visibility-ms <ms>] [--idle-exit-ms <ms>]     work queued runs until stopped
+                   (or once it has had no step to work for --idle-exit-ms)
                    [--stall-ms <ms>]   re-drive runs stuck this long (default 60000; on AWS 900000,
                    where the worker also sends the timers of waits that come due)
                    [--concurrency <n>] steps at once in this process, each on its own run (default 1)
@@ -25,6 +28,7 @@ usage:
                    waiting runs this code and agent cannot resume (exit 3 if any)
   stepwise show    <runId> [--step <n>] [--full] [--json]                          the state after a step, each step in full
   stepwise fork    <runId> --from-step <n> [--run-id <id>] [--goal <text>]         a new run from the state after step n
+                   [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>]
   stepwise retry   <runId> [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>] continue a failed, capped or over-budget run
   stepwise cancel  <runId> [--reason <text>] [--as <who>]                          stop a run at its next step boundary
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
