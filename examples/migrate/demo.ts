@@ -25,7 +25,8 @@ const USAGE = `usage: npm run demo [-- --approve]
 
 Migrates DEMO_ROWS rows (default 1000, at most ${maxRows()}) in batches with the offline model (or Claude, with
 ANTHROPIC_API_KEY set), kills its worker mid-step, resumes on a fresh one, and waits for approval
-before the risky step. Its files go to .stepwise/demo-<time>/.
+before the risky step. Its files go to .stepwise/demo-<time>/. stepwise serve answers the approval link
+on DEMO_PORT (default: a free port).
 
   --approve    approve from the terminal at once, not after you open the emailed link
                (what a terminal that is not interactive does anyway)
@@ -57,6 +58,18 @@ const rowsText = process.env.DEMO_ROWS?.trim() || '1000';
 const ROWS = /^\d+$/.test(rowsText) ? Number(rowsText) : NaN;
 if (!(ROWS >= 1 && ROWS <= maxRows())) {
   process.stderr.write(`demo: DEMO_ROWS must be a whole number from 1 to ${maxRows()}, got "${rowsText}"\n`);
+  process.exit(2);
+}
+
+// A port that cannot be listened on was found only after the whole migration, when stepwise serve started.
+const portText = process.env.DEMO_PORT?.trim() || undefined;
+const DEMO_PORT = portText === undefined ? undefined : /^\d+$/.test(portText) ? Number(portText) : NaN;
+if (DEMO_PORT !== undefined && !(DEMO_PORT >= 1 && DEMO_PORT <= 65535)) {
+  process.stderr.write(`demo: DEMO_PORT must be a whole number from 1 to 65535, got "${portText}"\n`);
+  process.exit(2);
+}
+if (DEMO_PORT !== undefined && !(await portFree(DEMO_PORT))) {
+  process.stderr.write(`demo: DEMO_PORT ${DEMO_PORT} is in use: pick another, or leave DEMO_PORT unset for a free one\n`);
   process.exit(2);
 }
 
@@ -110,6 +123,13 @@ async function stop(code: number, why: string): Promise<void> {
   process.exit(code);
 }
 
+/** Whether stepwise serve could listen on this port now. */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer().once('error', () => resolve(false)).listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer().once('error', reject).listen(0, '127.0.0.1', () => {
@@ -134,11 +154,13 @@ function worker(label: string, env: Record<string, string> = {}): ChildProcess {
   return child;
 }
 
-/** Resolves with the first stdout line of a child matching the pattern. */
+/** Resolves with the first stdout line of a child matching the pattern; rejects with what it said if it exits first. */
 function lineOf(child: ChildProcess, pattern: RegExp): Promise<string> {
   return new Promise((resolve, reject) => {
+    let said = '';
+    child.stderr!.on('data', (d: Buffer) => { said += d.toString(); });
     createInterface({ input: child.stdout! }).on('line', (l) => { if (pattern.test(l)) resolve(l); });
-    child.once('exit', (code) => reject(new Error(`stepwise exited (${code}) before printing ${pattern}`)));
+    child.once('close', (code) => reject(new Error(`stepwise exited (${code}) before printing ${pattern}${said.trim() ? `: ${said.trim()}` : ''}`)));
   });
 }
 
@@ -156,7 +178,7 @@ async function main(): Promise<void> {
   say(`model: ${online ? 'Claude (ANTHROPIC_API_KEY is set)' : 'offline scripted model (no ANTHROPIC_API_KEY): it reads the same Step prompt Claude would'}`);
   say(`files: ${dir}`);
   seedSource(migrateDb, ROWS);
-  const port = Number(process.env.DEMO_PORT ?? (await freePort()));
+  const port = DEMO_PORT ?? (await freePort());
   publicUrl = `http://127.0.0.1:${port}`;
 
   const started = await finish(stepwise(['start', '--agent', AGENT, '--run-id', runId, '--goal', `Copy every row of table source into table target, in batches, then verify that each row was copied exactly once.`]));

@@ -1,4 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -52,6 +53,34 @@ describe('npm run demo', () => {
       expect(r.stderr).toBe(`demo: DEMO_ROWS must be a whole number from 1 to 5600, got "${rows}"\n`);
       expect(r.status).toBe(2);
       expect(r.stdout).toBe('');
+    }
+  });
+
+  it('a DEMO_PORT that is not a port, or that is in use, is refused at once, before anything starts', async () => {
+    for (const port of ['abc', '0', '80.5', '65536']) {
+      const r = spawnSync(process.execPath, ['--import', 'tsx', DEMO], { cwd: ROOT, encoding: 'utf8', timeout: 60_000, env: { ...process.env, DEMO_PORT: port } });
+      expect(r.stderr).toBe(`demo: DEMO_PORT must be a whole number from 1 to 65535, got "${port}"\n`);
+      expect(r.status).toBe(2);
+      expect(r.stdout).toBe('');
+    }
+    // Found only when stepwise serve started, after the whole migration, as a stack trace that hid serve's reason.
+    const taken = createServer();
+    await new Promise<void>((ok) => taken.listen(0, '127.0.0.1', ok));
+    try {
+      const port = (taken.address() as AddressInfo).port;
+      const r = await new Promise<{ status: number | null; stdout: string; stderr: string }>((ok) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', DEMO], { cwd: ROOT, env: { ...process.env, DEMO_PORT: String(port) } });
+        let stdout = '';
+        let stderr = '';
+        child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+        child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+        child.on('close', (status) => ok({ status, stdout, stderr }));
+      });
+      expect(r.stderr).toBe(`demo: DEMO_PORT ${port} is in use: pick another, or leave DEMO_PORT unset for a free one\n`);
+      expect(r.status).toBe(2);
+      expect(r.stdout).toBe('');
+    } finally {
+      await new Promise((ok) => taken.close(ok));
     }
   });
 
