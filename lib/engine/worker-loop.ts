@@ -154,11 +154,15 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
       } finally {
         shared.inFlight.delete(delivery);
       }
-      if (handled.action === 'ack') {
-        if (handled.next) held.push(...handled.next);
-        // A step whose checkpoint acked its delivery (the queue in the store's database) needs no second write.
-        if (!handled.acked) await consumer.ack(delivery);
-      } else await consumer.release(delivery, handled.delayMs);
+      if (handled.action === 'ack' && handled.next) held.push(...handled.next);
+      // A step whose checkpoint acked its delivery (the queue in the store's database) needs no second write.
+      const settled = handled.action === 'release' ? consumer.release(delivery, handled.delayMs) : handled.acked ? undefined : consumer.ack(delivery);
+      // One refused (the file locked past the busy timeout) loses nothing: the message comes back after its
+      // visibility timeout, a stale no-op or the step's next try. The worker goes on, where it used to stop.
+      await settled?.catch((error: unknown) => deps.log.warn(
+        { event: `${handled.action}-failed`, workerId: deps.workerId, error: errorMessage(error), body: delivery.body },
+        `a message was not ${handled.action === 'ack' ? 'acked' : 'released'}: it comes back after its visibility timeout`,
+      ));
       if (options.onHandled?.(handled)) return;
     }
   } finally {

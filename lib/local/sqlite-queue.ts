@@ -4,7 +4,7 @@ import type { RunStatus } from '../core/state.ts';
 import type { Clock, Delivery, QueueReceive, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, latestVersionOf, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
+import { immediate, isBusy, latestVersionOf, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
@@ -140,12 +140,26 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     ).all(this.now, ...agents) as { agent: string; messages: number }[];
   }
 
+  /**
+   * A take refused because another connection held the file's write lock past the busy timeout (an
+   * operator's open transaction, a process frozen inside its commit) took nothing: it is an
+   * empty poll, and the next one tries again. Thrown, it stopped an idle worker for good.
+   */
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
     const deadline = Date.now() + (options.waitMs ?? 0);
     for (;;) {
-      const deliveries = this.take(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
+      const deliveries = this.takeUnlessLocked(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
       if (deliveries.length || Date.now() >= deadline) return deliveries;
       await sleep(POLL_MS);
+    }
+  }
+
+  private takeUnlessLocked(max: number, visibilityMs: number): Delivery[] {
+    try {
+      return this.take(max, visibilityMs);
+    } catch (error) {
+      if (!isBusy(error)) throw error;
+      return [];
     }
   }
 

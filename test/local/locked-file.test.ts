@@ -1,0 +1,84 @@
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Handled } from '../../lib/engine/handle-message.ts';
+import { runWorker } from '../../lib/engine/worker-loop.ts';
+import { openDatabase } from '../../lib/local/database.ts';
+import { SqliteQueue } from '../../lib/local/sqlite-queue.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+
+/**
+ * Another connection (an operator's sqlite3 shell in a transaction, a process frozen inside its commit) holds the file's write lock for longer than a worker's busy timeout (10 s; 20 ms here). The
+ * worker must wait it out and go on, where its receive, or its release after the step the lock failed,
+ * threw out of the loop and stopped it ("stepwise: database is locked", exit 1).
+ */
+describe('a worker on a file another connection holds locked past the busy timeout', () => {
+  let db: ReturnType<typeof tempDb>;
+  const opened: { close(): void }[] = [];
+  afterEach(() => {
+    for (const c of opened.splice(0)) c.close();
+    db?.cleanup();
+  });
+
+  const setUp = async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: new StubModel(writeRowsScript(2)), clock, workerId: 'A' });
+    opened.push(w.runtime);
+    await start(w.deps, 'write 2 rows', 'r');
+    // The worker's queue on a connection of its own that gives up on a lock after 20 ms.
+    const conn = openDatabase(db.path, 'process');
+    conn.pragma('busy_timeout = 20');
+    const other = new Database(db.path);
+    opened.push(conn, { close: () => { if (other.inTransaction) other.exec('ROLLBACK'); other.close(); } });
+    return { clock, rows, w, consumer: new SqliteQueue(conn, { clock }), other };
+  };
+  const completed = (h: Handled) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status === 'completed';
+
+  it('an idle worker whose message turns visible while the file is locked takes it once the lock is let go', async () => {
+    const { rows, w, consumer, other } = await setUp();
+    other.exec('BEGIN IMMEDIATE');
+    const receive = consumer.receive.bind(consumer);
+    const received: number[] = [];
+    consumer.receive = async (options) => {
+      const got = await receive(options);
+      received.push(got.length);
+      if (received.length === 3) other.exec('COMMIT');
+      return got;
+    };
+    await runWorker(w.deps, consumer, { visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0, onHandled: completed });
+    // Three polls found the file locked and took nothing; the fourth took the run's message.
+    expect(received.slice(0, 4)).toEqual([0, 0, 0, 1]);
+    expect((await loadState(w.runtime, 'r')).status).toBe('completed');
+    expect(rows.received).toEqual(['r/step-1', 'r/step-2']);
+  });
+
+  it('a step the lock refused, whose release it refuses too, comes back after its visibility timeout, and the worker goes on', async () => {
+    const { clock, rows, w, consumer, other } = await setUp();
+    // The step's commit and the release after it both give up on the lock, taken during the step's tool.
+    w.runtime.db.pragma('busy_timeout = 20');
+    let locked = false;
+    const agent = rowsAgent(rows, { afterWrite: () => { if (!locked) { locked = true; other.exec('BEGIN IMMEDIATE'); } } });
+    const outcomes: string[] = [];
+    const receive = consumer.receive.bind(consumer);
+    consumer.receive = async (options) => {
+      const got = await receive(options);
+      if (!got.length && other.inTransaction) {
+        // The refused step's message is hidden for its visibility timeout: let the lock go and that time pass.
+        other.exec('COMMIT');
+        clock.advance(VISIBILITY_MS + 1);
+      }
+      return got;
+    };
+    await runWorker({ ...w.deps, agent }, consumer, {
+      visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0,
+      onHandled: (h) => { outcomes.push(h.action); return completed(h); },
+    });
+    expect(outcomes[0]).toBe('release');
+    expect((await loadState(w.runtime, 'r')).status).toBe('completed');
+    // The refused try wrote its row; the retry found its key and wrote nothing more.
+    expect([...rows.rows.keys()]).toEqual(['r/step-1', 'r/step-2']);
+  });
+});
