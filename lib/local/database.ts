@@ -230,6 +230,8 @@ function openFile(path: string): Db {
   try {
     if (path !== ':memory:') makeDir(dirname(path));
     db = new Database(path);
+    // Before anything is written, the journal mode included: the file may be another application's.
+    refuseOthersTables(db);
     db.pragma('journal_mode = WAL');
     return db;
   } catch (error) {
@@ -238,6 +240,34 @@ function openFile(path: string): Db {
     const unusable = !(error instanceof Database.SqliteError) || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB';
     if (!unusable) throw error;
     throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+/**
+ * Columns each of stepwise's tables has had in every release. A table of one of these names without them
+ * is another application's, in a file it shares (an app's own `queue` or `ledger`): opening it as ours
+ * created our tables beside it and then failed on it ("no such column: visible_at"), or added our columns
+ * to it and took it for the idempotency ledger.
+ */
+const OWN_COLUMNS: Record<string, readonly string[]> = {
+  runs: ['run_id', 'version', 'status', 'step', 'agent'],
+  checkpoints: ['run_id', 'version', 'step', 'status', 'head'],
+  steps: ['run_id', 'step', 'decision', 'record'],
+  summaries: ['run_id', 'last_step', 'summary'],
+  blobs: ['ref', 'bytes', 'data'],
+  events: ['type_key', 'id', 'payload', 'received_at'],
+  ledger: ['key', 'args_hash', 'status', 'lease_until'],
+  queue: ['dedup_key', 'run_id', 'body', 'visible_at'],
+};
+
+/** Refuses a file holding a table of one of stepwise's names that is not stepwise's (OWN_COLUMNS). */
+function refuseOthersTables(db: Db): void {
+  for (const [table, own] of Object.entries(OWN_COLUMNS)) {
+    const columns = new Set((db.prepare('SELECT name FROM pragma_table_info(?)').all(table) as { name: string }[]).map((c) => c.name));
+    const missing = own.filter((column) => !columns.has(column));
+    if (columns.size && missing.length) {
+      throw new InvalidInputError(`its table ${table} is not stepwise's (no ${missing.join(', ')}): the file is another application's, which stepwise would change; pick another --db`);
+    }
   }
 }
 
