@@ -99,16 +99,18 @@ export function answerCommand(runId: string, wait: WaitRecord): string | undefin
  * it. Past its deadline no answer is taken (an approval or an event is told "expired"), and nothing moves
  * the run until a worker takes its timer: said so, rather than a command that no longer answers it.
  */
-function waitingLine(runId: string, wait: WaitRecord, now: number): string {
+function waitingLine(runId: string, wait: WaitRecord, now: number, backend: 'local' | 'aws' = 'local'): string {
   const head = `waiting  step ${wait.step}: ${waitedFor(wait)} until ${time(wait.deadline)} (wait ${wait.id})`;
   if (now >= wait.deadline) {
-    return `${head}; its deadline has passed: the next worker to take the run, or \`stepwise run --agent <path> --run-id ${runId}\`, resumes it with "${wait.kind === 'sleep' ? 'woke' : 'timed out'}"`;
+    // `run` works a run in its own process on the local backend only; on AWS a worker takes its timer.
+    const here = backend === 'local' ? `, or \`stepwise run --agent <path> --run-id ${runId}\`,` : '';
+    return `${head}; its deadline has passed: the next worker to take the run${here} resumes it with "${wait.kind === 'sleep' ? 'woke' : 'timed out'}"`;
   }
   const answer = answerCommand(runId, wait);
   return `${head}${answer ? `; answer: ${answer}` : ''}`;
 }
 
-export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string } = {}, now = Date.now()): string {
+export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string; backend?: 'local' | 'aws' } = {}, now = Date.now()): string {
   const lines = [
     ...headLines(state, extra.cancelRequested),
     `step     ${state.step} of at most ${state.stepCap}, version ${version}`,
@@ -116,7 +118,7 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
   ];
   if (state.failures) lines.push(`failures ${state.failures} on step ${state.step + 1}: ${state.lastError ?? ''}`);
   if (state.pending) lines.push(`pending  step ${state.pending.step}: ${state.pending.tool} (decision recorded, key ${state.pending.idempotencyKey ?? '-'})`);
-  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now));
+  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now, extra.backend));
   if (state.summary) lines.push(`summary  ${state.summary}`);
   lines.push('', table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], state.steps.map((s) => [
     s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${s.result.text.replace(/\s+/g, ' ').slice(0, 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
@@ -127,12 +129,12 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
 const INPUT_EXCERPT = 300;
 
 /** `stepwise show`: the run's head, then every step with its call, arguments, result, key, worker and cost. */
-export function showText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number } = {}): string {
+export function showText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number; backend?: 'local' | 'aws' } = {}): string {
   return [showHeadText(view, fallbackModel, options), ...view.steps.map((s) => showStepText(s, fallbackModel, options))].join('\n');
 }
 
 /** What `show` prints above the steps: the run now, or as it stood after `atStep`. */
-export function showHeadText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number } = {}): string {
+export function showHeadText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number; backend?: 'local' | 'aws' } = {}): string {
   const state = { usage: view.usage, steps: view.steps, ...(view.wait ? { wait: view.wait } : {}) };
   const usage = costLine(state as RunState, fallbackModel);
   const lines = [
@@ -145,7 +147,7 @@ export function showHeadText(view: RunView, fallbackModel: string, options: { fu
   if (view.atStep === view.step) {
     if (view.failures) lines.push(`failures ${view.failures} on step ${view.step + 1}: ${view.lastError ?? ''}`);
     if (view.pending) lines.push(`pending  step ${view.pending.step}: ${view.pending.tool} ${excerpt(view.pending.input, options.full)} (decision recorded, key ${view.pending.idempotencyKey ?? '-'})`);
-    if (view.wait) lines.push(waitingLine(view.runId, view.wait, options.now ?? Date.now()));
+    if (view.wait) lines.push(waitingLine(view.runId, view.wait, options.now ?? Date.now(), options.backend));
     if (view.summary) lines.push(`summary  ${view.summary}`);
   }
   return lines.join('\n');

@@ -22,4 +22,11 @@ describe("a waiting run's line in status and show", () => {
     const view = { ...approval, version: 2, atStep: 0 } as unknown as RunView;
     expect(waitingLine(showText(view, '', { now: 70_000 }))).toMatch(/its deadline has passed/);
   });
+
+  it('past its deadline on AWS: a worker, not `stepwise run`, which that backend refuses', () => {
+    const expected = /\(wait w1\); its deadline has passed: the next worker to take the run resumes it with "timed out"$/;
+    expect(waitingLine(runDetail(approval, 2, '', { backend: 'aws' }, 70_000))).toMatch(expected);
+    const view = { ...approval, version: 2, atStep: 0 } as unknown as RunView;
+    expect(waitingLine(showText(view, '', { now: 70_000, backend: 'aws' }))).toMatch(expected);
+  });
 });

@@ -63,7 +63,7 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
     const cancel = stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {};
     out(options.json
       ? JSON.stringify({ version: stored.version, ...state, ...cancel, cost: runCost(state, pricingModel()) }, null, 2)
-      : runDetail(state, stored.version, pricingModel(), cancel));
+      : runDetail(state, stored.version, pricingModel(), { ...cancel, backend: runtime.kind }));
     return 0;
   } finally {
     runtime.close();

@@ -23,7 +23,7 @@ export async function showCommand(runId: string | undefined, options: ShowOption
     // As text, each step's whole output is read just before it is printed: a long run's outputs never
     // need to be in memory together.
     const view = await showRun(runtime, runId, { ...step, pricingModel: pricingModel() });
-    const shown = { full: options.full === true };
+    const shown = { full: options.full === true, backend: runtime.kind };
     out(showHeadText(view, pricingModel(), shown));
     for (const record of view.steps) out(showStepText(options.full ? await withOutput(runtime.blobs, record) : record, pricingModel(), shown));
     return 0;
