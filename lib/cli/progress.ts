@@ -8,7 +8,7 @@ export function progressLine(handled: Handled): string | undefined {
   if (handled.action !== 'ack' || !handled.outcome || handled.outcome.kind !== 'advanced') return undefined;
   const { state, version, bytes } = handled.outcome;
   const where = `run ${state.runId} v${version}`;
-  if (state.status === 'completed') return `${where}  completed after ${state.step} steps: ${state.summary ?? ''}`;
+  if (state.status === 'completed') return `${where}  completed after ${state.step} step${state.step === 1 ? '' : 's'}: ${state.summary ?? ''}`;
   if (state.status === 'waiting' && state.wait) return waitingLine(where, state.wait, handled.approvalLinks ?? []);
   if (state.status !== 'running') return `${where}  ${state.status}: ${state.reason ?? ''}`;
   if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry in ${failureDelayMs(state.failures, handled.outcome.retryAfterMs) / 1000} s)`;

@@ -90,7 +90,7 @@ describe('the stepwise command', () => {
     const r = stepwise('run', '--agent', join(ROOT, 'test/support/js-agent.mjs'), '--goal', 'echo', '--run-id', 'cli-js');
     expect(r.code).toBe(0);
     expect(r.out).toContain('step 1  echo  ok: hello from js');
-    expect(r.out).toContain('completed after 1 steps: echoed once');
+    expect(r.out).toContain('completed after 1 step: echoed once');
   });
 
   it.each([

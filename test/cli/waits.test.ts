@@ -39,7 +39,7 @@ describe('a run waiting for an event, from the terminal', () => {
     expect(again.out.trim()).toBe('event evt-42 (order.paid/order-42) seen before: no run was waiting for it; kept for a wait that begins soon');
 
     const second = await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '1000');
-    expect(second.out).toMatch(/^run ev-1 v\d+ {2}completed after 1 steps: saw: .*"amount":12/m);
+    expect(second.out).toMatch(/^run ev-1 v\d+ {2}completed after 1 step: saw: .*"amount":12/m);
     const done = JSON.parse((await stepwise('status', 'ev-1', '--json')).out) as { status: string; steps: { tool: string; result: { text: string } }[] };
     expect(done.status).toBe('completed');
     expect(done.steps).toHaveLength(1);
@@ -86,7 +86,7 @@ describe('a run waiting for an event, from the terminal', () => {
       expect(late.code).toBe(0);
       expect(late.out.trim()).toBe(`event late-1 (order.paid/order-late): run ev-late: the wait had expired at ${new Date(wait.deadline).toISOString()}; it continues with "timed out", not this event; kept for a wait that begins soon`);
       const done = await stepwiseCli(['run', '--agent', short, '--run-id', 'ev-late'], ownEnv);
-      expect(done.out).toMatch(/completed after 1 steps: saw: .*"timedOut":true/);
+      expect(done.out).toMatch(/completed after 1 step: saw: .*"timedOut":true/);
     } finally {
       own.cleanup();
     }
@@ -101,7 +101,7 @@ describe('a run waiting for an event, from the terminal', () => {
       const run = await stepwiseCli(['run', '--agent', AGENT, '--goal', 'wait for order 42', '--run-id', 'ev-early'], ownEnv);
       expect(run.code).toBe(0);
       expect(run.out).toMatch(/^run ev-early v2 {2}step 1 {2}waiting for event order\.paid order-42 until \S+$/m);
-      expect(run.out).toMatch(/^run ev-early v\d+ {2}completed after 1 steps: saw: .*"amount":9/m);
+      expect(run.out).toMatch(/^run ev-early v\d+ {2}completed after 1 step: saw: .*"amount":9/m);
       expect(run.out.trim().split('\n').at(-1)).toBe('run ev-early: completed at version 4');
     } finally {
       own.cleanup();
