@@ -5,6 +5,15 @@ import { makeDir } from '../make-dir.ts';
 
 export type Db = Database.Database;
 
+/**
+ * The layout of the tables this code reads and writes, stamped in the file's header (SQLite's user_version)
+ * once the file is brought to it; files from before the stamp read 0. Bump it with every change to the
+ * tables below (a column, a re-keyed table, an index older code would make again): older code's statements
+ * fail on a newer layout mid-step, after the model and the tool ran (an insert that leaves a new NOT NULL
+ * column empty), or misread its rows, so code refuses a file of a newer layout when it opens it instead.
+ */
+export const LAYOUT_VERSION = 1;
+
 /** A run's checkpoint keys are its number times this, plus the version: 2^32 versions a run. */
 const RUN_KEYS = 4294967296;
 
@@ -205,6 +214,12 @@ export function preparedOnce(db: Db): Prepare {
  */
 export function openDatabase(path: string, durability: 'full' | 'process' = 'full'): Db {
   const db = openFile(path);
+  try {
+    refuseNewerLayout(db, path);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
   db.pragma(durability === 'full' ? 'synchronous = FULL' : 'synchronous = NORMAL');
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma('busy_timeout = 10000');
@@ -217,7 +232,29 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   keyCheckpointsByNumber(db);
   keyEventsByTypeKeyAndId(db);
   db.exec(INDEXES_ON_ADDED_COLUMNS);
+  stampLayout(db, path);
   return db;
+}
+
+const layoutOf = (db: Db): number => db.pragma('user_version', { simple: true }) as number;
+
+/**
+ * A file a newer release has brought to its layout is refused before anything is written to it (no table
+ * made, no index dropped): the run is that release's to work. A user error (exit code 2), naming both.
+ */
+function refuseNewerLayout(db: Db, path: string): void {
+  const layout = layoutOf(db);
+  if (layout <= LAYOUT_VERSION) return;
+  throw new InvalidInputError(`the database ${path} has layout ${layout}, written by a newer stepwise release; this one reads layouts up to ${LAYOUT_VERSION}: work and read it with that release or a newer one (one release at a time)`);
+}
+
+/** The file brought to this layout says so, under the write lock (another process may be opening it too). */
+function stampLayout(db: Db, path: string): void {
+  if (layoutOf(db) === LAYOUT_VERSION) return;
+  immediate(db, () => {
+    refuseNewerLayout(db, path);
+    if (layoutOf(db) < LAYOUT_VERSION) db.pragma(`user_version = ${LAYOUT_VERSION}`);
+  });
 }
 
 /**
