@@ -66,9 +66,10 @@ export function dbPath(options: CliOptions): string {
  * On AWS, `uses` are checked to exist first (one round of calls), so a missing table or queue is a
  * one-line error before the command writes anything. Locally the SQLite file is made only by a command
  * that may begin its contents (`create`: start, worker, serve, emit); the others need it there, as the AWS
- * ones need the table, so a mistyped --db is an error, not an empty store made at that path.
+ * ones need the table, so a mistyped --db is an error, not an empty store made at that path. A command that
+ * only reads (`readOnly`: status, history, show, drift) leaves the file as it is, layout and all.
  */
-export async function openBackend(options: CliOptions, uses: readonly AwsResource[] = ['table'], { create = false } = {}): Promise<Backend> {
+export async function openBackend(options: CliOptions, uses: readonly AwsResource[] = ['table'], { create = false, readOnly = false } = {}): Promise<Backend> {
   const kind = backendKind(options);
   if (kind === 'local') {
     const path = dbPath(options);
@@ -77,7 +78,7 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
       throw new InvalidInputError(`no stepwise database at ${where}: check --db or STEPWISE_DB; stepwise run, start or init makes one`);
     }
     const [{ openLocalRuntime }, { localWaitServices }] = await Promise.all([import('../local/runtime.ts'), import('../local/wait-services.ts')]);
-    const local = openLocalRuntime({ dbPath: path });
+    const local = openLocalRuntime({ dbPath: path, readOnly });
     const waits = { ...localWaitServices(local, path), events: local.events };
     return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
   }

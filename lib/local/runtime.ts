@@ -1,7 +1,7 @@
 import { retentionMsFromEnv } from '../core/retention.ts';
 import type { Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { openDatabase, type Db } from './database.ts';
+import { openDatabase, openDatabaseToRead, type Db } from './database.ts';
 import { SqliteBlobStore } from './sqlite-blob-store.ts';
 import { SqliteCheckpointStore } from './sqlite-checkpoint-store.ts';
 import { SqliteEventBuffer } from './sqlite-event-buffer.ts';
@@ -25,16 +25,18 @@ export interface LocalRuntime {
 
 /** The embedded default: checkpoints, blobs, the idempotency ledger, the queue and kept events in one SQLite file. */
 /** `retentionMs`: how long older checkpoint versions stay (default STEPWISE_RETENTION_DAYS, else 14 days). */
-export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number } = {}): LocalRuntime {
+/** `readOnly`: for a command that only reads; the file is neither written nor brought to this layout (openDatabaseToRead). */
+export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number; readOnly?: boolean } = {}): LocalRuntime {
   const path = options.dbPath ?? DEFAULT_DB_PATH;
   const retentionMs = options.retentionMs ?? retentionMsFromEnv(process.env);
-  const db = openDatabase(path);
+  const db = options.readOnly ? openDatabaseToRead(path) : openDatabase(path);
   // The queue and the blobs get a connection without per-commit fsync (see openDatabase for why that is
   // safe for the queue). A step's blob is written by its checkpoint's own transaction (carriesBlobs); any
   // other put (a wait's answer) is written before the checkpoint that refers to it, and the WAL replays
   // as a prefix: the checkpoint's fsync makes the blob durable too, and a power cut that drops the blob
   // drops that checkpoint with it. So a step with a large output is one fsync, not two.
-  const queueDb = openDatabase(path, 'process');
+  // Reading, one connection does: an older file's copy in memory is that connection's alone.
+  const queueDb = options.readOnly ? db : openDatabase(path, 'process');
   const clock = options.clock ?? systemClock;
   return {
     db,
@@ -45,6 +47,6 @@ export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; rete
     ledger: new SqliteLedger(db, clock),
     queue: new SqliteQueue(queueDb, { clock }),
     events: new SqliteEventBuffer(db, { clock }),
-    close: () => { queueDb.close(); db.close(); },
+    close: () => { if (queueDb !== db) queueDb.close(); db.close(); },
   };
 }

@@ -7,7 +7,7 @@ import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
 import { keyCheckpointsAsBefore } from '../support/old-files.ts';
-import { META, newState } from '../support/states.ts';
+import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 
 const layoutOf = (path: string) => {
   const file = new Database(path, { readonly: true });
@@ -57,5 +57,37 @@ describe("the SQLite file's layout version", () => {
       expect(cli.err.trim().split('\n')).toEqual([expect.stringMatching(/^stepwise: the database .* has layout \d+, written by a newer stepwise release/)]);
     }
     expect(layoutOf(db.path)).toEqual(before);
+  });
+
+  it('is left as it is by the commands that only read: an older file is read from a copy brought forward in memory', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    await runtime.store.create(newState('r'), META);
+    for (let n = 1; n <= 2; n++) await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: recordFor('r', n), ...META });
+    runtime.close();
+    // As an older release leaves it, and its workers still use it: checkpoints keyed (run_id, version), no stamp.
+    keyCheckpointsAsBefore(db.path);
+    const unstamped = new Database(db.path);
+    unstamped.pragma('user_version = 0');
+    unstamped.close();
+    const before = layoutOf(db.path);
+
+    const cli = (args: string[]) => stepwiseCli([...args, '--db', db.path], { STEPWISE_LOG_FORMAT: 'json' });
+    const status = await cli(['status']);
+    expect(status.code).toBe(0);
+    expect(status.out).toMatch(/^r +running +2 +3 +test-agent/m);
+    const history = await cli(['history', 'r']);
+    expect(history.code).toBe(0);
+    expect(history.out.split('\n').filter((line) => /^\d+ /.test(line))).toHaveLength(3);
+    const show = await cli(['show', 'r', '--json']);
+    expect(show.code).toBe(0);
+    expect(JSON.parse(show.out)).toMatchObject({ runId: 'r', version: 3, step: 2 });
+    const drift = await cli(['drift', '--agent', join(ROOT, 'test/support/process-agent.ts')]);
+    expect(drift.code).toBe(0);
+    expect(layoutOf(db.path)).toEqual(before);
+
+    // The first command that may write brings the file forward, as before.
+    openLocalRuntime({ dbPath: db.path }).close();
+    expect(layoutOf(db.path).layout).toBe(LAYOUT_VERSION);
   });
 });

@@ -11,7 +11,7 @@ export const DRIFT_EXIT_CODE = 3;
  */
 export async function driftCommand(options: CliOptions & { json?: boolean }, out: (line: string) => void): Promise<number> {
   const agent = await requireAgent(options);
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
     const report = await findDrift(runtime.store, agent);
     if (options.json) {

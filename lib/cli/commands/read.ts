@@ -22,7 +22,7 @@ const codec = () => import('../../core/codec.ts');
 
 /** `status [runId]`: one run in detail, or a table of runs. */
 export async function statusCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
     if (!runId) {
       if (options.status) {
@@ -73,7 +73,7 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
 /** `history runId`: the checkpoint timeline. */
 export async function historyCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise history <runId>');
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
     const history = await runtime.store.history(runId);
     if (!history.length) throw new UnknownRunError(runId);

@@ -13,7 +13,7 @@ export interface ShowOptions extends CliOptions {
 /** `show <runId> [--step n] [--full] [--json]`: the run's state after a step, every step in full. */
 export async function showCommand(runId: string | undefined, options: ShowOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise show <runId> [--step n] [--full] [--json]');
-  const runtime = await openBackend(options);
+  const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
     const step = options.step !== undefined ? { step: options.step } : {};
     if (options.json) {
