@@ -233,7 +233,10 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
  * process on it, and the older release's workers still on it (drift is run before a deploy, while they
  * are) would then fail every step's checkpoint. Only queries: a write is refused (query_only), not lost.
  */
-export function openDatabaseToRead(path: string): Db {
+/** The largest older file a command that only reads copies into memory (openDatabaseToRead). */
+export const MAX_READ_COPY_BYTES = 1024 * 2 ** 20;
+
+export function openDatabaseToRead(path: string, maxCopyBytes = MAX_READ_COPY_BYTES): Db {
   const file = openFile(path);
   let image: Buffer;
   try {
@@ -242,6 +245,12 @@ export function openDatabaseToRead(path: string): Db {
     if (layoutOf(file) === LAYOUT_VERSION) {
       file.pragma('query_only = ON');
       return file;
+    }
+    // The copy is the whole file, blobs and all: past the limit, a read would take more memory than it should.
+    const pages = file.pragma('page_count', { simple: true }) as number;
+    const pageSize = file.pragma('page_size', { simple: true }) as number;
+    if (pages * pageSize > maxCopyBytes) {
+      throw new InvalidInputError(`the database ${path} has an older layout, which this release reads from a copy in memory, and at ${Math.round(pages * pageSize / 2 ** 20)} MB it is too large to copy; once the older release's workers are stopped, a worker of this release brings the file to this layout`);
     }
     image = file.serialize();
   } catch (error) {

@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidInputError } from '../../lib/core/errors.ts';
-import { LAYOUT_VERSION } from '../../lib/local/database.ts';
+import { LAYOUT_VERSION, openDatabaseToRead } from '../../lib/local/database.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
@@ -89,5 +89,36 @@ describe("the SQLite file's layout version", () => {
     // The first command that may write brings the file forward, as before.
     openLocalRuntime({ dbPath: db.path }).close();
     expect(layoutOf(db.path).layout).toBe(LAYOUT_VERSION);
+  });
+});
+
+describe('an older file too large to read from a copy in memory', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('is refused, unchanged, with what brings it forward', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    await runtime.store.create(newState('r'), META);
+    runtime.close();
+    keyCheckpointsAsBefore(db.path);
+    const unstamped = new Database(db.path);
+    unstamped.pragma('user_version = 0');
+    unstamped.close();
+    const before = layoutOf(db.path);
+    // A limit of one page stands for a file of gigabytes.
+    let refusal: unknown;
+    try {
+      openDatabaseToRead(db.path, 4096).close();
+    } catch (error) {
+      refusal = error;
+    }
+    expect(refusal).toBeInstanceOf(InvalidInputError);
+    expect((refusal as Error).message).toMatch(/has an older layout, which this release reads from a copy in memory, and at \d+ MB it is too large to copy; once the older release's workers are stopped, a worker of this release brings the file to this layout$/);
+    expect(layoutOf(db.path)).toEqual(before);
+    // Under the limit, the same file is read from its copy.
+    const copy = openDatabaseToRead(db.path);
+    expect(copy.prepare('SELECT count(*) AS n FROM runs').get()).toEqual({ n: 1 });
+    copy.close();
   });
 });
