@@ -159,7 +159,8 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
       const settled = handled.action === 'release' ? consumer.release(delivery, handled.delayMs) : handled.acked ? undefined : consumer.ack(delivery);
       // One refused (the file locked past the busy timeout) loses nothing: the message comes back after its
       // visibility timeout, a stale no-op or the step's next try. The worker goes on, where it used to stop.
-      await settled?.catch((error: unknown) => deps.log.warn(
+      // No await when the checkpoint acked it: the local worker path's common step stays without a tick.
+      if (settled) await settled.catch((error: unknown) => deps.log.warn(
         { event: `${handled.action}-failed`, workerId: deps.workerId, error: errorMessage(error), body: delivery.body },
         `a message was not ${handled.action === 'ack' ? 'acked' : 'released'}: it comes back after its visibility timeout`,
       ));
