@@ -227,15 +227,15 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   return db;
 }
 
+/** The largest older file a command that only reads copies into memory (openDatabaseToRead). */
+export const MAX_READ_COPY_BYTES = 1024 * 2 ** 20;
+
 /**
  * The file for a command that only reads (status, history, show, drift): as it is when it has this layout,
  * else a copy of it in memory brought to this layout. Bringing the file itself forward would do it for every
  * process on it, and the older release's workers still on it (drift is run before a deploy, while they
  * are) would then fail every step's checkpoint. Only queries: a write is refused (query_only), not lost.
  */
-/** The largest older file a command that only reads copies into memory (openDatabaseToRead). */
-export const MAX_READ_COPY_BYTES = 1024 * 2 ** 20;
-
 export function openDatabaseToRead(path: string, maxCopyBytes = MAX_READ_COPY_BYTES): Db {
   const file = openFile(path);
   let image: Buffer;
