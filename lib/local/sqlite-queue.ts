@@ -140,11 +140,6 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     ).all(this.now, ...agents) as { agent: string; messages: number }[];
   }
 
-  /**
-   * A take refused because another connection held the file's write lock past the busy timeout (an
-   * operator's open transaction, a process frozen inside its commit) took nothing: it is an
-   * empty poll, and the next one tries again. Thrown, it stopped an idle worker for good.
-   */
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
     const deadline = Date.now() + (options.waitMs ?? 0);
     for (;;) {
@@ -154,6 +149,11 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     }
   }
 
+  /**
+   * A take refused because another connection held the file's write lock past the busy timeout (an
+   * operator's open transaction, a process frozen inside its commit) took nothing: it is an
+   * empty poll, and the next one tries again. Thrown, it stopped an idle worker for good.
+   */
   private takeUnlessLocked(max: number, visibilityMs: number): Delivery[] {
     try {
       return this.take(max, visibilityMs);
