@@ -149,6 +149,21 @@ export function answeredEventId(record: Pick<StepRecord, 'waitId' | 'result'>): 
   return match ? JSON.parse(match[1]!) as string : undefined;
 }
 
+/**
+ * The deadline of the wait this step ended by timing out, or undefined when an answer ended it (or a sleep
+ * woke): an answer that comes after the timeout is told the wait expired, not that someone answered it.
+ */
+export function timedOutDeadline(record: Pick<StepRecord, 'waitId' | 'result'>): number | undefined {
+  if (!record.waitId) return undefined;
+  try {
+    const answer = JSON.parse(record.result.text) as { timedOut?: unknown; deadline?: unknown };
+    return answer.timedOut === true && typeof answer.deadline === 'string' ? Date.parse(answer.deadline) : undefined;
+  } catch {
+    // An excerpt (a large event payload cut short) is an answer's, never a timeout's.
+    return undefined;
+  }
+}
+
 /** A rejection or a timeout is an answer the model acts on, not a failed step, but it is not "ok". */
 export function answerOk(answer: WaitAnswer): boolean {
   return answer.kind === 'approved' || answer.kind === 'event' || answer.kind === 'woke';

@@ -2,7 +2,7 @@ import { decodeState } from '../core/codec.ts';
 import { InvalidInputError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
-import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, resolveWait, type WaitAnswer } from '../core/waits.ts';
+import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, resolveWait, timedOutDeadline, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
 
@@ -59,6 +59,10 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
     }
     if (state.status !== 'waiting' || !wait || wait.id !== waitId) {
       const record = state.steps.findLast((s) => s.waitId === waitId);
+      // The deadline came first (its timer, or a late answer before this one): this answer is too late,
+      // as it is told when it finds the deadline passed itself, on the page and by the CLI's approve.
+      const deadline = record && input.answer.kind !== 'timed-out' ? timedOutDeadline(record) : undefined;
+      if (deadline !== undefined) return { outcome: 'expired', runId, waitId, deadline };
       if (record) return { outcome: 'already-answered', runId, waitId, record };
       return { outcome: 'not-waiting', runId, waitId, status: state.status, ...(state.status === 'waiting' && wait ? { current: wait.id } : {}) };
     }

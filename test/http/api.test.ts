@@ -118,6 +118,25 @@ describe('the JSON API', () => {
     expect(app.dropped).toEqual(['api-1/step-3:old_rows']);
   });
 
+  it('an answer after the wait timed out is told it expired (410), as the page and the CLI tell it, not that someone answered', async () => {
+    const late = await startHttpApp();
+    try {
+      await json(await late.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'late-1' }) }));
+      await workVisible(late.deps, late.runtime);
+      const [wait] = (await json(await late.api('/waits'))).body.waits as { id: string; deadline: number }[];
+      // The timer fires at the deadline: the run goes on with "timed out".
+      late.clock.advance(3_600_000);
+      await workVisible(late.deps, late.runtime);
+      const after = await late.runtime.store.load('late-1');
+      expect(decodeState(after!).steps[1]!.result.text).toContain('"timedOut":true');
+      const answer = await json(await late.api(`/runs/late-1/waits/${wait!.id}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: APPROVER }) }));
+      expect(answer).toEqual({ status: 410, body: { outcome: 'expired', runId: 'late-1', waitId: wait!.id, deadline: wait!.deadline } });
+      expect((await late.runtime.store.load('late-1'))!.version).toBe(after!.version);
+    } finally {
+      await late.close();
+    }
+  });
+
   it('takes events: validated, kept, and matched to waiting runs', async () => {
     const accepted = await json(await app.api('/events', { method: 'POST', body: JSON.stringify({ type: 'order.paid', key: 'order-1', id: 'e-1', payload: { amount: 3 } }) }));
     expect(accepted).toMatchObject({ status: 202, body: { eventId: 'e-1', fresh: true, resumed: [] } });
