@@ -103,7 +103,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const runId = c.req.param('runId');
     const stored = await deps.store.load(runId);
     if (!stored) return c.json({ error: `unknown run: ${runId}` }, 404);
-    return c.json({ run: runView(decodeState(stored), stored.version) });
+    return c.json({ run: runView(decodeState(stored), stored.version, stored.cancelRequested) });
   });
 
   app.get('/runs/:runId/history', async (c) => {
@@ -183,10 +183,14 @@ function pricingModelFor(deps: HttpDeps): string {
   return deps.agent.settings?.model ?? defaultModelId();
 }
 
-/** The run as the API shows it: everything but the step records (see /history and the inspector). */
-function runView(state: RunState, version: number) {
+/**
+ * The run as the API shows it: everything but the step records (see /history and the inspector), and a
+ * cancel asked for and not yet applied, which is kept beside the version: until a worker applies it the
+ * run is still running, and a program that cancelled it sees why.
+ */
+function runView(state: RunState, version: number, cancelRequested?: string) {
   const { steps, pending: _pending, ...head } = state;
-  return { ...head, version, steps: steps.length, lastStep: steps[steps.length - 1] };
+  return { ...head, version, ...(cancelRequested !== undefined ? { cancelRequested } : {}), steps: steps.length, lastStep: steps[steps.length - 1] };
 }
 
 /**

@@ -31,7 +31,8 @@ ${input.runs.map(({ summary, state, needs }) => html`<tr>
 ${input.older ? html`<p><a id="older" href="${input.older}">older runs</a></p>` : ''}`);
 }
 
-export function runPage(input: { state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean }) {
+/** `cancelRequested`: a cancel asked for and not yet applied (the run is running until a worker applies it). */
+export function runPage(input: { state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; cancelRequested?: string }) {
   const { state, history, model } = input;
   const byStep = new Map(state.steps.map((s) => [s.step, s]));
   const base = `/inspect/runs/${encodeURIComponent(state.runId)}`;
@@ -41,6 +42,7 @@ export function runPage(input: { state: RunState; version: number; history: Chec
 <h1>Run <code id="run-id">${state.runId}</code></h1>
 <p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<span id="reason">${state.reason}</span>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${formatUsd(cost.usd)}</p>
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
+${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested ${input.cancelRequested}; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
 ${state.wait ? waitPanel(state, base) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}

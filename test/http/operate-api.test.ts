@@ -62,6 +62,22 @@ describe('operating runs through the API', () => {
     expect(retryCancelled.body.error).toContain('is cancelled');
   });
 
+  it('a running run whose cancel is not yet applied says so, in GET /runs/:id and the inspector, until a worker applies it', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-req' })).status).toBe(201);
+    // No worker has taken its message: the request waits beside the version, and the run is still running.
+    expect(await json(await post('/runs/op-req/cancel', { by: 'ops@example.com', reason: 'wrong table' }))).toMatchObject({ status: 200, body: { outcome: 'requested' } });
+    const run = (await json(await app.api('/runs/op-req'))).body.run;
+    expect(run).toMatchObject({ status: 'running', cancelRequested: expect.stringMatching(/^by ops@example\.com at .*: wrong table$/) });
+    const page = await (await app.api('/inspect/runs/op-req')).text();
+    expect(page).toContain(`<p id="cancel-requested">cancel requested ${run.cancelRequested}; applied at the next step boundary`);
+
+    await workVisible(app.deps, app.runtime);
+    const cancelled = (await json(await app.api('/runs/op-req'))).body.run;
+    expect(cancelled).toMatchObject({ status: 'cancelled', reason: `cancelled ${run.cancelRequested}` });
+    expect(cancelled.cancelRequested).toBeUndefined();
+    expect(await (await app.api('/inspect/runs/op-req')).text()).not.toContain('cancel-requested');
+  });
+
   it('retries a capped run with a raised cap', async () => {
     expect((await post('/runs', { goal: 'copy the rows', runId: 'op-cap', stepCap: 1 })).status).toBe(201);
     await workVisible(app.deps, app.runtime);
