@@ -4,7 +4,7 @@ import { decodeState } from '../core/codec.ts';
 import { answerWait } from '../waits/answer.ts';
 import { verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
 import type { HttpDeps } from './deps.ts';
-import { approvalPage, describeAnswer, messagePage, pageHeaders } from './pages.ts';
+import { approvalPage, describeAnswer, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
 
 const decisionForm = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -46,23 +46,14 @@ export function approvalRoutes(deps: HttpDeps): Hono {
       runId: claim.runId, waitId: claim.waitId,
       answer: { kind: form.data.decision === 'approve' ? 'approved' : 'rejected', by: claim.approver, ...(comment ? { comment } : {}) },
     });
-    switch (outcome.outcome) {
-      case 'resumed':
-        return c.html(messagePage(
-          form.data.decision === 'approve' ? 'Approved' : 'Rejected',
-          form.data.decision === 'approve' ? 'Approved. The run continues.' : 'Rejected. The run continues and its model sees your answer.',
-        ));
-      case 'already-answered':
-        return c.html(messagePage('Nothing to decide', describeAnswer(outcome.record)), 409);
-      case 'expired':
-        return c.html(messagePage('Too late', `The approval expired at ${new Date(outcome.deadline).toISOString()}; the run continued with "timed out".`), 410);
-      case 'not-waiting':
-        return c.html(messagePage('Nothing to decide', notWaiting(outcome.current !== undefined, outcome.status)), 409);
-      case 'unknown-run':
-        return c.html(messagePage('Unknown run', `Run ${claim.runId} does not exist (any more).`), 404);
-      case 'refused':
-        return c.html(messagePage('Not allowed', outcome.reason), 403);
+    if (outcome.outcome !== 'resumed') {
+      const { page, status } = notTakenPage(outcome);
+      return c.html(page, status);
     }
+    return c.html(messagePage(
+      form.data.decision === 'approve' ? 'Approved' : 'Rejected',
+      form.data.decision === 'approve' ? 'Approved. The run continues.' : 'Rejected. The run continues and its model sees your answer.',
+    ));
   });
   return app;
 }
@@ -73,9 +64,4 @@ async function check(c: Context, deps: HttpDeps): Promise<{ claim: ApprovalClaim
   const status = result.reason === 'expired' ? 410 : result.reason === 'malformed' ? 400 : 403;
   const title = result.reason === 'expired' ? 'Link expired' : 'Invalid link';
   return { page: c.html(messagePage(title, result.message), status) };
-}
-
-/** Why a link has nothing to decide: the run moved on to another wait, or is no longer waiting at all. */
-function notWaiting(waitsForAnother: boolean, status: string): string {
-  return waitsForAnother ? 'This run is waiting for another answer now, not for this approval.' : `This run is no longer waiting for this approval (it is ${status}).`;
 }

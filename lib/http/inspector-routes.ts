@@ -14,7 +14,7 @@ import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { runPage, runsPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
-import { messagePage, pageHeaders, type Page } from './pages.ts';
+import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 
 const COOKIE = 'stepwise_token';
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
@@ -79,7 +79,9 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       runId, waitId: c.req.param('waitId'),
       answer: { kind: form.data.decision === 'approve' ? 'approved' : 'rejected', by, comment: comment ? `${comment} (from the inspector)` : 'from the inspector' },
     });
-    return outcome.outcome === 'resumed' ? back(c, runId) : c.html(messagePage('Nothing changed', `The answer was not taken: ${outcome.outcome}.`), 409);
+    if (outcome.outcome === 'resumed') return back(c, runId);
+    const { page, status } = notTakenPage(outcome);
+    return c.html(page, status);
   });
 
   // The same operations as the API's POST /runs/:id/fork, /retry and /cancel, from forms.

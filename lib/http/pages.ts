@@ -4,6 +4,7 @@ import type { HtmlEscapedString } from 'hono/utils/html';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord, WaitRecord } from '../core/state.ts';
+import type { AnswerOutcome } from '../waits/answer.ts';
 
 /**
  * Server-rendered pages. Every interpolation in an `html` template is escaped by hono/html, so goals,
@@ -66,6 +67,30 @@ export function describeAnswer(record: StepRecord): string {
     // An excerpt: say less rather than guess.
   }
   return `Already answered, at step ${record.step}.`;
+}
+
+/**
+ * The page for an answer that was not taken, saying what became of the wait instead: answered by whom,
+ * expired, the run cancelled or waiting for another answer. The approval page and the inspector alike.
+ */
+export function notTakenPage(outcome: Exclude<AnswerOutcome, { outcome: 'resumed' }>): { page: Page; status: 403 | 404 | 409 | 410 } {
+  switch (outcome.outcome) {
+    case 'already-answered':
+      return { page: messagePage('Nothing to decide', describeAnswer(outcome.record)), status: 409 };
+    case 'expired':
+      return { page: messagePage('Too late', `The approval expired at ${new Date(outcome.deadline).toISOString()}; the run continued with "timed out".`), status: 410 };
+    case 'not-waiting':
+      return { page: messagePage('Nothing to decide', notWaiting(outcome.current !== undefined, outcome.status)), status: 409 };
+    case 'unknown-run':
+      return { page: messagePage('Unknown run', `Run ${outcome.runId} does not exist (any more).`), status: 404 };
+    case 'refused':
+      return { page: messagePage('Not allowed', outcome.reason), status: 403 };
+  }
+}
+
+/** Why a link has nothing to decide: the run moved on to another wait, or is no longer waiting at all. */
+export function notWaiting(waitsForAnother: boolean, status: string): string {
+  return waitsForAnother ? 'This run is waiting for another answer now, not for this approval.' : `This run is no longer waiting for this approval (it is ${status}).`;
 }
 
 /**
