@@ -28,7 +28,9 @@ describe('cancel', () => {
     // Until the boundary the run is still running, with the request on it.
     const requested = (await w.runtime.store.load('run'))!;
     expect(requested).toMatchObject({ status: 'running', version: 2, cancelRequested: expect.stringMatching(/^by ops@example\.com at \d{4}-.*: wrong table$/) });
-    expect(await cancelRun(w.deps, 'run', { by: 'someone-else' })).toMatchObject({ outcome: 'requested', version: 2 });
+    // A second cancel changes nothing, and says whose request stands.
+    expect(await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' })).toEqual({ outcome: 'requested', runId: 'run', version: 2, request: requested.cancelRequested, earlier: true });
+    expect(outcome).not.toHaveProperty('earlier');
     await drain(w.deps, w.runtime, clock);
     const state = await loadState(w.runtime);
     expect(state).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });

@@ -16,8 +16,11 @@ export interface CancelInput {
 export type CancelOutcome =
   /** The run was waiting, so nothing was running: it is cancelled now. */
   | { outcome: 'cancelled'; runId: string; version: number }
-  /** The run is running: it stops at its next step boundary (a step running now still finishes). */
-  | { outcome: 'requested'; runId: string; version: number; request: string }
+  /**
+   * The run is running: it stops at its next step boundary (a step running now still finishes).
+   * `earlier`: a cancel was already asked for, and `request` is that one's; this one changed nothing.
+   */
+  | { outcome: 'requested'; runId: string; version: number; request: string; earlier?: true }
   | { outcome: 'already-cancelled'; runId: string; version: number };
 
 const ATTEMPTS = 5;
@@ -41,7 +44,7 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
     if (isTerminal(stored.status)) throw new InvalidInputError(`run ${runId} has already ended (${stored.status}): nothing to cancel`);
     try {
       if (stored.status === 'running') {
-        if (stored.cancelRequested !== undefined) return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested };
+        if (stored.cancelRequested !== undefined) return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested, earlier: true };
         const request = cancelRequest(by, deps.clock.now(), input.reason);
         await deps.store.requestCancel(runId, stored.version, request);
         deps.log.info({ event: 'cancel-requested', runId, version: stored.version, request }, 'cancel requested: the run stops at its next step boundary');
