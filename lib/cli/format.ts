@@ -180,7 +180,8 @@ function excerpt(value: unknown, full = false): string {
   return full ? text : oneLine(text, INPUT_EXCERPT);
 }
 
-function oneLine(text: string, max: number): string {
+/** A text on one line, cut past `max` characters with its size said. */
+export function oneLine(text: string, max: number): string {
   const flat = text.replace(/\s+/g, ' ');
   return flat.length > max ? `${flat.slice(0, max)}... (${Buffer.byteLength(text)} B)` : flat;
 }

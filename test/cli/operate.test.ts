@@ -153,7 +153,14 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     expect(run.code).toBe(2);
     expect(run.err).toContain('stepwise: run op-l exists, so it was not worked: --step-cap and --budget-* apply only to a new run: it keeps step cap 60 and budget 500 tokens;');
     expect(stepwise(['status', 'op-l']).out).toContain('step     0 of at most 60, version 1');
+    // Another goal is not taken either: said by start, refused by run.
+    const goal = stepwise(['start', '--agent', AGENT, '--goal', 'write 9 rows', '--run-id', 'op-l']);
+    expect(goal.out.trim()).toBe('run op-l already exists (status running, version 1): nothing changed (--goal applies only to a new run: it keeps its goal "write 3 rows"; `stepwise fork` with --goal starts from its steps with another)');
+    expect(stepwise(['run', '--agent', AGENT, '--run-id', 'op-l', '--goal', 'write 9 rows']).err).toContain('stepwise: run op-l exists, so it was not worked: --goal applies only to a new run');
     expect(stepwise(['run', '--agent', AGENT, '--run-id', 'op-l', '--budget-tokens', '500']).code).toBe(0);
     expect(stepwise(['status', 'op-l']).out).toContain('status   completed');
+    // Completed, it can be forked, not retried: the hint says only what works.
+    expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'op-l', '--step-cap', '5']).out)
+      .toContain('it keeps step cap 60 and budget 500 tokens; `stepwise fork` sets them)');
   });
 });

@@ -1,12 +1,13 @@
 import { decodeState, type StoredCheckpoint } from '../../core/codec.ts';
-import type { Budget } from '../../core/state.ts';
+import { RETRYABLE_STATUSES } from '../../core/operate.ts';
+import { isTerminal, type Budget } from '../../core/state.ts';
 import { startRun } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { agentFlag, openBackend, requireAgent, storeFlags, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
-import { budgetText } from '../format.ts';
+import { budgetText, oneLine } from '../format.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -40,17 +41,25 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
 }
 
 /**
- * A step cap or budget given for a run that already exists is not applied (a repeated start changes
- * nothing): what the run keeps instead, so a limit asked for is never silently dropped. Undefined when
- * none was given, or the run has it already.
+ * A goal, step cap or budget given for a run that already exists is not applied (a repeated start changes
+ * nothing): what the run keeps instead, so what was asked for is never silently dropped, and what sets it
+ * (retry only where the run's status allows one). Undefined when none was given, or the run has it already.
  */
-export function unappliedLimits(stored: StoredCheckpoint, options: Pick<StartOptions, 'stepCap' | 'budget'>): string | undefined {
+export function unappliedLimits(stored: StoredCheckpoint, options: Pick<StartOptions, 'goal' | 'stepCap' | 'budget'>): string | undefined {
   let state;
   try { state = decodeState(stored); } catch { return undefined; } // unreadable: status and history say why
   const budget = state.budget ?? {};
-  const differs = (options.stepCap !== undefined && options.stepCap !== state.stepCap)
+  const parts: string[] = [];
+  if (typeof options.goal === 'string' && options.goal.trim() !== state.goal.trim()) {
+    parts.push(`--goal applies only to a new run: it keeps its goal ${JSON.stringify(oneLine(state.goal, 80))}; \`stepwise fork\` with --goal starts from its steps with another`);
+  }
+  const limits = (options.stepCap !== undefined && options.stepCap !== state.stepCap)
     || (options.budget?.tokens !== undefined && options.budget.tokens !== budget.tokens)
     || (options.budget?.usd !== undefined && options.budget.usd !== budget.usd);
-  if (!differs) return undefined;
-  return `--step-cap and --budget-* apply only to a new run: it keeps step cap ${state.stepCap} and ${state.budget ? `budget ${budgetText(state.budget)}` : 'no budget'}; \`stepwise retry\` or \`fork\` sets them once it stops`;
+  if (limits) {
+    const sets = RETRYABLE_STATUSES.includes(state.status) ? '`stepwise retry` or `fork` sets them'
+      : isTerminal(state.status) ? '`stepwise fork` sets them' : '`stepwise retry` or `fork` sets them once it stops';
+    parts.push(`--step-cap and --budget-* apply only to a new run: it keeps step cap ${state.stepCap} and ${state.budget ? `budget ${budgetText(state.budget)}` : 'no budget'}; ${sets}`);
+  }
+  return parts.length ? parts.join('; ') : undefined;
 }
