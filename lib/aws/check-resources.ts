@@ -55,17 +55,20 @@ const ENDPOINT_ENV: Record<AwsResource, readonly string[]> = {
 /** A connection that never opened: nothing listens there, or the name does not resolve. */
 const UNREACHABLE = ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH'];
 
+/** An endpoint the environment names where nothing answers (unreachableEndpoint). */
+export class UnreachableEndpointError extends InvalidInputError {}
+
 /**
  * An endpoint the environment names where nothing answers, most often the servers of an `npm run
  * local-aws` that has stopped, its exports still in the shell: one line naming the variable and what to
  * do (exit code 2), where the SDK's own is a bare `connect ECONNREFUSED 127.0.0.1:36513`. Undefined for
  * any other error, or when no variable chose the endpoint (AWS's own, a network fault, not a setting).
  */
-export function unreachableEndpoint(resource: AwsResource, error: unknown, env: NodeJS.ProcessEnv = process.env): InvalidInputError | undefined {
+export function unreachableEndpoint(resource: AwsResource, error: unknown, env: NodeJS.ProcessEnv = process.env): UnreachableEndpointError | undefined {
   if (!UNREACHABLE.includes(String((error as { code?: unknown })?.code))) return undefined;
   const variable = ENDPOINT_ENV[resource].find((name) => env[name]?.trim());
   if (!variable) return undefined;
-  return new InvalidInputError(`nothing answers at ${env[variable]!.trim()} (${variable}, for the ${resource}): ${(error as Error).message}; `
+  return new UnreachableEndpointError(`nothing answers at ${env[variable]!.trim()} (${variable}, for the ${resource}): ${(error as Error).message}; `
     + 'start the server it names, or, if npm run local-aws wrote it, run that again and source the file it writes');
 }
 

@@ -82,7 +82,7 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
     const waits = { ...localWaitServices(local, path), events: local.events };
     return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
   }
-  const [{ openAwsRuntime }, { awsWaitServices }, { assertAwsConfigured, assertResourcesExist }] = await Promise.all([
+  const [{ openAwsRuntime }, { awsWaitServices }, { assertAwsConfigured, assertResourcesExist, UnreachableEndpointError }] = await Promise.all([
     import('../aws/runtime.ts'), import('../aws/wait-services.ts'), import('../aws/check-resources.ts'),
   ]);
   await assertAwsConfigured();
@@ -100,12 +100,20 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
   });
   let waits: ReturnType<typeof awsWaitServices>;
   try {
-    // The resources first: exports left from a stopped `npm run local-aws` name servers that are gone and
-    // a signing key file it removed, and the servers are what to start again, not a key to make by hand.
-    await assertResourcesExist(aws.clients, aws, uses);
     // Approval links point at the stack's API unless STEPWISE_PUBLIC_URL says otherwise.
     const env = deployed?.apiUrl && !process.env.STEPWISE_PUBLIC_URL ? { ...process.env, STEPWISE_PUBLIC_URL: deployed.apiUrl } : process.env;
-    waits = awsWaitServices(aws, env);
+    try {
+      waits = awsWaitServices(aws, env);
+    } catch (error) {
+      // Exports left from a stopped `npm run local-aws` name servers that are gone and the signing key file
+      // it removed: the servers are what to start again, not a key to make by hand. Any other refusal of
+      // the resources comes after the settings' own (two key sources set, say).
+      await assertResourcesExist(aws.clients, aws, uses).catch((refusal: unknown) => {
+        if (refusal instanceof UnreachableEndpointError) throw refusal;
+      });
+      throw error;
+    }
+    await assertResourcesExist(aws.clients, aws, uses);
   } catch (error) {
     aws.close();
     throw error;
