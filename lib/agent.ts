@@ -115,7 +115,17 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
 
 /** Settings that would fail every run of the agent are refused when it loads, naming the agent. */
 function checkSettings(definition: AgentDefinition): void {
-  const { stepCap, inlineLimit, budget } = definition.settings ?? {};
+  const { stepCap, inlineLimit, budget, model, maxTokens, temperature } = definition.settings ?? {};
+  // What every model call is sent: a wrong one failed each run at its first step, with the API's 400.
+  if (model !== undefined && !(typeof model === 'string' && model.trim())) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.model must be a model id such as "claude-opus-5-5", got ${JSON.stringify(model)}`);
+  }
+  if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1)) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.maxTokens must be a whole number from 1, got ${JSON.stringify(maxTokens)}`);
+  }
+  if (temperature !== undefined && !(typeof temperature === 'number' && Number.isFinite(temperature) && temperature >= 0)) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.temperature must be a number from 0, got ${JSON.stringify(temperature)}`);
+  }
   if (stepCap !== undefined && !(Number.isInteger(stepCap) && stepCap >= 1)) {
     throw new InvalidInputError(`agent ${definition.name}: settings.stepCap must be a whole number from 1, got ${stepCap}`);
   }

@@ -24,13 +24,19 @@ describe('defineAgent refuses, when the agent loads, what would fail every run',
     ['a dollar budget as text', { settings: { budget: { usd: '5' } } }, 'agent a: settings.budget must be { tokens?, usd? } with at least one'],
     ['a misspelt budget', { settings: { budget: { dollars: 5 } } }, 'got {"dollars":5}'],
     ['an empty budget', { settings: { budget: {} } }, 'agent a: settings.budget must be { tokens?, usd? } with at least one'],
+    // Sent with every model call: the API would refuse each run's first step.
+    ['an empty model id', { settings: { model: ' ' } }, 'agent a: settings.model must be a model id such as "claude-opus-5-5", got " "'],
+    ['a max tokens of 0', { settings: { maxTokens: 0 } }, 'agent a: settings.maxTokens must be a whole number from 1, got 0'],
+    ['max tokens as text', { settings: { maxTokens: '4096' } }, 'agent a: settings.maxTokens must be a whole number from 1, got "4096"'],
+    ['a negative temperature', { settings: { temperature: -0.5 } }, 'agent a: settings.temperature must be a number from 0, got -0.5'],
   ])('%s', (_what, overrides, message) => {
     expect(agentWith(overrides)).toThrow(InvalidInputError);
     expect(agentWith(overrides)).toThrow(message);
   });
 
   it('takes the settings at their edges: a cap of 1, every output by reference', () => {
-    const agent = defineAgent({ name: 'a', tools: [echo as ToolDefinition], settings: { stepCap: 1, inlineLimit: 0, budget: { tokens: 1, usd: 0.01 } } });
-    expect(agent.settings).toEqual({ stepCap: 1, inlineLimit: 0, budget: { tokens: 1, usd: 0.01 } });
+    const settings = { stepCap: 1, inlineLimit: 0, budget: { tokens: 1, usd: 0.01 }, model: 'claude-haiku-4-5', maxTokens: 1, temperature: 0 };
+    const agent = defineAgent({ name: 'a', tools: [echo as ToolDefinition], settings });
+    expect(agent.settings).toEqual(settings);
   });
 });
