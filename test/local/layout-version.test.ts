@@ -18,30 +18,39 @@ const layoutOf = (path: string) => {
   }
 };
 
+/** A file this code wrote, holding run r with `steps` steps. */
+async function fileWithRun(path: string, steps = 0): Promise<void> {
+  const runtime = openLocalRuntime({ dbPath: path, clock: new ManualClock() });
+  await runtime.store.create(newState('r'), META);
+  for (let n = 1; n <= steps; n++) await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: recordFor('r', n), ...META });
+  runtime.close();
+}
+
+/** The file as an older release leaves it, and its workers still use it: checkpoints keyed (run_id, version), no stamp. */
+function asOlderRelease(path: string): void {
+  keyCheckpointsAsBefore(path);
+  const unstamped = new Database(path);
+  unstamped.pragma('user_version = 0');
+  unstamped.close();
+}
+
 describe("the SQLite file's layout version", () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
 
   it('is stamped on a new file, and on an older file once it is brought to this layout', async () => {
     db = tempDb();
-    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
-    await runtime.store.create(newState('r'), META);
-    runtime.close();
+    await fileWithRun(db.path);
     expect(layoutOf(db.path).layout).toBe(LAYOUT_VERSION);
 
-    keyCheckpointsAsBefore(db.path);
-    const unstamped = new Database(db.path);
-    unstamped.pragma('user_version = 0');
-    unstamped.close();
+    asOlderRelease(db.path);
     openLocalRuntime({ dbPath: db.path }).close();
     expect(layoutOf(db.path).layout).toBe(LAYOUT_VERSION);
   });
 
   it('refuses a file of a newer layout before writing anything to it, and the CLI says so in one line (exit 2)', async () => {
     db = tempDb();
-    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
-    await runtime.store.create(newState('r'), META);
-    runtime.close();
+    await fileWithRun(db.path);
     // A newer release's file: stamped past this code's layout, an index of ours gone from it.
     const newer = new Database(db.path);
     newer.exec('DROP INDEX runs_by_wait_event');
@@ -61,15 +70,8 @@ describe("the SQLite file's layout version", () => {
 
   it('is left as it is by the commands that only read: an older file is read from a copy brought forward in memory', async () => {
     db = tempDb();
-    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
-    await runtime.store.create(newState('r'), META);
-    for (let n = 1; n <= 2; n++) await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: recordFor('r', n), ...META });
-    runtime.close();
-    // As an older release leaves it, and its workers still use it: checkpoints keyed (run_id, version), no stamp.
-    keyCheckpointsAsBefore(db.path);
-    const unstamped = new Database(db.path);
-    unstamped.pragma('user_version = 0');
-    unstamped.close();
+    await fileWithRun(db.path, 2);
+    asOlderRelease(db.path);
     const before = layoutOf(db.path);
 
     const cli = (args: string[]) => stepwiseCli([...args, '--db', db.path], { STEPWISE_LOG_FORMAT: 'json' });
@@ -90,21 +92,11 @@ describe("the SQLite file's layout version", () => {
     openLocalRuntime({ dbPath: db.path }).close();
     expect(layoutOf(db.path).layout).toBe(LAYOUT_VERSION);
   });
-});
 
-describe('an older file too large to read from a copy in memory', () => {
-  let db: ReturnType<typeof tempDb>;
-  afterEach(() => db?.cleanup());
-
-  it('is refused, unchanged, with what brings it forward', async () => {
+  it('of an older file too large to read from a copy in memory: refused, unchanged, with what brings it forward', async () => {
     db = tempDb();
-    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
-    await runtime.store.create(newState('r'), META);
-    runtime.close();
-    keyCheckpointsAsBefore(db.path);
-    const unstamped = new Database(db.path);
-    unstamped.pragma('user_version = 0');
-    unstamped.close();
+    await fileWithRun(db.path);
+    asOlderRelease(db.path);
     const before = layoutOf(db.path);
     // A limit of one page stands for a file of gigabytes.
     let refusal: unknown;
