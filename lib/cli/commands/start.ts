@@ -31,7 +31,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
       out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`);
     } else {
       const stored = await runtime.store.load(started.runId);
-      const unapplied = stored && unappliedLimits(stored, options);
+      const unapplied = stored && unappliedStartOptions(stored, options);
       out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed${unapplied ? ` (${unapplied})` : ''}`);
     }
     return 0;
@@ -45,7 +45,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
  * nothing): what the run keeps instead, so what was asked for is never silently dropped, and what sets it
  * (retry only where the run's status allows one). Undefined when none was given, or the run has it already.
  */
-export function unappliedLimits(stored: StoredCheckpoint, options: Pick<StartOptions, 'goal' | 'stepCap' | 'budget'>): string | undefined {
+export function unappliedStartOptions(stored: StoredCheckpoint, options: Pick<StartOptions, 'goal' | 'stepCap' | 'budget'>): string | undefined {
   let state;
   try { state = decodeState(stored); } catch { return undefined; } // unreadable: status and history say why
   const budget = state.budget ?? {};
