@@ -14,5 +14,6 @@ export default defineConfig({
     // Two cores: more parallel files only adds contention on fsync-heavy tests.
     maxWorkers: 2,
     globalSetup: ['test/support/aws-global-setup.ts'],
+    setupFiles: ['test/support/temp-cleanup.ts'],
   },
 });

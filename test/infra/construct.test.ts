@@ -19,6 +19,7 @@ import {
 import { Stepwise } from '../../infra/stepwise-construct.ts';
 import { StepwiseStack } from '../../infra/stepwise-stack.ts';
 import { FIXTURE_AGENT, cdkContext, synthStepwise } from './synth-support.ts';
+import { tempDir } from '../support/temp-dirs.ts';
 
 /** The synthesized template of the construct: every resource property the runtime relies on. */
 
@@ -301,7 +302,7 @@ describe('secrets and email', () => {
   });
 
   it('limit it to the sender given as a deploy parameter, its domain split out by CloudFormation', () => {
-    const app = new App({ context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, 'aws:cdk:bundling-stacks': [] } });
+    const app = new App({ outdir: tempDir('stepwise-cdk-'), context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, 'aws:cdk:bundling-stacks': [] } });
     const stack = new StepwiseStack(app, 'Params', { agentPath: 'examples/aws/agent.ts' });
     const policies = Template.fromStack(stack).findResources('AWS::IAM::Policy');
     const ses = Object.values(policies).flatMap((p) => p.Properties.PolicyDocument.Statement as Json[]).filter((st) => st.Action === 'ses:SendEmail');

@@ -5,6 +5,7 @@ import type { IConstruct } from 'constructs';
 import { describe, expect, it } from 'vitest';
 import { StepwiseStack } from '../../infra/stepwise-stack.ts';
 import { cdkContext, synthStepwise } from './synth-support.ts';
+import { tempDir } from '../support/temp-dirs.ts';
 
 /**
  * cdk-nag's AwsSolutions pack: no finding is left unacknowledged, and every acknowledgement names a
@@ -55,7 +56,7 @@ describe('cdk-nag AwsSolutions', () => {
   });
 
   it('finds nothing unacknowledged in the project\'s own stack (the one npm run synth checks)', () => {
-    const app = new App({ context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, 'aws:cdk:bundling-stacks': [] } });
+    const app = new App({ outdir: tempDir('stepwise-cdk-'), context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, 'aws:cdk:bundling-stacks': [] } });
     const stack = new StepwiseStack(app, 'Stepwise', { agentPath: 'examples/aws/agent.ts' });
     expectClean(stack);
   });

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { Stepwise, type StepwiseProps } from '../../infra/stepwise-construct.ts';
+import { tempDir } from '../support/temp-dirs.ts';
 
 /** The project's cdk.json context (feature flags), which `new App()` does not read by itself. */
 export function cdkContext(): Record<string, unknown> {
@@ -21,7 +22,8 @@ export function synthStepwise(
   const app = new App({
     // The built-in CloudFormation validator costs seconds per synth: `npm run synth` (tested once) runs it.
     context: { ...cdkContext(), '@aws-cdk/core:validateAgainstDefaultRules': false, ...(options.bundle ? {} : { 'aws:cdk:bundling-stacks': [] }) },
-    ...(options.outdir ? { outdir: options.outdir } : {}),
+    // An App given no outdir makes one in the temp folder and never removes it: one a synth, thousands a day.
+    outdir: options.outdir ?? tempDir('stepwise-cdk-'),
   });
   const stack = new Stack(app, 'Test', { env: { account: '123456789012', region: 'us-east-1' } });
   const extra = options.configure?.(stack) ?? {};

@@ -208,7 +208,8 @@ import { Template } from 'aws-cdk-lib/assertions';
 import { Stepwise } from 'stepwise/cdk';
 
 // Bundling the functions (esbuild over the agent) is skipped: this checks the construct, not esbuild.
-const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+// An outdir in the project, as the cdk CLI gives one: without it the App leaves a folder in the temp folder.
+const app = new App({ outdir: 'cdk.out', context: { 'aws:cdk:bundling-stacks': [] } });
 const stack = new Stack(app, 'Packed');
 new Stepwise(stack, 'Agent', { agentPath: 'agent.ts' }).addStackOutputs();
 const template = Template.fromStack(stack).toJSON() as { Outputs: Record<string, unknown>; Resources: Record<string, { Type: string }> };

@@ -1,5 +1,3 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AgentDefinition } from '../../lib/agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
@@ -12,6 +10,7 @@ import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts'
 import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
 import type { Model } from '../../lib/ports.ts';
 import type { ManualClock } from './manual-clock.ts';
+import { removeTempDir, tempDir } from './temp-dirs.ts';
 
 export const VISIBILITY_MS = 30_000;
 
@@ -25,8 +24,8 @@ export class SimulatedCrash extends Error {
 
 /** A temporary database file shared by the "processes" of one test. */
 export function tempDb(): { path: string; cleanup(): void } {
-  const dir = mkdtempSync(join(tmpdir(), 'stepwise-test-'));
-  return { path: join(dir, 'stepwise.db'), cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  const dir = tempDir('stepwise-test-');
+  return { path: join(dir, 'stepwise.db'), cleanup: () => removeTempDir(dir) };
 }
 
 /**
