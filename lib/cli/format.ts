@@ -54,11 +54,14 @@ export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackM
   return lines.join('\n');
 }
 
-/** The run table; a NEEDS column appears when a live run needs newer code than this to resume. */
-export function runsTable(rows: (RunSummary & { needs?: string })[]): string {
+/**
+ * The run table; a NEEDS column appears when a live run needs newer code than this to resume. A run with a
+ * cancel not yet applied is still running: its status says the cancel is on its way.
+ */
+export function runsTable(rows: (RunSummary & { needs?: string; cancelRequested?: string })[]): string {
   const needs = rows.some((r) => r.needs);
   return table(['RUN', 'STATUS', 'STEP', 'VERSION', 'AGENT', 'UPDATED', 'REASON', ...(needs ? ['NEEDS'] : [])],
-    rows.map((r) => [r.runId, r.status, r.step, r.version, r.agent, time(r.updatedAt), r.reason, ...(needs ? [r.needs] : [])]));
+    rows.map((r) => [r.runId, r.cancelRequested !== undefined ? `${r.status}, cancel requested` : r.status, r.step, r.version, r.agent, time(r.updatedAt), r.reason, ...(needs ? [r.needs] : [])]));
 }
 
 export function budgetText(budget: Budget): string {

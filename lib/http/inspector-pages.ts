@@ -19,12 +19,12 @@ const age = (ms: number, now: number) => {
 const tokensOf = (s?: { usage?: StepRecord['usage'] }) => (s?.usage ? s.usage.inputTokens + s.usage.outputTokens + s.usage.cacheWriteTokens + s.usage.cacheReadTokens : 0);
 const costOf = (s: StepRecord | undefined, model: string) => (s?.usage ? estimateCost(s.usage, s.model ?? model)?.usd ?? 0 : 0);
 
-export function runsPage(input: { runs: { summary: RunSummary; state?: RunState; needs?: string }[]; now: number; model: string; older?: string }) {
+export function runsPage(input: { runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string }) {
   return layout('Runs', html`
 <h1>Runs</h1>
 <table id="runs"><tr><th>run</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
-<td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="status">${summary.status}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
+<td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
 <td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? formatUsd(runCost(state, input.model).usd) : ''}</td>
 <td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
 </table>

@@ -100,7 +100,10 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     expect(cancelled.code).toBe(0);
     expect(cancelled.out).toMatch(/^cancel requested for run op-c: it stops at its next step boundary \(a step running now finishes first\), when a worker takes its next message; by ops@example\.com at \S+: not needed$/m);
     expect(stepwise(['status', 'op-c']).out).toMatch(/cancel   requested by ops@example\.com at .*: not needed/);
+    // The table of runs says it too: the run is still running until a worker applies the cancel.
+    expect(stepwise(['status']).out).toMatch(/^op-c +running, cancel requested /m);
     work();
+    expect(stepwise(['status']).out).toMatch(/^op-c +cancelled /m);
     const status = stepwise(['status', 'op-c']);
     expect(status.out).toMatch(/status {3}cancelled \(cancelled by ops@example\.com at .*: not needed\)/);
     expect(effects().some((e) => e.key.startsWith('op-c/'))).toBe(false);

@@ -70,12 +70,17 @@ describe('operating runs through the API', () => {
     expect(run).toMatchObject({ status: 'running', cancelRequested: expect.stringMatching(/^by ops@example\.com at .*: wrong table$/) });
     const page = await (await app.api('/inspect/runs/op-req')).text();
     expect(page).toContain(`<p id="cancel-requested">cancel requested ${run.cancelRequested}; applied at the next step boundary`);
+    // The lists say so too: the API's page of runs and the inspector's table.
+    const listed = (await json(await app.api('/runs?status=running'))).body.runs as { runId: string; cancelRequested?: string }[];
+    expect(listed.find((r) => r.runId === 'op-req')).toMatchObject({ cancelRequested: run.cancelRequested });
+    expect(await (await app.api('/inspect')).text()).toMatch(/op-req<\/a><\/td><td class="status">running <span class="cancel-requested">\(cancel requested\)<\/span>/);
 
     await workVisible(app.deps, app.runtime);
     const cancelled = (await json(await app.api('/runs/op-req'))).body.run;
     expect(cancelled).toMatchObject({ status: 'cancelled', reason: `cancelled ${run.cancelRequested}` });
     expect(cancelled.cancelRequested).toBeUndefined();
     expect(await (await app.api('/inspect/runs/op-req')).text()).not.toContain('cancel-requested');
+    expect(await (await app.api('/inspect')).text()).not.toContain('cancel-requested');
   });
 
   it('retries a capped run with a raised cap', async () => {

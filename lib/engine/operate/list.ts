@@ -3,8 +3,11 @@ import type { RunPosition } from '../../core/run-order.ts';
 import { isTerminal } from '../../core/statuses.ts';
 import type { CheckpointStore, ListRunsQuery, RunSummary } from '../../ports.ts';
 
-/** A row of the run table: the store's summary, and for a live run this code cannot resume, what it needs. */
-export type RunRow = RunSummary & { needs?: string };
+/**
+ * A row of the run table: the store's summary; for a live run this code cannot resume, what it needs; for
+ * a live run with a cancel not yet applied, the request (the run is still running until a worker applies it).
+ */
+export type RunRow = RunSummary & { needs?: string; cancelRequested?: string };
 
 /** Loads in flight at once while checking live runs' formats: enough to hide a DynamoDB round trip. */
 const CONCURRENCY = 16;
@@ -13,7 +16,8 @@ const CONCURRENCY = 16;
  * The runs the store lists, each running or waiting one checked for records this code cannot read: a run
  * written by newer code keeps its status (nothing rewrites it), so without this the table would show it
  * as running while no worker of this version can move it. The check reads the head, the last step record
- * and the pending decision (what the newest writer wrote), not the whole run.
+ * and the pending decision (what the newest writer wrote), not the whole run. The head read also says
+ * whether a cancel waits to be applied, which the store's listing (DynamoDB's status index) does not hold.
  */
 export async function listRuns(store: CheckpointStore, query: ListRunsQuery): Promise<RunRow[]> {
   const runs: RunRow[] = await store.list(query);
@@ -26,6 +30,7 @@ export async function listRuns(store: CheckpointStore, query: ListRunsQuery): Pr
       const stored = await store.load(run.runId, { afterStep: Math.max(0, run.step - 1) });
       const needs = stored && formatNeeds(stored);
       if (needs) run.needs = needs;
+      if (stored?.cancelRequested !== undefined) run.cancelRequested = stored.cancelRequested;
     }));
   }
   return runs;
