@@ -242,7 +242,11 @@ export function retryAfterMs(headers: Headers): number | undefined {
 
 // ---- reply ----
 
-const DONE = /^DONE(?![A-Za-z0-9_])/;
+/**
+ * DONE at the start of the reply, as the Step prompt asks; Markdown around it (`**DONE**`, `# DONE`,
+ * `` `DONE` ``) is how a chat model often writes a word it was told to stand alone, and still means DONE.
+ */
+const DONE = /^[*_#>`~\s]*DONE(?![A-Za-z0-9_])[*_`~]*/;
 
 /** One tool call, DONE with its summary, or why the reply is neither. Thinking blocks are ignored. */
 export function readReply(message: Anthropic.Message, maxTokens: number): ModelReply {

@@ -94,6 +94,9 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     ['  DONE: Wrote all five rows.\n', 'Wrote all five rows.'],
     ['DONE\n\n— Wrote all five rows; nothing left.', 'Wrote all five rows; nothing left.'],
     ['DONE', ''],
+    ['**DONE** Wrote all five rows.', 'Wrote all five rows.'],
+    ['## DONE\n\nWrote all five rows.', 'Wrote all five rows.'],
+    ['`DONE`: Wrote all five rows.', 'Wrote all five rows.'],
   ])('reads %j as DONE with its summary', async (text, summary) => {
     server.script(endTurn(text));
     const reply = await model.decide(stepRequest(5));
@@ -107,6 +110,8 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     ['no tool call and no DONE', endTurn('I think we should write row 3.'), /no tool call and no DONE.*write row 3/],
     ['an empty reply', { type: 'message', content: [], stopReason: 'end_turn' }, /empty reply/],
     ['DONE inside a word', endTurn('DONEGAL is a county.'), /no tool call and no DONE/],
+    ['DONE inside a word, in Markdown', endTurn('**DONEGAL** is a county.'), /no tool call and no DONE/],
+    ['DONE not at the start', endTurn('Not DONE yet: row 3 is left.'), /no tool call and no DONE/],
     ['max_tokens truncation', truncated('DONE. Wrote all the'), /cut off at max_tokens \(8192\)/],
     ['a refusal', refusal(), /refused/],
   ];
