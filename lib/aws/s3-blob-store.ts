@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { GetObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import type { BlobStore } from '../ports.ts';
 import { compressBlob, decompressBlob } from '../blob-compression.ts';
+import { BlobRefusedError, errorMessage } from '../core/errors.ts';
+import { foldedExcerpt } from '../core/prompt.ts';
 import { errorName } from './dynamo-errors.ts';
 
 const REF = /^sha256:([0-9a-f]{64})$/;
@@ -34,6 +36,16 @@ export class S3BlobStore implements BlobStore {
     const digest = createHash('sha256').update(data).digest();
     if (digest.toString('hex') !== hexOf(ref)) throw new Error(`blob ref ${ref} is not the SHA-256 of its ${data.length} bytes`);
     const { body, encoding } = compressBlob(data);
+    try {
+      await this.send(ref, body, encoding);
+    } catch (error) {
+      if (!isRefusal(error)) throw error;
+      const sizes = body.length === data.length ? `${data.length} bytes` : `${data.length} bytes, ${body.length} gzipped`;
+      throw new BlobRefusedError(`S3 refused to store the step's output (${sizes}) in bucket ${this.options.bucket}: ${errorName(error)}: ${foldedExcerpt(errorMessage(error), 300)}`, { cause: error });
+    }
+  }
+
+  private async send(ref: string, body: Buffer, encoding: string | undefined): Promise<void> {
     await this.options.s3.send(new PutObjectCommand({
       Bucket: this.options.bucket, Key: this.key(ref), Body: body, ContentLength: body.length,
       ContentType: 'application/octet-stream',
@@ -61,6 +73,19 @@ export class S3BlobStore implements BlobStore {
     if (createHash('sha256').update(data).digest('hex') !== hexOf(ref)) throw new Error(`blob ${ref} came back with other content`);
     return data;
   }
+}
+
+/** Throttles and timeouts S3 answers with a 4xx too; they pass, so they are not refusals. */
+const PASSING = new Set(['RequestTimeout', 'SlowDown', 'Throttling', 'ThrottlingException', 'TooManyRequestsException', 'RequestLimitExceeded']);
+
+/**
+ * S3 answered and refused (a 4xx the SDK does not retry): the same put would be refused again. Anything
+ * else (5xx, no answer at all) may pass on a later try.
+ */
+function isRefusal(error: unknown): boolean {
+  const e = error as { $fault?: string; $retryable?: unknown; $metadata?: { httpStatusCode?: number } };
+  const status = e?.$metadata?.httpStatusCode;
+  return e?.$fault === 'client' && !e.$retryable && status !== 408 && status !== 429 && !PASSING.has(errorName(error));
 }
 
 function hexOf(ref: string): string {

@@ -147,6 +147,14 @@ export class IdempotencyInProgressError extends TransientError {
   }
 }
 
+/**
+ * The blob store refused a step's output for a reason its own retries cannot mend (S3's 4xx: no such
+ * bucket, access denied, a KMS key the role may not use): a failed try of the step, which names the
+ * cause in the run's reason. An outage or a dropped connection is not this: it escapes, and the message
+ * comes back, as after a crash.
+ */
+export class BlobRefusedError extends TransientError {}
+
 /** Thrown by a tool to hand a failure to the model as the step's result, instead of retrying the step. */
 export class ToolError extends StepwiseError {}
 
@@ -157,6 +165,7 @@ for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
   WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
+  BlobRefusedError,
 })) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {

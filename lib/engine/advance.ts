@@ -5,7 +5,7 @@ import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import {
-  IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
+  BlobRefusedError, IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
@@ -229,7 +229,16 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   // .carriesBlobs): a crash at C5 then leaves no blob at all, not even an orphan.
   const carried = shaped.blob && deps.store.carriesBlobs ? [shaped.blob] : undefined;
   if (shaped.blob) {
-    if (!carried) await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
+    if (!carried) {
+      try {
+        await deps.blobs.put(shaped.blob.ref, shaped.blob.data);
+      } catch (error) {
+        // Refused (no bucket, no access): a failed try that names the cause, where an escape would be
+        // redelivered until the run failed as a crashing worker. An outage escapes, as a crash would.
+        if (!(error instanceof BlobRefusedError)) throw error;
+        return commitFailure(deps, base, state, error, usageOnly(uncounted));
+      }
+    }
     if (deps.probe) await deps.probe('C5', { runId, step: n });
   }
   const record = stepRecordOf(decision, shaped.result, deps.workerId);

@@ -1,0 +1,57 @@
+import { DeleteBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { BlobRefusedError } from '../../lib/core/errors.ts';
+import { idempotencyKey } from '../../lib/core/keys.ts';
+import { blobRef } from '../../lib/core/result.ts';
+import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
+import { WorkerProcess, driveRun } from './lambda-harness.ts';
+import { FakeDatabase, ScriptedModel, writeRowsAgent } from './write-rows-agent.ts';
+
+/**
+ * S3 refusing a step's output (a 4xx: the bucket gone, access denied) is a failed try of the step that
+ * names S3, not an escape: escaped, the message came back until the run failed as "its worker keeps
+ * crashing", and only the logs said why.
+ */
+let resources: TestResources | undefined;
+afterEach(() => resources?.close());
+
+describe('a step output S3 refuses', () => {
+  it('is a BlobRefusedError naming the bucket and S3\'s answer; no answer at all stays the error it was', async () => {
+    resources = await createTestResources('blob-refused');
+    const data = Buffer.from('x'.repeat(2_000));
+    const missing = new S3BlobStore({ s3: resources.clients.s3, bucket: `${resources.bucketName}-gone` });
+    const refused = await missing.put(blobRef(data), data).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(BlobRefusedError);
+    expect((refused as Error).message).toMatch(new RegExp(`^S3 refused to store the step's output \\(2000 bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}-gone: NoSuchBucket: `));
+
+    // A port nothing listens on: an outage, which a later try may pass.
+    const s3 = new S3Client({ endpoint: 'http://127.0.0.1:9', region: 'us-east-1', forcePathStyle: true, maxAttempts: 1, credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
+    try {
+      const unreachable = await new S3BlobStore({ s3, bucket: resources.bucketName }).put(blobRef(data), data).catch((error: unknown) => error);
+      expect(unreachable).toBeInstanceOf(Error);
+      expect(unreachable).not.toBeInstanceOf(BlobRefusedError);
+    } finally {
+      s3.destroy();
+    }
+  });
+
+  it('fails the run at the step\'s third try with S3\'s reason; the step\'s effect is applied once, the model asked once', async () => {
+    resources = await createTestResources('blob-gone');
+    await resources.clients.s3.send(new DeleteBucketCommand({ Bucket: resources.bucketName }));
+    const db = new FakeDatabase();
+    const agent = writeRowsAgent(db, { outputBytes: (step) => (step === 2 ? 50_000 : 0) });
+    const model = new ScriptedModel({ steps: 3 });
+    const runtime = resources.runtime();
+    const runId = await startTestRun(runtime, agent, 'blob-gone-run');
+    await driveRun({ resources, runId, spawn: () => new WorkerProcess({ resources: resources!, agent, model }), poll: { waitSeconds: 2 } });
+
+    const state = decodeState((await runtime.store.load(runId))!);
+    expect(state).toMatchObject({ status: 'failed', step: 1, failures: 3 });
+    expect(state.reason).toMatch(new RegExp(`^step 2 failed 3 times; last error: S3 refused to store the step's output \\(\\d+ bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}: NoSuchBucket`));
+    // The recorded call was run again under its key, never chosen again: the effect once, the model once.
+    expect(db.applied.get(idempotencyKey(runId, 2))).toBe(1);
+    expect(model.callsFor(2)).toBe(1);
+  });
+});
