@@ -1,3 +1,5 @@
+import type { Logger } from '../log.ts';
+import { isBusy } from './database.ts';
 import type { LocalRuntime } from './runtime.ts';
 
 export interface Pruned {
@@ -21,4 +23,19 @@ export function pruneLocal(runtime: LocalRuntime, options: { olderThanMs?: numbe
     events: runtime.events.prune(),
     blobs: runtime.blobs.collect(),
   };
+}
+
+/**
+ * A worker's housekeeping at start: expired checkpoint versions and acked messages. Another connection
+ * holding the write lock past the busy timeout (a long transaction, a process frozen in its commit) skips
+ * it until the next start, where it used to stop the worker before its first step (exit 1).
+ */
+export function pruneAtStart(runtime: LocalRuntime, log: Logger): void {
+  try {
+    runtime.store.prune();
+    runtime.queue.prune();
+  } catch (error) {
+    if (!isBusy(error)) throw error;
+    log.warn({ event: 'prune-skipped' }, `the database file was locked by another connection: expired checkpoints and acked messages are pruned at the next start (or by stepwise prune)`);
+  }
 }

@@ -4,6 +4,9 @@ import type { Handled } from '../../lib/engine/handle-message.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
 import { openDatabase } from '../../lib/local/database.ts';
 import { SqliteQueue } from '../../lib/local/sqlite-queue.ts';
+import { pruneAtStart } from '../../lib/local/prune.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { createLogger, silentLogger } from '../../lib/log.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -81,4 +84,22 @@ describe('a worker on a file another connection holds locked past the busy timeo
     // The refused try wrote its row; the retry found its key and wrote nothing more.
     expect([...rows.rows.keys()]).toEqual(['r/step-1', 'r/step-2']);
   });
+
+  it('a worker starting while the file is locked skips its start-up pruning with a warning, where it stopped with exit 1', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path });
+    opened.push(runtime);
+    runtime.db.pragma('busy_timeout = 20');
+    const other = new Database(db.path);
+    opened.push({ close: () => { if (other.inTransaction) other.exec('ROLLBACK'); other.close(); } });
+    other.exec('BEGIN IMMEDIATE');
+    // What the worker called at start: the lock refuses it.
+    expect(() => runtime.store.prune()).toThrow(/database is locked/);
+    const lines: string[] = [];
+    pruneAtStart(runtime, createLogger({}, { format: 'json', write: (line) => lines.push(line) }));
+    expect(lines.map((line) => JSON.parse(line) as { event: string; level: string })).toEqual([expect.objectContaining({ event: 'prune-skipped', level: 'warn' })]);
+    other.exec('COMMIT');
+    expect(() => pruneAtStart(runtime, silentLogger)).not.toThrow();
+  });
 });
+

@@ -35,8 +35,7 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  runtime.local?.store.prune();
-  runtime.local?.queue.prune();
+  if (runtime.local) (await import('../../local/prune.ts')).pruneAtStart(runtime.local, deps.log);
   // Locally, several agents share the file: this worker receives only its agent's messages. On AWS each
   // agent has its own queue; the engine hands back any other agent's message all the same.
   const names = agentNames(agent);
