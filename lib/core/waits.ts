@@ -79,23 +79,26 @@ export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, no
   if (spec.kind === 'sleep') {
     const target = spec.until ?? (spec.forMs !== undefined ? now + spec.forMs : Number.NaN);
     if (!Number.isFinite(target)) throw new InvalidInputError('sleep_until needs a valid time or duration');
-    const until = Math.max(now, target);
+    const until = Math.max(now, Math.ceil(target));
     const max = Math.min(spec.maxMs ?? MAX_WAIT_MS, MAX_WAIT_MS);
     if (until - now > max) throw new InvalidInputError(`sleep_until is ${Math.round((until - now) / 86_400_000)} days away; the longest is ${Math.round(max / 86_400_000 * 10) / 10} days`);
     return { ...base, deadline: until };
   }
   const timeoutMs = spec.timeoutMs ?? DEFAULT_WAIT_MS[spec.kind];
   if (!(timeoutMs > 0) || timeoutMs > MAX_WAIT_MS) throw new InvalidInputError(`a wait's timeout must be between 1 ms and ${MAX_WAIT_MS / 86_400_000} days, got ${timeoutMs} ms`);
+  // A whole millisecond, never before its time: a timeout such as a day / 7 has a fraction, and the
+  // approval link's expiry is this deadline.
+  const deadline = Math.ceil(now + timeoutMs);
   if (spec.kind === 'approval') {
     if (!spec.approvers.length) throw new InvalidInputError('request_approval needs at least one approver');
     const bad = spec.approvers.find((a) => !APPROVER.test(a));
     if (bad !== undefined) throw new InvalidInputError(`approver ${JSON.stringify(bad)} is not an email address`);
-    return { ...base, deadline: now + timeoutMs, approvers: [...new Set(spec.approvers.map((a) => a.toLowerCase()))], request: spec.request };
+    return { ...base, deadline, approvers: [...new Set(spec.approvers.map((a) => a.toLowerCase()))], request: spec.request };
   }
   for (const [what, value] of [['event type', spec.type], ['correlation key', spec.key]] as const) {
     if (!EVENT_NAME.test(value)) throw new InvalidInputError(`${what} ${JSON.stringify(value)} must match ${EVENT_NAME}`);
   }
-  return { ...base, deadline: now + timeoutMs, event: { type: spec.type, key: spec.key } };
+  return { ...base, deadline, event: { type: spec.type, key: spec.key } };
 }
 
 /** The answer a wait gets when its deadline passes. */

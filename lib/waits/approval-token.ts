@@ -10,7 +10,8 @@ import { MIN_KEY_BYTES } from './signing-key.ts';
  */
 
 const VERSION = 'v1';
-const payloadSchema = z.object({ r: z.string().min(1), w: z.string().min(1), a: z.string().min(3), e: z.number().int().positive() }).strict();
+/** `e` may have a fraction: links were signed with a deadline that had one (a timeout such as a day / 7). */
+const payloadSchema = z.object({ r: z.string().min(1), w: z.string().min(1), a: z.string().min(3), e: z.number().positive() }).strict();
 
 export interface ApprovalClaim {
   runId: string;

@@ -1,6 +1,8 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { waitRecordFor, type WaitRequest } from '../../lib/core/waits.ts';
 import { signApproval, verifyApproval } from '../../lib/waits/approval-token.ts';
+import { requestApproval } from '../../lib/waits/tools.ts';
 
 const key = randomBytes(32);
 const claim = { runId: 'run-1', waitId: 'wait-abcdef01', approver: 'ops@example.com', expiresAt: 2_000 };
@@ -32,6 +34,23 @@ describe('approval tokens', () => {
     const payload = Buffer.from('{"r":1}').toString('base64url');
     const sig = createHmac('sha256', key).update(`v1.${payload}`).digest('base64url');
     expect(verifyApproval(`v1.${payload}.${sig}`, key, 0)).toMatchObject({ ok: false, reason: 'malformed' });
+  });
+
+  it('open for an approval whose timeout has a fraction of a millisecond (a day / 7), which once made every link "malformed"', () => {
+    const now = 1_800_000_000_000;
+    const timeoutMs = 86_400_000 / 7;
+    const approval = requestApproval({ approvers: [claim.approver], timeoutMs });
+    const request = approval.run({ request: 'drop old_rows' }, {} as never) as WaitRequest;
+    const wait = waitRecordFor(request.spec, { step: 1, tool: approval.name, input: {}, at: now }, claim.waitId, now);
+    // A whole millisecond, and not before its time.
+    expect(Number.isInteger(wait.deadline)).toBe(true);
+    expect(wait.deadline).toBeGreaterThanOrEqual(now + timeoutMs);
+    const token = signApproval({ ...claim, expiresAt: wait.deadline }, key);
+    expect(verifyApproval(token, key, now)).toMatchObject({ ok: true, claim: { expiresAt: wait.deadline } });
+    // A link already emailed with such a deadline opens too, and expires at it.
+    const sent = signApproval({ ...claim, expiresAt: now + timeoutMs }, key);
+    expect(verifyApproval(sent, key, now)).toMatchObject({ ok: true, claim: { expiresAt: now + timeoutMs } });
+    expect(verifyApproval(sent, key, now + timeoutMs)).toMatchObject({ ok: false, reason: 'expired' });
   });
 
   it('refuse a short key', () => {
