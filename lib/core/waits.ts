@@ -81,7 +81,11 @@ export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, no
     if (!Number.isFinite(target)) throw new InvalidInputError('sleep_until needs a valid time or duration');
     const until = Math.max(now, Math.ceil(target));
     const max = Math.min(spec.maxMs ?? MAX_WAIT_MS, MAX_WAIT_MS);
-    if (until - now > max) throw new InvalidInputError(`sleep_until is ${Math.round((until - now) / 86_400_000)} days away; the longest is ${Math.round(max / 86_400_000 * 10) / 10} days`);
+    // In seconds, as the tool's description gives its longest, and with the latest time it takes: in whole
+    // days, an hour's limit read "0 days away; the longest is 0 days", and 25 hours against a day "1 days".
+    if (until - now > max) {
+      throw new InvalidInputError(`sleep_until ${new Date(until).toISOString()} is ${Math.ceil((until - now) / 1000)} s ahead; the longest sleep is ${Math.floor(max / 1000)} s, to ${new Date(now + max).toISOString()} at the latest`);
+    }
     return { ...base, deadline: until };
   }
   const timeoutMs = spec.timeoutMs ?? DEFAULT_WAIT_MS[spec.kind];

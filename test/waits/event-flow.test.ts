@@ -178,6 +178,21 @@ describe('a run that waits for an event (SQLite)', () => {
     expect(done.steps[0]!.result).toMatchObject({ ok: false, text: expect.stringContaining('cannot wait') });
     w.runtime.close();
   });
+
+  it('a sleep past the agent\'s longest by an hour tells the model the longest and the latest time it may ask for', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const until = new Date(clock.now() + 25 * 3_600_000).toISOString();
+    const w = worker(clock, 'worker-A', { kind: 'tool', tool: 'sleep_until', input: { until } });
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    // In whole days it read "sleep_until is 1 days away; the longest is 1 days".
+    expect(done.steps[0]!.result.text).toContain(
+      `cannot wait: sleep_until ${until} is 90000 s ahead; the longest sleep is 86400 s, to ${new Date(clock.now() + 86_400_000).toISOString()} at the latest`,
+    );
+    w.runtime.close();
+  });
 });
 
 describe('runs started by events', () => {
