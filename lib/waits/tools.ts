@@ -93,7 +93,9 @@ export function sleepUntil(options: SleepToolOptions = {}): ToolDefinition<{ unt
     name: options.name ?? 'sleep_until',
     description: options.description ?? `Pause the run until a time (an ISO 8601 "until") or for a number of seconds, at most ${Math.round(max / 1000)} seconds ahead. Nothing runs meanwhile; the run continues after it.`,
     input: z.object({
-      until: z.iso.datetime({ offset: true }).optional().describe('When to continue, ISO 8601 with a time zone'),
+      // Zod's own words, "Invalid ISO datetime", refused 2030-01-01T09:00:00 as though it were no date at all.
+      until: z.iso.datetime({ offset: true, error: 'must be an ISO 8601 date and time with a time zone (Z or +hh:mm), such as 2030-01-01T09:00:00Z' })
+        .optional().describe('When to continue, ISO 8601 with a time zone'),
       seconds: z.number().int().positive().max(Math.floor(max / 1000)).optional().describe('Or: how many seconds from now'),
     }).refine((v) => (v.until === undefined) !== (v.seconds === undefined), 'give exactly one of until and seconds'),
     sideEffect: false,

@@ -193,6 +193,17 @@ describe('a run that waits for an event (SQLite)', () => {
     );
     w.runtime.close();
   });
+
+  it('a sleep until a time with no time zone tells the model the zone is what is missing', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', { kind: 'tool', tool: 'sleep_until', input: { until: '2030-01-01T09:00:00' } });
+    await start(w.deps);
+    await workVisible(w.deps, w.runtime);
+    const done = decodeState((await w.runtime.store.load('run'))!);
+    expect(done.steps[0]!.result.text).toContain('until: must be an ISO 8601 date and time with a time zone (Z or +hh:mm), such as 2030-01-01T09:00:00Z');
+    w.runtime.close();
+  });
 });
 
 describe('runs started by events', () => {
