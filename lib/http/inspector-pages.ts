@@ -11,11 +11,14 @@ import { layout } from './pages.ts';
  * from runs (goals, arguments, results, reasons) goes through hono/html's escaping.
  */
 
-const time = (ms: number) => new Date(ms).toISOString().replace('T', ' ').slice(0, 19);
-const age = (ms: number, now: number) => {
-  const s = Math.max(0, Math.round((now - ms) / 1000));
+/** Said to be UTC: a browser's reader, elsewhere, took a bare time for their own. */
+const time = (ms: number) => `${new Date(ms).toISOString().replace('T', ' ').slice(0, 19)} UTC`;
+/** A length of time, roughly: 45 s, 12 min, 5 h, 30 d. */
+const span = (ms: number) => {
+  const s = Math.max(0, Math.round(ms / 1000));
   return s < 90 ? `${s} s` : s < 5400 ? `${Math.round(s / 60)} min` : s < 172_800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86_400)} d`;
 };
+const age = (ms: number, now: number) => span(now - ms);
 const tokensOf = (s?: { usage?: StepRecord['usage'] }) => (s?.usage ? s.usage.inputTokens + s.usage.outputTokens + s.usage.cacheWriteTokens + s.usage.cacheReadTokens : 0);
 const costOf = (s: StepRecord | undefined, model: string) => (s?.usage ? estimateCost(s.usage, s.model ?? model)?.usd ?? 0 : 0);
 
@@ -32,7 +35,7 @@ ${input.older ? html`<p><a id="older" href="${input.older}">older runs</a></p>` 
 }
 
 /** `cancelRequested`: a cancel asked for and not yet applied (the run is running until a worker applies it). */
-export function runPage(input: { state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; cancelRequested?: string }) {
+export function runPage(input: { state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string }) {
   const { state, history, model } = input;
   const byStep = new Map(state.steps.map((s) => [s.step, s]));
   const base = `/inspect/runs/${encodeURIComponent(state.runId)}`;
@@ -44,7 +47,7 @@ export function runPage(input: { state: RunState; version: number; history: Chec
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested ${input.cancelRequested}; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
-${state.wait ? waitPanel(state, base) : ''}
+${state.wait ? waitPanel(state, base, input.now) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}
 <h2>Tokens and cost per step</h2>
 ${raw(chart(state.steps, model))}
@@ -61,12 +64,21 @@ ${history.map((h) => {
 </table>`);
 }
 
-function waitPanel(state: RunState, base: string) {
+/**
+ * What the run waits for and until when, and how far off that is. Past the deadline no answer is taken (a
+ * late Approve resumed the run with "timed out"), so the form is left out and the page says what moves the
+ * run, as `stepwise show` does.
+ */
+function waitPanel(state: RunState, base: string, now: number) {
   const wait = state.wait!;
+  const passed = now >= wait.deadline;
+  const when = passed
+    ? html`: its deadline passed ${span(now - wait.deadline)} ago, and the next worker to take the run resumes it with "${wait.kind === 'sleep' ? 'woke' : 'timed out'}"`
+    : html` (in ${span(wait.deadline - now)})`;
   return html`<h2>Waiting</h2>
-<p id="wait">for ${wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}` : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time'}, until ${time(wait.deadline)} (step ${wait.step}, ${wait.tool})</p>
+<p id="wait">for ${wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}` : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time'} (step ${wait.step}, ${wait.tool}), until ${time(wait.deadline)}${when}</p>
 ${wait.request ? html`<pre id="wait-request">${wait.request}</pre>` : ''}
-${wait.kind === 'approval' ? html`<form method="post" action="${base}/waits/${encodeURIComponent(wait.id)}" class="actions">
+${wait.kind === 'approval' && !passed ? html`<form method="post" action="${base}/waits/${encodeURIComponent(wait.id)}" class="actions">
 <input type="text" name="comment" placeholder="comment" maxlength="4000">
 <button class="approve" type="submit" name="decision" value="approve">Approve</button>
 <button class="reject" type="submit" name="decision" value="reject">Reject</button></form>` : ''}`;

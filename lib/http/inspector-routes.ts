@@ -61,7 +61,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     const state = decoded(stored);
     if (!state.ok) return c.html(state.page, state.status);
     const history = await deps.store.history(runId);
-    return c.html(runPage({ state: state.state, version: stored.version, history, model: model(), actions: true, ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}) }));
+    return c.html(runPage({ state: state.state, version: stored.version, history, model: model(), actions: true, now: deps.clock.now(), ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}) }));
   });
 
   app.post('/runs/:runId/waits/:waitId', async (c) => {

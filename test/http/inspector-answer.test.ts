@@ -40,4 +40,20 @@ describe("the inspector's approval form", () => {
     expect(taken.status).toBe(303);
     expect(taken.headers.get('location')).toBe('/inspect/runs/insp-ok');
   });
+
+  it('the wait says its deadline in UTC and how far off it is; past it, that it passed and what resumes the run, and no form', async () => {
+    await waiting('insp-t');
+    const deadline = decodeState((await app.runtime.store.load('insp-t'))!).wait!.deadline;
+    const utc = `${new Date(deadline).toISOString().replace('T', ' ').slice(0, 19)} UTC`;
+    const page = async () => (await app.api('/inspect/runs/insp-t')).text();
+    // Its time was bare ("until 2023-11-14 23:13:20"), and read by an operator elsewhere as their own.
+    const before = await page();
+    expect(before).toContain(`(step 2, request_approval), until ${utc} (in 60 min)</p>`);
+    expect(before).toContain('value="approve"');
+    app.clock.advance(deadline - app.clock.now() + 2 * 3_600_000);
+    // Its Approve, past the deadline, resumed the run with "timed out".
+    const after = await page();
+    expect(after).toContain(`until ${utc}: its deadline passed 2 h ago, and the next worker to take the run resumes it with "timed out"</p>`);
+    expect(after).not.toContain('value="approve"');
+  });
 });
