@@ -1,7 +1,8 @@
 import type { Budget, ForkedFrom, RunState, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import type { RunView, StepView } from '../engine/operate/show.ts';
+import type { RunRow } from '../engine/operate/list.ts';
 import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
-import type { CheckpointInfo, RunSummary } from '../ports.ts';
+import type { CheckpointInfo } from '../ports.ts';
 import { printable } from '../core/printable.ts';
 
 /** A word as a POSIX shell reads it back: as it is when plain, else in single quotes. */
@@ -58,10 +59,13 @@ export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackM
  * The run table; a NEEDS column appears when a live run needs newer code than this to resume. A run with a
  * cancel not yet applied is still running: its status says the cancel is on its way.
  */
-export function runsTable(rows: (RunSummary & { needs?: string; cancelRequested?: string })[]): string {
+export function runsTable(rows: RunRow[]): string {
   const needs = rows.some((r) => r.needs);
   return table(['RUN', 'STATUS', 'STEP', 'VERSION', 'AGENT', 'UPDATED', 'REASON', ...(needs ? ['NEEDS'] : [])],
-    rows.map((r) => [r.runId, r.cancelRequested !== undefined ? `${r.status}, cancel requested` : r.status, r.step, r.version, r.agent, time(r.updatedAt), r.reason, ...(needs ? [r.needs] : [])]));
+    rows.map((r) => [
+      r.runId, r.cancelRequested !== undefined ? `${r.status}, cancel requested` : r.status, r.step, r.version, r.agent, time(r.updatedAt),
+      r.reason ?? (r.wait ? `waits for ${waitedFor(r.wait)} until ${time(r.wait.deadline)}` : undefined), ...(needs ? [r.needs] : []),
+    ]));
 }
 
 export function budgetText(budget: Budget): string {
@@ -86,7 +90,7 @@ function headLines(run: Pick<RunState, 'runId' | 'status' | 'reason' | 'agent' |
 }
 
 /** What a wait waits for, in words: the approvers, the event, or a time. */
-export function waitedFor(wait: WaitRecord): string {
+export function waitedFor(wait: Pick<WaitRecord, 'kind' | 'approvers' | 'event'>): string {
   return wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}`
     : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time';
 }

@@ -180,6 +180,11 @@ function parseJson(text: string, runId: string, version: number, what: string): 
  * are checked, nothing is decoded into a state. Undefined when this code reads all of them, and for a
  * checkpoint no code can read (that is a failed run's reason, not a format to deploy).
  */
+/** The head alone, checked as decodeState checks it: for a caller that needs no step record (a list of runs). */
+export function decodeHead(stored: StoredCheckpoint): RunHead {
+  return readRecord('head', parseJson(stored.head, stored.runId, stored.version, 'head'), 'head', runHeadSchema, stored.runId, stored.version);
+}
+
 export function formatNeeds(stored: StoredCheckpoint): string | undefined {
   const { runId, version } = stored;
   try {

@@ -1,13 +1,18 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import type { RunPosition } from '../../core/run-order.ts';
+import type { WaitRecord } from '../../core/state.ts';
 import { isTerminal } from '../../core/statuses.ts';
 import type { CheckpointStore, ListRunsQuery, RunSummary } from '../../ports.ts';
 
 /**
  * A row of the run table: the store's summary; for a live run this code cannot resume, what it needs; for
- * a live run with a cancel not yet applied, the request (the run is still running until a worker applies it).
+ * a live run with a cancel not yet applied, the request (the run is still running until a worker applies it);
+ * for a waiting run, what it waits for and until when.
  */
-export type RunRow = RunSummary & { needs?: string; cancelRequested?: string };
+export type RunRow = RunSummary & { needs?: string; cancelRequested?: string; wait?: RunWait };
+
+/** A waiting run's wait, as a list shows it: what answers it, and its deadline. */
+export type RunWait = Pick<WaitRecord, 'id' | 'kind' | 'step' | 'deadline' | 'approvers' | 'event'>;
 
 /** Loads in flight at once while checking live runs' formats: enough to hide a DynamoDB round trip. */
 const CONCURRENCY = 16;
@@ -24,16 +29,29 @@ export async function listRuns(store: CheckpointStore, query: ListRunsQuery): Pr
   const live = runs.filter((run) => !isTerminal(run.status));
   if (!live.length) return runs;
   // The record schemas (and zod) load only when there is a run to check: a table of finished runs needs neither.
-  const { formatNeeds } = await import('../../core/codec.ts');
+  const { decodeHead, formatNeeds } = await import('../../core/codec.ts');
   for (let i = 0; i < live.length; i += CONCURRENCY) {
     await Promise.all(live.slice(i, i + CONCURRENCY).map(async (run) => {
       const stored = await store.load(run.runId, { afterStep: Math.max(0, run.step - 1) });
       const needs = stored && formatNeeds(stored);
       if (needs) run.needs = needs;
       if (stored?.cancelRequested !== undefined) run.cancelRequested = stored.cancelRequested;
+      // A waiting run has no reason to show: what it waits for is what an operator needs to move it.
+      if (!needs && stored?.status === 'waiting') {
+        let wait: WaitRecord | undefined;
+        try { wait = decodeHead(stored).wait; } catch { /* an unreadable head: `show` says why; the list goes on */ }
+        if (wait) run.wait = waitOfRow(wait);
+      }
     }));
   }
   return runs;
+}
+
+function waitOfRow(wait: WaitRecord): RunWait {
+  const row: RunWait = { id: wait.id, kind: wait.kind, step: wait.step, deadline: wait.deadline };
+  if (wait.approvers) row.approvers = wait.approvers;
+  if (wait.event) row.event = wait.event;
+  return row;
 }
 
 /**
