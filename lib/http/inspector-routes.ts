@@ -21,13 +21,14 @@ const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: 
 
 /**
  * The run inspector pages under /inspect. Behind the same authorization as the API: locally the API
- * token, which `/inspect?token=...` turns into an HttpOnly, SameSite=Strict cookie (so forms on other
- * sites cannot post with it); on AWS, IAM at the gateway, like the program routes.
+ * token, which `/inspect?token=...` turns into an HttpOnly, SameSite=Strict cookie; on AWS, IAM at the
+ * gateway, like the program routes. Its forms are taken from its own pages only (sameOriginForms).
  */
 export function inspectorRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   const model = () => process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
   app.use('*', pageHeaders());
+  app.use('*', sameOriginForms);
   if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
 
   app.get('/', async (c) => {
@@ -139,6 +140,31 @@ async function refusal(c: Context, operate: () => Promise<Response>): Promise<Re
     throw error;
   }
 }
+
+/**
+ * A form that cancels, forks, retries or answers must come from the inspector's own pages. SameSite=Strict
+ * does not stop another origin of the same site: a page on another port of 127.0.0.1 (another local
+ * server) is same-site, so its form posted with the operator's cookie and cancelled a run; behind a signing
+ * proxy on AWS there is no cookie at all. A browser says where a form came from (Sec-Fetch-Site, else
+ * Origin); a request with neither is no browser's, and is left to the token.
+ */
+const sameOriginForms: MiddlewareHandler = async (c, next) => {
+  if (c.req.method === 'GET' || c.req.method === 'HEAD') return next();
+  const site = c.req.header('sec-fetch-site');
+  const origin = c.req.header('origin');
+  const own = site !== undefined ? site === 'same-origin' : origin === undefined || hostOf(origin) === new URL(c.req.url).host;
+  if (own) return next();
+  return c.html(messagePage('Refused', `This form was sent from another site (${origin ?? site}), not from the inspector's own page; nothing was changed. Open the run in the inspector and use its buttons.`), 403);
+};
+
+const hostOf = (origin: string) => {
+  try {
+    return new URL(origin).host;
+  } catch {
+    // "null" (a sandboxed frame, a data: URL) or garbage: no origin of ours.
+    return undefined;
+  }
+};
 
 function tokenOrCookie(token: string): MiddlewareHandler {
   const matches = (given: string | undefined) => {
