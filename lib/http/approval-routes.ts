@@ -2,7 +2,7 @@ import { Hono, type Context } from 'hono';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { answerWait } from '../waits/answer.ts';
-import { verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
+import { MALFORMED_LINK, verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
 import type { HttpDeps } from './deps.ts';
 import { approvalPage, describeAnswer, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
 
@@ -55,6 +55,11 @@ export function approvalRoutes(deps: HttpDeps): Hono {
       form.data.decision === 'approve' ? 'Approved. The run continues.' : 'Rejected. The run continues and its model sees your answer.',
     ));
   });
+
+  // Anything else under /approvals is a link cut short (/approvals/) or run on (a slash, more path after
+  // the token): said so on a page, where it went on to the API's bearer check and told the approver to
+  // send an Authorization header.
+  app.all('*', (c) => c.html(messagePage('Invalid link', MALFORMED_LINK), 400));
   return app;
 }
 

@@ -1,3 +1,5 @@
+import { MALFORMED_LINK } from '../waits/approval-token.ts';
+
 /** The one route API Gateway serves without IAM (infra/stepwise-construct.ts): an approval page, its token the credential. */
 const PUBLIC_ROUTE = /^(?:GET|POST) \/approvals\/\{token\}$/;
 
@@ -23,6 +25,6 @@ export function escapesPublicRoute(event: { routeKey: string; rawPath: string })
 export const ESCAPED_ROUTE_RESPONSE = {
   statusCode: 400,
   headers: { 'content-type': 'application/json; charset=UTF-8', 'cache-control': 'no-store' },
-  body: JSON.stringify({ error: 'this approval link is incomplete or malformed: open the link from the email exactly as it was sent' }),
+  body: JSON.stringify({ error: MALFORMED_LINK }),
   isBase64Encoded: false,
 };

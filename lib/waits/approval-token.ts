@@ -71,8 +71,11 @@ function mac(key: Buffer, payload: string): string {
   return createHmac('sha256', key).update(`${VERSION}.${payload}`).digest('base64url');
 }
 
+/** What a link that is not a whole token is told: cut short, run on, or with more path after it. */
+export const MALFORMED_LINK = 'this approval link is incomplete or malformed: open the link from the email exactly as it was sent';
+
 function malformed(): TokenCheck {
-  return { ok: false, reason: 'malformed', message: 'this approval link is incomplete or malformed: open the link from the email exactly as it was sent' };
+  return { ok: false, reason: 'malformed', message: MALFORMED_LINK };
 }
 
 function assertKey(key: Buffer): void {

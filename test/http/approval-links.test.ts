@@ -83,6 +83,16 @@ describe('approval links', () => {
     // A token signed with another deployment's key.
     const foreign = signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline }, Buffer.alloc(32, 7));
     expect((await fetch(`${base}${foreign}`)).status).toBe(403);
+    // A link cut short at its slash, or run on past the token (a slash, more path a mail client added): the
+    // approval page says so, where the API answered with its bearer-token check.
+    for (const bad of [base, base.slice(0, -1), `${link}/`, `${link}/approve`]) {
+      for (const method of ['GET', 'POST']) {
+        const response = await fetch(bad, { method, ...(method === 'POST' ? { body: new URLSearchParams({ decision: 'approve' }) } : {}) });
+        expect(response.status, `${method} ${bad.slice(-12)}`).toBe(400);
+        expect(response.headers.get('referrer-policy')).toBe('no-referrer');
+        expect(await response.text()).toContain('this approval link is incomplete or malformed');
+      }
+    }
     // A form without a decision.
     expect((await post(link, { comment: 'hi' })).status).toBe(400);
     expect(await version()).toBe(before);
