@@ -5,6 +5,7 @@ import { answerWait } from '../waits/answer.ts';
 import { MALFORMED_LINK, verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
 import type { HttpDeps } from './deps.ts';
 import { approvalPage, describeAnswer, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
+import { readForm } from './read-form.ts';
 
 const decisionForm = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -39,7 +40,7 @@ export function approvalRoutes(deps: HttpDeps): Hono {
     const checked = await check(c, deps);
     if ('page' in checked) return checked.page;
     const { claim } = checked;
-    const form = decisionForm.safeParse(await c.req.parseBody());
+    const form = decisionForm.safeParse(await readForm(c));
     if (!form.success) return c.html(messagePage('Not understood', 'Press Approve or Reject on the approval page; a comment may be at most 4,000 characters.'), 400);
     const comment = form.data.comment?.trim();
     const outcome = await answerWait(deps, {

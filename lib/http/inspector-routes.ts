@@ -15,6 +15,7 @@ import type { HttpDeps } from './deps.ts';
 import { runPage, runsPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
+import { readForm } from './read-form.ts';
 
 const COOKIE = 'stepwise_token';
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
@@ -67,7 +68,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
 
   app.post('/runs/:runId/waits/:waitId', async (c) => {
     const runId = c.req.param('runId');
-    const form = answerForm.safeParse(await c.req.parseBody());
+    const form = answerForm.safeParse(await readForm(c));
     if (!form.success) return c.html(messagePage('Not understood', 'Press Approve or Reject.'), 400);
     const stored = await deps.store.load(runId);
     const state = stored && decoded(stored);
@@ -87,7 +88,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
 
   // The same operations as the API's POST /runs/:id/fork, /retry and /cancel, from forms.
   app.post('/runs/:runId/fork', async (c) => {
-    const given = (await c.req.parseBody()).fromStep;
+    const given = (await readForm(c))?.fromStep;
     // Digits only, as GET /runs/:id/steps/:step reads a step: Number() would read "" as step 0, and " 3",
     // "0x2" and "1e0" as other steps than the form shows.
     const fromStep = typeof given === 'string' && /^\d{1,9}$/.test(given) ? Number(given) : undefined;

@@ -95,6 +95,12 @@ describe('approval links', () => {
     }
     // A form without a decision.
     expect((await post(link, { comment: 'hi' })).status).toBe(400);
+    // A body that is no form of the type it names (multipart without its boundary, or cut short): not understood, not a 500.
+    for (const type of ['multipart/form-data', 'multipart/form-data; boundary=x']) {
+      const response = await fetch(link, { method: 'POST', headers: { 'content-type': type }, body: '--x\r\ncontent-disposition: form-data; name="decision"\r\n\r\napprove' });
+      expect(response.status, type).toBe(400);
+      expect(await response.text()).toContain('Press Approve or Reject on the approval page');
+    }
     expect(await version()).toBe(before);
     expect((await app.runtime.store.load('run'))!.status).toBe('waiting');
   });

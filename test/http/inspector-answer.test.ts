@@ -35,6 +35,11 @@ describe("the inspector's approval form", () => {
     expect(await afterCancel.text()).toContain('This run is no longer waiting for this approval (it is cancelled).');
     expect(decodeState((await app.runtime.store.load('insp-c'))!).status).toBe('cancelled');
 
+    // A body that does not parse as the multipart form it names: not understood, not a 500.
+    const unparsed = await app.api(`/inspect/runs/insp-c/waits/${cancelledWait}`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'multipart/form-data' }, body: 'decision=approve' });
+    expect(unparsed.status).toBe(400);
+    expect(await unparsed.text()).toContain('Press Approve or Reject.');
+
     // The one that was taken goes back to the run's page.
     const taken = await answer('insp-ok', await waiting('insp-ok'), 'approve');
     expect(taken.status).toBe(303);

@@ -26,6 +26,10 @@ describe("the inspector's fork form", () => {
       expect(page, JSON.stringify(written)).toContain('The step to fork from is a whole number from 0, in digits only; got');
       expect(page, JSON.stringify(written)).toContain(JSON.stringify(written).replace(/"/g, '&quot;'));
     }
+    // A body that does not parse as the multipart form it names: the same page, not a 500.
+    const unparsed = await app.api('/inspect/runs/insp-f/fork', { method: 'POST', redirect: 'manual', headers: { 'content-type': 'multipart/form-data' }, body: 'fromStep=1' });
+    expect(unparsed.status).toBe(400);
+    expect(await unparsed.text()).toContain('The step to fork from is a whole number from 0, in digits only; got none');
     expect(await runs()).toEqual(before);
 
     const forked = await fork('insp-f', '1');
