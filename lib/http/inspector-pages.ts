@@ -8,7 +8,9 @@ import { layout } from './pages.ts';
 
 /**
  * The run inspector: every run, and one run's checkpoint timeline with tokens and cost per step. All text
- * from runs (goals, arguments, results, reasons) goes through hono/html's escaping.
+ * from runs (goals, arguments, results, reasons) goes through hono/html's escaping. Such text inside a
+ * line of the page's own words is in a <bdi>: a right-to-left override in a failure's reason (a tool's
+ * error message) or a cancel's would otherwise reverse the rest of the line, the step and the cost.
  */
 
 /** Said to be UTC: a browser's reader, elsewhere, took a bare time for their own. */
@@ -43,9 +45,9 @@ export function runPage(input: { state: RunState; version: number; history: Chec
   return layout(`Run ${state.runId}`, html`
 <p><a href="/inspect">all runs</a></p>
 <h1>Run <code id="run-id">${state.runId}</code></h1>
-<p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<span id="reason">${state.reason}</span>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${formatUsd(cost.usd)}</p>
+<p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<bdi id="reason">${state.reason}</bdi>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${formatUsd(cost.usd)}</p>
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
-${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested ${input.cancelRequested}; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
+${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
 ${state.wait ? waitPanel(state, base, input.now) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}

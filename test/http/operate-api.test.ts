@@ -69,7 +69,7 @@ describe('operating runs through the API', () => {
     const run = (await json(await app.api('/runs/op-req'))).body.run;
     expect(run).toMatchObject({ status: 'running', cancelRequested: expect.stringMatching(/^by ops@example\.com at .*: wrong table$/) });
     const page = await (await app.api('/inspect/runs/op-req')).text();
-    expect(page).toContain(`<p id="cancel-requested">cancel requested ${run.cancelRequested}; applied at the next step boundary`);
+    expect(page).toContain(`<p id="cancel-requested">cancel requested <bdi>${run.cancelRequested}</bdi>; applied at the next step boundary`);
     // The lists say so too: the API's page of runs and the inspector's table.
     const listed = (await json(await app.api('/runs?status=running'))).body.runs as { runId: string; cancelRequested?: string }[];
     expect(listed.find((r) => r.runId === 'op-req')).toMatchObject({ cancelRequested: run.cancelRequested });
