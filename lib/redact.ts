@@ -3,7 +3,7 @@
  * token in its query string (gateways often take one that way); neither belongs in a label or a log line.
  */
 
-const MASK = '***';
+export const MASK = '***';
 /** `scheme://user:password@` (or `user@`) anywhere in a text. */
 const USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@"]+@/gi;
 /** `user:password@host` without a scheme. */

@@ -9,7 +9,7 @@ import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
 import { DEFAULT_DEADLINE_MS } from '../settings.ts';
-import { redactUrl } from '../redact.ts';
+import { MASK, redactSecrets, redactUrl } from '../redact.ts';
 import { apiKeyFromEnv, keyProblem, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**
@@ -80,18 +80,18 @@ export class AnthropicModel implements Model {
     const params = messageRequest(request, this.defaultModel);
     const first = await this.connect();
     try {
-      return await this.send(first.anthropic, params, request);
+      return await this.send(first, params, request);
     } catch (error) {
       if (!(error instanceof ModelKeyError)) throw error;
       // The key was refused: read it again. A rotated key is used at once; the same key pauses the work.
       this.keySource?.invalidate?.();
       const again = await this.connect();
       if (again.key === first.key) throw error;
-      return await this.send(again.anthropic, params, request);
+      return await this.send(again, params, request);
     }
   }
 
-  private async send(client: MessagesClient, params: Anthropic.MessageCreateParamsNonStreaming, request: ModelRequest): Promise<ModelReply> {
+  private async send({ key, anthropic: client }: { key: string; anthropic: MessagesClient }, params: Anthropic.MessageCreateParamsNonStreaming, request: ModelRequest): Promise<ModelReply> {
     const deadline = Date.now() + this.deadlineMs;
     const deadlineHit = new AbortController();
     const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
@@ -114,11 +114,11 @@ export class AnthropicModel implements Model {
       }
       return readReply(message, params.max_tokens);
     } catch (error) {
-      throw classifyError(error, {
+      throw withoutKey(classifyError(error, {
         callerAborted: request.signal?.aborted ?? false,
         deadlineHit: deadlineHit.signal.aborted,
         deadlineMs: this.deadlineMs,
-      });
+      }), key);
     } finally {
       clearTimeout(timer);
     }
@@ -367,6 +367,22 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
     return new PermanentError(`the Anthropic client cannot send the request: ${error.message}`, { cause: error });
   }
   return new TransientError(`the model call failed: ${errorMessage(error)}`, { cause: error });
+}
+
+/**
+ * The error with the key and URL credentials masked in its message. A gateway or proxy at ANTHROPIC_BASE_URL
+ * may echo the key it refused (`invalid x-api-key sk-ant-...`) or the request's headers in its error page,
+ * and fetch names a base URL's `user:password@`; the message becomes the run's reason or last error, kept
+ * in its checkpoints, shown by status, the API and the inspector, and logged at every try.
+ */
+export function withoutKey(error: StepwiseError, key: string): StepwiseError {
+  const original = error.message;
+  const masked = redactSecrets(key ? original.replaceAll(key, MASK) : original);
+  if (masked === original) return error;
+  error.message = masked;
+  // The stack starts with the message it was made with.
+  if (error.stack) error.stack = error.stack.replace(original, masked);
+  return error;
 }
 
 /** Characters kept of an error body that is not the API's own (a proxy's or a gateway's page). */

@@ -238,4 +238,11 @@ describe('Anthropic adapter errors', () => {
     });
     expect(anonymous.status).toBe(401);
   });
+
+  it('a base URL\'s credentials, which fetch names when it refuses the URL, are masked in the error', async () => {
+    const error = await new AnthropicModel({ apiKey: 'test-key', baseURL: 'http://gw-user:s3cret-pass@127.0.0.1:9/', env: {}, maxRetries: 0 })
+      .decide(request()).then(() => new Error('no error'), (e: unknown) => e as Error);
+    expect(error.message).toContain('http://***@127.0.0.1:9/');
+    expect(`${error.message} ${error.stack}`).not.toContain('s3cret-pass');
+  });
 });

@@ -5,6 +5,7 @@ import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { progressLine } from '../../lib/cli/progress.ts';
 import { AnthropicModel } from '../../lib/llm/anthropic.ts';
+import { createLogger } from '../../lib/log.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, SimulatedCrash, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import {
@@ -154,6 +155,40 @@ describe('engine + Anthropic adapter + local Messages server + SQLite', () => {
     expect(state.status).toBe('failed');
     expect(state.failures).toBe(1);
     expect(state.reason).toMatch(/^step 1: .*400 invalid_request_error: prompt is too long/);
+  });
+
+  it('a key a gateway echoes in its error never reaches the run\'s reason, its last error or a log line', async () => {
+    // A gateway at ANTHROPIC_BASE_URL that names the key it was sent: in its 401, a 502 page, a 400.
+    const echoed = (status: number, body: string): Reply => ({ type: 'raw', status, body });
+    const lines: string[] = [];
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: claude(), clock, workerId: 'w' });
+    deps.log = createLogger({}, { format: 'json', env: {}, write: (line) => { lines.push(line); } });
+    await start(deps);
+    const deliver = async () => {
+      const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      const handled = await handleDelivery(deps, delivery!);
+      if (handled.action === 'ack') await runtime.queue.ack(delivery!);
+      else await runtime.queue.release(delivery!, 0);
+      return handled;
+    };
+
+    server.otherwise(echoed(401, 'Unauthorized: x-api-key sk-test is not valid for this gateway'));
+    expect(await deliver()).toMatchObject({ action: 'release' });
+    server.otherwise(echoed(502, '<html>upstream failed; request headers: x-api-key=sk-test</html>'));
+    clock.advance(VISIBILITY_MS);
+    await deliver();
+    const retried = await loadState(runtime);
+    server.otherwise(echoed(400, JSON.stringify({ type: 'error', error: { type: 'invalid_request_error', message: 'header x-api-key: sk-test is malformed' } })));
+    clock.advance(VISIBILITY_MS);
+    await deliver();
+    const state = await loadState(runtime);
+    runtime.close();
+
+    expect(retried).toMatchObject({ status: 'running', failures: 1, lastError: expect.stringContaining('request headers: x-api-key=***') });
+    expect(state).toMatchObject({ status: 'failed', reason: expect.stringContaining('header x-api-key: *** is malformed') });
+    expect(lines.map((line) => JSON.parse(line) as { event?: string }).map((line) => line.event)).toEqual(['checkpoint', 'model-key-refused', 'checkpoint', 'checkpoint']);
+    expect(lines[1]).toContain('x-api-key *** is not valid');
+    for (const line of lines) expect(line).not.toContain('sk-test');
   });
 
   it('malformed replies never crash the worker: each is a failed attempt, and the run goes on', async () => {
