@@ -13,6 +13,12 @@ export const MAX_STEP_FAILURES = 3;
  */
 export const MAX_MODEL_UNAVAILABLE_FAILURES = 30;
 export const MAX_GOAL_BYTES = 16 * 1024;
+/**
+ * Characters of a failed try's error kept as the run's last error and reason. A tool may throw with a
+ * whole command output or response body in its message; the head is rewritten at every checkpoint and
+ * both go into the checkpoint's log line and the progress line.
+ */
+export const MAX_ERROR_CHARS = 2000;
 
 import { RUN_STATUSES, type RunStatus } from './statuses.ts';
 

@@ -1,7 +1,8 @@
 import { ModelUnavailableError, errorMessage, isPermanent } from './errors.ts';
 import { withFields } from './objects.ts';
+import { excerpt } from './prompt.ts';
 import {
-  DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_MODEL_UNAVAILABLE_FAILURES, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
+  DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_ERROR_CHARS, MAX_MODEL_UNAVAILABLE_FAILURES, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
   type Budget, type Decision, type RunState, type StepRecord, type StepResult, type Usage,
 } from './state.ts';
 
@@ -98,7 +99,7 @@ export function recordFailure(
   extra: { retryNote?: string; usage?: Usage } = {},
 ): RunState {
   const failures = state.failures + 1;
-  const message = errorMessage(error);
+  const message = errorText(error);
   const { retryNote: _old, ...rest } = state;
   const next: RunState = withFields(rest, {
     failures,
@@ -116,4 +117,10 @@ export function recordFailure(
       : `step ${state.step + 1} failed ${failures} times; last error: ${message}`;
   }
   return next;
+}
+
+/** The error's message, its start only when it is longer than MAX_ERROR_CHARS, saying how long it was. */
+function errorText(error: unknown): string {
+  const message = errorMessage(error);
+  return message.length <= MAX_ERROR_CHARS ? message : `${excerpt(message, MAX_ERROR_CHARS)} (${message.length} characters in all)`;
 }

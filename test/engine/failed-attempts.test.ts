@@ -1,7 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type ToolContext } from '../../lib/agent.ts';
-import { ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
+import { MAX_ERROR_CHARS, ZERO_USAGE, addUsage, type Usage } from '../../lib/core/state.ts';
+import { progressLine } from '../../lib/cli/progress.ts';
+import { createLogger } from '../../lib/log.ts';
 import type { CrashPoint } from '../../lib/engine/deps.ts';
 import { DEFAULT_MAX_RECEIVES, MAX_RETRY_AFTER_MS, failureDelayMs, handleDelivery, retryDelayMs } from '../../lib/engine/handle-message.ts';
 import { TransientError } from '../../lib/core/errors.ts';
@@ -311,5 +313,41 @@ describe('a failed try that asks for a retry-after', () => {
     expect(new TransientError('x', { retryAfterMs: Number.NaN }).retryAfterMs).toBeUndefined();
     expect(new TransientError('x', { retryAfterMs: -5 }).retryAfterMs).toBeUndefined();
     expect(new TransientError('x').retryAfterMs).toBeUndefined();
+  });
+});
+
+describe('a tool that throws with a huge message', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('keeps the start of it as the last error and the reason: checkpoints, their log lines and the progress lines stay small', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    // A shell tool's failure with the command's whole output in it, say.
+    const output = `command failed:\n${'line of output\n'.repeat(200_000)}`;
+    const agent = defineAgent({
+      name: 'loud', tools: [tool({ name: 'write_row', description: 'fails loudly', input: z.object({ row: z.number() }), sideEffect: false, run: () => { throw new Error(output); } })],
+    });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(1)), clock, workerId: 'W' });
+    const lines: string[] = [];
+    deps.log = createLogger({}, { format: 'json', env: {}, write: (line) => { lines.push(line); } });
+    const progress: string[] = [];
+    await start(deps);
+    for (let tries = 0; tries < 3; tries++) {
+      const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      const handled = await handleDelivery(deps, delivery!);
+      const line = progressLine(handled);
+      if (line) progress.push(line);
+      clock.advance(60_000);
+    }
+    const state = await loadState(runtime);
+
+    const kept = `${output.slice(0, MAX_ERROR_CHARS)}… (${output.length} characters in all)`;
+    expect(state).toMatchObject({ status: 'failed', failures: 3, lastError: kept, reason: `step 1 failed 3 times; last error: ${kept}` });
+    expect(lines.map((line) => JSON.parse(line) as { event: string; error?: string; bytes: number })).toMatchObject([
+      { event: 'checkpoint' }, { event: 'checkpoint', error: kept }, { event: 'checkpoint', error: kept }, { event: 'checkpoint', error: kept },
+    ]);
+    expect(progress).toHaveLength(3);
+    for (const line of [...lines, ...progress]) expect(line.length).toBeLessThan(3 * MAX_ERROR_CHARS);
   });
 });
