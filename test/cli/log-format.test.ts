@@ -1,5 +1,8 @@
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { chooseLogFormat, createLogger } from '../../lib/log.ts';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { tempDb } from '../support/harness.ts';
 
 function capture(format: 'json' | 'pretty', env: Record<string, string> = {}) {
   const lines: string[] = [];
@@ -47,6 +50,26 @@ describe('log format', () => {
     const { log, lines } = capture('pretty', { STEPWISE_LOG_LEVEL: 'info' });
     log.info({ event: 'checkpoint', runId: 'r1', step: 1, workerId: 'w1', bytes: 900 }, 'checkpoint written');
     expect(lines).toEqual(['info: checkpoint written (event=checkpoint runId=r1 step=1 workerId=w1 bytes=900)\n']);
+  });
+
+  it('takes STEPWISE_LOG_LEVEL in any case, and refuses a level it does not know by the setting\'s name', () => {
+    const { log, lines } = capture('json', { STEPWISE_LOG_LEVEL: ' Debug ' });
+    log.debug('shown');
+    expect(lines).toHaveLength(1);
+    expect(() => capture('json', { STEPWISE_LOG_LEVEL: 'verbose' })).toThrow('STEPWISE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent, got "verbose"');
+  });
+
+  it('a command run with an unknown STEPWISE_LOG_LEVEL exits 2 with that one line', async () => {
+    const db = tempDb();
+    try {
+      const started = await stepwiseCli(['start', '--agent', join(ROOT, 'test/support/process-agent.ts'), '--goal', 'write 1 row'], {
+        STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'verbose', STEPWISE_LOG_FORMAT: undefined,
+      });
+      expect(started).toMatchObject({ code: 2, out: '' });
+      expect(started.err).toBe('stepwise: STEPWISE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent, got "verbose"\n');
+    } finally {
+      db.cleanup();
+    }
   });
 
   it('never carries credentials of a URL, in either form', () => {
