@@ -1,8 +1,6 @@
-import type { Usage } from '../core/state.ts';
-import { isTerminal } from '../core/state.ts';
-import { carriedUsage } from '../core/condensed.ts';
+import type { RunState, StepRecord, Usage } from '../core/state.ts';
 import type { Handled } from '../engine/handle-message.ts';
-import { estimateCost, runCost } from '../llm/cost.ts';
+import { estimateCost, lastModelOf, runCost } from '../llm/cost.ts';
 import { METRIC_NAMES } from '../settings.ts';
 
 export interface MetricPoint {
@@ -12,30 +10,36 @@ export interface MetricPoint {
 }
 
 /**
- * What one handled message adds to the worker's metrics. Tokens and cost come from the step record a
- * commit appends (the model call that chose the step) and, when the run ends, from the usage no record
- * carries (discarded replies, the DONE reply), so over a run they add up to exactly the run's usage.
- * Pure: the Lambda entry point (functions/worker.ts) publishes the points.
+ * What one handled message adds to the worker's metrics. Tokens and cost are the usage its checkpoint
+ * added to the run's (Advance.added): a step's model call, a discarded reply, the DONE reply, the call
+ * that began a wait. Each is counted by the checkpoint that counts it in the run, once, so over a run they
+ * add up to exactly its usage, the calls of waits answered outside the worker and of a run retried after
+ * its end included. Pure: the Lambda entry point (functions/worker.ts) publishes the points.
  */
 export function stepMetrics(handled: Handled, fallbackModel: string): MetricPoint[] {
   if (handled.action !== 'ack' || handled.outcome?.kind !== 'advanced') return [];
-  const { state, bytes, appended } = handled.outcome;
+  const { state, bytes, appended, added } = handled.outcome;
   const points: MetricPoint[] = [{ name: METRIC_NAMES.checkpointBytes, unit: 'Bytes', value: bytes }];
   if (appended) {
     points.push({ name: METRIC_NAMES.steps, unit: 'Count', value: 1 });
-    if (appended.usage) points.push(...usagePoints(appended.usage, estimateCost(appended.usage, appended.model ?? fallbackModel)?.usd));
   } else if (state.status === 'failed' || (state.status === 'running' && state.failures > 0)) {
     points.push({ name: METRIC_NAMES.failedAttempts, unit: 'Count', value: 1 });
   }
   if (state.status === 'failed') points.push({ name: METRIC_NAMES.runsFailed, unit: 'Count', value: 1 });
   if (state.status === 'completed') points.push({ name: METRIC_NAMES.runsCompleted, unit: 'Count', value: 1 });
-  if (isTerminal(state.status)) {
-    // The records of condensed blocks may not be held (a bounded load): their summaries carry their usage.
-    const rest = unrecordedUsage(state.usage, [carriedUsage(state)]);
-    // Priced like runCost prices the usage no record carries: by the fallback model, 0 if it has no price.
-    if (rest) points.push(...usagePoints(rest, runCost({ usage: rest, steps: [] }, fallbackModel).usd));
-  }
+  if (added) points.push(...usagePoints(added, addedCost(added, state, appended, fallbackModel)));
   return points;
+}
+
+/**
+ * Priced by the model that made the call, where the run records one (the step's, the wait's, a recorded
+ * decision's, counted by the failed try of its tool), else as runCost prices the usage no record carries:
+ * by the model that answered last, the fallback if none did, at 0 when it has no price.
+ */
+function addedCost(added: Usage, state: RunState, appended: StepRecord | undefined, fallbackModel: string): number | undefined {
+  if (appended) return estimateCost(added, appended.model ?? fallbackModel)?.usd;
+  const model = state.wait?.model ?? state.pending?.model ?? lastModelOf(state);
+  return runCost({ usage: added, steps: [] }, model ?? fallbackModel).usd;
 }
 
 function usagePoints(usage: Usage, usd: number | undefined): MetricPoint[] {
@@ -46,17 +50,4 @@ function usagePoints(usage: Usage, usd: number | undefined): MetricPoint[] {
     { name: METRIC_NAMES.cacheWriteTokens, unit: 'Count', value: usage.cacheWriteTokens },
     ...(usd !== undefined ? [{ name: METRIC_NAMES.modelCostUsd, unit: 'None' as const, value: usd }] : []),
   ];
-}
-
-/** The run's usage that no step record carries, or undefined when there is none. */
-function unrecordedUsage(total: Usage, carried: (Usage | undefined)[]): Usage | undefined {
-  const rest = { ...total };
-  for (const usage of carried) {
-    if (!usage) continue;
-    rest.inputTokens -= usage.inputTokens;
-    rest.outputTokens -= usage.outputTokens;
-    rest.cacheReadTokens -= usage.cacheReadTokens;
-    rest.cacheWriteTokens -= usage.cacheWriteTokens;
-  }
-  return rest.inputTokens + rest.outputTokens + rest.cacheReadTokens + rest.cacheWriteTokens > 0 ? rest : undefined;
 }

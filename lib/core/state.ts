@@ -179,6 +179,18 @@ export function headOf(state: RunState): RunHead {
   return head;
 }
 
+/** What `after` counts beyond `before` (a run's usage at two versions), or undefined when nothing. */
+export function usageAdded(after: Usage, before: Usage): Usage | undefined {
+  if (after.inputTokens === before.inputTokens && after.outputTokens === before.outputTokens
+    && after.cacheReadTokens === before.cacheReadTokens && after.cacheWriteTokens === before.cacheWriteTokens) return undefined;
+  return {
+    cacheReadTokens: after.cacheReadTokens - before.cacheReadTokens,
+    cacheWriteTokens: after.cacheWriteTokens - before.cacheWriteTokens,
+    inputTokens: after.inputTokens - before.inputTokens,
+    outputTokens: after.outputTokens - before.outputTokens,
+  };
+}
+
 export function addUsage(a: Usage, b: Usage | undefined): Usage {
   if (!b) return a;
   return {

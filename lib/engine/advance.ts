@@ -13,7 +13,7 @@ import { withFields } from '../core/objects.ts';
 import { replyProblem } from '../core/model-reply.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
-import type { Decision, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../core/state.ts';
+import { usageAdded, type Decision, type RunState, type RunStatus, type StepRecord, type Usage, type WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
 import { cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
@@ -29,7 +29,12 @@ export type Advance =
    * `queued`: the queue work the checkpoint's own transaction did (AdvanceOptions.queueWork); `received`:
    * what its receive took, this worker's next deliveries.
    */
-  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork; received?: Delivery[]; retryAfterMs?: number }
+  /**
+   * `added`: the usage this checkpoint added to the run's (a step's model call, a discarded reply, the DONE
+   * reply, the call that began a wait), so a worker's metrics count each call once, whatever happens to
+   * the run later (an answer outside the worker, a retry).
+   */
+  | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork; received?: Delivery[]; retryAfterMs?: number; added?: Usage }
   /** The run is not running (done, failed, waiting): nothing to do. */
   | { kind: 'idle'; version: number; status: RunStatus }
   /** The message was for an older version: another delivery already advanced the run. */
@@ -96,6 +101,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   }
   // Another agent's run: its goal under this agent's tools could do anything. Before any write or call.
   if (!worksRunsOf(deps.agent, state.agent)) throw new WrongAgentError(runId, state.agent, deps.agent.name);
+  base.usage = state.usage;
   const n = state.step + 1;
   if (deps.probe) await deps.probe('C1', { runId, step: n });
 
@@ -327,6 +333,8 @@ interface Base {
   queueWork: AdvanceOptions['queueWork'] | undefined;
   /** Set on a failed try's checkpoint whose error asked for a retry-after. */
   retryAfterMs?: number;
+  /** The run's usage at that version, once its state is read: what the checkpoint adds is counted from it. */
+  usage?: Usage;
 }
 
 async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: StepRecord, blobs?: CheckpointWrite['blobs']): Promise<Advance> {
@@ -362,6 +370,8 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   if (appended) advanced.appended = appended;
   if (written.received) advanced.received = written.received;
   if (base.retryAfterMs !== undefined) advanced.retryAfterMs = base.retryAfterMs;
+  const added = base.usage && usageAdded(next.usage, base.usage);
+  if (added) advanced.added = added;
   return advanced;
 }
 

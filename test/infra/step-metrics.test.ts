@@ -1,6 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineAgent, tool } from '../../lib/agent.ts';
+import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
+import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { retryRun } from '../../lib/engine/operate/retry.ts';
+import type { LocalRuntime } from '../../lib/local/runtime.ts';
+import { answerApproval } from '../../lib/waits/answer.ts';
+import { requestApproval } from '../../lib/waits/tools.ts';
 import { stepMetrics, type MetricPoint } from '../../lib/aws/step-metrics.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { runCost } from '../../lib/llm/cost.ts';
@@ -25,6 +30,15 @@ let cleanup: (() => void) | undefined;
 afterEach(() => cleanup?.());
 
 async function runAndCollect(script: (step: number, attempt: number) => ModelReply): Promise<{ points: MetricPoint[]; state: Awaited<ReturnType<typeof loadState>> }> {
+  const { deps, runtime, clock } = worker(script);
+  await start(deps);
+  const points = await collect(deps, runtime, clock);
+  const state = await loadState(runtime);
+  runtime.close();
+  return { points, state };
+}
+
+function worker(script: (step: number, attempt: number) => ModelReply, of: AgentDefinition = agent) {
   const db = tempDb();
   cleanup = db.cleanup;
   const clock = new ManualClock();
@@ -33,8 +47,11 @@ async function runAndCollect(script: (step: number, attempt: number) => ModelRep
     attempts.set(step, (attempts.get(step) ?? 0) + 1);
     return script(step, attempts.get(step)!);
   });
-  const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'w' });
-  await start(deps);
+  return { ...workerProcess({ dbPath: db.path, agent: of, model, clock, workerId: 'w' }), clock };
+}
+
+/** Works the queue as the worker Lambda does, and keeps the metrics of every delivery. */
+async function collect(deps: EngineDeps, runtime: LocalRuntime, clock: ManualClock): Promise<MetricPoint[]> {
   const points: MetricPoint[] = [];
   for (let i = 0; i < 20; i++) {
     const [delivery] = await runtime.queue.receive({ visibilityMs: 30_000 });
@@ -48,20 +65,18 @@ async function runAndCollect(script: (step: number, attempt: number) => ModelRep
     if (handled.action === 'ack') await runtime.queue.ack(delivery);
     else await runtime.queue.release(delivery, handled.delayMs);
   }
-  const state = await loadState(runtime);
-  runtime.close();
-  return { points, state };
+  return points;
 }
 
 const total = (points: MetricPoint[], name: string) => points.filter((p) => p.name === name).reduce((n, p) => n + p.value, 0);
 
 describe('worker metrics from handled messages', () => {
-  it('add up a run\'s end the same from a bounded state (condensed blocks not held) as from every record', () => {
+  it('publish at a run\'s end what its checkpoint added, the same from a bounded state (condensed blocks not held) as from every record', () => {
     let state = newState('long');
     for (let n = 1; n <= 250; n++) state = completeStep(state, { ...recordFor('long', n), usage: usage(n, 2), model: MODEL }, 3_000 + n);
     const done = complete(state, 'all noted', usage(40, 30, 200), 9_000);
     const bounded = { ...done, stepsFrom: 100, steps: done.steps.slice(100), condensed: [condensedBlock(done.steps.slice(0, 100))] };
-    const at = (s: typeof done): MetricPoint[] => stepMetrics({ action: 'ack', outcome: { kind: 'advanced', version: 252, state: s, bytes: 1_000 } }, MODEL);
+    const at = (s: typeof done): MetricPoint[] => stepMetrics({ action: 'ack', outcome: { kind: 'advanced', version: 252, state: s, bytes: 1_000, added: usage(40, 30, 200) } }, MODEL);
     expect(at(bounded)).toEqual(at(done));
     expect(total(at(bounded), METRIC_NAMES.inputTokens)).toBe(40);
     expect(total(at(bounded), METRIC_NAMES.modelCostUsd)).toBeGreaterThan(0);
@@ -96,5 +111,37 @@ describe('worker metrics from handled messages', () => {
     expect(total(points, METRIC_NAMES.runsFailed)).toBe(1);
     expect(total(points, METRIC_NAMES.steps)).toBe(0);
     expect(total(points, METRIC_NAMES.inputTokens)).toBe(30);
+  });
+  it('count the tokens of a run retried after it failed once: the failed part is not published again at its end', async () => {
+    const { deps, runtime, clock } = worker((step, attempt) => attempt <= 3
+      ? { kind: 'invalid', reason: 'no tool call', usage: usage(10, 1), model: MODEL }
+      : { kind: 'done', summary: 'done at last', usage: usage(40, 30), model: MODEL });
+    await start(deps);
+    const points = await collect(deps, runtime, clock);
+    expect(await retryRun(deps, 'run', {})).toMatchObject({ from: 'failed' });
+    points.push(...await collect(deps, runtime, clock));
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(state).toMatchObject({ status: 'completed', usage: usage(70, 33) });
+    expect(total(points, METRIC_NAMES.inputTokens)).toBe(70);
+    expect(total(points, METRIC_NAMES.outputTokens)).toBe(33);
+    expect(total(points, METRIC_NAMES.modelCostUsd)).toBeCloseTo(runCost(state, MODEL).usd, 12);
+  });
+
+  it('count the tokens of the model call that began a wait, answered outside the worker', async () => {
+    const waiting = defineAgent({ name: 'metrics-agent', tools: [requestApproval({ approvers: ['ops@example.com'] })] });
+    const { deps, runtime, clock } = worker((step) => step === 1
+      ? { kind: 'tool', tool: 'request_approval', input: { request: 'go on?' }, usage: usage(100, 10), model: MODEL }
+      : { kind: 'done', summary: 'approved and done', usage: usage(40, 30), model: MODEL }, waiting);
+    await start(deps);
+    const points = await collect(deps, runtime, clock);
+    expect(await answerApproval(deps, 'run', { decision: 'approve' })).toMatchObject({ outcome: 'resumed' });
+    points.push(...await collect(deps, runtime, clock));
+    const state = await loadState(runtime);
+    runtime.close();
+    expect(state).toMatchObject({ status: 'completed', usage: usage(140, 40) });
+    expect(total(points, METRIC_NAMES.inputTokens)).toBe(140);
+    expect(total(points, METRIC_NAMES.outputTokens)).toBe(40);
+    expect(total(points, METRIC_NAMES.modelCostUsd)).toBeCloseTo(runCost(state, MODEL).usd, 12);
   });
 });
