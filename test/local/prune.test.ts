@@ -1,3 +1,4 @@
+import Database from 'better-sqlite3';
 import { copyFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { blobRef } from '../../lib/core/result.ts';
@@ -40,6 +41,37 @@ describe('retention, SQLite', () => {
       // The latest checkpoint still holds the whole run.
       expect((await runtime.store.load('r'))?.steps).toHaveLength(3);
     } finally {
+      runtime.close();
+    }
+  });
+
+  it('prunes in batches, each a transaction of its own: another process writes between them', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    // Another process on the file, which does not wait for the lock: a batch that still held it would refuse its write.
+    const other = new Database(db.path);
+    other.pragma('busy_timeout = 0');
+    other.exec('CREATE TABLE other_writes (n INTEGER)');
+    try {
+      await writeSteps(runtime, clock, 25);
+      clock.advance(15 * DAY);
+      const batches: number[] = [];
+      const pruned = runtime.store.prune({
+        batch: 10,
+        onBatch: (deleted) => {
+          batches.push(deleted);
+          other.prepare('INSERT INTO other_writes VALUES (?)').run(batches.length);
+        },
+      });
+      expect(pruned).toBe(25);
+      expect(batches).toEqual([10, 10, 5]);
+      expect(other.prepare('SELECT count(*) AS n FROM other_writes').get()).toEqual({ n: 3 });
+      expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([26]);
+      // Every pruned version's record moved to the steps table with it.
+      expect((await runtime.store.load('r'))?.steps).toHaveLength(25);
+    } finally {
+      other.close();
       runtime.close();
     }
   });
