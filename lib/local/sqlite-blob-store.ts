@@ -2,7 +2,10 @@ import { compressBlob, decompressBlob } from '../blob-compression.ts';
 import { BLOB_GRACE_MS } from '../core/retention.ts';
 import type { BlobStore, Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { preparedOnce, type Db, type Prepare } from './database.ts';
+import { immediate, preparedOnce, type Db, type Prepare } from './database.ts';
+
+/** Unreferenced blobs one transaction of the sweep deletes at most. */
+export const BLOB_BATCH = 500;
 
 /** A blob as its row holds it: compressed when that saves space (lib/blob-compression.ts). */
 export interface EncodedBlob { ref: string; bytes: number; body: Buffer; encoding?: string }
@@ -32,17 +35,34 @@ export class SqliteBlobStore implements BlobStore {
   }
 
   /**
-   * Mark and sweep in one statement (SQLite runs it alone among writers): deletes blobs no step record
-   * refers to (only step records hold refs, in checkpoint rows and in the steps table) that were last put
-   * more than `graceMs` ago. A blob put since then may belong to a step whose checkpoint is not written
-   * yet. Returns blobs removed.
+   * Mark and sweep: deletes blobs no step record refers to (only step records hold refs, in checkpoint rows
+   * and in the steps table) that were last put more than `graceMs` ago. A blob put since then may belong to
+   * a step whose checkpoint is not written yet. Returns blobs removed.
+   *
+   * The mark is a read, which takes no lock: as one statement with the delete it held the write lock, and
+   * every worker's step with it, while it read every record of the file. The sweep goes in batches of
+   * `batch` (BLOB_BATCH), each its own transaction, and deletes a blob only if it is still that old: a
+   * record written since the mark that refers to it was written with a put of it, which renewed its time.
+   * `onBatch` is told each batch once it has committed.
    */
-  collect(graceMs: number = BLOB_GRACE_MS): number {
-    return preparedOnce(this.db)(
-      `DELETE FROM blobs WHERE created_at < ? AND ref NOT IN (
+  collect(graceMs: number = BLOB_GRACE_MS, options: { batch?: number; onBatch?: (deleted: number) => void } = {}): number {
+    const sql = preparedOnce(this.db);
+    const before = this.clock.now() - graceMs;
+    const unreferenced = (sql(
+      `SELECT ref FROM blobs WHERE created_at < ? AND ref NOT IN (
          SELECT json_extract(record, '$.result.ref') FROM steps WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL
-         UNION ALL SELECT json_extract(record, '$.result.ref') FROM checkpoints WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL)`,
-    ).run(this.clock.now() - graceMs).changes;
+         UNION ALL SELECT json_extract(record, '$.result.ref') FROM checkpoints WHERE record IS NOT NULL AND json_extract(record, '$.result.ref') IS NOT NULL)
+       ORDER BY ref`,
+    ).all(before) as { ref: string }[]).map((r) => r.ref);
+    const batch = options.batch ?? BLOB_BATCH;
+    let total = 0;
+    for (let at = 0; at < unreferenced.length; at += batch) {
+      const refs = JSON.stringify(unreferenced.slice(at, at + batch));
+      const deleted = immediate(this.db, () => sql('DELETE FROM blobs WHERE ref IN (SELECT value FROM json_each(?)) AND created_at < ?').run(refs, before).changes);
+      total += deleted;
+      options.onBatch?.(deleted);
+    }
+    return total;
   }
 
   async get(ref: string): Promise<Buffer | undefined> {

@@ -76,6 +76,39 @@ describe('retention, SQLite', () => {
     }
   });
 
+  it('sweeps unreferenced blobs in batches after a mark that holds no lock; one put again since the mark is kept', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock });
+    const other = new Database(db.path);
+    other.pragma('busy_timeout = 0');
+    other.exec('CREATE TABLE other_writes (n INTEGER)');
+    try {
+      const orphans = Array.from({ length: 25 }, (_, n) => Buffer.from(`orphan ${n}`));
+      for (const data of orphans) await runtime.blobs.put(blobRef(data), data);
+      // The sweep goes in ref order: the last one is in its last batch.
+      const last = orphans.sort((a, b) => (blobRef(a) < blobRef(b) ? -1 : 1)).at(-1)!;
+      clock.advance(2 * DAY);
+      const batches: number[] = [];
+      const collected = runtime.blobs.collect(undefined, {
+        batch: 10,
+        onBatch: (deleted) => {
+          batches.push(deleted);
+          other.prepare('INSERT INTO other_writes VALUES (?)').run(batches.length);
+          // A step that writes this output again, after the mark and before its batch: its put renews it.
+          if (batches.length === 1) void runtime.blobs.put(blobRef(last), last);
+        },
+      });
+      expect(batches).toEqual([10, 10, 4]);
+      expect(collected).toBe(24);
+      expect(other.prepare('SELECT count(*) AS n FROM other_writes').get()).toEqual({ n: 3 });
+      expect(await runtime.blobs.get(blobRef(last))).toEqual(last);
+    } finally {
+      other.close();
+      runtime.close();
+    }
+  });
+
   it('never removes what a live run needs: a waiting run older than the window resumes after a prune, and so does every other', async () => {
     db = tempDb();
     copyFileSync(fixturePath(2, 'sqlite.db'), db.path);
