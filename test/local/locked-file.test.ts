@@ -94,7 +94,7 @@ describe('a worker on a file another connection holds locked past the busy timeo
     opened.push({ close: () => { if (other.inTransaction) other.exec('ROLLBACK'); other.close(); } });
     other.exec('BEGIN IMMEDIATE');
     // What the worker called at start: the lock refuses it.
-    expect(() => runtime.store.prune()).toThrow(/database is locked/);
+    expect(() => runtime.queue.prune()).toThrow(/database is locked/);
     const lines: string[] = [];
     pruneAtStart(runtime, createLogger({}, { format: 'json', write: (line) => lines.push(line) }));
     expect(lines.map((line) => JSON.parse(line) as { event: string; level: string })).toEqual([expect.objectContaining({ event: 'prune-skipped', level: 'warn' })]);
