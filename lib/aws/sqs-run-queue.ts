@@ -15,6 +15,8 @@ export const NOT_BEFORE_ATTRIBUTE = 'notBefore';
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const MAX_VISIBILITY_SECONDS = 12 * 3600;
 const MAX_DEDUPLICATION_ID = 128;
+/** SQS refuses a longer MessageGroupId (InvalidParameterValue); fauxqs takes any length. */
+const MAX_GROUP_ID = 128;
 /** What SQS answers for a receipt that expired, was used by a later receive, or whose message is gone. */
 const STALE_RECEIPT_ERRORS = new Set(['ReceiptHandleIsInvalid', 'InvalidParameterValue', 'InvalidParameterValueException', 'MessageNotInflight']);
 
@@ -55,7 +57,7 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
 
   async send(message: RunMessage, options: SendOptions = {}): Promise<void> {
     // A timer goes in a group of its own: hidden until due, it must not hold back the run's steps.
-    await this.sendMessage(message, deduplicationId(message, options.timer ? 'timer' : undefined), options.delayMs ?? 0, options.timer ? `${message.runId}~timer` : message.runId);
+    await this.sendMessage(message, deduplicationId(message, options.timer ? 'timer' : undefined), options.delayMs ?? 0, options.timer ? timerGroupId(message.runId) : message.runId);
   }
 
   /**
@@ -162,6 +164,17 @@ export function stepReceiveCount(receiveCount: string | undefined, firstReceiveA
 export function deduplicationId(message: RunMessage, token?: string): string {
   const id = `${message.runId}/v${message.version}${token ? `/${token}` : ''}`;
   return id.length <= MAX_DEDUPLICATION_ID ? id : createHash('sha256').update(id).digest('hex');
+}
+
+/**
+ * A run's timers' group, not its steps' (run ids are at most 128 characters, the group id's limit): a run
+ * id too long for the suffix is hashed, so a wait of a 128-character run id (a fork of a long one gets
+ * one) can still send its timer, where SQS refused every send and the wait never reached its deadline.
+ * No run id has a `~`, so neither form is ever another run's group.
+ */
+function timerGroupId(runId: string): string {
+  const group = `${runId}~timer`;
+  return group.length <= MAX_GROUP_ID ? group : `timer~${createHash('sha256').update(runId).digest('hex')}`;
 }
 
 function seconds(ms: number): number {

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createAwsClients } from '../../lib/aws/clients.ts';
 import { ensureQueue } from '../../lib/aws/provision.ts';
 import { SqsRunQueue, deduplicationId } from '../../lib/aws/sqs-run-queue.ts';
-import { createTestResources, queueDepth, uniqueName, type TestResources } from './aws-fixtures.ts';
+import { createTestResources, queueDepth, receiveAll, uniqueName, type TestResources } from './aws-fixtures.ts';
 
 let resources: TestResources | undefined;
 afterEach(() => resources?.close());
@@ -91,6 +91,21 @@ describe('SQS FIFO run queue', () => {
     const id = deduplicationId({ runId: 'x'.repeat(128), version: 123456 }, 'sweep-99');
     expect(id).toMatch(/^[0-9a-f]{64}$/);
     expect(deduplicationId({ runId: 'run-1', version: 7 })).toBe('run-1/v7');
+  });
+
+  it('sends the timer of the longest run id in a group of its own within SQS limits (fauxqs takes any length; SQS refuses over 128)', async () => {
+    resources = await createTestResources('queue-timer-group');
+    const queue = resources.runtime().queue;
+    const longest = 'x'.repeat(128);
+    await queue.send({ runId: longest, version: 2 });
+    await queue.send({ runId: longest, version: 2 }, { timer: true, delayMs: 0 });
+    await queue.send({ runId: 'run-1', version: 2 }, { timer: true, delayMs: 0 });
+    const groups = (await receiveAll(resources.clients, resources.queueUrl)).map((m) => m.Attributes!.MessageGroupId!);
+    expect(groups).toHaveLength(3);
+    expect(groups).toContain(longest);
+    expect(groups).toContain('run-1~timer');
+    const timer = groups.find((g) => g !== longest && g !== 'run-1~timer');
+    expect(timer?.length).toBeLessThanOrEqual(128);
   });
 
   it('refuses a standard queue', async () => {
