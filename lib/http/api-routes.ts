@@ -88,8 +88,10 @@ export function apiRoutes(deps: HttpDeps): Hono {
 
   app.post('/runs', zValidator('json', startBody, invalid), async (c) => {
     const body = c.req.valid('json');
+    // A runId given empty (a client's unset variable) is refused by the run id's rule, as the CLI refuses
+    // an empty --run-id: taken for no runId, each retry of the request started a run of its own.
     const started = await startRun(deps, {
-      goal: body.goal, ...(body.runId ? { runId: body.runId } : {}), ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}),
+      goal: body.goal, ...(body.runId !== undefined ? { runId: body.runId } : {}), ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}),
     });
     return c.json(started, started.created ? 201 : 200);
   });
@@ -128,7 +130,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
   app.post('/runs/:runId/fork', zValidator('json', forkBody, invalid), async (c) => {
     const body = c.req.valid('json');
     const forked = await forkRun(deps, c.req.param('runId'), {
-      fromStep: body.fromStep, ...(body.runId ? { runId: body.runId } : {}), ...(body.goal !== undefined ? { goal: body.goal } : {}),
+      fromStep: body.fromStep, ...(body.runId !== undefined ? { runId: body.runId } : {}), ...(body.goal !== undefined ? { goal: body.goal } : {}),
       ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}), pricingModel: pricingModelFor(deps),
     });
     return c.json(forked, forked.created ? 201 : 200);

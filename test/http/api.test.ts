@@ -62,6 +62,7 @@ describe('the JSON API', () => {
       [{ goal: '   ' }, /goal is empty/],
       [{ goal: 'x'.repeat(20_000) }, /bytes; the limit is/],
       [{ goal: 'x', runId: 'bad id!' }, /must match/],
+      [{ goal: 'x', runId: '' }, /^run id "" must match/],
     ] as const;
     for (const [body, message] of bad) {
       const response = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify(body) }));

@@ -47,6 +47,8 @@ describe('operating runs through the API', () => {
     const badFork = await json(await post('/runs/op-api/fork', { runId: 'x' }));
     expect(badFork.status).toBe(400);
     expect(badFork.body.error).toContain('fromStep');
+    const emptyId = await json(await post('/runs/op-api/fork', { fromStep: 1, runId: '' }));
+    expect(emptyId).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^run id "" must match/) } });
     expect((await post('/runs/nobody/fork', { fromStep: 0 })).status).toBe(404);
 
     const cancelled = await json(await post('/runs/op-api/cancel', { by: 'ops@example.com', reason: 'not needed' }));
