@@ -3,7 +3,7 @@ import { worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import { checkBudget } from '../core/operate.ts';
-import { MAX_GOAL_BYTES, type Budget } from '../core/state.ts';
+import { MAX_GOAL_BYTES, type Budget, type RunState } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
 import type { EngineDeps } from './deps.ts';
 
@@ -13,6 +13,25 @@ export interface StartResult {
   runId: string;
   created: boolean;
   version: number;
+  /**
+   * A run of this id existed already and has another of these than the start gave: not applied (a repeated
+   * start changes nothing), so a caller can say so rather than take the run for the one it asked for.
+   */
+  unapplied?: StartOption[];
+}
+
+/** What a start sets and only a new run takes: a fork sets another goal, a retry or fork other limits. */
+export type StartOption = 'goal' | 'stepCap' | 'budget';
+
+/** Of the goal, step cap and budget a start gave, those the existing run does not have. */
+export function unappliedStartOptions(state: RunState, given: { goal?: unknown; stepCap?: number; budget?: Budget }): StartOption[] {
+  const budget = state.budget ?? {};
+  return [
+    ...(typeof given.goal === 'string' && given.goal.trim() !== state.goal.trim() ? ['goal' as const] : []),
+    ...(given.stepCap !== undefined && given.stepCap !== state.stepCap ? ['stepCap' as const] : []),
+    ...((given.budget?.tokens !== undefined && given.budget.tokens !== budget.tokens) || (given.budget?.usd !== undefined && given.budget.usd !== budget.usd)
+      ? ['budget' as const] : []),
+  ];
 }
 
 export function validateGoal(goal: unknown): string {
@@ -49,14 +68,16 @@ export async function startRun(
     deps.log.info({ event: 'checkpoint', runId, step: 0, version: 1, workerId: deps.workerId, bytes: created.bytes, status: 'running' }, 'run created');
   }
   const latest = created.created ? undefined : await deps.store.load(runId);
+  let unapplied: StartOption[] = [];
   if (latest) {
-    let agent: string | undefined;
-    try { agent = decodeState(latest).agent; } catch { agent = undefined; } // unreadable: status and history say why
-    if (agent !== undefined && !worksRunsOf(deps.agent, agent)) {
-      throw new InvalidInputError(`run ${runId} belongs to agent "${agent}", not "${deps.agent.name}": use that agent's module or another run id; if "${agent}" was renamed to "${deps.agent.name}", add formerNames: ["${agent}"] to its defineAgent`);
+    let existing: RunState | undefined;
+    try { existing = decodeState(latest); } catch { existing = undefined; } // unreadable: status and history say why
+    if (existing && !worksRunsOf(deps.agent, existing.agent)) {
+      throw new InvalidInputError(`run ${runId} belongs to agent "${existing.agent}", not "${deps.agent.name}": use that agent's module or another run id; if "${existing.agent}" was renamed to "${deps.agent.name}", add formerNames: ["${existing.agent}"] to its defineAgent`);
     }
+    if (existing) unapplied = unappliedStartOptions(existing, { goal, ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}), ...(input.budget ? { budget: input.budget } : {}) });
   }
   if (created.created) await deps.queue.send({ runId, version: created.version });
   else if (latest?.status === 'running') await deps.queue.redrive({ runId, version: latest.version });
-  return { runId, created: created.created, version: latest?.version ?? created.version };
+  return { runId, created: created.created, version: latest?.version ?? created.version, ...(unapplied.length ? { unapplied } : {}) };
 }

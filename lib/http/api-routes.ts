@@ -93,6 +93,15 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const started = await startRun(deps, {
       goal: body.goal, ...(body.runId !== undefined ? { runId: body.runId } : {}), ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}),
     });
+    // The same id with another goal or limits is another request under a reused id, not a retry of this
+    // one: answered 200, the program took the existing run for the one it asked for.
+    if (started.unapplied) {
+      return c.json({
+        error: `run ${started.runId} already exists with another ${started.unapplied.join(' and ')}: nothing changed, since a start sets them only on a new run; `
+          + `POST /runs/${started.runId}/fork starts from its steps with another goal or limits, or use another runId`,
+        ...started,
+      }, 409);
+    }
     return c.json(started, started.created ? 201 : 200);
   });
 

@@ -53,8 +53,18 @@ describe('the JSON API', () => {
   it('starts a run idempotently on its run id, and explains a bad body', async () => {
     const first = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'api-1' }) }));
     expect(first).toMatchObject({ status: 201, body: { runId: 'api-1', created: true, version: 1 } });
-    const again = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'other', runId: 'api-1' }) }));
-    expect(again).toMatchObject({ status: 200, body: { runId: 'api-1', created: false } });
+    const again = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'api-1' }) }));
+    expect(again).toEqual({ status: 200, body: { runId: 'api-1', created: false, version: 1 } });
+    // The id reused with another goal or limits: refused by name, never taken for the run asked for.
+    const other = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'other', runId: 'api-1', stepCap: 5 }) }));
+    expect(other).toEqual({
+      status: 409,
+      body: {
+        error: 'run api-1 already exists with another goal and stepCap: nothing changed, since a start sets them only on a new run; POST /runs/api-1/fork starts from its steps with another goal or limits, or use another runId',
+        runId: 'api-1', created: false, version: 1, unapplied: ['goal', 'stepCap'],
+      },
+    });
+    expect(decodeState((await app.runtime.store.load('api-1'))!).goal).toBe('copy the rows');
     const bad = [
       [{}, /^invalid request: goal: required \(string\)$/],
       [{ goal: 'x', extra: 1 }, /extra|Unrecognized/i],

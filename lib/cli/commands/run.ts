@@ -8,7 +8,7 @@ import { backendKind, storeFlags } from '../backend.ts';
 import { agentFlag, dbPath, requireAgent } from '../context.ts';
 import { answerCommand } from '../format.ts';
 import { progressLine } from '../progress.ts';
-import { unappliedStartOptions, type StartOptions } from './start.ts';
+import { unappliedStartText, type StartOptions } from './start.ts';
 
 /**
  * Starts a run (or picks up an existing one) and works it in the foreground, printing each step. Other
@@ -26,7 +26,7 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
     if (!started.created) {
       // Worked on, it would spend past the limit asked for: nothing is worked until the flags agree.
       const stored = await engine.runtime.store.load(started.runId);
-      const unapplied = stored && unappliedStartOptions(stored, options);
+      const unapplied = stored && unappliedStartText(stored, options);
       if (unapplied) throw new InvalidInputError(`run ${started.runId} exists, so it was not worked: ${unapplied}; leave them out to work it on as it is`);
     }
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);

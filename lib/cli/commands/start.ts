@@ -1,7 +1,7 @@
 import { decodeState, type StoredCheckpoint } from '../../core/codec.ts';
 import { RETRYABLE_STATUSES } from '../../core/operate.ts';
 import { isTerminal, type Budget } from '../../core/state.ts';
-import { startRun } from '../../engine/start.ts';
+import { startRun, unappliedStartOptions } from '../../engine/start.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
 import { CODE_VERSION } from '../../version.ts';
@@ -31,7 +31,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
       out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`);
     } else {
       const stored = await runtime.store.load(started.runId);
-      const unapplied = stored && unappliedStartOptions(stored, options);
+      const unapplied = stored && unappliedStartText(stored, options);
       out(`run ${started.runId} already exists (status ${stored?.status}, version ${started.version}): nothing changed${unapplied ? ` (${unapplied})` : ''}`);
     }
     return 0;
@@ -45,18 +45,15 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
  * nothing): what the run keeps instead, so what was asked for is never silently dropped, and what sets it
  * (retry only where the run's status allows one). Undefined when none was given, or the run has it already.
  */
-export function unappliedStartOptions(stored: StoredCheckpoint, options: Pick<StartOptions, 'goal' | 'stepCap' | 'budget'>): string | undefined {
+export function unappliedStartText(stored: StoredCheckpoint, options: Pick<StartOptions, 'goal' | 'stepCap' | 'budget'>): string | undefined {
   let state;
   try { state = decodeState(stored); } catch { return undefined; } // unreadable: status and history say why
-  const budget = state.budget ?? {};
+  const unapplied = unappliedStartOptions(state, options);
   const parts: string[] = [];
-  if (typeof options.goal === 'string' && options.goal.trim() !== state.goal.trim()) {
+  if (unapplied.includes('goal')) {
     parts.push(`--goal applies only to a new run: it keeps its goal ${JSON.stringify(oneLine(state.goal, 80))}; \`stepwise fork\` with --goal starts from its steps with another`);
   }
-  const limits = (options.stepCap !== undefined && options.stepCap !== state.stepCap)
-    || (options.budget?.tokens !== undefined && options.budget.tokens !== budget.tokens)
-    || (options.budget?.usd !== undefined && options.budget.usd !== budget.usd);
-  if (limits) {
+  if (unapplied.includes('stepCap') || unapplied.includes('budget')) {
     const sets = RETRYABLE_STATUSES.includes(state.status) ? '`stepwise retry` or `fork` sets them'
       : isTerminal(state.status) ? '`stepwise fork` sets them' : '`stepwise retry` or `fork` sets them once it stops';
     parts.push(`--step-cap and --budget-* apply only to a new run: it keeps step cap ${state.stepCap} and ${state.budget ? `budget ${budgetText(state.budget)}` : 'no budget'}; ${sets}`);
