@@ -96,10 +96,10 @@ export function recordFailure(
   state: RunState,
   error: unknown,
   now: number,
-  extra: { retryNote?: string; usage?: Usage } = {},
+  extra: { retryNote?: string; usage?: Usage; message?: string } = {},
 ): RunState {
   const failures = state.failures + 1;
-  const message = errorText(error);
+  const message = errorText(extra.message ?? errorMessage(error));
   const { retryNote: _old, ...rest } = state;
   const next: RunState = withFields(rest, {
     failures,
@@ -119,8 +119,7 @@ export function recordFailure(
   return next;
 }
 
-/** The error's message, its start only when it is longer than MAX_ERROR_CHARS, saying how long it was. */
-function errorText(error: unknown): string {
-  const message = errorMessage(error);
+/** The text, its start only when it is longer than MAX_ERROR_CHARS, saying how long it was. */
+function errorText(message: string): string {
   return message.length <= MAX_ERROR_CHARS ? message : `${excerpt(message, MAX_ERROR_CHARS)} (${message.length} characters in all)`;
 }

@@ -4,6 +4,7 @@ import { toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
+import { failureText } from '../core/failure-text.ts';
 import {
   BlobRefusedError, IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
@@ -214,8 +215,9 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       throw error;
     }
     // A ToolError is an answer for the model ("no such table"); anything else is a failed attempt. The
-    // model call that chose the tool was paid for, so its usage is counted now, and only now.
-    if (!(error instanceof ToolError)) return commitFailure(deps, base, state, error, usageOnly(uncounted));
+    // model call that chose the tool was paid for, so its usage is counted now, and only now. A tool may
+    // throw anything, so its reason is what it threw in full (causes, gathered errors), not its message.
+    if (!(error instanceof ToolError)) return commitFailure(deps, base, state, error, { ...usageOnly(uncounted), message: failureText(error) });
     output = error.message;
     ok = false;
   }
@@ -318,7 +320,7 @@ function asStepError(error: unknown): unknown {
 }
 
 /** A failed try: recorded, and the next one waits at least as long as the failure asked (its retry-after). */
-async function commitFailure(deps: EngineDeps, base: Base, state: RunState, error: unknown, extra?: { usage?: Usage }): Promise<Advance> {
+async function commitFailure(deps: EngineDeps, base: Base, state: RunState, error: unknown, extra?: { usage?: Usage; message?: string }): Promise<Advance> {
   const retryAfterMs = error instanceof TransientError ? error.retryAfterMs : undefined;
   return commit(deps, retryAfterMs === undefined ? base : { ...base, retryAfterMs }, recordFailure(state, error, deps.clock.now(), extra));
 }

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { IdempotencyKeyReuseError, InvalidInputError, ToolError, UnknownRunError } from '../../lib/core/errors.ts';
+import { MAX_ERROR_CHARS } from '../../lib/core/state.ts';
 import { MAX_GOAL_BYTES } from '../../lib/core/state.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
@@ -206,6 +207,28 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(await loadState(runtime)).toMatchObject({ status: 'failed', step: 0, reason: `step 1: ${reason}` });
     expect(calls).toBe(1);
     expect(runtime.queue.depth()).toBe(0);
+  });
+
+  const circular: Record<string, unknown> = { table: 'orders' };
+  circular.self = circular;
+  it.each([
+    // What fetch throws when nothing answers: its own message says nothing, its cause says why.
+    ['an Error whose cause says why', () => new TypeError('fetch failed', { cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9'), { code: 'ECONNREFUSED' }) }), 'fetch failed: connect ECONNREFUSED 127.0.0.1:9'],
+    ['a chain of causes, one of them already in the message', () => new Error('copy failed: database unavailable', { cause: new Error('database unavailable', { cause: new Error('disk full') }) }), 'copy failed: database unavailable: disk full'],
+    ['an Error with no message', () => new RangeError(), 'RangeError (no message)'],
+    ['an AggregateError with no message', () => new AggregateError([new Error('replica a is down'), new Error('replica b is down')]), 'AggregateError (no message): replica a is down; replica b is down'],
+    ['what Promise.any rejects with', () => new AggregateError([new Error('replica a is down'), 'replica b timed out'], 'All promises were rejected'), 'All promises were rejected: replica a is down; replica b timed out'],
+    ['undefined', () => undefined, 'undefined was thrown, not an Error'],
+    ['an object that refers to itself', () => circular, "<ref *1> { table: 'orders', self: [Circular *1] } was thrown, not an Error"],
+    ['an Error of 30 KB', () => new Error(`row ${'x'.repeat(30_000)}`), `row ${'x'.repeat(MAX_ERROR_CHARS - 4)}… (30004 characters in all)`],
+  ])('a tool that throws %s fails its tries with a reason that says what went wrong', async (_what, thrown, text) => {
+    const agent = defineAgent({
+      name: 'odd-throw', tools: [tool({ name: 'write_row', description: 'throws', input: z.object({ row: z.number() }), sideEffect: false, run: () => { throw thrown(); } })],
+    });
+    const { deps, runtime, clock } = setup(writeRowsScript(1), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'failed', step: 0, lastError: text, reason: `step 1 failed 3 times; last error: ${text}` });
   });
 
   it('an effect under ctx.once whose result JSON cannot hold fails the run at once; a retry completes the step without running it again', async () => {
