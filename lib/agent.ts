@@ -27,7 +27,9 @@ export interface ToolContext {
    * waits for it instead of failing. If the worker dies inside `effect`, the effect may or may not have
    * happened, and after the lease it runs again: only an effect that takes the key itself (a unique
    * column in the same transaction, an idempotency header) stays exact then. `signal` aborts if this
-   * worker lost the claim (it froze past its lease and another attempt took the key).
+   * worker lost the claim (it froze past its lease and another attempt took the key). One effect per
+   * step: a second `once` in the same try, after the first was applied or while it runs (nested, or not
+   * awaited), fails the run with a PermanentError; once more after a failed effect is a retry of it.
    */
   once<T>(effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
   /**

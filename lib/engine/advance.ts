@@ -282,13 +282,35 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
 
 function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision, time: ToolTime): ToolContext {
   const key = decision.idempotencyKey ?? idempotencyKey(runId, step);
+  // One effect per key. A second once after the first was applied got the first's result, its own effect
+  // never run; one while the first still ran (nested, or not awaited) found the key held and was handed
+  // back as though another try held it, for good when nested. Once more after a failed effect is a retry.
+  let onceState: 'none' | 'running' | 'applied' = 'none';
   return {
     runId, step, attempt, idempotencyKey: key,
-    // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
-    // the key from every later try for as long as its worker lives.
-    once: (effect, options) => deps.ledger.once(key, decision.input, effect, { ...options, signal: time.onceSignal(options?.signal) }),
+    once: async (effect, options) => {
+      if (onceState !== 'none') throw onceAgainError(decision.tool, key, onceState);
+      onceState = 'running';
+      try {
+        // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
+        // the key from every later try for as long as its worker lives.
+        const result = await deps.ledger.once(key, decision.input, effect, { ...options, signal: time.onceSignal(options?.signal) });
+        onceState = 'applied';
+        return result;
+      } catch (error) {
+        onceState = 'none';
+        throw error;
+      }
+    },
     get signal() { return time.signal; },
   };
+}
+
+/** The tool's own bug, the same on every try: its run fails at once, saying what to do instead. */
+function onceAgainError(tool: string, key: string, state: 'running' | 'applied'): PermanentError {
+  return new PermanentError(state === 'applied'
+    ? `tool ${tool} called ctx.once again after its effect under ${key} was applied: the key keeps that effect's result, so this effect would never run; do both in one ctx.once, or give each its own tool`
+    : `tool ${tool} called ctx.once while its ctx.once under ${key} was still running (inside its effect, or not awaited): a step has one idempotency key, so one effect; do both in one ctx.once, or give each its own tool`);
 }
 
 /** A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. */

@@ -1,7 +1,7 @@
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
+import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { handleDelivery, type Handled } from '../../lib/engine/handle-message.ts';
 import type { LocalRuntime } from '../../lib/local/runtime.ts';
@@ -198,5 +198,65 @@ describe('ctx.once in the engine: one application per key', () => {
     } finally {
       other.cleanup();
     }
+  });
+});
+
+describe('ctx.once in a step: one effect per key', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  const KEY_BUSY = 'run/step-1';
+  it.each([
+    ['twice, one after the other', async (ctx: ToolContext, applied: string[]) => {
+      const a = await ctx.once(async () => { applied.push('copy'); return 'copied'; });
+      const b = await ctx.once(async () => { applied.push('notify'); return 'notified'; });
+      return { a, b };
+    }, `tool write_row called ctx.once again after its effect under ${KEY_BUSY} was applied: the key keeps that effect's result, so this effect would never run; do both in one ctx.once, or give each its own tool`],
+    ['inside its own effect', async (ctx: ToolContext, applied: string[]) => ctx.once(async () => {
+      applied.push('copy');
+      return ctx.once(async () => { applied.push('notify'); return 'notified'; });
+    }), `tool write_row called ctx.once while its ctx.once under ${KEY_BUSY} was still running (inside its effect, or not awaited): a step has one idempotency key, so one effect; do both in one ctx.once, or give each its own tool`],
+    ['twice at once', async (ctx: ToolContext, applied: string[]) => Promise.all([
+      ctx.once(async () => { applied.push('copy'); return 'copied'; }),
+      ctx.once(async () => { applied.push('notify'); return 'notified'; }),
+    ]), `tool write_row called ctx.once while its ctx.once under ${KEY_BUSY} was still running (inside its effect, or not awaited): a step has one idempotency key, so one effect; do both in one ctx.once, or give each its own tool`],
+  ])('a tool that calls ctx.once %s fails its run at once saying so, where the second effect was skipped or the key taken for another try\'s', async (_how, run, reason) => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const applied: string[] = [];
+    const agent = defineAgent({
+      name: 'once-twice', tools: [tool({ name: 'write_row', description: 'two effects', input: z.object({ row: z.number() }), sideEffect: true, run: (_input, ctx) => run(ctx, applied) })],
+    });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
+    await start(deps);
+    const handled = await work(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'failed', step: 0, reason: `step 1: ${reason}` });
+    expect(applied).toEqual(['copy']);
+    // Failed at its first delivery: never handed back as though another try held the key.
+    expect(handled.map((h) => h.action)).toEqual(['ack']);
+    runtime.close();
+  });
+
+  it('a ctx.once whose effect failed may be called again in the same try, as a retry of that effect', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    let tries = 0;
+    const agent = defineAgent({
+      name: 'once-again', tools: [tool({
+        name: 'write_row', description: 'retries its effect', input: z.object({ row: z.number() }), sideEffect: true,
+        run: async (_input, ctx) => {
+          const effect = async () => { tries += 1; if (tries === 1) throw new Error('flaky'); return 'written'; };
+          return ctx.once(effect).catch(() => ctx.once(effect));
+        },
+      })],
+    });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 1 });
+    expect(state.steps[0]!.result.text).toBe('written');
+    expect(tries).toBe(2);
+    runtime.close();
   });
 });
