@@ -22,7 +22,8 @@ export interface ToolContext {
   idempotencyKey: string;
   /**
    * Runs `effect` at most once for this step's key and input while this worker lives, returning the
-   * remembered result on a retry; a reused key with different input is an error. The claim on the key
+   * remembered result on a retry; a reused key with different input is an error. The result is returned
+   * as JSON reads it back (a Date as its ISO string), on the first try as on a retry. The claim on the key
    * lasts `leaseMs` (default 60 s) and is renewed while the effect runs; another attempt of the step
    * waits for it instead of failing. If the worker dies inside `effect`, the effect may or may not have
    * happened, and after the lease it runs again: only an effect that takes the key itself (a unique

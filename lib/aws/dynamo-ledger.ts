@@ -87,8 +87,8 @@ export class DynamoLedger implements IdempotencyLedger {
       await this.release(itemKey, token).catch(() => undefined);
       throw error;
     }
-    const { json, unstorable } = storableResult(key, result);
-    const kept = await this.complete(itemKey, argsHash, token, result, json);
+    const { json, value, unstorable } = storableResult(key, result);
+    const kept = await this.complete(itemKey, argsHash, token, value as T, json);
     if (unstorable) throw unstorable;
     return kept;
   }

@@ -2,13 +2,15 @@ import { TOO_LONG_FOR_JSON, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError } from './errors.ts';
 
 /**
- * The text an idempotency ledger keeps for an effect's result. An effect that ran but returned what JSON
- * cannot hold (a value that refers to itself, a BigInt, a function) is kept as null all the same: the key
- * is then completed and the effect never runs again under it, where a failed completion would leave the
- * claim to run out and the next try to apply the effect a second time. `unstorable` says why, for the
- * step to fail with.
+ * The text an idempotency ledger keeps for an effect's result, and `value`, that text read back: what the
+ * effect's caller gets, as a retry would, so a result JSON changes (a Date a string, a Map {}, undefined
+ * null) is the same before a crash as after it, where a tool that used it as it was broke only after one.
+ * An effect that ran but returned what JSON cannot hold (a value that refers to itself, a BigInt, a
+ * function) is kept as null all the same: the key is then completed and the effect never runs again
+ * under it, where a failed completion would leave the claim to run out and the next try to apply the
+ * effect a second time. `unstorable` says why, for the step to fail with.
  */
-export function storableResult(key: string, result: unknown): { json: string; unstorable?: PermanentError } {
+export function storableResult(key: string, result: unknown): { json: string; value: unknown; unstorable?: PermanentError } {
   let json: string | undefined;
   let why: string | undefined;
   try {
@@ -17,9 +19,10 @@ export function storableResult(key: string, result: unknown): { json: string; un
   } catch (error) {
     why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? 'it is nested too deeply' : String((error as Error)?.message ?? error).split('\n')[0];
   }
-  if (json !== undefined) return { json };
+  if (json !== undefined) return { json, value: JSON.parse(json) };
   return {
     json: 'null',
+    value: null,
     unstorable: new PermanentError(`the effect under ${key} ran, but its result cannot be stored as JSON (${why}): it is kept as null and will not run again under this key; return plain data from it`),
   };
 }

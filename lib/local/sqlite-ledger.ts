@@ -68,10 +68,10 @@ export class SqliteLedger implements IdempotencyLedger {
     // The effect happened and its holder lives: a completion refused because another process held the
     // file locked past the busy timeout is tried again, or the step's next attempt would run the effect a
     // second time once the lease ran out. Each try reads the key afresh, so a takeover meanwhile is seen.
-    const { json, unstorable } = storableResult(key, result);
+    const { json, value, unstorable } = storableResult(key, result);
     for (let tries = 1; ; tries++) {
       try {
-        const kept = this.complete(key, argsHash, owner, result, json);
+        const kept = this.complete(key, argsHash, owner, value as T, json);
         if (unstorable) throw unstorable;
         return kept;
       } catch (error) {

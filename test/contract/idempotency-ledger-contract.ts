@@ -64,6 +64,19 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       expect(applied).toBe(1);
     });
 
+    it('gives the effect\'s caller its result as a retry reads it back: a Date, a Map, undefined are the same after a crash as before', async () => {
+      const clock = new ManualClock();
+      const key = uniqueKey('as-stored');
+      const effect = async () => ({ at: new Date(0), rows: new Map([['a', 1]]), note: undefined, list: [undefined] });
+      const first = await worker(clock).once(key, { batch: 1 }, effect);
+      clock.advance(LEASE_MS * 3);
+      const retry = await worker(clock).once(key, { batch: 1 }, notAgain);
+      expect(retry).toEqual({ at: '1970-01-01T00:00:00.000Z', rows: {}, list: [null] });
+      // Not a Date on the first try and a string on the retry: a tool that called a Date's method broke only after a crash.
+      expect(first).toStrictEqual(retry);
+      expect(await worker(clock).once(uniqueKey('undefined'), {}, async () => undefined)).toBeNull();
+    });
+
     it.each([
       ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'Converting circular structure to JSON'],
       ['holds a BigInt', () => ({ rows: 10n }), 'Do not know how to serialize a BigInt'],
