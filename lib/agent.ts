@@ -30,7 +30,8 @@ export interface ToolContext {
    * column in the same transaction, an idempotency header) stays exact then. `signal` aborts if this
    * worker lost the claim (it froze past its lease and another attempt took the key). One effect per
    * step: a second `once` in the same try, after the first was applied or while it runs (nested, or not
-   * awaited), fails the run with a PermanentError; once more after a failed effect is a retry of it.
+   * awaited), fails the run with a PermanentError; once more after a failed effect is a retry of it. Only
+   * in a tool with `sideEffect: true`: elsewhere it fails the run at once, saying so.
    */
   once<T>(effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
   /**

@@ -289,6 +289,9 @@ function toolContext(deps: EngineDeps, runId: string, step: number, attempt: num
   return {
     runId, step, attempt, idempotencyKey: key,
     once: async (effect, options) => {
+      // A call that is not recorded (a tool without side effects) is asked for again after a failed try,
+      // and the model's next call under the same key was refused as a reused key, failing the run then.
+      if (decision.idempotencyKey === undefined) throw new PermanentError(`tool ${decision.tool} called ctx.once, but it is not sideEffect: true: its call is not recorded, so a retry asks the model again, whose next call would find the key ${key} taken; mark the tool sideEffect: true`);
       if (onceState !== 'none') throw onceAgainError(decision.tool, key, onceState);
       onceState = 'running';
       try {

@@ -260,3 +260,36 @@ describe('ctx.once in a step: one effect per key', () => {
     runtime.close();
   });
 });
+
+describe('ctx.once in a tool without side effects', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('fails the run at its first call saying to mark the tool sideEffect: true, where a retry asked the model again and its other call was refused as a reused key', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const fetched: number[] = [];
+    const agent = defineAgent({
+      name: 'once-read-only', tools: [tool({
+        name: 'write_row', description: 'marked read-only, but applies an effect', input: z.object({ row: z.number() }), sideEffect: false,
+        run: async (input, ctx) => {
+          await ctx.once(async () => { fetched.push(input.row); return 'ok'; });
+          if (fetched.length === 1) throw new Error('the connection dropped after the effect');
+          return 'written';
+        },
+      })],
+    });
+    // Asked again after the failed try (a read-only call is not recorded), the model makes another call.
+    let asked = 0;
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'write_row', input: { row: ++asked } } : { kind: 'done', summary: 'done' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({
+      status: 'failed', step: 0,
+      reason: 'step 1: tool write_row called ctx.once, but it is not sideEffect: true: its call is not recorded, so a retry asks the model again, whose next call would find the key run/step-1 taken; mark the tool sideEffect: true',
+    });
+    expect(fetched).toEqual([]);
+    runtime.close();
+  });
+});
