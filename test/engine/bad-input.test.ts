@@ -49,12 +49,12 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(runtime.queue.depth()).toBe(0);
   });
 
-  it('starting an existing run id again changes nothing', async () => {
+  it('starting an existing run id again changes nothing, and says the goal it gave was not applied', async () => {
     const { deps, runtime } = setup();
     const first = await startRun(deps, { goal: 'first', runId: 'same' });
     const second = await startRun(deps, { goal: 'second', runId: 'same' });
     expect(first.created).toBe(true);
-    expect(second).toEqual({ runId: 'same', created: false, version: 1 });
+    expect(second).toEqual({ runId: 'same', created: false, version: 1, unapplied: ['goal'] });
     expect((await loadState(runtime, 'same')).goal).toBe('first');
     expect(runtime.queue.depth()).toBe(1);
   });
