@@ -6,7 +6,9 @@
  */
 export { defineAgent, loadAgent, tool } from './agent.ts';
 export type { AgentDefinition, AgentSettings, ToolContext, ToolDefinition } from './agent.ts';
-export { InvalidInputError, ModelUnavailableError, PermanentError, StepwiseError, ToolError, ToolTimeoutError, TransientError } from './core/errors.ts';
+export {
+  IdempotencyKeyReuseError, InvalidInputError, ModelUnavailableError, PermanentError, StepwiseError, ToolError, ToolTimeoutError, TransientError,
+} from './core/errors.ts';
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';
 export type { Advance, AdvanceOptions } from './engine/advance.ts';

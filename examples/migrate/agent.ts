@@ -4,7 +4,8 @@ import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { requestApproval } from '../../lib/waits/tools.ts';
 import { canonicalJson } from '../../lib/core/canonical-json.ts';
-import { IdempotencyKeyReuseError } from '../../lib/core/errors.ts';
+// What an agent of one's own imports from 'stepwise'.
+import { IdempotencyKeyReuseError } from '../../lib/index.ts';
 import { checkMigration, openMigrationDb } from './migration-db.ts';
 import { ScriptedMigrationModel } from './scripted-model.ts';
 
