@@ -4,7 +4,7 @@ import type { Middleware } from '@anthropic-ai/sdk';
 // organization, files ...), about 320 KB of the worker's bundle that no step calls.
 import { BaseAnthropic } from '@anthropic-ai/sdk/client';
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk/core/error';
-import { ModelKeyError, ModelUnavailableError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
+import { InvalidInputError, ModelKeyError, ModelUnavailableError, PermanentError, StepwiseError, TransientError, errorMessage } from '../core/errors.ts';
 import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
@@ -70,7 +70,7 @@ export class AnthropicModel implements Model {
     // A plain function of the caller's is remembered too (read once per refresh interval, not per step);
     // a source that remembers already has invalidate().
     this.keySource = typeof key === 'string' ? async () => key : key ? (key.invalidate ? key : rememberKey(key)) : apiKeyFromEnv(env)?.source;
-    this.baseURL = options.baseURL ?? (env.ANTHROPIC_BASE_URL?.trim() || undefined);
+    this.baseURL = checkedBaseUrl(options.baseURL ?? (env.ANTHROPIC_BASE_URL?.trim() || undefined));
     this.maxRetries = options.maxRetries ?? DEFAULT_MAX_RETRIES;
     this.attemptTimeoutMs = options.attemptTimeoutMs ?? DEFAULT_ATTEMPT_TIMEOUT_MS;
     this.deadlineMs = options.deadlineMs ?? DEFAULT_DEADLINE_MS;
@@ -238,6 +238,24 @@ export function retryAfterMs(headers: Headers): number | undefined {
   if (Number.isFinite(seconds)) return seconds > 0 ? seconds * 1000 : undefined;
   const at = Date.parse(value);
   return Number.isFinite(at) && at > Date.now() ? at - Date.now() : undefined;
+}
+
+/**
+ * The API's address, refused at once when no request could be sent to it: fetch refuses a URL with
+ * `user:password@`, and a host with no scheme is no URL. Either failed every step as the model being
+ * unreachable, waited out for half an hour (30 tries) before the run failed, for a setting to fix.
+ */
+function checkedBaseUrl(baseURL: string | undefined): string | undefined {
+  if (baseURL === undefined) return undefined;
+  let url: URL | undefined;
+  try { url = new URL(baseURL); } catch { url = undefined; }
+  if (!url || !/^https?:$/.test(url.protocol) || !url.host) {
+    throw new InvalidInputError(`ANTHROPIC_BASE_URL (or baseURL) must be an http:// or https:// URL, got ${JSON.stringify(redactUrl(baseURL))}`);
+  }
+  if (url.username || url.password) {
+    throw new InvalidInputError(`ANTHROPIC_BASE_URL (or baseURL) ${redactUrl(baseURL)} carries a user and password, which fetch refuses to send: give the gateway's address alone`);
+  }
+  return baseURL;
 }
 
 // ---- reply ----

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { toolSpecs } from '../../lib/agent.ts';
-import { ModelKeyError, PermanentError, TransientError } from '../../lib/core/errors.ts';
+import { InvalidInputError, ModelKeyError, PermanentError, TransientError } from '../../lib/core/errors.ts';
 import { renderStepPrompt } from '../../lib/core/prompt.ts';
 import { AnthropicModel, type AnthropicModelOptions } from '../../lib/llm/anthropic.ts';
 import type { ModelRequest } from '../../lib/ports.ts';
@@ -239,10 +239,18 @@ describe('Anthropic adapter errors', () => {
     expect(anonymous.status).toBe(401);
   });
 
-  it('a base URL\'s credentials, which fetch names when it refuses the URL, are masked in the error', async () => {
-    const error = await new AnthropicModel({ apiKey: 'test-key', baseURL: 'http://gw-user:s3cret-pass@127.0.0.1:9/', env: {}, maxRetries: 0 })
-      .decide(request()).then(() => new Error('no error'), (e: unknown) => e as Error);
-    expect(error.message).toContain('http://***@127.0.0.1:9/');
-    expect(`${error.message} ${error.stack}`).not.toContain('s3cret-pass');
+  it('a base URL with credentials, which fetch refuses to send, is refused when the model is made, its credentials masked', () => {
+    // It failed every step as the model unreachable, waited out for 30 tries, with fetch naming the password.
+    const made = () => new AnthropicModel({ apiKey: 'test-key', baseURL: 'http://gw-user:s3cret-pass@127.0.0.1:9/', env: {}, maxRetries: 0 });
+    expect(made).toThrow(InvalidInputError);
+    expect(made).toThrow('ANTHROPIC_BASE_URL (or baseURL) http://***:***@127.0.0.1:9/ carries a user and password, which fetch refuses to send');
+    expect(() => made()).not.toThrow(/s3cret-pass|gw-user/);
+  });
+
+  it('a base URL that is no http(s) URL is refused when the model is made', () => {
+    for (const baseURL of ['127.0.0.1:8080', 'localhost', 'ftp://gateway.example/']) {
+      expect(() => new AnthropicModel({ apiKey: 'test-key', baseURL, env: {} }), baseURL).toThrow(`ANTHROPIC_BASE_URL (or baseURL) must be an http:// or https:// URL, got "${baseURL}"`);
+    }
+    expect(new AnthropicModel({ apiKey: 'test-key', env: { ANTHROPIC_BASE_URL: ' https://gateway.example/anthropic ' } })).toBeInstanceOf(AnthropicModel);
   });
 });

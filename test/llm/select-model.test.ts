@@ -32,12 +32,15 @@ describe('selectModel', () => {
 
   it('never prints credentials or query tokens of ANTHROPIC_BASE_URL in the label', () => {
     const selected = selectModel(withOffline, {
-      ANTHROPIC_API_KEY: 'sk-env', ANTHROPIC_BASE_URL: 'https://gw-user:s3cret-pass@gateway.example:8443/v1?token=tok-123&team=blue',
+      ANTHROPIC_API_KEY: 'sk-env', ANTHROPIC_BASE_URL: 'https://gateway.example:8443/v1?token=tok-123&team=blue',
     });
-    expect(selected.label).toContain('API at https://***:***@gateway.example:8443/v1?token=***&team=***');
-    for (const secret of ['gw-user', 's3cret-pass', 'tok-123', 'blue']) expect(selected.label).not.toContain(secret);
-    // A value that is not a URL is still cleaned of anything that looks like user:password@.
-    expect(selectModel(withOffline, { ANTHROPIC_API_KEY: 'k', ANTHROPIC_BASE_URL: 'gw-user:s3cret-pass@gateway' }).label).not.toContain('s3cret-pass');
+    expect(selected.label).toContain('API at https://gateway.example:8443/v1?token=***&team=***');
+    for (const secret of ['tok-123', 'blue']) expect(selected.label).not.toContain(secret);
+    // One with user:password@ (which fetch will not send) or that is no URL is refused, not printed.
+    for (const url of ['https://gw-user:s3cret-pass@gateway.example:8443/v1', 'gw-user:s3cret-pass@gateway']) {
+      expect(() => selectModel(withOffline, { ANTHROPIC_API_KEY: 'k', ANTHROPIC_BASE_URL: url }), url).toThrow(/^ANTHROPIC_BASE_URL \(or baseURL\)/);
+      expect(() => selectModel(withOffline, { ANTHROPIC_API_KEY: 'k', ANTHROPIC_BASE_URL: url }), url).not.toThrow(/s3cret-pass/);
+    }
   });
 
   it('uses Claude when only a Secrets Manager secret id is set (read lazily, at the first step)', () => {
