@@ -142,6 +142,12 @@ export function apiRoutes(deps: HttpDeps): Hono {
       fromStep: body.fromStep, ...(body.runId !== undefined ? { runId: body.runId } : {}), ...(body.goal !== undefined ? { goal: body.goal } : {}),
       ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}), pricingModel: pricingModelFor(deps),
     });
+    if (forked.unapplied) {
+      return c.json({
+        error: `run ${forked.runId} already exists, forked from ${forked.forkedFrom.runId} at step ${forked.forkedFrom.step}, with another ${forked.unapplied.join(' and ')}: nothing changed; use another runId for another fork`,
+        ...forked,
+      }, 409);
+    }
     return c.json(forked, forked.created ? 201 : 200);
   });
 

@@ -89,6 +89,8 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     const again = stepwise(['fork', 'op-1', '--from-step', '1', '--run-id', 'op-1-f']);
     expect(again.code).toBe(0);
     expect(again.out).toContain('run op-1-f already exists, forked from op-1 at step 1: nothing changed');
+    const otherGoal = stepwise(['fork', 'op-1', '--from-step', '1', '--run-id', 'op-1-f', '--goal', 'something else']);
+    expect(otherGoal.out).toContain('run op-1-f already exists, forked from op-1 at step 1: nothing changed (its goal is not the one given: --run-id with another id makes another fork)');
     const defaultId = stepwise(['fork', 'op-1', '--from-step', '3']);
     expect(defaultId.out).toMatch(/forked run op-1-fork-3-[0-9a-f]{6} from op-1 at step 3/);
     expect(stepwise(['fork', 'op-1']).err).toContain('--from-step');

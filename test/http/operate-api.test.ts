@@ -44,6 +44,11 @@ describe('operating runs through the API', () => {
     const forked = await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f', goal: 'copy them again' }));
     expect(forked).toMatchObject({ status: 201, body: { runId: 'op-api-f', created: true, version: 1, forkedFrom: { runId: 'op-api', step: 1 } } });
     expect(await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f' }))).toMatchObject({ status: 200, body: { created: false } });
+    // The same fork asked again with another goal or step cap: a conflict, said, as a start's is.
+    expect(await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f', goal: 'copy them again' }))).toMatchObject({ status: 200, body: { created: false } });
+    const other = await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f', goal: 'drop them', stepCap: 9 }));
+    expect(other).toMatchObject({ status: 409, body: { runId: 'op-api-f', created: false, unapplied: ['goal', 'stepCap'] } });
+    expect(other.body.error).toBe('run op-api-f already exists, forked from op-api at step 1, with another goal and stepCap: nothing changed; use another runId for another fork');
     const badFork = await json(await post('/runs/op-api/fork', { runId: 'x' }));
     expect(badFork.status).toBe(400);
     expect(badFork.body.error).toContain('fromStep');

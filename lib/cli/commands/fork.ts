@@ -32,7 +32,7 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
       : `\`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`;
     out(forked.created
       ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); ${worksIt}`
-      : `run ${forked.runId} already exists, forked from ${from}: nothing changed`);
+      : `run ${forked.runId} already exists, forked from ${from}: nothing changed${forked.unapplied ? ` (its ${forked.unapplied.join(' and ')} ${forked.unapplied.length > 1 ? 'are' : 'is'} not the one given: --run-id with another id makes another fork)` : ''}`);
     return 0;
   } finally {
     runtime.close();

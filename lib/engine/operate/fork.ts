@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { budgetReached, forkState } from '../../core/operate.ts';
-import type { Budget, ForkedFrom } from '../../core/state.ts';
+import type { Budget, ForkedFrom, RunState } from '../../core/state.ts';
 import { estimatedUsd } from '../budget.ts';
-import { RUN_ID_PATTERN, validateGoal, validateRunId } from '../start.ts';
+import { RUN_ID_PATTERN, unappliedStartOptions, validateGoal, validateRunId, type StartOption } from '../start.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
 
@@ -29,6 +29,8 @@ export interface ForkResult {
   created: boolean;
   version: number;
   forkedFrom: ForkedFrom;
+  /** That fork has another of these than this one gave: not applied, as with a repeated start. */
+  unapplied?: StartOption[];
 }
 
 /**
@@ -57,13 +59,18 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
   if (!created.created) {
     // Like a repeated start: the same fork again changes nothing, any other run of that id is refused.
     const existing = await deps.store.load(runId);
-    let from: ForkedFrom | undefined;
-    try { from = existing && decodeState(existing).forkedFrom; } catch { from = undefined; }
-    if (!existing || from?.runId !== parentId || from.step !== step) {
+    let fork: RunState | undefined;
+    try { fork = existing && decodeState(existing); } catch { fork = undefined; }
+    const from = fork?.forkedFrom;
+    if (!existing || !fork || from?.runId !== parentId || from.step !== step) {
       throw new InvalidInputError(`run ${runId} already exists and is not a fork of ${parentId} at step ${step}: choose another run id`);
     }
     if (existing.status === 'running') await deps.queue.redrive({ runId, version: existing.version });
-    return { runId, created: false, version: existing.version, forkedFrom: from };
+    // The same fork asked again with another goal or limits: said, not dropped in silence.
+    const unapplied = unappliedStartOptions(fork, {
+      ...(goal !== undefined ? { goal } : {}), ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}), ...(input.budget ? { budget: input.budget } : {}),
+    });
+    return { runId, created: false, version: existing.version, forkedFrom: from, ...(unapplied.length ? { unapplied } : {}) };
   }
   deps.log.info({
     event: 'checkpoint', runId, step, version: created.version, workerId: deps.workerId, bytes: created.bytes, status: 'running',
