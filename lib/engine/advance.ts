@@ -13,7 +13,7 @@ import { idempotencyKey } from '../core/keys.ts';
 import { withFields } from '../core/objects.ts';
 import { replyProblem } from '../core/model-reply.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
-import { DEFAULT_INLINE_LIMIT, outputText, shapeResult } from '../core/result.ts';
+import { DEFAULT_INLINE_LIMIT, outputText, shapeResult, type ShapedResult } from '../core/result.ts';
 import { usageAdded, type Decision, type RunState, type RunStatus, type StepRecord, type Usage, type WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
 import { cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../core/transitions.ts';
@@ -173,12 +173,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     tool = deps.agent.tools.find((t) => t.name === reply.tool);
     if (!tool) {
       const names = deps.agent.tools.map((t) => t.name).join(', ');
-      return commitStep(deps, state, base, errorStep(deps, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`));
+      return commitErrorStep(deps, state, base, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`);
     }
     const parsed = tool.input.safeParse(reply.input);
     if (!parsed.success) {
       const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
-      return commitStep(deps, state, base, errorStep(deps, n, reply, `invalid arguments for ${tool.name}: ${issues}`));
+      return commitErrorStep(deps, state, base, n, reply, `invalid arguments for ${tool.name}: ${issues}`);
     }
     input = parsed.data;
     // Fields set one by one, not spread from conditional objects: this runs at every step.
@@ -233,8 +233,15 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     return commit(deps, base, recordFailure(state, error, now(), usageOnly(uncounted)));
   }
   const shaped = shapeResult(text, ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
-  // A store whose database holds the blobs writes this one in the checkpoint's transaction (CheckpointStore
-  // .carriesBlobs): a crash at C5 then leaves no blob at all, not even an orphan.
+  return await commitOutput(deps, base, state, decision, shaped, { uncounted, countUsage: uncounted !== undefined });
+}
+
+/**
+ * The step's record and checkpoint, with its output stored first when it is large. A store whose database
+ * holds the blobs writes it in the checkpoint's transaction (CheckpointStore.carriesBlobs): a crash at C5
+ * then leaves no blob at all, not even an orphan. `uncounted`: the usage a failed try counts.
+ */
+async function commitOutput(deps: EngineDeps, base: Base, state: RunState, decision: Decision, shaped: ShapedResult, usage: { uncounted: Usage | undefined; countUsage: boolean }): Promise<Advance> {
   const carried = shaped.blob && deps.store.carriesBlobs ? [shaped.blob] : undefined;
   if (shaped.blob) {
     if (!carried) {
@@ -244,15 +251,15 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
         // Refused (no bucket, no access): a failed try that names the cause, where an escape would be
         // redelivered until the run failed as a crashing worker. An outage escapes, as a crash would.
         if (!(error instanceof BlobRefusedError)) throw error;
-        return commitFailure(deps, base, state, error, usageOnly(uncounted));
+        return commitFailure(deps, base, state, error, usageOnly(usage.uncounted));
       }
     }
-    if (deps.probe) await deps.probe('C5', { runId, step: n });
+    if (deps.probe) await deps.probe('C5', { runId: state.runId, step: decision.step });
   }
   const record = stepRecordOf(decision, shaped.result, deps.workerId);
   // Awaited, not returned: an async function that returns a promise takes two more turns of the
   // microtask queue to settle with it, at every step.
-  return await commit(deps, base, completeStep(state, record, now(), { countUsage: uncounted !== undefined }), record, carried);
+  return await commit(deps, base, completeStep(state, record, deps.clock.now(), { countUsage: usage.countUsage }), record, carried);
 }
 
 /** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
@@ -275,7 +282,7 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
     wait = waitRecordFor(request.spec, decision, randomUUID(), deps.clock.now());
   } catch (error) {
     if (!(error instanceof InvalidInputError)) throw error;
-    return commitStep(deps, state, base, errorStep(deps, decision.step, decision, `cannot wait: ${error.message}`));
+    return commitErrorStep(deps, state, base, decision.step, decision, `cannot wait: ${error.message}`);
   }
   return commit(deps, base, beginWait(state, wait, deps.clock.now()));
 }
@@ -316,14 +323,19 @@ function onceAgainError(tool: string, key: string, state: 'running' | 'applied')
     : `tool ${tool} called ctx.once while its ctx.once under ${key} was still running (inside its effect, or not awaited): a step has one idempotency key, so one effect; do both in one ctx.once, or give each its own tool`);
 }
 
-/** A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. */
-function errorStep(deps: EngineDeps, step: number, reply: { tool: string; input: unknown; usage?: Usage; model?: string }, message: string): StepRecord {
+/**
+ * A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. A
+ * long one (every issue of a large input) is stored by reference like any output, its blob written before
+ * a record names it: `show --full`, the inspector and fork read the whole of it there.
+ */
+async function commitErrorStep(deps: EngineDeps, state: RunState, base: Base, step: number, reply: { tool: string; input: unknown; usage?: Usage; model?: string }, message: string): Promise<Advance> {
   // The call as the model made it, no idempotency key: nothing ran under one.
   const call: Decision = { step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now() };
   if (reply.usage) call.usage = reply.usage;
   const model = answeringModel(deps, reply);
   if (model) call.model = model;
-  return stepRecordOf(call, shapeResult(message, false).result, deps.workerId);
+  const shaped = shapeResult(message, false, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
+  return commitOutput(deps, base, state, call, shaped, { uncounted: reply.usage, countUsage: true });
 }
 
 /**
@@ -348,10 +360,6 @@ function asStepError(error: unknown): unknown {
 async function commitFailure(deps: EngineDeps, base: Base, state: RunState, error: unknown, extra?: { usage?: Usage; message?: string }): Promise<Advance> {
   const retryAfterMs = error instanceof TransientError ? error.retryAfterMs : undefined;
   return commit(deps, retryAfterMs === undefined ? base : { ...base, retryAfterMs }, recordFailure(state, error, deps.clock.now(), extra));
-}
-
-async function commitStep(deps: EngineDeps, state: RunState, base: Base, record: StepRecord): Promise<Advance> {
-  return commit(deps, base, completeStep(state, record, deps.clock.now()), record);
 }
 
 /** What a checkpoint is written over: the version it is fenced on, and who gives the queue work it carries. */

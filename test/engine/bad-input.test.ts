@@ -8,6 +8,7 @@ import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
+import { showRun } from '../../lib/engine/operate/show.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -87,6 +88,29 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(model.requests[1]!.prompt).toContain('invalid arguments for write_row');
     expect(rows.received).toEqual(['run/step-2', 'run/step-3']);
     expect(state.status).toBe('completed');
+  });
+
+  it.each([
+    { path: 'the blob in the checkpoint\'s transaction', queueInCommit: true },
+    { path: 'the blob put before the checkpoint, as on AWS', queueInCommit: false },
+  ])('invalid arguments with too many issues to keep inline are stored by reference, their blob written ($path)', async ({ queueInCommit }) => {
+    const agent = defineAgent({
+      name: 'rows', tools: [tool({ name: 'save', description: 'saves rows', input: z.object({ rows: z.array(z.object({ id: z.number() })) }), sideEffect: false, run: () => 'saved' })],
+    });
+    const script = (step: number): ModelReply => step === 1
+      ? { kind: 'tool', tool: 'save', input: { rows: Array.from({ length: 200 }, (_, i) => ({ id: String(i) })) } }
+      : { kind: 'done', summary: 'gave up' };
+    db = tempDb();
+    const clock = new ManualClock();
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model: new StubModel(script), clock, workerId: 'W', queueInCommit });
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const [step] = (await loadState(runtime)).steps;
+    expect(step!.result).toMatchObject({ ok: false, ref: expect.stringMatching(/^sha256:/), text: expect.stringMatching(/^invalid arguments for save: rows\.0\.id: /) });
+    const full = (await showRun({ store: runtime.store, blobs: runtime.blobs }, 'run', { full: true })).steps[0]!;
+    expect(full.outputMissing).toBeUndefined();
+    expect(full.output).toMatch(/rows\.199\.id: Invalid input: expected number, received string$/);
+    expect(Buffer.byteLength(full.output!)).toBe(step!.result.bytes);
   });
 
   it('a reply with neither a tool call nor DONE counts as a failed attempt and tells the model why', async () => {
