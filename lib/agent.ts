@@ -88,6 +88,8 @@ export function tool<I>(definition: ToolDefinition<I>): ToolDefinition<I> {
 }
 
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+/** The names the Messages API takes for the top-level fields of a tool's input. */
+const FIELD_NAME = /^[a-zA-Z0-9_.-]{1,64}$/;
 
 export function defineAgent(definition: AgentDefinition): AgentDefinition {
   if (!definition || typeof definition !== 'object') throw new InvalidInputError(`an agent is defineAgent({ name, tools }), not ${definition === null ? 'null' : typeof definition}`);
@@ -178,6 +180,14 @@ function toolSpec(t: ToolDefinition): ToolSpec {
   // The Messages API takes only an object schema as a tool's input.
   if (schema.type !== 'object') {
     throw new InvalidInputError(`tool ${t.name}: its input must be an object schema (z.object), not ${JSON.stringify(schema.type ?? 'untyped')}`);
+  }
+  // The API refuses the whole request for a top-level field name past its pattern (a space, brackets, a
+  // letter outside ASCII, over 64 characters): every step of every run would fail with a 400 naming only
+  // the tool's position. Nested names it takes as they are.
+  const properties = schema.properties && typeof schema.properties === 'object' ? Object.keys(schema.properties) : [];
+  const refused = properties.filter((name) => !FIELD_NAME.test(name));
+  if (refused.length) {
+    throw new InvalidInputError(`tool ${t.name}: the Messages API refuses the field name${refused.length === 1 ? '' : 's'} ${refused.map((name) => JSON.stringify(name)).join(', ')} of its input: a top-level field's name must match ${FIELD_NAME} (rename it, and map it back in run)`);
   }
   return { name: t.name, description: t.description, inputSchema: schema };
 }
