@@ -179,7 +179,11 @@ function toolSpec(t: ToolDefinition): ToolSpec {
   const { $schema: _ignored, ...schema } = withDefaultsOptional(json) as Record<string, unknown>;
   // The Messages API takes only an object schema as a tool's input.
   if (schema.type !== 'object') {
-    throw new InvalidInputError(`tool ${t.name}: its input must be an object schema (z.object), not ${JSON.stringify(schema.type ?? 'untyped')}`);
+    // A union of objects (z.union, z.discriminatedUnion) is the natural way to write "one of these calls",
+    // and has no type of its own: said as what it is, with the shape the API takes.
+    const union = ['anyOf', 'oneOf', 'allOf'].find((keyword) => keyword in schema);
+    const what = union ? `a union (${union} at the top level, which the Messages API refuses); put it in a field: z.object({ action: z.discriminatedUnion(...) })` : JSON.stringify(schema.type ?? 'untyped');
+    throw new InvalidInputError(`tool ${t.name}: its input must be an object schema (z.object), not ${what}`);
   }
   // The API refuses the whole request for a top-level field name past its pattern (a space, brackets, a
   // letter outside ASCII, over 64 characters): every step of every run would fail with a 400 naming only

@@ -25,6 +25,8 @@ describe('a tool input that cannot be sent to the model is an error when the age
     ['a transform', z.object({ s: z.string().transform((x) => x.length) }), /tool when: .*Transforms cannot be represented/],
     ['a bigint', z.object({ n: z.bigint() }), /tool when: .*BigInt cannot be represented/],
     ['not an object', z.string(), /tool when: its input must be an object schema \(z\.object\), not "string"/],
+    ['a union of objects', z.discriminatedUnion('kind', [z.object({ kind: z.literal('now') }), z.object({ kind: z.literal('later'), at: z.string() })]),
+      /tool when: its input must be an object schema \(z\.object\), not a union \(oneOf at the top level, which the Messages API refuses\); put it in a field/],
     ['a field name the Messages API refuses', z.object({ 'file path': z.string(), 'filter[id]': z.string(), ok: z.object({ 'a b': z.string() }) }),
       /tool when: the Messages API refuses the field names "file path", "filter\[id\]" of its input: a top-level field's name must match/],
     ['a field name past 64 characters', z.object({ ['x'.repeat(65)]: z.string() }), /tool when: the Messages API refuses the field name "x{65}"/],
