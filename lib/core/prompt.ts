@@ -22,6 +22,12 @@ export const NO_STEPS_YET = '(none yet)';
 export const STEP_LINE_EXCERPT = 300;
 /** Characters of a step's tool input (canonical JSON) shown in the completed-steps list, likewise. */
 export const STEP_INPUT_EXCERPT = 300;
+/**
+ * Characters of a large output (stored by reference) kept as its excerpt, shown as the last result. Big
+ * enough to show the shape of the output, small enough that the uncached tail of each prompt (the last
+ * result) stays under a tenth of it once a run has a few steps: see bench/prompt-cache.ts.
+ */
+export const LARGE_OUTPUT_EXCERPT = 1000;
 
 /**
  * A piece of the prompt. Joined in order, the blocks are exactly the Step prompt. Each completed step is a
@@ -183,11 +189,21 @@ export function neutraliseTags(value: string): string {
 function lastResult(state: Pick<RunState, 'steps' | 'retryNote'>): string {
   const last = state.steps[state.steps.length - 1];
   if (!last) return state.retryNote ?? NO_STEPS_YET;
-  const ref = last.result.ref
+  const ref = last.result.ref && !isWholeOutput(last.result)
     ? `\n[excerpt only: the full output is ${last.result.bytes} bytes, stored as ${last.result.ref}]`
     : '';
   const result = `step ${last.step} ${last.tool} -> ${last.result.ok ? 'ok' : 'error'}:\n${last.result.text}${ref}`;
   return state.retryNote ? `${result}\n\n${state.retryNote}` : result;
+}
+
+/**
+ * Whether a result stored by reference kept its whole output as its excerpt: one no longer than an excerpt
+ * (an agent's inlineLimit under it sends such outputs to the blob store), which the model must not be
+ * told is cut. A cut excerpt is LARGE_OUTPUT_EXCERPT + 1 characters with its ellipsis, or exactly
+ * LARGE_OUTPUT_EXCERPT when the cut moved back off half an emoji, whose 4 bytes then make the sizes differ.
+ */
+function isWholeOutput(result: StepRecord['result']): boolean {
+  return result.text.length <= LARGE_OUTPUT_EXCERPT && Buffer.byteLength(result.text, 'utf8') === result.bytes;
 }
 
 /**

@@ -1,14 +1,11 @@
 import { createHash } from 'node:crypto';
 import { TOO_LONG_FOR_JSON, canonicalJson, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError, errorMessage } from './errors.ts';
-import { excerpt } from './prompt.ts';
+import { LARGE_OUTPUT_EXCERPT, excerpt } from './prompt.ts';
 import type { StepResult } from './state.ts';
 
 /** Outputs above this many bytes go to the blob store; the checkpoint keeps an excerpt and the ref. */
 export const DEFAULT_INLINE_LIMIT = 4096;
-// Big enough to show the shape of the output, small enough that the uncached tail of each prompt (the
-// last result) stays under a tenth of it once a run has a few steps: see bench/prompt-cache.ts.
-export const LARGE_OUTPUT_EXCERPT = 1000;
 
 export interface ShapedResult {
   result: StepResult;

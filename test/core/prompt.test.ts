@@ -2,7 +2,7 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { STEP_PROMPT, promptText, renderStepPrompt, stepLine } from '../../lib/core/prompt.ts';
+import { LARGE_OUTPUT_EXCERPT, STEP_PROMPT, promptText, renderStepPrompt, stepLine } from '../../lib/core/prompt.ts';
 import type { RunState, StepRecord } from '../../lib/core/state.ts';
 import { heldAfter, summariesDue } from '../../lib/core/condensed.ts';
 import { condensedBlocks } from '../../lib/core/condense.ts';
@@ -106,6 +106,22 @@ describe('the Step prompt', () => {
     expect(text.length).toBeLessThan(4000);
     expect(text).toContain(shaped.result.ref!);
     expect(text).toContain('the full output is 50000 bytes');
+  });
+
+  it('does not call an output cut that a lowered inline limit stored by reference whole; one cut at any length still is', () => {
+    const lastResult = (text: string, inlineLimit: number) => {
+      const shaped = shapeResult(text, true, inlineLimit);
+      expect(shaped.result.ref).toBeDefined();
+      const prompt = promptText(renderStepPrompt(completeStep(newState('r5'), { ...recordFor('r5', 1), result: shaped.result }, 5)));
+      return prompt.slice(prompt.indexOf('<last_result>'), prompt.indexOf('</last_result>'));
+    };
+    // inlineLimit 0: every output by reference, a 14-byte one too.
+    expect(lastResult('{"rowCount":3}', 0)).toBe('<last_result>step 1 write_row -> ok:\n{"rowCount":3}');
+    expect(lastResult('é'.repeat(LARGE_OUTPUT_EXCERPT), 100)).not.toContain('excerpt only');
+    // Cut: one character over (its bytes the same as the excerpt's ellipsis), or moved back off half an emoji.
+    expect(lastResult('一'.repeat(LARGE_OUTPUT_EXCERPT + 1), 100)).toContain(`[excerpt only: the full output is ${3 * (LARGE_OUTPUT_EXCERPT + 1)} bytes`);
+    expect(lastResult(`${'a'.repeat(LARGE_OUTPUT_EXCERPT - 1)}😀`, 100)).toContain('[excerpt only: the full output is');
+    expect(lastResult('y'.repeat(50_000), 4096)).toContain('[excerpt only: the full output is 50000 bytes');
   });
 
   it('shows a large tool input in the step list as a bounded excerpt with its size', () => {
