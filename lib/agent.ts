@@ -57,9 +57,16 @@ export interface ToolDefinition<I = any> {
   run(input: I, context: ToolContext): unknown;
 }
 
+/**
+ * The most a tool output may be kept inline. The last result goes whole into the next step's prompt: past
+ * a few hundred KB one output fills much of the model's context, and a run failed at its next step with
+ * "prompt is too long", for a setting. 256 KB is about 64,000 tokens, under a third of a 200K window.
+ */
+export const MAX_INLINE_LIMIT = 256 * 1024;
+
 export interface AgentSettings extends ModelSettings {
   stepCap?: number;
-  /** Tool outputs above this many bytes are stored by reference. */
+  /** Tool outputs above this many bytes are stored by reference (default 4,096; at most MAX_INLINE_LIMIT). */
   inlineLimit?: number;
   /** What each run may spend, unless its start says otherwise: it stops as `over-budget` before going past. */
   budget?: Budget;
@@ -135,8 +142,8 @@ function checkSettings(definition: AgentDefinition): void {
   if (stepCap !== undefined && !(Number.isInteger(stepCap) && stepCap >= 1)) {
     throw new InvalidInputError(`agent ${definition.name}: settings.stepCap must be a whole number from 1, got ${stepCap}`);
   }
-  if (inlineLimit !== undefined && !(Number.isInteger(inlineLimit) && inlineLimit >= 0)) {
-    throw new InvalidInputError(`agent ${definition.name}: settings.inlineLimit must be a whole number of bytes from 0, got ${inlineLimit}`);
+  if (inlineLimit !== undefined && !(Number.isInteger(inlineLimit) && inlineLimit >= 0 && inlineLimit <= MAX_INLINE_LIMIT)) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.inlineLimit must be a whole number of bytes from 0 to ${MAX_INLINE_LIMIT}, got ${inlineLimit}`);
   }
   // Strict: a misspelt part (`{ dollars: 5 }`) would otherwise leave every run without the limit it meant.
   if (budget !== undefined) {

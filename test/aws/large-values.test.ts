@@ -1,5 +1,6 @@
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, describe, expect, it } from 'vitest';
+import { MAX_INLINE_LIMIT } from '../../lib/agent.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from '../../lib/aws/item-size.ts';
 import { HEAD_SK, PK, SK, runPk, stepSk } from '../../lib/aws/table-layout.ts';
 import { decodeState } from '../../lib/core/codec.ts';
@@ -60,8 +61,8 @@ describe('large tool outputs and inputs on the AWS runtime', () => {
     resources = await createTestResources('near-limit');
     const db = new FakeDatabase();
     // Outputs are kept inline by the engine (inline limit above them), so only the store stands between
-    // these values and the 400 KB limit: 300 KB of input plus 350 KB of output in one step record.
-    const agent = writeRowsAgent(db, { outputBytes: () => 350 * 1024, inlineLimit: 4 * 1024 * 1024 });
+    // these values and the 400 KB limit: 300 KB of input plus 250 KB of output in one step record.
+    const agent = writeRowsAgent(db, { outputBytes: () => 250 * 1024, inlineLimit: MAX_INLINE_LIMIT });
     const payload = (step: number) => filler(step + 100, 300 * 1024);
     const summary = filler(999, 500 * 1024);
     const model = new ScriptedModel({ steps: 3, payload, summary });
@@ -87,7 +88,7 @@ describe('large tool outputs and inputs on the AWS runtime', () => {
     expect(state.status).toBe('completed');
     expect(state.summary).toBe(summary);
     expect(state.steps.map((s) => (s.input as { payload: string }).payload.length)).toEqual([300 * 1024, 300 * 1024, 300 * 1024]);
-    expect(state.steps.every((s) => s.result.bytes > 350 * 1024 && !s.result.ref)).toBe(true);
+    expect(state.steps.every((s) => s.result.bytes > 250 * 1024 && !s.result.ref)).toBe(true);
 
     const items = await rawItems(runId);
     for (const item of items) expect(itemSize(item)).toBeLessThan(DYNAMODB_ITEM_LIMIT / 2);
