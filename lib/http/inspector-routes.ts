@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
@@ -167,21 +167,29 @@ const hostOf = (origin: string) => {
   }
 };
 
+/**
+ * The API token, or the session cookie `/inspect?token=...` sets. The cookie holds a value derived from the
+ * token, not the token: browsers keep cookies by host, not port, so another server on the same host with an
+ * /inspect path is sent it, and the token itself would open the whole API. Marked Secure when the page came
+ * over HTTPS (a TLS proxy in front of `stepwise serve` says so in X-Forwarded-Proto).
+ */
 function tokenOrCookie(token: string): MiddlewareHandler {
-  const matches = (given: string | undefined) => {
+  const session = createHmac('sha256', token).update('stepwise inspector session v1').digest('base64url');
+  const matches = (given: string | undefined, expected: string) => {
     const a = Buffer.from(given ?? '');
-    const b = Buffer.from(token);
+    const b = Buffer.from(expected);
     return a.length === b.length && timingSafeEqual(a, b);
   };
   return async (c, next) => {
     const query = c.req.query('token');
-    if (c.req.method === 'GET' && query !== undefined && matches(query)) {
-      setCookie(c, COOKIE, token, { httpOnly: true, sameSite: 'Strict', path: '/inspect' });
+    if (c.req.method === 'GET' && query !== undefined && matches(query, token)) {
+      const secure = new URL(c.req.url).protocol === 'https:' || c.req.header('x-forwarded-proto') === 'https';
+      setCookie(c, COOKIE, session, { httpOnly: true, sameSite: 'Strict', path: '/inspect', secure });
       // Out of the address bar (and its history) at once.
       return c.redirect(c.req.path, 303);
     }
     const bearer = c.req.header('authorization')?.replace(/^Bearer /, '');
-    if (!matches(getCookie(c, COOKIE)) && !matches(bearer)) {
+    if (!matches(getCookie(c, COOKIE), session) && !matches(bearer, token)) {
       return c.html(messagePage('Sign in', 'Open /inspect?token=<the API token> (stepwise serve prints where it keeps it).'), 401);
     }
     await next();
