@@ -5,7 +5,7 @@ import { startFromEvent } from '../engine/start-from-event.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { emitEvent, waitEventOf } from '../waits/events.ts';
+import { emitEvent, readWaitEvent, type waitEventOf } from '../waits/events.ts';
 
 export interface EventHandlerOptions {
   runtime: { store: CheckpointStore; blobs: BlobStore; queue: RunQueue };
@@ -45,7 +45,11 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
     // no wait and says why. Thrown on, EventBridge would retry a failure that repeats for a day.
     let forWaits: ReturnType<typeof waitEventOf>;
     try {
-      forWaits = waitEventOf(options.agent, incoming);
+      const read = readWaitEvent(options.agent, incoming);
+      if (!('unmatched' in read)) forWaits = read;
+      // Routed here by the agent's rules, yet it starts no run and can answer no wait: said, or an
+      // operator sees nothing of why a run waiting for it never resumes.
+      else if (!started.length) deps.log.warn({ event: 'event-unmatched', eventId: event.id, source: event.source, detailType: event['detail-type'], reason: read.unmatched }, `the event starts no run and resumes no wait: ${read.unmatched}`);
     } catch (error) {
       deps.log.error({ event: 'event-key-error', eventId: event.id, source: event.source, detailType: event['detail-type'], error: errorMessage(error) }, "the agent's eventKey failed on an event; it resumes no wait");
     }

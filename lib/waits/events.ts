@@ -114,6 +114,12 @@ export function answeredEventIds(state: Pick<RunState, 'steps'>): Set<string> {
  * event's detail-type as the type and `detail.key` (or `detail.correlationKey`) as the key.
  */
 export function waitEventOf(agent: Pick<AgentDefinition, 'eventKey'>, event: IncomingEvent): EventInput | undefined {
+  const read = readWaitEvent(agent, event);
+  return 'unmatched' in read ? undefined : read;
+}
+
+/** As waitEventOf, saying why when the event names no wait: for the log of a function that drops it. */
+export function readWaitEvent(agent: Pick<AgentDefinition, 'eventKey'>, event: IncomingEvent): EventInput | { unmatched: string } {
   const custom: unknown = agent.eventKey?.(event);
   // The agent's own code, given whatever the event holds: what it returns is checked, not trusted.
   if (custom != null && (typeof custom !== 'object' || !isOptionalString((custom as { type?: unknown }).type) || !isOptionalString((custom as { key?: unknown }).key))) {
@@ -123,7 +129,10 @@ export function waitEventOf(agent: Pick<AgentDefinition, 'eventKey'>, event: Inc
   const detail = (event.detail ?? {}) as Record<string, unknown>;
   const type = named?.type ?? event.detailType;
   const key = named?.key ?? (typeof detail.key === 'string' ? detail.key : typeof detail.correlationKey === 'string' ? detail.correlationKey : undefined);
-  if (typeof type !== 'string' || !key || !EVENT_NAME.test(type) || !EVENT_NAME.test(key)) return undefined;
+  const rule = '1-256 letters, digits or ._:/@+-';
+  if (typeof type !== 'string' || !EVENT_NAME.test(type)) return { unmatched: `its type ${JSON.stringify(String(type).slice(0, 100))} is not ${rule}` };
+  if (!key) return { unmatched: `it has no key (detail.key or detail.correlationKey${agent.eventKey ? ", or the agent's eventKey" : ''})` };
+  if (!EVENT_NAME.test(key)) return { unmatched: `its key ${JSON.stringify(key.slice(0, 100))} is not ${rule}` };
   return { type, key, id: event.id, payload: event.detail ?? null };
 }
 

@@ -262,6 +262,22 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     expect(await events(runtime).find('order.created', (big.detail as { key: string }).key, 0)).toMatchObject([{ id: big.id }]);
   });
 
+  it('an event that starts no run and can name no wait is logged with why, where it was dropped without a word', { timeout: 60_000 }, async () => {
+    const runtime = resources.runtime();
+    const { log, lines } = captureLogs();
+    const handler = createEventHandler({ runtime, events: events(runtime), agent: waitAgent(new FakeRows(), []), log, codeVersion: 'test' });
+    expect(await handler(eventBridge('order.paid', { key: 'Order 42' }), { awsRequestId: 'u1' })).toEqual({ started: [], resumed: [] });
+    expect(await handler(eventBridge('order.paid', { total: 3 }), { awsRequestId: 'u2' })).toEqual({ started: [], resumed: [] });
+    // 40: pino's warn.
+    expect(lines.filter((l) => l.event === 'event-unmatched').map((l) => [l.level, l.reason])).toEqual([
+      [40, 'its key "Order 42" is not 1-256 letters, digits or ._:/@+-'],
+      [40, 'it has no key (detail.key or detail.correlationKey)'],
+    ]);
+    // One it can name is kept for waits, and says nothing.
+    await handler(eventBridge('order.paid', { key: `k-${randomUUID()}` }), { awsRequestId: 'u3' });
+    expect(lines.filter((l) => l.event === 'event-unmatched')).toHaveLength(2);
+  });
+
   it('an event matching a trigger starts one run, however often EventBridge delivers it', { timeout: 60_000 }, async () => {
     const runtime = resources.runtime();
     const agent = defineAgent({
