@@ -72,6 +72,11 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
+    // SQS hides a message for 12 hours at most. Asked for longer, it was cut to 12 while the worker's
+    // heartbeat, timed from the longer one, came too late: a second worker took the step it was running.
+    if (options.visibilityMs !== undefined && options.visibilityMs > MAX_VISIBILITY_SECONDS * 1000) {
+      throw new InvalidInputError(`a visibility timeout on SQS is at most 12 hours (${MAX_VISIBILITY_SECONDS * 1000} ms), not ${options.visibilityMs} ms`);
+    }
     const waitSeconds = Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000));
     const received = await this.options.sqs.send(new ReceiveMessageCommand({
       QueueUrl: this.options.queueUrl,

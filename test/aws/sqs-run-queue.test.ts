@@ -23,6 +23,16 @@ describe('SQS FIFO run queue', () => {
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
   });
 
+  it('refuses a visibility timeout past SQS\'s 12 hours, which it cut short under a heartbeat timed from the longer one', async () => {
+    resources = await createTestResources('queue-visibility');
+    const queue = resources.runtime().queue;
+    await queue.send({ runId: 'r1', version: 1 });
+    await expect(queue.receive({ visibilityMs: 12 * 3_600_000 + 1 })).rejects.toThrow('a visibility timeout on SQS is at most 12 hours (43200000 ms), not 43200001 ms');
+    // Nothing was taken: the message is there for a receive that asks for what SQS gives.
+    const [delivery] = await queue.receive({ visibilityMs: 12 * 3_600_000 });
+    expect(JSON.parse(delivery!.body)).toEqual({ runId: 'r1', version: 1 });
+  });
+
   it('delivers one run\'s messages one at a time and in order, other runs alongside', async () => {
     resources = await createTestResources('queue-order');
     const queue = resources.runtime().queue;
