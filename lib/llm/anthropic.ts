@@ -114,11 +114,11 @@ export class AnthropicModel implements Model {
       }
       return readReply(message, params.max_tokens);
     } catch (error) {
-      throw withoutKey(classifyError(error, {
+      throw withToolNames(withoutKey(classifyError(error, {
         callerAborted: request.signal?.aborted ?? false,
         deadlineHit: deadlineHit.signal.aborted,
         deadlineMs: this.deadlineMs,
-      }), key);
+      }), key), params.tools);
     } finally {
       clearTimeout(timer);
     }
@@ -400,6 +400,22 @@ export function withoutKey(error: StepwiseError, key: string): StepwiseError {
   error.message = masked;
   // The stack starts with the message it was made with.
   if (error.stack) error.stack = error.stack.replace(original, masked);
+  return error;
+}
+
+/**
+ * A refusal that points at a tool by its place in the request (`tools.3.custom.input_schema...`) says which
+ * tool that is: the agent's author knows tools by name, not by their order in the request.
+ */
+export function withToolNames(error: StepwiseError, tools: readonly object[] | undefined): StepwiseError {
+  if (!(error instanceof PermanentError) || !tools?.length) return error;
+  const named = error.message.replace(/\btools\.(\d+)\b/g, (path, index: string) => {
+    const name = (tools[Number(index)] as { name?: unknown } | undefined)?.name;
+    return typeof name === 'string' ? `${path} (tool ${name})` : path;
+  });
+  if (named === error.message) return error;
+  if (error.stack) error.stack = error.stack.replace(error.message, named);
+  error.message = named;
   return error;
 }
 
