@@ -4,6 +4,7 @@ import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, setLogFormat } from '../log-format.ts';
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 import { printable } from '../core/printable.ts';
+import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -292,6 +293,8 @@ export function cliErrorLine(error: unknown): string {
   if ((error as { code?: unknown })?.code === 'SQLITE_FULL') {
     return `${line}: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint`;
   }
+  // A process frozen inside its commit, or a sqlite3 shell left in a transaction: nothing to fix but waiting.
+  if (isBusy(error)) return `${line}: ${lockedDatabaseHint('the database (--db, STEPWISE_DB)')}`;
   if (readOnlyDatabase(error)) {
     return `${line}: this user cannot write the database (--db, STEPWISE_DB) or the directory that holds it, where SQLite keeps its -wal and -shm files; give write access to both, or pick another --db`;
   }

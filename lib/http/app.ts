@@ -2,10 +2,12 @@ import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { NewerFormatError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
+import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
 import { inspectorRoutes } from './inspector-routes.ts';
 import type { HttpDeps } from './deps.ts';
+import { messagePage } from './pages.ts';
 
 /** The largest request body read: an event's payload may be 256 KiB, with room for its JSON around it. */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -40,8 +42,26 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof StepwiseError && isPermanent(error)) return c.json({ error: error.message }, 400);
     // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.
     if (error instanceof HTTPException) return c.json({ error: error.message }, error.status);
-    deps.log.error({ event: 'http-error', method: c.req.method, path: c.req.path.replace(/\/approvals\/[^/]+/, '/approvals/<token>'), error: errorMessage(error) }, 'request failed');
+    // The SQLite file locked past the busy timeout (a process frozen in its commit): no fault of the
+    // server's, and gone once that process goes on. Said so, with when to ask again, where it was a 500
+    // "internal error" (an approver's press of Approve too, as JSON).
+    if (isBusy(error)) {
+      deps.log.warn({ event: 'database-locked', method: c.req.method, path: loggedPath(c.req.path) }, 'request refused: the database is locked');
+      c.header('Retry-After', String(LOCKED_RETRY_AFTER_S));
+      if (isPagePath(c.req.path)) return c.html(messagePage('Busy', 'The database is locked by another process, so nothing was changed: try again in a few seconds.'), 503);
+      return c.json({ error: `the database is locked: ${lockedDatabaseHint('it')}` }, 503);
+    }
+    deps.log.error({ event: 'http-error', method: c.req.method, path: loggedPath(c.req.path), error: errorMessage(error) }, 'request failed');
     return c.json({ error: 'internal error; the request changed nothing it did not finish' }, 500);
   });
   return app;
 }
+
+/** Seconds a client is told to wait before asking again when the database is locked. */
+const LOCKED_RETRY_AFTER_S = 5;
+
+/** The approval pages and the inspector answer with pages, the API with JSON. */
+const isPagePath = (path: string): boolean => /^\/(approvals|inspect)(\/|$)/.test(path);
+
+/** A path as logged: an approval link's token is its credential. */
+const loggedPath = (path: string): string => path.replace(/\/approvals\/[^/]+/, '/approvals/<token>');

@@ -2,6 +2,10 @@ import Database from 'better-sqlite3';
 import { dirname } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { makeDir } from '../make-dir.ts';
+import { BUSY_TIMEOUT_MS } from './busy.ts';
+
+// Where the stores and the queue have long taken it from.
+export { isBusy } from './busy.ts';
 
 export type Db = Database.Database;
 
@@ -222,7 +226,7 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   }
   db.pragma(durability === 'full' ? 'synchronous = FULL' : 'synchronous = NORMAL');
   // Several worker processes share the file; a writer waits for the lock instead of failing.
-  db.pragma('busy_timeout = 10000');
+  db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
   bringToLayout(db, path);
   return db;
 }
@@ -240,7 +244,7 @@ export function openDatabaseToRead(path: string, maxCopyBytes = MAX_READ_COPY_BY
   const file = openFile(path);
   let image: Buffer;
   try {
-    file.pragma('busy_timeout = 10000');
+    file.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
     refuseNewerLayout(file, path);
     if (layoutOf(file) === LAYOUT_VERSION) {
       file.pragma('query_only = ON');
@@ -471,8 +475,6 @@ function runner(db: Db): Database.Transaction<(fn: () => unknown) => unknown> {
   return run;
 }
 
-/** Whether an error is SQLite refusing for a lock another connection holds (SQLITE_BUSY and its extended codes). */
-export const isBusy = (error: unknown) => /^SQLITE_BUSY/.test((error as { code?: string }).code ?? '');
 
 /** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
 export function immediate<T>(db: Db, fn: () => T): T {

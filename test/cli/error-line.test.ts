@@ -28,6 +28,25 @@ describe('the line the CLI prints for an error', () => {
     expect(cliErrorLine(error)).toBe('database or disk is full: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint');
   });
 
+  it('says why the database is locked and that the command can be run again, where SQLite says only "database is locked"', () => {
+    // A real SQLITE_BUSY: another connection (a command frozen by Ctrl-Z inside its commit) holds the write lock.
+    const holder = new Database(db.path);
+    holder.exec('CREATE TABLE IF NOT EXISTS l (x TEXT); BEGIN IMMEDIATE');
+    const writer = new Database(db.path, { timeout: 0 });
+    let error: unknown;
+    try {
+      writer.prepare('INSERT INTO l VALUES (?)').run('x');
+    } catch (e) {
+      error = e;
+    } finally {
+      writer.close();
+      holder.exec('ROLLBACK');
+      holder.close();
+    }
+    expect((error as { code: string }).code).toBe('SQLITE_BUSY');
+    expect(cliErrorLine(error)).toBe('database is locked: another process held the write lock on the database (--db, STEPWISE_DB) for over 10 s (a stepwise command or worker stopped with Ctrl-Z or kill -STOP, a sqlite3 shell inside a transaction); a write that did not finish changed nothing: try again once that process goes on or ends');
+  });
+
   it('says what to do when the database cannot be written, and counts it as bad input (exit code 2)', () => {
     // A real SQLITE_READONLY: what a file, directory or mount the user may not write gives every command.
     const setup = new Database(db.path);
