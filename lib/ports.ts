@@ -139,8 +139,10 @@ export interface CheckpointStore {
   /**
    * Writes version 1 unless the run exists; says which. A state that already has step records (a fork
    * starts with its parent's first steps) gets them written as this run's own, before its head is visible.
+   * `meta.queue`: the first step's send, done by the create's transaction when it creates the run (given
+   * only to a store with `carriesQueueWork`).
    */
-  create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }>;
+  create(state: RunState, meta: WriteMeta & Pick<CheckpointWrite, 'queue'>): Promise<{ created: boolean; version: number; bytes: number }>;
   /**
    * The latest checkpoint with the pending decision and the step records after `afterStep` (all of them
    * by default), or undefined. Step records never change once written, so a caller that holds the first

@@ -79,7 +79,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return this.options.retentionMs ?? DEFAULT_RETENTION_MS;
   }
 
-  async create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }> {
+  async create(state: RunState, meta: WriteMeta & Pick<CheckpointWrite, 'queue'>): Promise<{ created: boolean; version: number; bytes: number }> {
+    if (meta.queue) throw new Error('the DynamoDB checkpoint store cannot carry queue work: send it to SQS');
     const { runId } = state;
     const head = encodeHead(state);
     const now = this.now;

@@ -6,6 +6,7 @@ import { checkBudget } from '../core/operate.ts';
 import { MAX_GOAL_BYTES, type Budget, type RunState } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
 import type { EngineDeps } from './deps.ts';
+import { sendAfterWrite, sendWithWrite } from './send-with-write.ts';
 
 export const RUN_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
@@ -47,7 +48,7 @@ export function validateRunId(runId: string): string {
 }
 
 /**
- * Creates a run (version 1) and enqueues its first step. Starting an existing run id changes nothing in
+ * Creates a run (version 1) and enqueues its first step (in the create's transaction on the local file). Starting an existing run id changes nothing in
  * the run; if it is running, it re-drives the message for its latest version: a no-op while that message
  * is live, and a way past the deduplication record if the message was consumed without a successor.
  */
@@ -63,7 +64,8 @@ export async function startRun(
   const state = initialState({
     runId, agent: deps.agent.name, goal, now: deps.clock.now(), ...(stepCap ? { stepCap } : {}), ...(budget ? { budget: checkBudget(budget) } : {}),
   });
-  const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion });
+  const first = { runId, version: 1 };
+  const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion, ...sendWithWrite(deps.store, first) });
   if (created.created) {
     deps.log.info({ event: 'checkpoint', runId, step: 0, version: 1, workerId: deps.workerId, bytes: created.bytes, status: 'running' }, 'run created');
   }
@@ -77,7 +79,7 @@ export async function startRun(
     }
     if (existing) unapplied = unappliedStartOptions(existing, { goal, ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}), ...(input.budget ? { budget: input.budget } : {}) });
   }
-  if (created.created) await deps.queue.send({ runId, version: created.version });
+  if (created.created) await sendAfterWrite(deps.store, deps.queue, first);
   else if (latest?.status === 'running') await deps.queue.redrive({ runId, version: latest.version });
   return { runId, created: created.created, version: latest?.version ?? created.version, ...(unapplied.length ? { unapplied } : {}) };
 }

@@ -105,9 +105,10 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return this.options.retentionMs ?? DEFAULT_RETENTION_MS;
   }
 
-  async create(state: RunState, meta: WriteMeta): Promise<{ created: boolean; version: number; bytes: number }> {
+  async create(state: RunState, meta: WriteMeta & Pick<CheckpointWrite, 'queue'>): Promise<{ created: boolean; version: number; bytes: number }> {
     const { encodeHead, encodeStep } = loaded ?? await encoders();
     const head = encodeHead(state);
+    if (meta.queue && !this.carriesQueueWork) throw new Error('this checkpoint store was not opened with the queue: it cannot carry queue work');
     return immediate(this.db, () => {
       const existing = this.latestVersion(state.runId);
       if (existing !== undefined) return { created: false, version: existing, bytes: 0 };
@@ -123,6 +124,9 @@ export class SqliteCheckpointStore implements CheckpointStore {
         bytes += Buffer.byteLength(text);
       }
       this.insertCheckpoint(runNo, state.runId, 1, state, head, bytes, meta, undefined, undefined, now);
+      // Its first message with it: a process killed after the create leaves no running run without one.
+      const send = meta.queue?.send;
+      if (send) enqueue((text) => this.sql(text), send.message, send.delayMs ?? 0, now);
       return { created: true, version: 1, bytes };
     });
   }

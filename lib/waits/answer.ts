@@ -5,6 +5,7 @@ import type { RunState, StepRecord } from '../core/state.ts';
 import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, resolveWait, timedOutDeadline, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
+import { sendAfterWrite, sendWithWrite } from '../engine/send-with-write.ts';
 
 /** What resuming a run needs: the engine's ports, nothing of the step loop. */
 export interface AnswerDeps {
@@ -37,8 +38,8 @@ export type AnswerOutcome =
  * Resumes a waiting run with an answer. Resuming is a checkpoint write like any other: the waiting step
  * gets the answer as its result, conditional on the waiting version, then the next step is enqueued. Two
  * answers racing (two approvers, an approval and the deadline, an event twice) cannot both win: the
- * loser's write is stale, and it reports what the winner did. A crash between the write and the enqueue
- * leaves a running run with no message, which the sweeper re-drives.
+ * loser's write is stale, and it reports what the winner did. On the local file the write carries the
+ * enqueue; elsewhere a crash between the two leaves a running run with no message, which the sweeper re-drives.
  */
 export async function answerWait(deps: AnswerDeps, input: { runId: string; waitId: string; answer: WaitAnswer }): Promise<AnswerOutcome> {
   const { runId, waitId } = input;
@@ -77,17 +78,18 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
     // A late answer changes nothing but moves the run on as its timer would have.
     const answer = late ? deadlineAnswer(wait) : input.answer;
     const resolved = resolveWait(state, answer, now, deps.workerId);
+    const message = { runId, version: stored.version + 1 };
     try {
       if (resolved.blob) await deps.blobs.put(resolved.blob.ref, resolved.blob.data);
       const written = await deps.store.commit({
         runId, expectedVersion: stored.version, state: resolved.state, appended: resolved.record,
-        workerId: deps.workerId, codeVersion: deps.codeVersion,
+        workerId: deps.workerId, codeVersion: deps.codeVersion, ...sendWithWrite(deps.store, message),
       });
       deps.log.info({
         event: 'checkpoint', runId, step: resolved.record.step, version: written.version, workerId: deps.workerId,
         bytes: written.bytes, status: 'running', tool: resolved.record.tool, waitId, answer: answer.kind,
       }, 'wait answered');
-      await deps.queue.send({ runId, version: written.version });
+      await sendAfterWrite(deps.store, deps.queue, message);
       if (late) return { outcome: 'expired', runId, waitId, deadline: wait.deadline };
       return { outcome: 'resumed', runId, waitId, version: written.version, answer };
     } catch (error) {

@@ -7,6 +7,7 @@ import { estimatedUsd } from '../budget.ts';
 import { RUN_ID_PATTERN, unappliedStartOptions, validateGoal, validateRunId, type StartOption } from '../start.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
+import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
 
 export interface ForkInput {
   /** The fork starts from the state after this step of its parent (0: from the goal alone). */
@@ -55,7 +56,8 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
   const over = state.budget && budgetReached(state.budget, state.usage, estimatedUsd(state, input.pricingModel));
   if (over) throw new InvalidInputError(`a fork of run ${parentId} from step ${step} would stop at once: ${over}; give it a budget above that with --budget-tokens or --budget-usd`);
   const forkedFrom = state.forkedFrom!;
-  const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion });
+  const first = { runId, version: 1 };
+  const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion, ...sendWithWrite(deps.store, first) });
   if (!created.created) {
     // Like a repeated start: the same fork again changes nothing, any other run of that id is refused.
     const existing = await deps.store.load(runId);
@@ -76,7 +78,7 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
     event: 'checkpoint', runId, step, version: created.version, workerId: deps.workerId, bytes: created.bytes, status: 'running',
     forkedFrom,
   }, 'run forked');
-  await deps.queue.send({ runId, version: created.version });
+  await sendAfterWrite(deps.store, deps.queue, first);
   return { runId, created: true, version: created.version, forkedFrom };
 }
 

@@ -4,6 +4,7 @@ import type { Budget, RunStatus } from '../../core/state.ts';
 import { estimatedUsd } from '../budget.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
+import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
 
 export interface RetryInput {
   /** The new step cap. A capped run without one gets half its cap again, at least 10 steps. */
@@ -25,8 +26,9 @@ export interface RetryResult {
 /**
  * Continues a failed, capped or over-budget run from its last checkpoint: a checkpoint fenced on the
  * version it read (two retries at once: one wins, the other finds the run running), then the message for
- * the new version. The new version was never sent, so a plain send is enough; if this process dies
- * between the two, the run is running with no message, which the sweep re-drives.
+ * the new version. The new version was never sent, so a plain send is enough: in the checkpoint's own
+ * transaction on the local file; elsewhere after it, and if this process dies between the two, the run is
+ * running with no message, which the sweep re-drives.
  */
 export async function retryRun(deps: OperateDeps, runId: string, input: RetryInput): Promise<RetryResult> {
   for (let attempt = 1; ; attempt++) {
@@ -37,9 +39,10 @@ export async function retryRun(deps: OperateDeps, runId: string, input: RetryInp
       ...(input.budget ? { budget: input.budget } : {}),
     }, estimatedUsd(state, input.pricingModel));
     let version: number;
+    const message = { runId, version: stored.version + 1 };
     try {
       const written = await deps.store.commit({
-        runId, expectedVersion: stored.version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion,
+        runId, expectedVersion: stored.version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion, ...sendWithWrite(deps.store, message),
       });
       version = written.version;
       deps.log.info({
@@ -51,7 +54,7 @@ export async function retryRun(deps: OperateDeps, runId: string, input: RetryInp
       if (error instanceof StaleVersionError && attempt < 3) continue;
       throw error;
     }
-    await deps.queue.send({ runId, version });
+    await sendAfterWrite(deps.store, deps.queue, message);
     return { runId, version, from: state.status, stepCap: next.stepCap, ...(next.budget ? { budget: next.budget } : {}) };
   }
 }
