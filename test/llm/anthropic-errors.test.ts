@@ -63,7 +63,7 @@ describe('Anthropic adapter errors', () => {
   it('a refusal that points at a tool by its place in the request names the tool', async () => {
     const names = toolSpecs(agent).map((t) => t.name);
     server.script(apiError(400, 'tools.1.custom.input_schema: JSON schema is invalid; tools.9 is not there', NOW));
-    const error = await modelWith().decide(request()).catch((e: unknown) => e as Error);
+    const error = await modelWith().decide(request()).then(() => new Error('no error'), (e: unknown) => e as Error);
     expect(error).toBeInstanceOf(PermanentError);
     expect(error.message).toContain(`400 invalid_request_error: tools.1 (tool ${names[1]}).custom.input_schema: JSON schema is invalid; tools.9 is not there`);
   });
