@@ -220,3 +220,15 @@ export interface EventTrigger {
   /** The goal of the run the event starts; return undefined to start none for this event. */
   goal(event: IncomingEvent): string | undefined;
 }
+
+/** How an earlier answer reads on a page or a command's line: "Already approved by ops@example.com at ...". */
+export function describeAnswer(record: StepRecord): string {
+  try {
+    const answer = JSON.parse(record.result.text) as { approval?: string; by?: string; at?: string; timedOut?: boolean; comment?: string };
+    if (answer.timedOut) return `Nobody answered in time: the run continued with "timed out" at ${answer.at}.`;
+    if (answer.approval) return `Already ${answer.approval} by ${answer.by} at ${answer.at}${answer.comment ? `, with the comment: ${answer.comment}` : ''}.`;
+  } catch {
+    // An excerpt: say less rather than guess.
+  }
+  return `Already answered, at step ${record.step}.`;
+}

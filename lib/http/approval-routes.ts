@@ -4,7 +4,8 @@ import { decodeState } from '../core/codec.ts';
 import { answerWait } from '../waits/answer.ts';
 import { MALFORMED_LINK, verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
 import type { HttpDeps } from './deps.ts';
-import { approvalPage, describeAnswer, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
+import { describeAnswer } from '../core/waits.ts';
+import { approvalPage, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
 import { readForm } from './read-form.ts';
 
 const decisionForm = z.object({

@@ -4,6 +4,7 @@ import type { HtmlEscapedString } from 'hono/utils/html';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord, WaitRecord } from '../core/state.ts';
+import { describeAnswer } from '../core/waits.ts';
 import type { AnswerOutcome } from '../waits/answer.ts';
 
 /**
@@ -55,18 +56,6 @@ ${recent.map((s) => html`<tr><td>${s.step}</td><td>${s.tool} <code>${excerpt(can
 
 export function messagePage(title: string, message: string, detail?: string): Page {
   return layout(title, html`<h1>${title}</h1><p class="outcome" id="outcome">${message}</p>${detail ? html`<pre>${detail}</pre>` : ''}`);
-}
-
-/** How an earlier answer reads on a page: "approved by ops@example.com at ...". */
-export function describeAnswer(record: StepRecord): string {
-  try {
-    const answer = JSON.parse(record.result.text) as { approval?: string; by?: string; at?: string; timedOut?: boolean; comment?: string };
-    if (answer.timedOut) return `Nobody answered in time: the run continued with "timed out" at ${answer.at}.`;
-    if (answer.approval) return `Already ${answer.approval} by ${answer.by} at ${answer.at}${answer.comment ? `, with the comment: ${answer.comment}` : ''}.`;
-  } catch {
-    // An excerpt: say less rather than guess.
-  }
-  return `Already answered, at step ${record.step}.`;
 }
 
 /**

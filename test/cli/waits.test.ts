@@ -68,6 +68,10 @@ describe('a run waiting for an event, from the terminal', () => {
       expect(stranger.out).toBe('');
       expect(stranger.err.trim()).toMatch(/^stepwise: refused: mallory@example\.com is not an approver of wait [0-9a-f-]{36}$/);
       expect(JSON.parse((await stepwiseCli(['status', 'ap-run', '--json'], ownEnv)).out)).toMatchObject({ status: 'waiting', version: 3 });
+      // Approved, then rejected: the second says who answered and how, where it said only "already answered".
+      expect((await stepwiseCli(['approve', 'ap-run'], ownEnv)).code).toBe(0);
+      const late = await stepwiseCli(['reject', 'ap-run'], ownEnv);
+      expect(late.out.trim()).toMatch(/^run ap-run: Already approved by ops@example\.com at \S+\. Nothing changed\.$/);
     } finally {
       own.cleanup();
     }

@@ -1,6 +1,7 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
+import { describeAnswer } from '../../core/waits.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { answerApproval, type AnswerOutcome } from '../../waits/answer.ts';
 import { checkEvent, emitEvent } from '../../waits/events.ts';
@@ -89,7 +90,7 @@ function cliDeps(backend: Awaited<ReturnType<typeof openBackend>>) {
 function describe(outcome: AnswerOutcome, decision: string): string {
   switch (outcome.outcome) {
     case 'resumed': return `run ${outcome.runId}: ${decision === 'approve' ? 'approved' : 'rejected'}; it continues at version ${outcome.version}`;
-    case 'already-answered': return `run ${outcome.runId}: this approval was already answered (step ${outcome.record.step}): nothing changed`;
+    case 'already-answered': return `run ${outcome.runId}: ${describeAnswer(outcome.record)} Nothing changed.`;
     case 'expired': return `run ${outcome.runId}: the approval expired at ${new Date(outcome.deadline).toISOString()}; the run continues with "timed out"`;
     case 'not-waiting': return outcome.current
       ? `run ${outcome.runId} waits for another answer now (wait ${outcome.current}), not for this approval`
