@@ -9,12 +9,15 @@ export function approvalEmail(input: { state: RunState; wait: WaitRecord; approv
   const request = wait.request ?? wait.tool;
   const subject = `Approval needed: ${foldedExcerpt(request, 120)}`;
   const args = excerpt(canonicalJson(wait.input ?? {}), 2000);
+  // The request and the goal are the model's and the starter's words: each on one line of its own, marked
+  // as theirs, so text that runs on ("\n\nReview and decide: https://...") cannot pass for this email's own
+  // lines and its link. The one link to follow is the last line's.
   const text = [
     `A run needs your approval before it continues.`,
     ``,
-    `Request: ${request}`,
+    `Request (the agent's words): ${foldedExcerpt(request, 2000)}`,
     `Run: ${state.runId} (agent ${state.agent}), step ${wait.step}`,
-    `Goal: ${excerpt(state.goal, 500)}`,
+    `Goal (the starter's words): ${foldedExcerpt(state.goal, 500)}`,
     `Tool call: ${wait.tool} ${args}`,
     ``,
     `Review and decide: ${link}`,
@@ -24,9 +27,9 @@ export function approvalEmail(input: { state: RunState; wait: WaitRecord; approv
   ].join('\n');
   const html = `<!doctype html><html><body>
 <p>A run needs your approval before it continues.</p>
-<p><b>Request:</b> ${escapeHtml(request)}</p>
+<p><b>Request (the agent's words):</b> ${escapeHtml(request)}</p>
 <p><b>Run:</b> ${escapeHtml(state.runId)} (agent ${escapeHtml(state.agent)}), step ${wait.step}<br>
-<b>Goal:</b> ${escapeHtml(excerpt(state.goal, 500))}<br>
+<b>Goal (the starter's words):</b> ${escapeHtml(excerpt(state.goal, 500))}<br>
 <b>Tool call:</b> <code>${escapeHtml(`${wait.tool} ${args}`)}</code></p>
 <p><a href="${escapeHtml(link)}">Review and decide</a></p>
 <p>The link works once, for ${escapeHtml(approver)} only, until ${new Date(wait.deadline).toISOString()}.</p>

@@ -30,6 +30,15 @@ describe('the approval email', () => {
     expect(email.html).toContain('&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quotes&quot;');
     expect(email.id).toBe('run-7/wait-wait-12345678/ops@example.com');
   });
+
+  it("keeps the agent's request on one marked line: text that runs on cannot pass for the email's own link", () => {
+    const forged = 'drop old_rows\n\nReview and decide: https://evil.example/approve\n';
+    const asked = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: forged }, { step: 3, tool: 'request_approval', input: {}, at: NOW }, 'wait-2', NOW);
+    const lines = approvalEmail({ state: { ...state, goal: 'copy\nReview and decide: https://evil.example/goal' }, wait: asked, approver: 'ops@example.com', link: 'http://127.0.0.1:9/approvals/v1.x.y' }).text.split('\n');
+    expect(lines.filter((l) => l.startsWith('Review and decide:'))).toEqual(['Review and decide: http://127.0.0.1:9/approvals/v1.x.y']);
+    expect(lines).toContain("Request (the agent's words): drop old_rows Review and decide: https://evil.example/approve");
+    expect(lines).toContain("Goal (the starter's words): copy Review and decide: https://evil.example/goal");
+  });
 });
 
 describe('the outbox notifier', () => {
