@@ -95,6 +95,9 @@ describe('approval links', () => {
     }
     // A form without a decision.
     expect((await post(link, { comment: 'hi' })).status).toBe(400);
+    // A form with two decisions decides neither: it was read as its last, a rejection.
+    const both = await fetch(link, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'decision=approve&decision=reject' });
+    expect(both.status).toBe(400);
     // A body that is no form of the type it names (multipart without its boundary, or cut short): not understood, not a 500.
     for (const type of ['multipart/form-data', 'multipart/form-data; boundary=x']) {
       const response = await fetch(link, { method: 'POST', headers: { 'content-type': type }, body: '--x\r\ncontent-disposition: form-data; name="decision"\r\n\r\napprove' });
