@@ -6,7 +6,7 @@ import { checkBudget } from '../core/operate.ts';
 import { MAX_GOAL_BYTES, type Budget, type RunState } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
 import type { EngineDeps } from './deps.ts';
-import { sendAfterWrite, sendWithWrite } from './send-with-write.ts';
+import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
 
 export const RUN_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 

@@ -5,7 +5,7 @@ import type { RunState, StepRecord } from '../core/state.ts';
 import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, resolveWait, timedOutDeadline, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
-import { sendAfterWrite, sendWithWrite } from '../engine/send-with-write.ts';
+import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
 
 /** What resuming a run needs: the engine's ports, nothing of the step loop. */
 export interface AnswerDeps {

@@ -7,7 +7,7 @@ import { estimatedUsd } from '../budget.ts';
 import { RUN_ID_PATTERN, unappliedStartOptions, validateGoal, validateRunId, type StartOption } from '../start.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
-import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
+import { sendAfterWrite, sendWithWrite } from '../../send-with-write.ts';
 
 export interface ForkInput {
   /** The fork starts from the state after this step of its parent (0: from the goal alone). */

@@ -4,7 +4,7 @@ import type { Budget, RunStatus } from '../../core/state.ts';
 import { estimatedUsd } from '../budget.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
-import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
+import { sendAfterWrite, sendWithWrite } from '../../send-with-write.ts';
 
 export interface RetryInput {
   /** The new step cap. A capped run without one gets half its cap again, at least 10 steps. */

@@ -1,4 +1,4 @@
-import type { CheckpointStore, QueueWork, RunMessage, RunQueue } from '../ports.ts';
+import type { CheckpointStore, QueueWork, RunMessage, RunQueue } from './ports.ts';
 
 /**
  * The message for the version a start, a fork, a retry or a wait's answer writes. Where the store holds
