@@ -30,9 +30,10 @@ export function runsPage(input: { runs: { summary: RunSummary & { cancelRequeste
 <table id="runs"><tr><th>run</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
 <td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
-<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? formatUsd(runCost(state, input.model).usd) : ''}</td>
+<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? `${state.stepsFrom ? '≈ ' : ''}${formatUsd(runCost(state, input.model).usd)}` : ''}</td>
 <td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
 </table>
+${input.runs.some((r) => r.state?.stepsFrom) ? html`<p id="approximate">≈: read from its recent steps, a long run's earlier steps are priced by the model that answered last; its own page prices every step by its model.</p>` : ''}
 ${input.older ? html`<p><a id="older" href="${input.older}">older runs</a></p>` : ''}`);
 }
 

@@ -44,7 +44,9 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       throw error;
     }
     const runs = await Promise.all(page.runs.map(async (summary) => {
-      const stored = await deps.store.load(summary.runId);
+      // The bounded read a resume makes: a run of thousands of steps read whole cost the page 50-170 ms
+      // each. Its cost then prices the condensed steps by the run's last model, marked as such (runsPage).
+      const stored = await deps.store.load(summary.runId, { recent: true });
       try {
         return { summary, ...(stored ? { state: decodeState(stored) } : {}) };
       } catch (error) {

@@ -1,0 +1,42 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { summariesDue } from '../../lib/core/condensed.ts';
+import { completeStep } from '../../lib/core/transitions.ts';
+import { META, recordFor, stateAfter } from '../support/states.ts';
+import { startHttpApp } from '../support/http-app.ts';
+
+let app: Awaited<ReturnType<typeof startHttpApp>>;
+beforeAll(async () => { app = await startHttpApp(); });
+afterAll(async () => { await app?.close(); });
+
+/**
+ * The inspector's list of runs read each run whole to show its head and cost: a page of runs of thousands
+ * of steps took seconds. It reads what a resume reads; the cost of a run past its first condensed block
+ * (after step 200) is then marked approximate.
+ */
+describe("the inspector's list of runs", () => {
+  it('reads each run as a resume does, and marks the cost of a run past its first condensed block as approximate', async () => {
+    const store = app.runtime.store;
+    const long = stateAfter('long-run', 230);
+    await store.create(long, META);
+    // One more step past 200: its checkpoint writes the first block's summary, which the bounded read takes in place of its records.
+    const record = recordFor('long-run', 231);
+    const next = completeStep(long, record, 9_000);
+    await store.commit({ runId: 'long-run', expectedVersion: 1, state: next, appended: record, summaries: summariesDue(next), ...META });
+    await store.create(stateAfter('short-run', 3), META);
+
+    const load = store.load.bind(store);
+    const reads: { runId: string; options: unknown }[] = [];
+    store.load = async (runId, options) => { reads.push({ runId, options }); return load(runId, options); };
+    try {
+      const page = await (await app.api('/inspect')).text();
+      // listRuns reads a live run's head and last record (afterStep) for what it needs; the page's own reads:
+      const whole = reads.filter((r) => ['long-run', 'short-run'].includes(r.runId) && !(r.options as { afterStep?: number } | undefined)?.afterStep);
+      expect(whole.map((r) => r.options)).toEqual([{ recent: true }, { recent: true }]);
+      expect(page).toMatch(/long-run<\/a>.*?<td>231<\/td>\n<td>[^<]*<\/td><td>≈ \$0\.0000<\/td>/s);
+      expect(page).toMatch(/short-run<\/a>.*?<td>3<\/td>\n<td>[^<]*<\/td><td>\$0\.0000<\/td>/s);
+      expect(page).toContain('<p id="approximate">≈:');
+    } finally {
+      store.load = load;
+    }
+  });
+});
