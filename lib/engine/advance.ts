@@ -233,15 +233,16 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     return commit(deps, base, recordFailure(state, error, now(), usageOnly(uncounted)));
   }
   const shaped = shapeResult(text, ok, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
-  return await commitOutput(deps, base, state, decision, shaped, { uncounted, countUsage: uncounted !== undefined });
+  return await commitOutput(deps, base, state, decision, shaped, uncounted);
 }
 
 /**
  * The step's record and checkpoint, with its output stored first when it is large. A store whose database
  * holds the blobs writes it in the checkpoint's transaction (CheckpointStore.carriesBlobs): a crash at C5
- * then leaves no blob at all, not even an orphan. `uncounted`: the usage a failed try counts.
+ * then leaves no blob at all, not even an orphan. `uncounted`: the model call's usage no commit has counted
+ * yet (none for a recorded decision an earlier try counted): the step counts it, or a failed try does.
  */
-async function commitOutput(deps: EngineDeps, base: Base, state: RunState, decision: Decision, shaped: ShapedResult, usage: { uncounted: Usage | undefined; countUsage: boolean }): Promise<Advance> {
+async function commitOutput(deps: EngineDeps, base: Base, state: RunState, decision: Decision, shaped: ShapedResult, uncounted: Usage | undefined): Promise<Advance> {
   const carried = shaped.blob && deps.store.carriesBlobs ? [shaped.blob] : undefined;
   if (shaped.blob) {
     if (!carried) {
@@ -251,7 +252,7 @@ async function commitOutput(deps: EngineDeps, base: Base, state: RunState, decis
         // Refused (no bucket, no access): a failed try that names the cause, where an escape would be
         // redelivered until the run failed as a crashing worker. An outage escapes, as a crash would.
         if (!(error instanceof BlobRefusedError)) throw error;
-        return commitFailure(deps, base, state, error, usageOnly(usage.uncounted));
+        return commitFailure(deps, base, state, error, usageOnly(uncounted));
       }
     }
     if (deps.probe) await deps.probe('C5', { runId: state.runId, step: decision.step });
@@ -259,7 +260,7 @@ async function commitOutput(deps: EngineDeps, base: Base, state: RunState, decis
   const record = stepRecordOf(decision, shaped.result, deps.workerId);
   // Awaited, not returned: an async function that returns a promise takes two more turns of the
   // microtask queue to settle with it, at every step.
-  return await commit(deps, base, completeStep(state, record, deps.clock.now(), { countUsage: usage.countUsage }), record, carried);
+  return await commit(deps, base, completeStep(state, record, deps.clock.now(), { countUsage: uncounted !== undefined }), record, carried);
 }
 
 /** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */
@@ -335,7 +336,7 @@ async function commitErrorStep(deps: EngineDeps, state: RunState, base: Base, st
   const model = answeringModel(deps, reply);
   if (model) call.model = model;
   const shaped = shapeResult(message, false, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
-  return commitOutput(deps, base, state, call, shaped, { uncounted: reply.usage, countUsage: true });
+  return commitOutput(deps, base, state, call, shaped, reply.usage);
 }
 
 /**
