@@ -22,6 +22,21 @@ async function writeSteps(runtime: ReturnType<typeof openLocalRuntime>, clock: M
   }
 }
 
+/**
+ * Another process on the file that does not wait for the lock: a batch that still held it would refuse its
+ * write. `write()` writes once (from a batch's callback); `writes()` counts them.
+ */
+function otherWriter(path: string): { write(): void; writes(): number; close(): void } {
+  const other = new Database(path);
+  other.pragma('busy_timeout = 0');
+  other.exec('CREATE TABLE other_writes (n INTEGER)');
+  return {
+    write: () => { other.prepare('INSERT INTO other_writes VALUES (1)').run(); },
+    writes: () => (other.prepare('SELECT count(*) AS n FROM other_writes').get() as { n: number }).n,
+    close: () => other.close(),
+  };
+}
+
 describe('retention, SQLite', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
@@ -49,10 +64,7 @@ describe('retention, SQLite', () => {
     db = tempDb();
     const clock = new ManualClock();
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
-    // Another process on the file, which does not wait for the lock: a batch that still held it would refuse its write.
-    const other = new Database(db.path);
-    other.pragma('busy_timeout = 0');
-    other.exec('CREATE TABLE other_writes (n INTEGER)');
+    const other = otherWriter(db.path);
     try {
       await writeSteps(runtime, clock, 25);
       clock.advance(15 * DAY);
@@ -61,12 +73,12 @@ describe('retention, SQLite', () => {
         batch: 10,
         onBatch: (deleted) => {
           batches.push(deleted);
-          other.prepare('INSERT INTO other_writes VALUES (?)').run(batches.length);
+          other.write();
         },
       });
       expect(pruned).toBe(25);
       expect(batches).toEqual([10, 10, 5]);
-      expect(other.prepare('SELECT count(*) AS n FROM other_writes').get()).toEqual({ n: 3 });
+      expect(other.writes()).toBe(3);
       expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([26]);
       // Every pruned version's record moved to the steps table with it.
       expect((await runtime.store.load('r'))?.steps).toHaveLength(25);
@@ -80,9 +92,7 @@ describe('retention, SQLite', () => {
     db = tempDb();
     const clock = new ManualClock();
     const runtime = openLocalRuntime({ dbPath: db.path, clock });
-    const other = new Database(db.path);
-    other.pragma('busy_timeout = 0');
-    other.exec('CREATE TABLE other_writes (n INTEGER)');
+    const other = otherWriter(db.path);
     try {
       const orphans = Array.from({ length: 25 }, (_, n) => Buffer.from(`orphan ${n}`));
       for (const data of orphans) await runtime.blobs.put(blobRef(data), data);
@@ -94,14 +104,14 @@ describe('retention, SQLite', () => {
         batch: 10,
         onBatch: (deleted) => {
           batches.push(deleted);
-          other.prepare('INSERT INTO other_writes VALUES (?)').run(batches.length);
+          other.write();
           // A step that writes this output again, after the mark and before its batch: its put renews it.
           if (batches.length === 1) void runtime.blobs.put(blobRef(last), last);
         },
       });
       expect(batches).toEqual([10, 10, 4]);
       expect(collected).toBe(24);
-      expect(other.prepare('SELECT count(*) AS n FROM other_writes').get()).toEqual({ n: 3 });
+      expect(other.writes()).toBe(3);
       expect(await runtime.blobs.get(blobRef(last))).toEqual(last);
     } finally {
       other.close();
