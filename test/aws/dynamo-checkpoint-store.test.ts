@@ -87,6 +87,10 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     await expect(store.commit({ ...write, blobs: [{ ref: 'sha256:x', data: Buffer.from('x') }] })).rejects.toThrow(/cannot carry queue work or blobs/);
     expect(await rawItems(runId)).toEqual(before);
     expect((await store.commit(write)).version).toBe(3);
+    // A start's create the same: its first message goes to SQS after it, so the create says so rather than drop it.
+    const fresh = 'refuses-create-run';
+    await expect(store.create(newState(fresh), { ...META, queue: { send: { message: { runId: fresh, version: 1 } } } })).rejects.toThrow(/cannot carry queue work: send it to SQS/);
+    expect(await store.load(fresh)).toBeUndefined();
   });
 
   it('keeps one head, one record per step and one history row per version; only history rows carry a TTL', async () => {

@@ -281,6 +281,8 @@ describe('local worker path: one transaction per step', () => {
       queue: { send: { message: { runId: 'run', version: 2 } } },
     })).rejects.toThrow(/cannot carry queue work/);
     expect((await w.runtime.store.load('run'))!.version).toBe(1);
+    await expect(alone.create(stateAfter('other-run', 0), { ...META, queue: { send: { message: { runId: 'other-run', version: 1 } } } })).rejects.toThrow(/cannot carry queue work/);
+    expect(await w.runtime.store.load('other-run')).toBeUndefined();
     w.runtime.close();
   });
 });
