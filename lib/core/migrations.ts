@@ -19,7 +19,12 @@ export const MIGRATIONS: Record<RecordKind, Record<number, Migration>> = {
   },
   step: {},
   decision: {},
-  wait: {},
+  wait: {
+    // Format 2 added the optional inlineLimit, the agent's, for the answer's result. A format-1 wait has none
+    // and its answer is shaped at the default as before; the number moved so that format-1 code, which
+    // cannot read the field, refuses such a wait instead of failing on it as an unknown field.
+    1: (wait) => wait,
+  },
   ledger: {},
   summary: {},
 };

@@ -96,6 +96,11 @@ export const waitRecordSchema = z.strictObject({
   request: z.string().optional(),
   /** event: what resumes it. */
   event: z.strictObject({ type: z.string(), key: z.string() }).optional(),
+  /**
+   * The agent's inlineLimit when it set one: the answer is shaped where it arrives (an API, an event
+   * handler, the CLI), which may not hold the agent, so the worker that began the wait records it.
+   */
+  inlineLimit: z.number().int().nonnegative().optional(),
 });
 export type WaitRecord = z.infer<typeof waitRecordSchema>;
 

@@ -69,12 +69,15 @@ export function isWaitRequest(value: unknown): value is WaitRequest {
   return value instanceof WaitRequest;
 }
 
-/** The wait record for a tool call that asked to wait. Throws InvalidInputError for a spec no wait can take. */
-export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, now: number): WaitRecord {
+/**
+ * The wait record for a tool call that asked to wait; `inlineLimit` is the agent's, when it set one.
+ * Throws InvalidInputError for a spec no wait can take.
+ */
+export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, now: number, inlineLimit?: number): WaitRecord {
   const base = {
     id, kind: spec.kind, step: decision.step, tool: decision.tool, input: decision.input,
     ...(decision.usage ? { usage: decision.usage } : {}), ...(decision.model ? { model: decision.model } : {}),
-    decidedAt: decision.at, startedAt: now,
+    decidedAt: decision.at, startedAt: now, ...(inlineLimit !== undefined ? { inlineLimit } : {}),
   };
   if (spec.kind === 'sleep') {
     const target = spec.until ?? (spec.forMs !== undefined ? now + spec.forMs : Number.NaN);
@@ -191,7 +194,10 @@ export function resolveWait(state: RunState, answer: WaitAnswer, now: number, wo
   if (state.status !== 'waiting' || !wait) throw new InvalidInputError(`run ${state.runId} is not waiting`);
   const { wait: _wait, ...rest } = state;
   const approval = answer.kind === 'approved' || answer.kind === 'rejected';
-  const shaped = shapeResult(answerText(wait, answer, now), answerOk(answer), approval ? APPROVAL_INLINE_LIMIT : undefined);
+  // An event's payload or a timeout is kept inline as the agent keeps a tool's output; an approval at least
+  // at its own limit, so its comment is never an excerpt.
+  const limit = approval ? Math.max(APPROVAL_INLINE_LIMIT, wait.inlineLimit ?? 0) : wait.inlineLimit;
+  const shaped = shapeResult(answerText(wait, answer, now), answerOk(answer), limit);
   // The record carries the usage of the call that chose it, for its cost and the state after it (show,
   // fork); the run counted it when the wait began, so completing the step does not count it again.
   const record: StepRecord = {

@@ -280,7 +280,7 @@ function usageOnly(usage: Usage | undefined): { usage?: Usage } {
 async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, decision: Decision, request: WaitRequest): Promise<Advance> {
   let wait: WaitRecord;
   try {
-    wait = waitRecordFor(request.spec, decision, randomUUID(), deps.clock.now());
+    wait = waitRecordFor(request.spec, decision, randomUUID(), deps.clock.now(), deps.agent.settings?.inlineLimit);
   } catch (error) {
     if (!(error instanceof InvalidInputError)) throw error;
     return commitErrorStep(deps, state, base, decision.step, decision, `cannot wait: ${error.message}`);

@@ -22,13 +22,13 @@ function waitingState() {
 }
 
 describe('record formats', () => {
-  it('versions every stored record kind; today\'s records are format 1 and are written as they always were', () => {
-    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 1, ledger: 1, summary: 1 });
+  it('versions every stored record kind; today\'s records of kinds at format 1 are written as they always were', () => {
+    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 2, ledger: 1, summary: 1 });
     const state = stateAfter('r', 1);
     // Format 1 is the absence of a version: the bytes of a record are the bytes today's code writes.
     expect(encodeStep(state.steps[0]!)).toBe('{"at":2001,"idempotencyKey":"r/step-1","input":{"batch":1},"result":{"bytes":11,"ok":true,"text":"wrote row 1"},"step":1,"tool":"write_row","workerId":"worker-test"}');
     expect(json(encodeDecision(decisionFor('r', 2))).formatVersion).toBeUndefined();
-    expect((json(encodeHead(waitingState())).wait as Record<string, unknown>).formatVersion).toBeUndefined();
+    expect((json(encodeHead(waitingState())).wait as Record<string, unknown>).formatVersion).toBe(2);
     // An explicit format 1 reads the same as none.
     const explicit = JSON.stringify({ ...json(encodeStep(state.steps[0]!)), formatVersion: 1 });
     expect(decodeState(stored({ head: encodeHead(state), steps: [explicit] })).steps).toEqual(state.steps);
@@ -49,7 +49,7 @@ describe('record formats', () => {
 
     const waiting = waitingState();
     const head = json(encodeHead(waiting));
-    const newerWait = JSON.stringify({ ...head, wait: { ...(head.wait as object), formatVersion: 2 } });
+    const newerWait = JSON.stringify({ ...head, wait: { ...(head.wait as object), formatVersion: 3 } });
     expect(() => decodeState(stored({ head: newerWait, steps: waiting.steps.map(encodeStep), status: 'waiting' }))).toThrow(NewerFormatError);
   });
 
@@ -108,6 +108,16 @@ describe('record formats', () => {
   it('head 1 -> 2: a head written before waits reads as it was', () => {
     expect(MIGRATIONS.head[1]!({ formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: 1, goal: 'g' });
     expect(migrateRecord('head', { formatVersion: 1, goal: 'g' })).toEqual({ formatVersion: RECORD_FORMATS.head, goal: 'g' });
+  });
+
+  it('wait 1 -> 2: a wait written before the agent\'s inlineLimit was recorded reads as it was, and its answer is shaped at the default', () => {
+    expect(MIGRATIONS.wait[1]!({ formatVersion: 1, id: 'wait-0001' })).toEqual({ formatVersion: 1, id: 'wait-0001' });
+    const waiting = waitingState();
+    const head = json(encodeHead(waiting));
+    const { formatVersion: _f, ...format1 } = head.wait as Record<string, unknown>;
+    const decoded = decodeState(stored({ head: JSON.stringify({ ...head, wait: format1 }), steps: waiting.steps.map(encodeStep), status: 'waiting' }));
+    expect(decoded.wait).toEqual(waiting.wait);
+    expect(decoded.wait!.inlineLimit).toBeUndefined();
   });
 
   it('head 2 -> 3: a head written before budgets and forks reads as it was', () => {

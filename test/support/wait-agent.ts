@@ -12,9 +12,10 @@ export const APPROVER = 'ops@example.com';
  * An agent that asks before its risky step: copy rows, request approval, then drop the old table only
  * if approved. Plus an event wait and a sleep, for the other kinds.
  */
-export function waitAgent(rows: FakeRows, dropped: string[]): AgentDefinition {
+export function waitAgent(rows: FakeRows, dropped: string[], settings?: AgentDefinition['settings']): AgentDefinition {
   return defineAgent({
     name: 'wait-agent',
+    ...(settings ? { settings } : {}),
     tools: [
       tool({
         name: 'write_row', description: 'Write one row.', input: z.object({ row: z.number().int().positive() }), sideEffect: true,

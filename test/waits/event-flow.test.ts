@@ -5,6 +5,7 @@ import { resolveWait } from '../../lib/core/waits.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
+import type { AgentDefinition } from '../../lib/agent.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { driveWait } from '../../lib/waits/drive.ts';
 import { emitEvent, eventAnswer, waitEventOf } from '../../lib/waits/events.ts';
@@ -19,9 +20,9 @@ afterEach(() => db?.cleanup());
 
 const waitFor = (key: string, timeoutSeconds = 300): ModelReply => ({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds } });
 
-function worker(clock: ManualClock, workerId: string, first: ModelReply) {
+function worker(clock: ManualClock, workerId: string, first: ModelReply, settings?: AgentDefinition['settings']) {
   const model = new OneWaitModel(first);
-  const proc = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId });
+  const proc = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), [], settings), model, clock, workerId });
   const events = new SqliteEventBuffer(proc.runtime.db, { clock });
   const deps: EngineDeps = { ...proc.deps, waits: { events } };
   const emit = (key: string, id: string, payload: unknown = { amount: 12 }) =>
@@ -112,6 +113,35 @@ describe('a run that waits for an event (SQLite)', () => {
     expect(again.fresh).toBe(false);
     expect(again.resumed).toEqual([]);
     w.runtime.close();
+  });
+
+  it('an event\'s answer is kept inline up to the agent\'s inlineLimit, though the process it arrives at holds no agent', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const payload = { rows: 'x'.repeat(8000) };
+    // The agent keeps 16 KB inline; the emit below (like the CLI's or another agent's handler) knows none of it.
+    const roomy = worker(clock, 'worker-A', waitFor('order-9'), { inlineLimit: 16_384 });
+    await start(roomy.deps);
+    await workVisible(roomy.deps, roomy.runtime);
+    expect(decodeState((await roomy.runtime.store.load('run'))!).wait).toMatchObject({ inlineLimit: 16_384 });
+    expect((await roomy.emit('order-9', 'evt-9', payload)).resumed).toMatchObject([{ outcome: 'resumed' }]);
+    const kept = decodeState((await roomy.runtime.store.load('run'))!).steps[0]!.result;
+    expect(kept.ref).toBeUndefined();
+    expect(kept.text).toContain(payload.rows);
+    roomy.runtime.close();
+    db.cleanup();
+
+    // An agent that set none: the same answer goes to the blob store at the default 4 KB, its excerpt inline.
+    db = tempDb();
+    const plain = worker(clock, 'worker-A', waitFor('order-9'));
+    await start(plain.deps);
+    await workVisible(plain.deps, plain.runtime);
+    expect(decodeState((await plain.runtime.store.load('run'))!).wait!.inlineLimit).toBeUndefined();
+    await plain.emit('order-9', 'evt-9', payload);
+    const stored = decodeState((await plain.runtime.store.load('run'))!).steps[0]!.result;
+    expect(stored.ref).toBeDefined();
+    expect(stored.text.length).toBeLessThan(payload.rows.length);
+    plain.runtime.close();
   });
 
   it('an event that arrives before its wait begins is matched when the wait begins', async () => {
