@@ -68,6 +68,7 @@ export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Mode
   return {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION,
-    log: createLogger(), waits: runtime.waits,
+    // Every line names the agent, as on Lambda: one file or stack serves several agents' workers.
+    log: createLogger({ agent: agent.name }), waits: runtime.waits,
   };
 }

@@ -59,7 +59,7 @@ export async function openLocalEngine(given: AgentDefinition, options: LocalEngi
   const deps: EngineDeps = {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId: options.workerId ?? processWorkerId(), codeVersion: CODE_VERSION,
-    log: options.log ?? createLogger(), waits: localWaitServices(runtime, dbPath),
+    log: options.log ?? createLogger({ agent: agent.name }), waits: localWaitServices(runtime, dbPath),
   };
   return {
     deps, runtime, modelLabel: label,

@@ -43,6 +43,10 @@ describe('a worker that is ready', () => {
       expect(code).toBe(0);
       const events = err.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
       expect(events.find((e) => e.event === 'worker-ready')).toMatchObject({ level: 'info', workerId, agent: 'process-rows', model, msg: 'worker ready' });
+      // Every line of the worker names its agent, as on Lambda: several agents' workers share a file.
+      const checkpoints = events.filter((e) => e.event === 'checkpoint');
+      expect(checkpoints.length).toBeGreaterThan(0);
+      for (const line of checkpoints) expect(line).toMatchObject({ agent: 'process-rows', runId: 'ready-1' });
       // The ready event comes before the worker's first checkpoint.
       expect(events.findIndex((e) => e.event === 'worker-ready')).toBeLessThan(events.findIndex((e) => e.event === 'checkpoint'));
       // And its pair, last, for a supervisor that reads the logs.

@@ -39,7 +39,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   if (!backend.waits.signingKey) throw new InvalidInputError(`no approval signing key is configured: on the AWS backend set ${SIGNING_KEY_SECRET_ENV} (a Secrets Manager secret) or ${SIGNING_KEY_FILE_ENV} (a file)`);
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
-    codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api' }), agent, signingKey: backend.waits.signingKey,
+    codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, signingKey: backend.waits.signingKey,
     events: backend.waits.events, apiToken,
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',

@@ -24,7 +24,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
     assertQueueTakesAgent(runtime, agent, 'start');
     const id = workerId();
     const started = await startRun(
-      { store: runtime.store, queue: runtime.queue, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION, log: createLogger() },
+      { store: runtime.store, queue: runtime.queue, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION, log: createLogger({ agent: agent.name }) },
       { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) },
     );
     if (started.created) {

@@ -48,13 +48,13 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
     const renamed = others.length === 1 ? `"${others[0]!.agent}"` : 'one of them';
     const former = others.length === 1 ? `["${others[0]!.agent}"]` : '[...]';
     deps.log.warn(
-      { event: 'other-agents-waiting', workerId: id, agent: agent.name, waiting: others },
+      { event: 'other-agents-waiting', workerId: id, waiting: others },
       `${count} queued message${count === 1 ? ' belongs' : 's belong'} to other agents (${list}); this worker (agent "${agent.name}") leaves them for their workers. If ${renamed} was renamed to "${agent.name}", add formerNames: ${former} to its defineAgent`,
     );
   }
   // The ready line is a stable, documented form (README): supervisors and scripts wait for it.
   out(`worker ${id} ready: agent ${agent.name}, model ${label}`);
-  deps.log.info({ event: 'worker-ready', workerId: id, agent: agent.name, model: label, backend: runtime.kind, concurrency: options.concurrency ?? 1 }, 'worker ready');
+  deps.log.info({ event: 'worker-ready', workerId: id, model: label, backend: runtime.kind, concurrency: options.concurrency ?? 1 }, 'worker ready');
   try {
     await runWorker(deps, consumer, {
       signal: stop.signal,
@@ -74,7 +74,7 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
     });
     out(`worker ${id} stopped`);
     // The ready line's pair, for a supervisor reading the JSON logs.
-    deps.log.info({ event: 'worker-stopped', workerId: id, agent: agent.name, backend: runtime.kind }, 'worker stopped');
+    deps.log.info({ event: 'worker-stopped', workerId: id, backend: runtime.kind }, 'worker stopped');
     return 0;
   } finally {
     process.off('SIGINT', onSignal);
