@@ -87,6 +87,12 @@ export interface CheckpointInfo {
   at: number;
 }
 
+/** A page of a run's timeline, read newest first: versions below `before` (all when absent), at most `limit`. */
+export interface HistoryPage {
+  before?: number;
+  limit?: number;
+}
+
 export interface RunSummary {
   runId: string;
   version: number;
@@ -175,8 +181,11 @@ export interface CheckpointStore {
   requestCancel(runId: string, expectedVersion: number, request: string): Promise<void>;
   /** Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. */
   markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
-  /** The retained checkpoint timeline, oldest first. */
-  history(runId: string): Promise<CheckpointInfo[]>;
+  /**
+   * The retained checkpoint timeline, oldest first: all of it, or with `page` the newest `limit`
+   * checkpoints below version `before`, so a run of thousands of steps is read a page at a time.
+   */
+  history(runId: string, page?: HistoryPage): Promise<CheckpointInfo[]>;
   /** Runs waiting now for an event of this type and correlation key (from the wait in their head). */
   waitingFor(type: string, key: string): Promise<OpenWait[]>;
   /**

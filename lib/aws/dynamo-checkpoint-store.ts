@@ -11,7 +11,7 @@ import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { byListOrder, isAfter } from '../core/run-order.ts';
 import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
-  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
+  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { DEFAULT_RETENTION_DAYS } from '../settings.ts';
@@ -409,18 +409,36 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return { version, bytes: 0 };
   }
 
-  async history(runId: string): Promise<CheckpointInfo[]> {
-    const items = await this.between(runId, HISTORY_START, HEAD_SK);
-    const head = items.find((item) => item[SK] === HEAD_SK);
+  async history(runId: string, page: HistoryPage = {}): Promise<CheckpointInfo[]> {
+    const [head] = await this.between(runId, HEAD_SK, HEAD_SK);
     if (!head) return [];
+    // The latest checkpoint comes from the head, which never expires; the rows below it newest first.
     const latest = Number(head.version);
+    const before = Math.min(page.before ?? latest + 1, latest + 1);
+    const limit = page.limit ?? Number.POSITIVE_INFINITY;
+    const rows = before > latest && limit > 0 ? [checkpointInfo(runId, head, Number(head.updatedAt))] : [];
     const nowSeconds = this.now / 1000;
-    // TTL deletes expired rows within a day or two; until then they are filtered here, so the retention
-    // window is exact. The latest checkpoint comes from the head, which never expires.
-    const rows = items
-      .filter((item) => isCheckpointSk(String(item[SK])) && Number(item.version) < latest && Number(item[TTL_ATTRIBUTE]) > nowSeconds)
-      .map((item) => checkpointInfo(runId, item, Number(item.at)));
-    rows.push(checkpointInfo(runId, head, Number(head.updatedAt)));
+    let start: Record<string, unknown> | undefined;
+    while (rows.length < limit && before > 1) {
+      const result = await this.options.doc.send(new QueryCommand({
+        TableName: this.table, ConsistentRead: true, ScanIndexForward: false,
+        KeyConditionExpression: '#pk = :pk AND #sk BETWEEN :from AND :to',
+        ExpressionAttributeNames: { '#pk': PK, '#sk': SK },
+        ExpressionAttributeValues: { ':pk': runPk(runId), ':from': HISTORY_START, ':to': checkpointSk(before - 1) },
+        // A few more than the page needs: TTL deletes expired rows within a day or two, and until then
+        // they are read and skipped here, so the retention window is exact.
+        ...(Number.isFinite(limit) ? { Limit: Math.min(limit - rows.length + 16, 1000) } : {}),
+        ...(start ? { ExclusiveStartKey: start } : {}),
+      }));
+      for (const item of result.Items ?? []) {
+        if (rows.length >= limit) break;
+        if (isCheckpointSk(String(item[SK])) && Number(item.version) < latest && Number(item[TTL_ATTRIBUTE]) > nowSeconds) {
+          rows.push(checkpointInfo(runId, item, Number(item.at)));
+        }
+      }
+      start = result.LastEvaluatedKey;
+      if (!start) break;
+    }
     return rows.sort((a, b) => a.version - b.version);
   }
 

@@ -15,8 +15,9 @@ import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
+import { historyPage } from '../engine/operate/history.ts';
 import { listRunsPage } from '../engine/operate/list.ts';
-import { pageQuery } from './page-query.ts';
+import { MAX_PAGE, pageQuery } from './page-query.ts';
 
 const budgetBody = budgetSchema.strict();
 
@@ -117,11 +118,14 @@ export function apiRoutes(deps: HttpDeps): Hono {
     return c.json({ run: runView(decodeState(stored), stored.version, stored.cancelRequested) });
   });
 
-  app.get('/runs/:runId/history', async (c) => {
+  app.get('/runs/:runId/history', zValidator('query', pageQuery, invalid), async (c) => {
     const runId = c.req.param('runId');
-    const checkpoints = await deps.store.history(runId);
-    if (!checkpoints.length) return c.json({ error: `unknown run: ${runId}` }, 404);
-    return c.json({ runId, checkpoints });
+    const query = c.req.valid('query');
+    // The newest page first: a run of thousands of steps was one answer of megabytes, past what a Lambda
+    // may return (6 MB); `next` pages back in time.
+    const page = await historyPage(deps.store, runId, { limit: query.limit ?? MAX_PAGE, ...(query.cursor ? { cursor: query.cursor } : {}) });
+    if (!page.checkpoints.length && !(await deps.store.load(runId))) return c.json({ error: `unknown run: ${runId}` }, 404);
+    return c.json({ runId, ...page });
   });
 
   // Operating runs (lib/engine/operate): the state after a step, fork, retry, cancel.

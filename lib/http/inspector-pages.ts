@@ -38,9 +38,19 @@ ${input.older ? html`<p><a id="older" href="${input.older}">older runs</a></p>` 
 }
 
 /** `cancelRequested`: a cancel asked for and not yet applied (the run is running until a worker applies it). */
-export function runPage(input: { state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string }) {
+/** How many checkpoints a run's page shows at a time, the newest first (`older` links to the next). */
+export const RUN_PAGE_CHECKPOINTS = 200;
+
+export function runPage(input: {
+  state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string;
+  /** Links to the page of older checkpoints and back to the newest, when there are such pages. */
+  pages?: { older?: string; newest?: string };
+}) {
   const { state, history, model } = input;
   const byStep = new Map(state.steps.map((s) => [s.step, s]));
+  // The chart covers the steps of the checkpoints shown, as the timeline does.
+  const shown = new Set(history.map((h) => h.step));
+  const pages = input.pages ?? {};
   const base = `/inspect/runs/${encodeURIComponent(state.runId)}`;
   const cost = runCost(state, model);
   return layout(`Run ${state.runId}`, html`
@@ -53,8 +63,9 @@ ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>`
 ${state.wait ? waitPanel(state, base, input.now) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}
 <h2>Tokens and cost per step</h2>
-${raw(chart(state.steps, model))}
+${raw(chart(state.steps.filter((s) => shown.has(s.step)), model))}
 <h2>Timeline</h2>
+${pages.newest || pages.older ? html`<p class="pages">checkpoints ${history[0]?.version ?? ''}-${history.at(-1)?.version ?? ''} of ${input.version}${pages.newest ? html` · <a id="newest" href="${pages.newest}">newest</a>` : ''}${pages.older ? html` · <a id="older" href="${pages.older}">older checkpoints</a>` : ''}</p>` : ''}
 <table id="timeline"><tr><th>version</th><th>step</th><th>status</th><th>tool</th><th>arguments</th><th>result</th><th>worker</th><th>bytes</th><th>tokens</th><th>cost</th><th>time</th></tr>
 ${history.map((h) => {
     const record = h.tool ? byStep.get(h.step) : undefined;

@@ -20,6 +20,8 @@ export const LAYOUT_VERSION = 1;
 
 /** A run's checkpoint keys are its number times this, plus the version: 2^32 versions a run. */
 const RUN_KEYS = 4294967296;
+/** One past the highest version a run's key range holds. */
+export const MAX_VERSIONS = RUN_KEYS;
 
 /**
  * The checkpoints table. Its key is one integer, the run's number (runs.run_no) times 2^32 plus the

@@ -6,11 +6,11 @@ import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
 import { isTerminal, type RunStatus } from '../core/statuses.ts';
 import type {
-  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, Delivery, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
+  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, Delivery, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, type Db } from './database.ts';
+import { MAX_VERSIONS, checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, type Db } from './database.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible, type HeldRow } from './sqlite-queue.ts';
 
@@ -328,11 +328,12 @@ export class SqliteCheckpointStore implements CheckpointStore {
     });
   }
 
-  async history(runId: string): Promise<CheckpointInfo[]> {
+  async history(runId: string, page: HistoryPage = {}): Promise<CheckpointInfo[]> {
+    // Newest first down the run's key range from `before`, so a page reads its rows and no more; LIMIT -1 is all.
     const rows = this.sql(
-      `SELECT c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.created_at FROM ${ROWS_OF_RUN} ORDER BY c.id`,
-    ).all(runId) as { run_id: string; version: number; step: number; status: RunStatus; tool: string | null; idempotency_key: string | null; worker_id: string; code_version: string; bytes: number; created_at: number }[];
-    return rows.map((r) => ({
+      `SELECT c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.created_at FROM ${ROWS_OF_RUN} AND c.id < ${checkpointKey('r.run_no', '?')} ORDER BY c.id DESC LIMIT ?`,
+    ).all(runId, Math.min(page.before ?? MAX_VERSIONS, MAX_VERSIONS), page.limit ?? -1) as { run_id: string; version: number; step: number; status: RunStatus; tool: string | null; idempotency_key: string | null; worker_id: string; code_version: string; bytes: number; created_at: number }[];
+    return rows.reverse().map((r) => ({
       runId: r.run_id, version: r.version, step: r.step, status: r.status,
       ...(r.tool ? { tool: r.tool } : {}), ...(r.idempotency_key ? { idempotencyKey: r.idempotency_key } : {}),
       workerId: r.worker_id, codeVersion: r.code_version, bytes: r.bytes, at: r.created_at,

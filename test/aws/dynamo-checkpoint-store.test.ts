@@ -130,6 +130,9 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     expect((await clocked.history(runId)).map((h) => h.version)).toEqual([1, 2, 3, 4]);
     now += 60_001 - 2000; // versions 1 and 2 are past the window, 3 is not, 4 is the latest
     expect((await clocked.history(runId)).map((h) => h.version)).toEqual([3, 4]);
+    // A page skips the expired rows it reads rather than counting them: below 4 only 3 is left.
+    expect((await clocked.history(runId, { before: 4, limit: 2 })).map((h) => h.version)).toEqual([3]);
+    expect((await clocked.history(runId, { before: 3, limit: 1 })).map((h) => h.version)).toEqual([]);
     now += 10 * 60_000; // every history row has expired, including the latest's own row
     const history = await clocked.history(runId);
     expect(history.map((h) => h.version)).toEqual([4]);

@@ -238,6 +238,21 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       for (const h of history) expect(h.bytes).toBeGreaterThan(0);
     });
 
+    it('reads the history a page at a time: the newest `limit` below `before`, oldest first, the pages adding up to the whole', async () => {
+      const { runId } = await runWithSteps('history-pages', 6);
+      const whole = await s().history(runId);
+      expect(whole.map((h) => h.version)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+      expect((await s().history(runId, { limit: 3 })).map((h) => h.version)).toEqual([5, 6, 7]);
+      expect((await s().history(runId, { before: 5, limit: 3 })).map((h) => h.version)).toEqual([2, 3, 4]);
+      expect((await s().history(runId, { before: 2, limit: 3 })).map((h) => h.version)).toEqual([1]);
+      expect(await s().history(runId, { before: 1, limit: 3 })).toEqual([]);
+      // Past the latest is from the latest; no limit is the rest; a page's rows are the whole's.
+      expect((await s().history(runId, { before: 99, limit: 2 })).map((h) => h.version)).toEqual([6, 7]);
+      expect(await s().history(runId, { before: 4 })).toEqual(whole.slice(0, 3));
+      expect(await s().history(runId, { limit: 7 })).toEqual(whole);
+      expect(await s().history(uniqueRunId('history-none'), { limit: 3 })).toEqual([]);
+    });
+
     it('writes the same number of bytes per step at step 1 and at step 40', async () => {
       const { runId } = await runWithSteps('growth', 40);
       const history = await s().history(runId);

@@ -4,6 +4,7 @@ import { decodeState } from '../../lib/core/codec.ts';
 import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
 import { workVisible } from '../support/queue-work.ts';
+import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 import { APPROVER } from '../support/wait-agent.ts';
 
 let app: Awaited<ReturnType<typeof startHttpApp>>;
@@ -107,6 +108,53 @@ describe('the JSON API', () => {
     expect((await app.api('/runs/nope/history')).status).toBe(404);
     expect((await app.api('/runs?status=bogus')).status).toBe(400);
     expect((await json(await app.api('/runs?status=running'))).body.runs.map((r: { runId: string }) => r.runId)).toEqual(['api-1']);
+  });
+
+  it('pages a run\'s history back in time with the next cursor: every checkpoint once, oldest first; a bad cursor is a 400', async () => {
+    await app.runtime.store.create(newState('api-long'), META);
+    for (let n = 1; n <= 6; n++) await app.runtime.store.commit({ runId: 'api-long', expectedVersion: n, state: stateAfter('api-long', n), appended: recordFor('api-long', n), ...META });
+    const whole = (await json(await app.api('/runs/api-long/history'))).body;
+    expect(whole.checkpoints.map((h: { version: number }) => h.version)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    expect(whole.next).toBeUndefined();
+    const pages: number[][] = [];
+    let next: string | undefined;
+    do {
+      const page = (await json(await app.api(`/runs/api-long/history?limit=3${next ? `&cursor=${next}` : ''}`))).body as { checkpoints: { version: number }[]; next?: string };
+      pages.push(page.checkpoints.map((h) => h.version));
+      next = page.next;
+    } while (next);
+    expect(pages).toEqual([[5, 6, 7], [2, 3, 4], [1]]);
+    for (const cursor of ['garbage', '0', '1e1', '-3']) {
+      const bad = await json(await app.api(`/runs/api-long/history?cursor=${cursor}`));
+      expect(bad.status, cursor).toBe(400);
+      expect(bad.body.error).toMatch(/^invalid cursor/);
+    }
+    expect((await app.api('/runs/api-long/history?limit=0')).status).toBe(400);
+    // Below the first version an existing run's page is empty, not an unknown run.
+    expect(await json(await app.api('/runs/api-long/history?cursor=1'))).toEqual({ status: 200, body: { runId: 'api-long', checkpoints: [] } });
+    expect((await app.api('/runs/nope/history?cursor=4')).status).toBe(404);
+
+    // The inspector's run page, through its "older checkpoints" link: each checkpoint's row once.
+    const rows: number[] = [];
+    let href: string | undefined = '/inspect/runs/api-long?limit=3';
+    let first = '';
+    for (let n = 0; href && n < 10; n++) {
+      const html = await (await app.api(href)).text();
+      if (!n) first = html;
+      rows.push(...[...html.matchAll(/<tr class="checkpoint" data-version="(\d+)">/g)].map((m) => Number(m[1])));
+      href = /<a id="older" href="([^"]+)">older checkpoints<\/a>/.exec(html)?.[1]?.replaceAll('&amp;', '&');
+    }
+    expect(rows).toEqual([5, 6, 7, 2, 3, 4, 1]);
+    expect(first).toContain('checkpoints 5-7 of 7');
+    expect(first).not.toContain('id="newest"');
+    // The chart shows the page's steps only: steps 4-6 on the first page.
+    expect([...first.matchAll(/<title>step (\d+)/g)].map((m) => Number(m[1]))).toEqual([4, 5, 6]);
+    const older = await (await app.api('/inspect/runs/api-long?cursor=2&limit=3')).text();
+    expect(older).toContain('<a id="newest" href="/inspect/runs/api-long">newest</a>');
+    expect((await app.api('/inspect/runs/api-long?cursor=garbage')).status).toBe(400);
+    expect((await app.api('/inspect/runs/api-long?limit=0')).status).toBe(400);
+    // A run of one page shows no paging line.
+    expect(await (await app.api('/inspect/runs/api-1')).text()).not.toContain('class="pages"');
   });
 
   it('lists what is waiting and takes an authenticated answer from a program', async () => {
