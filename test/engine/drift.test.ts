@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
+import { RECORD_FORMATS } from '../../lib/core/state.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { LocalRuntime } from '../../lib/local/runtime.ts';
 import { FixtureModel, fixtureAgent } from '../fixtures/formats/fixture-agent.ts';
@@ -153,7 +154,7 @@ describe('code drift under a paused run', () => {
     const { deps, runtime } = workerProcess({ dbPath: db.path, agent: fixtureAgent(), model: new FixtureModel(), clock, workerId: 'B' });
     const { version, head } = runtime.db.prepare("SELECT c.version, c.head FROM checkpoints c WHERE c.run_id = 'waiting-1' ORDER BY c.version DESC LIMIT 1").get() as { version: number; head: string };
     const parsed = JSON.parse(head) as { wait: Record<string, unknown> };
-    runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'waiting-1' AND version = ?").run(JSON.stringify({ ...parsed, wait: { ...parsed.wait, formatVersion: 2 } }), version);
+    runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'waiting-1' AND version = ?").run(JSON.stringify({ ...parsed, wait: { ...parsed.wait, formatVersion: RECORD_FORMATS.wait + 1 } }), version);
     const before = dump(runtime);
     const queued = runtime.db.prepare('SELECT count(*) AS n FROM queue').get();
     const handled = await handleDelivery(deps, { body: JSON.stringify({ runId: 'waiting-1', version }), receiveCount: 1 });
