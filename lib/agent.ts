@@ -40,6 +40,13 @@ export interface ToolContext {
    * is no longer renewed, so the step's next try can take the key when its lease ends.
    */
   readonly signal: AbortSignal;
+  /**
+   * The whole of an output this run stored by reference (a step result's `ref`, which the prompt shows
+   * after a large output's excerpt), read from the blob store: what the `readOutput` tool pages through.
+   * A ToolError, an answer for the model, for a ref that is not one of the run's outputs the worker holds
+   * (its latest 200 steps or more), or that the store no longer has.
+   */
+  readOutput(ref: string): Promise<string>;
 }
 
 export interface ToolDefinition<I = any> {

@@ -26,6 +26,8 @@ export type { EngineDeps } from './engine/deps.ts';
 // What EngineDeps and runWorker take, for a program that wraps or brings its own queue, clock or model.
 export type { Clock, Delivery, Model, ModelReply, ModelRequest, RunMessage, RunQueue, RunQueueConsumer } from './ports.ts';
 export { requestApproval, sleepUntil, waitForEvent } from './waits/tools.ts';
+export { readOutput } from './tools/read-output.ts';
+export type { ReadOutputToolOptions } from './tools/read-output.ts';
 export type { ApprovalToolOptions, EventToolOptions, SleepToolOptions } from './waits/tools.ts';
 export type { EventTrigger, IncomingEvent, WaitAnswer } from './core/waits.ts';
 export type { AnswerOutcome } from './waits/answer.ts';

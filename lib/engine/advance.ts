@@ -203,7 +203,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   try {
     // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
     const time = new ToolTime(tool, deps.signal);
-    const context = toolContext(deps, runId, n, state.failures + tries, decision, time);
+    const context = toolContext(deps, state, n, state.failures + tries, decision, time);
     const ran = time.run(() => tool.run(input, context));
     output = ran instanceof Promise ? await ran : ran;
   } catch (error) {
@@ -288,7 +288,8 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
   return commit(deps, base, beginWait(state, wait, deps.clock.now()));
 }
 
-function toolContext(deps: EngineDeps, runId: string, step: number, attempt: number, decision: Decision, time: ToolTime): ToolContext {
+function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: number, decision: Decision, time: ToolTime): ToolContext {
+  const { runId } = state;
   const key = decision.idempotencyKey ?? idempotencyKey(runId, step);
   // One effect per key. A second once after the first was applied got the first's result, its own effect
   // never run; one while the first still ran (nested, or not awaited) found the key held and was handed
@@ -314,7 +315,21 @@ function toolContext(deps: EngineDeps, runId: string, step: number, attempt: num
       }
     },
     get signal() { return time.signal; },
+    readOutput: (ref) => readRunOutput(deps, state, ref),
   };
+}
+
+/**
+ * An output of this run by its ref. Only the run's own: a ref is a content hash, but one pasted into a
+ * goal or another run's output must not read what this run never produced.
+ */
+async function readRunOutput(deps: EngineDeps, state: RunState, ref: string): Promise<string> {
+  if (!state.steps.some((s) => s.result.ref === ref)) {
+    throw new ToolError(`${JSON.stringify(ref.slice(0, 100))} is not the ref of an output of this run's steps ${(state.stepsFrom ?? 0) + 1}-${state.step}: give the ref shown after an output's excerpt ("stored as sha256:...")`);
+  }
+  const data = await deps.blobs.get(ref);
+  if (!data) throw new ToolError(`the output ${ref} is no longer in the blob store (removed by retention); its excerpt is all that is left`);
+  return data.toString('utf8');
 }
 
 /** The tool's own bug, the same on every try: its run fails at once, saying what to do instead. */
