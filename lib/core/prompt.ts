@@ -46,10 +46,16 @@ const [STEPS_TO_RESULT, AFTER_RESULT] = splitOnce(AFTER_STEPS_TEMPLATE, '{{last_
 export function renderStepPrompt(state: Pick<RunState, 'goal' | 'steps' | 'retryNote' | 'stepsFrom' | 'condensed'>): PromptBlock[] {
   const head = BEFORE_GOAL + neutraliseTags(state.goal) + GOAL_TO_STEPS;
   const blocks: PromptBlock[] = [{ text: head }];
-  if (state.steps.length) completedStepBlocks(state, blocks);
-  else blocks.push({ text: NO_STEPS_YET });
-  // A block of its own, not the shared one of its step (stepBlock): only this prompt marks it.
-  blocks[blocks.length - 1] = { text: blocks[blocks.length - 1]!.text, cache: true };
+  if (state.steps.length) {
+    completedStepBlocks(state, blocks);
+    // A block of its own, not the shared one of its step (stepBlock): only this prompt marks it.
+    blocks[blocks.length - 1] = { text: blocks[blocks.length - 1]!.text, cache: true };
+  } else {
+    // The first prompt marks its head, not "(none yet)", which no later prompt has: so marked, the cache
+    // entry it wrote was never read, and step 2 paid for the instructions and goal again.
+    blocks[0] = { text: head, cache: true };
+    blocks.push({ text: NO_STEPS_YET });
+  }
   blocks.push({ text: STEPS_TO_RESULT + neutraliseTags(lastResult(state)) + AFTER_RESULT });
   return blocks;
 }

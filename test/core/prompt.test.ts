@@ -45,10 +45,11 @@ describe('the Step prompt', () => {
   });
 
   it('keeps step n\'s cache-marked prefix as the byte-identical start of step n+1\'s prompt', () => {
-    for (let n = 1; n < 20; n++) {
-      const blocks = renderStepPrompt(stateAfter('r3', n));
+    for (let n = 0; n < 20; n++) {
+      const blocks = renderStepPrompt(n ? stateAfter('r3', n) : newState('r3'));
       const marked = blocks.findIndex((b) => b.cache);
-      expect(marked).toBe(blocks.length - 2);
+      // Before any step, the instructions and goal: "(none yet)" is in no later prompt.
+      expect(marked).toBe(n ? blocks.length - 2 : 0);
       const next = renderStepPrompt(stateAfter('r3', n + 1));
       // The cache matches whole blocks: every block up to the mark must reappear unchanged, in place.
       expect(next.slice(0, marked + 1)).toEqual(blocks.slice(0, marked + 1).map((b) => ({ text: b.text })));

@@ -72,6 +72,8 @@ describe('engine + Anthropic adapter + local Messages server + SQLite', () => {
     // The usage the server reported is what the run recorded, request by request.
     expect(state.usage).toEqual(reportedUsage(server.requests));
     expect(state.usage.cacheReadTokens).toBeGreaterThan(0);
+    // Step 2 reads what step 1 wrote (the instructions and goal), as every later step reads its prefix.
+    server.requests.slice(1).forEach((request, i) => expect(request.usage!.cache_read_input_tokens, `request ${i + 2}`).toBeGreaterThan(0));
   });
 
   it('a model outage (529 after the SDK\'s retries) is waited out for 30 failed tries, each one exhausted call, then fails the run', async () => {
