@@ -2,14 +2,13 @@ import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
-import { agentNames, worksRunsOf } from '../agent.ts';
+import { agentNames } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
 import { showRun } from '../engine/operate/show.ts';
-import { recordedAgentOf } from '../engine/operate/load.ts';
 import { startRun } from '../engine/start.ts';
 import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
@@ -17,6 +16,7 @@ import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
 import { historyPage } from '../engine/operate/history.ts';
 import { listRunsPage } from '../engine/operate/list.ts';
+import { otherAgentsRun } from './other-agent.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 
 const budgetBody = budgetSchema.strict();
@@ -74,16 +74,12 @@ export function apiRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   if (deps.apiToken) app.use('*', bearer(deps.apiToken));
   app.use('*', jsonBodies);
-  // On AWS the queue is this agent's alone: answering, retrying, cancelling or forking a run of another
-  // agent sharing the table would send its next message here, where none of its workers read.
+  // On AWS, another agent's run is not this API's to answer, retry, cancel or fork (other-agent.ts).
   if (deps.agentQueue) {
     app.use('/runs/:runId/*', async (c, next) => {
       if (c.req.method !== 'POST') return next();
-      const agent = await recordedAgentOf(deps.store, c.req.param('runId'));
-      if (agent !== undefined && !worksRunsOf(deps.agent, agent)) {
-        return c.json({ error: `run ${c.req.param('runId')} belongs to agent "${agent}", not "${deps.agent.name}": operate it through that agent's API, whose queue its workers read` }, 409);
-      }
-      return next();
+      const refused = await otherAgentsRun(deps, c.req.param('runId'));
+      return refused ? c.json({ error: refused }, 409) : next();
     });
   }
 

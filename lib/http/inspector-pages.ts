@@ -37,12 +37,15 @@ ${input.runs.some((r) => r.state?.stepsFrom) ? html`<p id="approximate">≈: rea
 ${input.older ? html`<p><a id="older" href="${input.older}">older runs</a></p>` : ''}`);
 }
 
-/** `cancelRequested`: a cancel asked for and not yet applied (the run is running until a worker applies it). */
 /** How many checkpoints a run's page shows at a time, the newest first (`older` links to the next). */
 export const RUN_PAGE_CHECKPOINTS = 200;
 
+/**
+ * `cancelRequested`: a cancel asked for and not yet applied (the run is running until a worker applies it).
+ * `actions`: the forms that answer, fork, retry and cancel; without them, `notHere` says why.
+ */
 export function runPage(input: {
-  state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string;
+  state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string; notHere?: string;
   /** Links to the page of older checkpoints and back to the newest, when there are such pages. */
   pages?: { older?: string; newest?: string };
 }) {
@@ -60,8 +63,9 @@ export function runPage(input: {
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
-${state.wait ? waitPanel(state, base, input.now) : ''}
+${state.wait ? waitPanel(state, base, input.now, input.actions) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}
+${input.notHere !== undefined ? html`<p id="not-here">${input.notHere}</p>` : ''}
 <h2>Tokens and cost per step</h2>
 ${raw(chart(state.steps.filter((s) => shown.has(s.step)), model))}
 <h2>Timeline</h2>
@@ -83,7 +87,7 @@ ${history.map((h) => {
  * late Approve resumed the run with "timed out"), so the form is left out and the page says what moves the
  * run, as `stepwise show` does.
  */
-function waitPanel(state: RunState, base: string, now: number) {
+function waitPanel(state: RunState, base: string, now: number, answerable: boolean) {
   const wait = state.wait!;
   const passed = now >= wait.deadline;
   const when = passed
@@ -92,7 +96,7 @@ function waitPanel(state: RunState, base: string, now: number) {
   return html`<h2>Waiting</h2>
 <p id="wait">for ${wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}` : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time'} (step ${wait.step}, ${wait.tool}), until ${time(wait.deadline)}${when}</p>
 ${wait.request ? html`<pre id="wait-request">${wait.request}</pre>` : ''}
-${wait.kind === 'approval' && !passed ? html`<form method="post" action="${base}/waits/${encodeURIComponent(wait.id)}" class="actions">
+${wait.kind === 'approval' && !passed && answerable ? html`<form method="post" action="${base}/waits/${encodeURIComponent(wait.id)}" class="actions">
 <input type="text" name="comment" placeholder="comment" maxlength="4000">
 <button class="approve" type="submit" name="decision" value="approve">Approve</button>
 <button class="reject" type="submit" name="decision" value="reject">Reject</button></form>` : ''}`;

@@ -15,6 +15,7 @@ import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { RUN_PAGE_CHECKPOINTS, runPage, runsPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
+import { otherAgentsRun } from './other-agent.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 import { readForm } from './read-form.ts';
 
@@ -32,6 +33,12 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   app.use('*', pageHeaders());
   app.use('*', sameOriginForms);
   if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
+  // As the API refuses them (other-agent.ts): on AWS another agent's run is not this inspector's to operate.
+  app.use('/runs/:runId/*', async (c, next) => {
+    if (c.req.method !== 'POST') return next();
+    const refused = await otherAgentsRun(deps, c.req.param('runId'));
+    return refused ? c.html(messagePage('Not done', `${refused}. Nothing was changed.`), 409) : next();
+  });
 
   app.get('/', async (c) => {
     const query = pageQuery.safeParse(c.req.query());
@@ -81,7 +88,12 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       ...(history.next ? { older: `${self}?cursor=${history.next}${limit ? `&limit=${limit}` : ''}` } : {}),
       ...(cursor ? { newest: self } : {}),
     };
-    return c.html(runPage({ state: state.state, version: stored.version, history: history.checkpoints, pages, model: model(), actions: true, now: deps.clock.now(), ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}) }));
+    // Another agent's run on AWS is shown without the forms this inspector would refuse.
+    const notHere = await otherAgentsRun(deps, runId);
+    return c.html(runPage({
+      state: state.state, version: stored.version, history: history.checkpoints, pages, model: model(), actions: notHere === undefined, now: deps.clock.now(),
+      ...(notHere !== undefined ? { notHere } : {}), ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
+    }));
   });
 
   app.post('/runs/:runId/waits/:waitId', async (c) => {

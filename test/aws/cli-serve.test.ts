@@ -42,7 +42,7 @@ describe('stepwise serve on the AWS backend', () => {
     expect(both.err).toBe('stepwise: set one of STEPWISE_SIGNING_KEY_SECRET_ID and STEPWISE_SIGNING_KEY_FILE, not both\n');
   });
 
-  it('with a key file: serves the API over DynamoDB, and says that no approval email is sent', async () => {
+  it('with a key file: serves the API over DynamoDB, says that no approval email is sent, and operates no other agent\'s run', async () => {
     const keyFile = join(dir.path, '..', 'signing.key');
     writeFileSync(keyFile, Buffer.alloc(32, 5).toString('base64'));
     const port = await freePort();
@@ -64,6 +64,22 @@ describe('stepwise serve on the AWS backend', () => {
         status: 409, body: { error: 'run serve-aws-other belongs to agent "process-rows", not "approval-e2e": operate it through that agent\'s API, whose queue its workers read' },
       });
       expect((await aws.runtime().store.load('serve-aws-other'))?.status).toBe('running');
+      // The inspector this API serves refuses the same, where its forms cancelled and forked the run, the
+      // fork's first message sent to this queue; its page shows the run without them, and says why.
+      for (const action of ['cancel', 'retry', 'fork']) {
+        const form = await fetch(`http://127.0.0.1:${port}/inspect/runs/serve-aws-other/${action}`, {
+          method: 'POST', redirect: 'manual', headers: { authorization: 'Bearer token-1234', 'content-type': 'application/x-www-form-urlencoded' }, body: 'fromStep=0',
+        });
+        expect(form.status, action).toBe(409);
+        expect(await form.text(), action).toContain('run serve-aws-other belongs to agent &quot;process-rows&quot;, not &quot;approval-e2e&quot;: operate it through that agent&#39;s API, whose queue its workers read. Nothing was changed.');
+      }
+      const untouched = await aws.runtime().store.load('serve-aws-other');
+      expect({ version: untouched?.version, cancelRequested: untouched?.cancelRequested }).toEqual({ version: 1, cancelRequested: undefined });
+      expect((await aws.runtime().store.list({ limit: 100 })).map((r) => r.runId).sort()).toEqual(['serve-aws-1', 'serve-aws-other']);
+      const page = await (await fetch(`http://127.0.0.1:${port}/inspect/runs/serve-aws-other`, { headers: auth })).text();
+      expect(page).toContain('<p id="not-here">run serve-aws-other belongs to agent');
+      expect(page).not.toContain('<form');
+      expect(await (await fetch(`http://127.0.0.1:${port}/inspect/runs/serve-aws-1`, { headers: auth })).text()).toContain('id="cancel"');
     } finally {
       await server.stop();
     }
