@@ -27,9 +27,9 @@ const costOf = (s: StepRecord | undefined, model: string) => (s?.usage ? estimat
 export function runsPage(input: { runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string }) {
   return layout('Runs', html`
 <h1>Runs</h1>
-<table id="runs"><tr><th>run</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
+<table id="runs"><tr><th>run</th><th>agent</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
-<td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
+<td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="agent">${summary.agent}</td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
 <td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? `${state.stepsFrom ? '≈ ' : ''}${formatUsd(runCost(state, input.model).usd)}` : ''}</td>
 <td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
 </table>

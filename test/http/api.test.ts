@@ -226,7 +226,7 @@ describe('the JSON API', () => {
     const needs = (list.body.runs as { runId: string; needs?: string }[]).filter((r) => r.needs);
     expect(needs).toEqual([expect.objectContaining({ runId: 'api-newer', status: 'running', needs: 'head format 9' })]);
     const page = await (await app.api('/inspect')).text();
-    expect(page).toMatch(/api-newer<\/a><\/td><td class="status">running <span class="needs">\(needs head format 9\)<\/span>/);
+    expect(page).toMatch(/api-newer<\/a><\/td><td class="agent">[^<]+<\/td><td class="status">running <span class="needs">\(needs head format 9\)<\/span>/);
     // Its own page, and an answer posted from one, are pages that say why, not the API's JSON.
     for (const response of [await app.api('/inspect/runs/api-newer'), await app.api('/inspect/runs/api-newer/waits/w1', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'decision=approve' })]) {
       expect(response.status).toBe(409);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { summariesDue } from '../../lib/core/condensed.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
-import { META, recordFor, stateAfter } from '../support/states.ts';
+import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 import { startHttpApp } from '../support/http-app.ts';
 
 let app: Awaited<ReturnType<typeof startHttpApp>>;
@@ -38,5 +38,14 @@ describe("the inspector's list of runs", () => {
     } finally {
       store.load = load;
     }
+  });
+
+  it('says whose each run is: agents sharing the file list their runs on one page', async () => {
+    expect((await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'own-run' }) })).status).toBe(201);
+    await app.runtime.store.create({ ...newState('cleanup-run'), agent: 'cleanup-tables' }, META);
+    const page = await (await app.api('/inspect')).text();
+    expect(page).toContain('<th>run</th><th>agent</th><th>status</th>');
+    expect(page).toContain('cleanup-run</a></td><td class="agent">cleanup-tables</td>');
+    expect(page).toContain(`own-run</a></td><td class="agent">${app.deps.agent.name}</td>`);
   });
 });

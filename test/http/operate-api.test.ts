@@ -80,7 +80,7 @@ describe('operating runs through the API', () => {
     // The lists say so too: the API's page of runs and the inspector's table.
     const listed = (await json(await app.api('/runs?status=running'))).body.runs as { runId: string; cancelRequested?: string }[];
     expect(listed.find((r) => r.runId === 'op-req')).toMatchObject({ cancelRequested: run.cancelRequested });
-    expect(await (await app.api('/inspect')).text()).toMatch(/op-req<\/a><\/td><td class="status">running <span class="cancel-requested">\(cancel requested\)<\/span>/);
+    expect(await (await app.api('/inspect')).text()).toMatch(/op-req<\/a><\/td><td class="agent">[^<]+<\/td><td class="status">running <span class="cancel-requested">\(cancel requested\)<\/span>/);
 
     await workVisible(app.deps, app.runtime);
     const cancelled = (await json(await app.api('/runs/op-req'))).body.run;
