@@ -113,6 +113,10 @@ describe('the CLI against a deployed stack', () => {
       'stack shop-a\'s queue is agent "process-rows"\'s, and the agent loaded is "event-cli": its workers would not take runs of it; name agent "event-cli"\'s own stack, or deploy it to this one first',
     );
     await expect(stepwise('worker', '--stack', 'shop-a', '--agent', EVENT_AGENT, '--idle-exit-ms', '0')).rejects.toThrow('this worker would hand back every run on it');
+    // Its API would start runs of event-cli on process-rows's queue: refused before it listens.
+    await expect(stepwise('serve', '--stack', 'shop-a', '--agent', EVENT_AGENT, '--port', '0')).rejects.toThrow(new InvalidInputError(
+      'stack shop-a\'s queue is agent "process-rows"\'s, and the agent loaded is "event-cli": its workers would not take runs of it; name agent "event-cli"\'s own stack, or deploy it to this one first',
+    ));
     // Without the output (--queue-url names the queue), --agent says whose it is.
     await expect(stepwise('cancel', 'shared-1', ...own, '--agent', AGENT)).rejects.toThrow('this queue is agent "process-rows"\'s (--agent)');
     expect((await aws.runtime().store.load('shared-1'))?.version).toBe(waiting!.version);
