@@ -160,12 +160,23 @@ export class ToolError extends StepwiseError {}
 
 export class InvalidInputError extends PermanentError {}
 
+/**
+ * A start with the id of another agent's run: that run is not this agent's to take (its tools would work
+ * the other's goal), and nothing changed. Bad input to the CLI (exit 2), a conflict to the API (409), as a
+ * start with the id of a run of another goal is.
+ */
+export class RunIdTakenError extends InvalidInputError {
+  constructor(readonly runId: string, readonly runAgent: string, agent: string) {
+    super(`run ${runId} belongs to agent "${runAgent}", not "${agent}": use that agent's module or another run id; if "${runAgent}" was renamed to "${agent}", add formerNames: ["${runAgent}"] to its defineAgent`);
+  }
+}
+
 // Their names in the registry are their class names: the same in every copy.
 for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
   WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
-  BlobRefusedError,
+  RunIdTakenError, BlobRefusedError,
 })) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {

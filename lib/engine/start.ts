@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
-import { InvalidInputError } from '../core/errors.ts';
+import { InvalidInputError, RunIdTakenError } from '../core/errors.ts';
 import { checkBudget } from '../core/operate.ts';
 import { MAX_GOAL_BYTES, type Budget, type RunState } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
@@ -75,7 +75,7 @@ export async function startRun(
     let existing: RunState | undefined;
     try { existing = decodeState(latest); } catch { existing = undefined; } // unreadable: status and history say why
     if (existing && !worksRunsOf(deps.agent, existing.agent)) {
-      throw new InvalidInputError(`run ${runId} belongs to agent "${existing.agent}", not "${deps.agent.name}": use that agent's module or another run id; if "${existing.agent}" was renamed to "${deps.agent.name}", add formerNames: ["${existing.agent}"] to its defineAgent`);
+      throw new RunIdTakenError(runId, existing.agent, deps.agent.name);
     }
     if (existing) unapplied = unappliedStartOptions(existing, { goal, ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}), ...(input.budget ? { budget: input.budget } : {}) });
   }

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { NewerFormatError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
+import { NewerFormatError, RunIdTakenError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
@@ -38,6 +38,8 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof UnknownRunError) return c.json({ error: error.message }, 404);
     // Written by newer code: nothing was changed, and the answer says what a server needs to read it.
     if (error instanceof NewerFormatError) return c.json({ error: error.message, needs: error.needs }, 409);
+    // A start with another agent's run id conflicts with that run, as one with another goal does: nothing changed.
+    if (error instanceof RunIdTakenError) return c.json({ error: error.message, runId: error.runId, agent: error.runAgent }, 409);
     // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
     if (error instanceof StepwiseError && isPermanent(error)) return c.json({ error: error.message }, 400);
     // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.

@@ -64,6 +64,9 @@ describe('stepwise serve on the AWS backend', () => {
         status: 409, body: { error: 'run serve-aws-other belongs to agent "process-rows", not "approval-e2e": operate it through that agent\'s API, whose queue its workers read' },
       });
       expect((await aws.runtime().store.load('serve-aws-other'))?.status).toBe('running');
+      // Nor is its id this API's to start a run under: a conflict, as another goal under the same id is.
+      const taken = await fetch(`http://127.0.0.1:${port}/runs`, { method: 'POST', headers: auth, body: JSON.stringify({ goal: 'write 1 row', runId: 'serve-aws-other' }) });
+      expect({ status: taken.status, body: await taken.json() }).toMatchObject({ status: 409, body: { runId: 'serve-aws-other', agent: 'process-rows' } });
       // The inspector this API serves refuses the same, where its forms cancelled and forked the run, the
       // fork's first message sent to this queue; its page shows the run without them, and says why.
       for (const action of ['cancel', 'retry', 'fork']) {

@@ -299,4 +299,19 @@ describe('the JSON API', () => {
     expect(await badPage.text()).toContain('invalid cursor');
     expect((await app.api('/inspect?limit=0')).status).toBe(400);
   });
+
+  it('refuses a start with the id of another agent\'s run sharing the file (409), as one of another goal, changing nothing', async () => {
+    await app.runtime.store.create({ ...newState('api-theirs', 'drop the old tables'), agent: 'cleanup-tables' }, META);
+    const taken = await json(await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'drop the old tables', runId: 'api-theirs' }) }));
+    expect(taken).toEqual({
+      status: 409,
+      body: {
+        error: `run api-theirs belongs to agent "cleanup-tables", not "${app.deps.agent.name}": use that agent's module or another run id; if "cleanup-tables" was renamed to "${app.deps.agent.name}", add formerNames: ["cleanup-tables"] to its defineAgent`,
+        runId: 'api-theirs', agent: 'cleanup-tables',
+      },
+    });
+    expect(await app.runtime.store.history('api-theirs')).toHaveLength(1);
+    expect(app.runtime.db.prepare("SELECT count(*) AS n FROM queue WHERE run_id = 'api-theirs'").get()).toEqual({ n: 0 });
+    expect(decodeState((await app.runtime.store.load('api-theirs'))!)).toMatchObject({ agent: 'cleanup-tables', status: 'running' });
+  });
 });
