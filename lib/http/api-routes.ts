@@ -170,7 +170,8 @@ export function apiRoutes(deps: HttpDeps): Hono {
     for (const run of page.runs) {
       const stored = await deps.store.load(run.runId);
       const wait = stored && decodeState(stored).wait;
-      if (wait) waits.push({ runId: run.runId, version: stored.version, ...wait });
+      // Whose run waits: agents sharing the store list their waits together, and on AWS this API answers only its own.
+      if (wait) waits.push({ runId: run.runId, agent: run.agent, version: stored.version, ...wait });
     }
     return c.json({ waits, ...(page.next ? { next: page.next } : {}) });
   });

@@ -160,7 +160,7 @@ describe('the JSON API', () => {
   it('lists what is waiting and takes an authenticated answer from a program', async () => {
     await workVisible(app.deps, app.runtime);
     const waits = await json(await app.api('/waits'));
-    expect(waits.body.waits).toMatchObject([{ runId: 'api-1', kind: 'approval', approvers: [APPROVER] }]);
+    expect(waits.body.waits).toMatchObject([{ runId: 'api-1', agent: app.deps.agent.name, kind: 'approval', approvers: [APPROVER] }]);
     const waitId = waits.body.waits[0].id as string;
     const outsider = await json(await app.api(`/runs/api-1/waits/${waitId}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: 'mallory@example.com' }) }));
     expect(outsider).toMatchObject({ status: 403, body: { outcome: 'refused' } });
