@@ -4,6 +4,7 @@ import { decodeState } from '../core/codec.ts';
 import { answerWait } from '../waits/answer.ts';
 import { MALFORMED_LINK, verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
 import type { HttpDeps } from './deps.ts';
+import { otherAgentsRun } from './other-agent.ts';
 import { describeAnswer } from '../core/waits.ts';
 import { approvalPage, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
 import { readForm } from './read-form.ts';
@@ -67,7 +68,13 @@ export function approvalRoutes(deps: HttpDeps): Hono {
 
 async function check(c: Context, deps: HttpDeps): Promise<{ claim: ApprovalClaim } | { page: Response | Promise<Response> }> {
   const result = verifyApproval(c.req.param('token') ?? '', await deps.signingKey(), deps.clock.now());
-  if (result.ok) return { claim: result.claim };
+  if (result.ok) {
+    // A link of another agent's run, signed by a key the agents share (a key file off AWS), opened on this
+    // agent's API: its answer would send the run's next message to this queue (other-agent.ts).
+    const notHere = await otherAgentsRun(deps, result.claim.runId);
+    if (notHere) return { page: c.html(messagePage('Not here', `${notHere}. Nothing was changed.`), 409) };
+    return { claim: result.claim };
+  }
   const status = result.reason === 'expired' ? 410 : result.reason === 'malformed' ? 400 : 403;
   const title = result.reason === 'expired' ? 'Link expired' : 'Invalid link';
   return { page: c.html(messagePage(title, result.message), status) };

@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { decodeState } from '../../lib/core/codec.ts';
-import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
+import { defineAgent } from '../../lib/agent.ts';
+import { MAX_BODY_BYTES, createHttpApp } from '../../lib/http/app.ts';
 import { signApproval } from '../../lib/waits/approval-token.ts';
 import { start } from '../support/harness.ts';
 import { startHttpApp } from '../support/http-app.ts';
@@ -132,5 +133,23 @@ describe('approval links', () => {
     const state = decodeState((await app.runtime.store.load('run'))!);
     expect(state.status).toBe('running');
     expect(state.steps[1]!.result.text).toContain('"timedOut":true');
+  });
+
+  it('on AWS, another agent\'s API refuses the link of a run not its own (a key file the agents share), changing nothing', async () => {
+    const { link } = await waitingRun();
+    const before = await version();
+    // The API of another agent on the same store, its queue its own, as behind API Gateway.
+    const other = createHttpApp({
+      store: app.runtime.store, blobs: app.runtime.blobs, queue: app.runtime.queue, clock: app.clock, workerId: 'api-other', codeVersion: 'test',
+      log: app.deps.log, agent: defineAgent({ ...app.deps.agent, name: 'cleanup-tables' }), signingKey: app.signingKey, agentQueue: true,
+    });
+    const path = new URL(link).pathname;
+    for (const init of [{}, { method: 'POST', body: new URLSearchParams({ decision: 'approve' }) }]) {
+      const page = await other.request(path, init);
+      expect(page.status).toBe(409);
+      expect(await page.text()).toContain(`run run belongs to agent &quot;${app.deps.agent.name}&quot;, not &quot;cleanup-tables&quot;: operate it through that agent&#39;s API, whose queue its workers read. Nothing was changed.`);
+    }
+    expect(await version()).toBe(before);
+    expect((await fetch(link)).status).toBe(200);
   });
 });
