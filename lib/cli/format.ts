@@ -4,6 +4,7 @@ import type { RunRow } from '../engine/operate/list.ts';
 import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
 import type { CheckpointInfo } from '../ports.ts';
 import { printable } from '../core/printable.ts';
+import { waitedFor } from '../core/waited-for.ts';
 
 /** A word as a POSIX shell reads it back: as it is when plain, else in single quotes. */
 export function shellWord(word: string): string {
@@ -87,12 +88,6 @@ function headLines(run: Pick<RunState, 'runId' | 'status' | 'reason' | 'agent' |
     ...(run.forkedFrom ? [`forked   ${forkedText(run.forkedFrom)}`] : []),
     ...(run.budget ? [`budget   ${budgetText(run.budget)}`] : []),
   ];
-}
-
-/** What a wait waits for, in words: the approvers, the event, or a time. */
-export function waitedFor(wait: Pick<WaitRecord, 'kind' | 'approvers' | 'event'>): string {
-  return wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}`
-    : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time';
 }
 
 /** The command that answers a wait: an approval's or an event's (a sleep has none: its time does). */

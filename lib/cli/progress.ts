@@ -1,6 +1,6 @@
 import type { WaitRecord } from '../core/state.ts';
 import { failureDelayMs, type Handled } from '../engine/handle-message.ts';
-import { waitedFor } from './format.ts';
+import { waitedFor } from '../core/waited-for.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
 export function progressLine(handled: Handled): string | undefined {

@@ -1,4 +1,5 @@
 import { InvalidInputError } from './errors.ts';
+import { waitedFor } from './waited-for.ts';
 import {
   ZERO_USAGE, addUsage, budgetSchema,
   type Budget, type ForkedFrom, type RunState, type RunStatus, type Usage,
@@ -24,7 +25,12 @@ export function usageOfSteps(state: RunState, n = state.steps.length): Usage {
  */
 export function stateAtStep(state: RunState, n: number): RunState {
   if (!Number.isInteger(n) || n < 0) throw new InvalidInputError(`the step must be a whole number from 0, got ${n}`);
-  if (n > state.step) throw new InvalidInputError(`run ${state.runId} has ${state.step} completed steps; there is no step ${n}`);
+  // The step a run waits at is the one `status` and `show` name, but it has no result until it is
+  // answered: said so, rather than that the step does not exist.
+  if (state.wait && n === state.wait.step) {
+    throw new InvalidInputError(`step ${n} of run ${state.runId} has no result yet: the run waits there for ${waitedFor(state.wait)}; its last completed step is ${state.step}, and a fork from step ${state.step} asks the model again there`);
+  }
+  if (n > state.step) throw new InvalidInputError(`run ${state.runId} has ${state.step} completed step${state.step === 1 ? '' : 's'}; there is no step ${n}`);
   const { pending: _p, wait: _w, lastError: _e, retryNote: _n, reason: _r, summary: _s, ...rest } = state;
   return { ...rest, status: 'running', step: n, failures: 0, steps: state.steps.slice(0, n), usage: usageOfSteps(state, n) };
 }

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { advance } from '../../lib/engine/advance.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
+import { showRun } from '../../lib/engine/operate/show.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -81,6 +82,11 @@ describe('fork', () => {
     await start(w.deps);
     await workVisible(w.deps, w.runtime);
     expect((await loadState(w.runtime)).status).toBe('waiting');
+    // Step 2 is the one `status` and `show` say it waits at: it has no result yet, and is named as the wait.
+    const atWait = 'step 2 of run run has no result yet: the run waits there for approval by ops@example.com; its last completed step is 1, and a fork from step 1 asks the model again there';
+    await expect(forkRun(w.deps, 'run', { fromStep: 2 })).rejects.toThrow(atWait);
+    await expect(showRun(w.runtime, 'run', { step: 2 })).rejects.toThrow(atWait);
+    expect((await w.runtime.store.list()).map((r) => r.runId)).toEqual(['run']);
     const forked = await forkRun(w.deps, 'run', { fromStep: 1 });
     expect(forked.runId).toMatch(/^run-fork-1-[a-z0-9]{6}$/);
     const fork = await loadState(w.runtime, forked.runId);
@@ -99,7 +105,7 @@ describe('fork', () => {
     const { clock, a } = setup(new FakeRows(), (step) => ({ ...writeRowsScript(5)(step), model: 'claude-opus-5-5' }));
     await start(a.deps);
     await advance(a.deps, 'run');
-    await expect(forkRun(a.deps, 'run', { fromStep: 2 })).rejects.toThrow(/has 1 completed steps; there is no step 2/);
+    await expect(forkRun(a.deps, 'run', { fromStep: 2 })).rejects.toThrow('run run has 1 completed step; there is no step 2');
     await expect(forkRun(a.deps, 'run', { fromStep: -1 })).rejects.toThrow(/whole number/);
     await expect(forkRun(a.deps, 'nobody', { fromStep: 0 })).rejects.toThrow(/unknown run: nobody/);
     await expect(forkRun(a.deps, 'run', { fromStep: 1, runId: 'bad id!' })).rejects.toThrow(/must match/);

@@ -31,7 +31,9 @@ describe('operating runs through the API', () => {
       status: 200,
       body: { run: { runId: 'op-api', goal: 'copy the rows', status: 'waiting', step: 1 }, atStep: 1, record: { step: 1, tool: 'write_row', input: { row: 1 }, idempotencyKey: 'op-api/step-1', workerId: 'worker-A' } },
     });
-    expect((await json(await app.api('/runs/op-api/steps/2'))).body.error).toContain('there is no step 2');
+    // Step 2 is the approval it waits at: named as such, not said to be missing.
+    expect(await json(await app.api('/runs/op-api/steps/2'))).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^step 2 of run op-api has no result yet: the run waits there for approval by ops@example\.com; its last completed step is 1/) } });
+    expect((await json(await app.api('/runs/op-api/steps/3'))).body.error).toBe('run op-api has 1 completed step; there is no step 3');
     expect((await app.api('/runs/op-api/steps/one')).status).toBe(400);
     // Written otherwise, a number is still not a step: 0x1 and 1e0 are not read as step 1.
     for (const written of ['0x1', '1e0', '%201', '-1', '1.0']) {
