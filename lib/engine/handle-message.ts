@@ -118,7 +118,10 @@ export async function handleDelivery(
   }
 
   if (outcome.kind === 'stale-message') {
-    deps.log.info({ event: 'stale-message', runId, version, latest: outcome.version }, 'message for an older version: re-driving the latest');
+    // Said as it is: a cancelled run's wait timer, or a copy for a run that ended, moves nothing.
+    const next = outcome.status === 'running' ? 're-driving the latest'
+      : outcome.status === 'waiting' ? 'the run waits: its wait is looked at again' : `the run is ${outcome.status}: nothing to do`;
+    deps.log.info({ event: 'stale-message', runId, version, latest: outcome.version, status: outcome.status }, `message for an older version: ${next}`);
   }
   const status = outcome.kind === 'advanced' ? outcome.state.status : outcome.status;
   if (status === 'running' && outcome.kind !== 'idle') {

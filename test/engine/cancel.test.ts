@@ -5,6 +5,7 @@ import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { Model } from '../../lib/ports.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { captureLogs } from '../aws/log-capture.ts';
 import { gate } from '../support/gate.ts';
 import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
@@ -65,10 +66,13 @@ describe('cancel', () => {
     expect(await w.runtime.store.dueWaits(Number.MAX_SAFE_INTEGER)).toEqual([]);
     const answer = await answerWait(w.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'approved', by: APPROVER } });
     expect(answer).toMatchObject({ outcome: 'not-waiting', status: 'cancelled' });
-    // The wait's timer comes due: nothing moves.
+    // The wait's timer comes due: nothing moves, and the log says so rather than that the run is re-driven.
+    const { log, lines } = captureLogs();
+    w.deps.log = log;
     clock.advance(2 * 3_600_000);
     await drain(w.deps, w.runtime, clock);
     expect(await loadState(w.runtime)).toEqual(cancelled);
+    expect(lines.filter((l) => l.event === 'stale-message').map((l) => [l.status, l.msg])).toEqual([['cancelled', 'message for an older version: the run is cancelled: nothing to do']]);
     expect(model.prompts).toHaveLength(2);
     expect(dropped).toEqual([]);
     w.runtime.close();
