@@ -128,6 +128,29 @@ describe('cancel', () => {
     w.runtime.close();
   });
 
+  it('a second cancel of a run whose wait was saved under an earlier request applies that request: its who and why stand', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const held = gate();
+    const inner = new ApprovalFlowModel();
+    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
+    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    // The wait is saved with the first request beside it; nothing has applied it yet.
+    const stepping = advance(w.deps, 'run');
+    await held.reached;
+    const first = await cancelRun(w.deps, 'run', { by: 'ops@example.com', reason: 'wrong table' });
+    expect(first).toMatchObject({ outcome: 'requested' });
+    held.open();
+    await stepping;
+    expect(await w.runtime.store.load('run')).toMatchObject({ status: 'waiting', cancelRequested: (first as { request: string }).request });
+    const second = await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' });
+    expect(second).toEqual({ outcome: 'cancelled', runId: 'run', version: 4, request: (first as { request: string }).request, earlier: true });
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
+    w.runtime.close();
+  });
+
   it('refuses to cancel a run that ended, or one that does not exist', async () => {
     db = tempDb();
     const clock = new ManualClock();

@@ -14,8 +14,12 @@ export interface CancelInput {
 }
 
 export type CancelOutcome =
-  /** The run was waiting, so nothing was running: it is cancelled now. */
-  | { outcome: 'cancelled'; runId: string; version: number }
+  /**
+   * The run was waiting, so nothing was running: it is cancelled now. `earlier`: a cancel asked for while
+   * the step that began the wait ran, not yet applied, is the one applied, with its `request`; this one's
+   * who and why are not kept, as with a running run's earlier request.
+   */
+  | { outcome: 'cancelled'; runId: string; version: number; request?: string; earlier?: true }
   /**
    * The run is running: it stops at its next step boundary (a step running now still finishes).
    * `earlier`: a cancel was already asked for, and `request` is that one's; this one changed nothing.
@@ -51,6 +55,10 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
         // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live.
         await deps.queue.redrive({ runId, version: stored.version });
         return { outcome: 'requested', runId, version: stored.version, request };
+      }
+      if (stored.cancelRequested !== undefined) {
+        const version = await commitCancel(deps, stored.version, decodeState(stored), stored.cancelRequested);
+        return { outcome: 'cancelled', runId, version, request: stored.cancelRequested, earlier: true };
       }
       const version = await commitCancel(deps, stored.version, decodeState(stored), cancelRequest(by, deps.clock.now(), input.reason));
       return { outcome: 'cancelled', runId, version };
