@@ -17,6 +17,8 @@ export interface MetricPoint {
  * its end included. Pure: the Lambda entry point (functions/worker.ts) publishes the points.
  */
 export function stepMetrics(handled: Handled, fallbackModel: string): MetricPoint[] {
+  // A run failed because its checkpoint could not be read wrote no step: a failed run all the same.
+  if (handled.action === 'ack' && handled.failedNow) return [{ name: METRIC_NAMES.runsFailed, unit: 'Count', value: 1 }];
   if (handled.action !== 'ack' || handled.outcome?.kind !== 'advanced') return [];
   const { state, bytes, appended, added } = handled.outcome;
   const points: MetricPoint[] = [{ name: METRIC_NAMES.checkpointBytes, unit: 'Bytes', value: bytes }];

@@ -36,8 +36,11 @@ export type Advance =
    * the run later (an answer outside the worker, a retry).
    */
   | { kind: 'advanced'; version: number; state: RunState; bytes: number; appended?: StepRecord; queued?: QueueWork; received?: Delivery[]; retryAfterMs?: number; added?: Usage }
-  /** The run is not running (done, failed, waiting): nothing to do. */
-  | { kind: 'idle'; version: number; status: RunStatus }
+  /**
+   * The run is not running (done, failed, waiting): nothing to do. `failedNow`: this call failed it, its
+   * latest checkpoint unreadable (the data kept), so a worker counts the run failed once.
+   */
+  | { kind: 'idle'; version: number; status: RunStatus; failedNow?: true }
   /** The message was for an older version: another delivery already advanced the run. */
   | { kind: 'stale-message'; version: number; status: RunStatus };
 
@@ -429,5 +432,5 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {
   const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
   deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: 'failed', reason }, 'run failed: unreadable checkpoint');
-  return { kind: 'idle', version: written.version, status: 'failed' };
+  return { kind: 'idle', version: written.version, status: 'failed', failedNow: true };
 }

@@ -30,9 +30,10 @@ export type Handled =
    * `approvalLinks`: the links of the approval emails a waiting run has out, for the terminal. `acked`: the
    * step's checkpoint acked the delivery in its own transaction, so the caller has nothing left to ack.
    * `next`: what the checkpoint's transaction received for the caller (the `receive` option), in flight
-   * for it: the caller handles it next, or hands it back (RunQueueConsumer.handBack).
+   * for it: the caller handles it next, or hands it back (RunQueueConsumer.handBack). `failedNow`: this
+   * delivery failed the run, its checkpoint unreadable (running, or waiting when its timer came).
    */
-  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[]; acked?: true; next?: Delivery[] }
+  | { action: 'ack'; outcome?: Advance; runId?: string; approvalLinks?: string[]; acked?: true; next?: Delivery[]; failedNow?: true }
   /** `busy`: the step's idempotency key is claimed by another try until then (IdempotencyInProgressError). */
   | { action: 'release'; delayMs: number; runId?: string; busy?: { key: string; leaseUntil: number } };
 
@@ -135,7 +136,7 @@ export async function handleDelivery(
   }
   // A waiting run (just saved so, or found so by a redelivery or its timer): emails once, early events,
   // the timer, the deadline. All of it is safe to repeat.
-  let driven: { links: string[] } | undefined;
+  let driven: Awaited<ReturnType<typeof driveWait>> | undefined;
   if (status === 'waiting') {
     try {
       driven = await driveWait(deps, runId);
@@ -147,6 +148,7 @@ export async function handleDelivery(
   if (deps.probe) await deps.probe('C8', { runId, step: outcome.kind === 'advanced' ? outcome.state.step : -1 });
   const handled: Handled = { action: 'ack', outcome, runId };
   if (driven?.links.length) handled.approvalLinks = driven.links;
+  if (driven?.failed || (outcome.kind === 'idle' && outcome.failedNow)) handled.failedNow = true;
   if (outcome.kind === 'advanced') {
     if (outcome.queued?.ack) handled.acked = true;
     if (outcome.received?.length) handled.next = outcome.received;

@@ -21,7 +21,7 @@ export interface DriveDeps extends AnswerDeps {
  * emails go through the idempotency ledger (once per wait and approver), an early event resolves the wait
  * through the version fence, and the timer message is deduplicated by the queue.
  */
-export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links: string[] }> {
+export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links: string[]; failed?: true }> {
   const none = { links: [] };
   const stored = await deps.store.load(runId);
   if (!stored || stored.status !== 'waiting') return none;
@@ -30,8 +30,7 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links
     state = decodeState(stored);
   } catch (error) {
     if (!(error instanceof UnreadableCheckpointError)) throw error;
-    await failUnreadable(deps, runId, stored.version, error.message);
-    return none;
+    return (await failUnreadable(deps, runId, stored.version, error.message)) ? { links: [], failed: true } : none;
   }
   // A cancel asked for while the step that began this wait was running: applied now the wait is saved.
   if (stored.cancelRequested !== undefined) {
@@ -64,12 +63,14 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links
  * A waiting run whose checkpoint this code cannot read fails, as a step fails it (advance): with the reason,
  * its unreadable head kept for an operator. Fenced: an answer that came first (a newer version) stands.
  */
-async function failUnreadable(deps: DriveDeps, runId: string, version: number, reason: string): Promise<void> {
+async function failUnreadable(deps: DriveDeps, runId: string, version: number, reason: string): Promise<boolean> {
   try {
     const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
     deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, status: 'failed', reason }, 'waiting run failed: unreadable checkpoint');
+    return true;
   } catch (error) {
     if (!(error instanceof StaleVersionError)) throw error;
+    return false;
   }
 }
 

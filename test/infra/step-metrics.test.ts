@@ -112,6 +112,30 @@ describe('worker metrics from handled messages', () => {
     expect(total(points, METRIC_NAMES.steps)).toBe(0);
     expect(total(points, METRIC_NAMES.inputTokens)).toBe(30);
   });
+  it('count a run failed because its checkpoint cannot be read once, running or waiting when its timer comes', async () => {
+    const waiting = defineAgent({ name: 'metrics-agent', tools: [requestApproval({ approvers: ['ops@example.com'] })] });
+    for (const [label, of, script] of [
+      ['running', agent, () => ({ kind: 'tool', tool: 'note', input: { n: 1 }, usage: usage(10, 1), model: MODEL })],
+      ['waiting', waiting, () => ({ kind: 'tool', tool: 'request_approval', input: { request: 'go on?' }, usage: usage(10, 1), model: MODEL })],
+    ] as const) {
+      const { deps, runtime, clock } = worker(script as () => ModelReply, of);
+      await start(deps);
+      // One delivery: the run is running after its first step, or waiting with its timer queued.
+      const [first] = await runtime.queue.receive({ visibilityMs: 30_000 });
+      await handleDelivery(deps, first!);
+      await runtime.queue.ack(first!);
+      expect((await runtime.store.load('run'))!.status, label).toBe(label);
+      // Its head no longer JSON (a fuzzer's find): the next delivery fails the run, keeping the data.
+      runtime.db.prepare("UPDATE checkpoints SET head = ' ' || substr(head, 2) WHERE run_id = 'run'").run();
+      clock.advance(4 * 24 * 3600_000);
+      const points = await collect(deps, runtime, clock);
+      expect((await runtime.store.load('run'))!.status, label).toBe('failed');
+      expect(points, label).toEqual([{ name: METRIC_NAMES.runsFailed, unit: 'Count', value: 1 }]);
+      runtime.close();
+      cleanup?.();
+    }
+  });
+
   it('count the tokens of a run retried after it failed once: the failed part is not published again at its end', async () => {
     const { deps, runtime, clock } = worker((step, attempt) => attempt <= 3
       ? { kind: 'invalid', reason: 'no tool call', usage: usage(10, 1), model: MODEL }
