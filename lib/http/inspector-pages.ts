@@ -60,6 +60,7 @@ export function runPage(input: {
 <p><a href="/inspect">all runs</a></p>
 <h1>Run <code id="run-id">${state.runId}</code></h1>
 <p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<bdi id="reason">${state.reason}</bdi>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${formatUsd(cost.usd)}</p>
+${state.forkedFrom ? html`<p id="forked-from">forked from <a href="/inspect/runs/${encodeURIComponent(state.forkedFrom.runId)}">${state.forkedFrom.runId}</a> after its step ${state.forkedFrom.step} (version ${state.forkedFrom.version})</p>` : ''}
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}

@@ -35,5 +35,9 @@ describe("the inspector's fork form", () => {
     const forked = await fork('insp-f', '1');
     expect(forked.status).toBe(303);
     expect(forked.headers.get('location')).toMatch(/^\/inspect\/runs\/insp-f-fork-1-[0-9a-f]+$/);
+    // The fork's page says where it came from, with a link there, as status, show and history do.
+    const page = await (await app.api(forked.headers.get('location')!)).text();
+    expect(page).toMatch(/<p id="forked-from">forked from <a href="\/inspect\/runs\/insp-f">insp-f<\/a> after its step 1 \(version \d+\)<\/p>/);
+    expect(await (await app.api('/inspect/runs/insp-f')).text()).not.toContain('forked-from');
   });
 });
