@@ -3,7 +3,8 @@ import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
-import { decodeState } from '../core/codec.ts';
+import { decodeHead, decodeState } from '../core/codec.ts';
+import { StepwiseError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -168,10 +169,20 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const page = await listRunsPage(deps.store, { status: 'waiting', limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) });
     const waits = [];
     for (const run of page.runs) {
-      const stored = await deps.store.load(run.runId);
-      const wait = stored && decodeState(stored).wait;
       // Whose run waits: agents sharing the store list their waits together, and on AWS this API answers only its own.
-      if (wait) waits.push({ runId: run.runId, agent: run.agent, version: stored.version, ...wait });
+      const at = { runId: run.runId, agent: run.agent, version: run.version };
+      // A run this code cannot read is listed as such, as GET /runs lists it: one such run failed the whole page.
+      if (run.needs) { waits.push({ ...at, needs: run.needs }); continue; }
+      // The head holds the wait: read as the list read it, not every step record of the run.
+      const stored = await deps.store.load(run.runId, { afterStep: Math.max(0, run.step - 1) });
+      if (stored?.status !== 'waiting') continue;
+      try {
+        const { wait } = decodeHead(stored);
+        if (wait) waits.push({ ...at, version: stored.version, ...wait });
+      } catch (error) {
+        if (!(error instanceof StepwiseError)) throw error;
+        waits.push({ ...at, version: stored.version, error: error.message });
+      }
     }
     return c.json({ waits, ...(page.next ? { next: page.next } : {}) });
   });

@@ -314,4 +314,24 @@ describe('the JSON API', () => {
     expect(app.runtime.db.prepare("SELECT count(*) AS n FROM queue WHERE run_id = 'api-theirs'").get()).toEqual({ n: 0 });
     expect(decodeState((await app.runtime.store.load('api-theirs'))!)).toMatchObject({ agent: 'cleanup-tables', status: 'running' });
   });
+
+  it('lists the waits of runs it cannot read as such, with what they need or why, where one failed the whole list', async () => {
+    for (const runId of ['waits-ok', 'waits-newer', 'waits-unreadable']) {
+      expect((await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'drop the old rows', runId }) })).status).toBe(201);
+    }
+    await workVisible(app.deps, app.runtime);
+    const edit = (runId: string, change: (head: Record<string, unknown>) => Record<string, unknown>) => {
+      const { version, head } = app.runtime.db.prepare('SELECT version, head FROM checkpoints WHERE run_id = ? ORDER BY version DESC LIMIT 1').get(runId) as { version: number; head: string };
+      app.runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = ?').run(JSON.stringify(change(JSON.parse(head) as Record<string, unknown>)), runId, version);
+      return version;
+    };
+    const newer = edit('waits-newer', (head) => ({ ...head, formatVersion: 9 }));
+    const unreadable = edit('waits-unreadable', (head) => ({ ...head, usage: null }));
+    const listed = await json(await app.api('/waits?limit=1000'));
+    expect(listed.status).toBe(200);
+    const byRun = new Map((listed.body.waits as { runId: string }[]).map((w) => [w.runId, w]));
+    expect(byRun.get('waits-ok')).toMatchObject({ kind: 'approval', approvers: [APPROVER], agent: app.deps.agent.name });
+    expect(byRun.get('waits-newer')).toEqual({ runId: 'waits-newer', agent: app.deps.agent.name, version: newer, needs: 'head format 9' });
+    expect(byRun.get('waits-unreadable')).toEqual({ runId: 'waits-unreadable', agent: app.deps.agent.name, version: unreadable, error: expect.stringContaining('unreadable') });
+  });
 });
