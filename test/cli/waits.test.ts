@@ -1,7 +1,10 @@
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { tempDb } from '../support/harness.ts';
+import { META, newState } from '../support/states.ts';
 
 const AGENT = join(ROOT, 'test/support/event-agent.ts');
 const db = tempDb();
@@ -77,6 +80,23 @@ describe('a run waiting for an event, from the terminal', () => {
     }
   });
 
+  it('approve after the deadline says the approval expired and the run went on with "timed out", in the past tense however long ago', async () => {
+    const own = tempDb();
+    try {
+      // A run that waited for an approval two hours ago, for an hour: its timer has not come yet.
+      const runtime = openLocalRuntime({ dbPath: own.path });
+      const then = Date.now() - 2 * 3600_000;
+      const wait = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop it', timeoutMs: 3600_000 }, { step: 1, tool: 'request_approval', input: {}, at: then }, 'wait-late-0001', then);
+      await runtime.store.create(newState('ap-late'), META);
+      await runtime.store.commit({ runId: 'ap-late', expectedVersion: 1, state: beginWait(newState('ap-late'), wait, then), ...META });
+      runtime.close();
+      const late = await stepwiseCli(['approve', 'ap-late'], { ...env, STEPWISE_DB: own.path });
+      expect(late.out.trim()).toBe(`run ap-late: the approval expired at ${new Date(wait.deadline).toISOString()}; the run went on with "timed out", not this answer`);
+    } finally {
+      own.cleanup();
+    }
+  });
+
   it('emit after the deadline says the wait had expired and the run goes on with "timed out", not that no run waited', { timeout: 120_000 }, async () => {
     const own = tempDb();
     const ownEnv = { ...env, STEPWISE_DB: own.path };
@@ -88,7 +108,7 @@ describe('a run waiting for an event, from the terminal', () => {
       await new Promise((resolve) => setTimeout(resolve, Math.max(0, wait.deadline - Date.now()) + 200));
       const late = await stepwiseCli(['emit', 'order.paid', 'order-late', '{"amount":1}', '--id', 'late-1'], ownEnv);
       expect(late.code).toBe(0);
-      expect(late.out.trim()).toBe(`event late-1 (order.paid/order-late): run ev-late: the wait had expired at ${new Date(wait.deadline).toISOString()}; it continues with "timed out", not this event; kept for a wait that begins soon`);
+      expect(late.out.trim()).toBe(`event late-1 (order.paid/order-late): run ev-late: the wait had expired at ${new Date(wait.deadline).toISOString()}; it went on with "timed out", not this event; kept for a wait that begins soon`);
       const done = await stepwiseCli(['run', '--agent', short, '--run-id', 'ev-late'], ownEnv);
       expect(done.out).toMatch(/completed after 1 step: saw: .*"timedOut":true/);
     } finally {

@@ -73,7 +73,7 @@ function emitted(outcomes: AnswerOutcome[]): string {
   const resumed = outcomes.filter((o) => o.outcome === 'resumed').map((o) => o.runId);
   const others = outcomes.filter((o) => o.outcome !== 'resumed').map((o) => {
     switch (o.outcome) {
-      case 'expired': return `run ${o.runId}: the wait had expired at ${new Date(o.deadline).toISOString()}; it continues with "timed out", not this event`;
+      case 'expired': return `run ${o.runId}: the wait had expired at ${new Date(o.deadline).toISOString()}; it went on with "timed out", not this event`;
       case 'already-answered': return `run ${o.runId}: the wait was already answered (step ${o.record.step}): nothing changed`;
       case 'not-waiting': return `run ${o.runId}: no longer waiting for it (it is ${o.status}): nothing changed`;
       case 'unknown-run': return `run ${o.runId}: gone: nothing changed`;
@@ -91,7 +91,8 @@ function describe(outcome: AnswerOutcome, decision: string): string {
   switch (outcome.outcome) {
     case 'resumed': return `run ${outcome.runId}: ${decision === 'approve' ? 'approved' : 'rejected'}; it continues at version ${outcome.version}`;
     case 'already-answered': return `run ${outcome.runId}: ${describeAnswer(outcome.record)} Nothing changed.`;
-    case 'expired': return `run ${outcome.runId}: the approval expired at ${new Date(outcome.deadline).toISOString()}; the run continues with "timed out"`;
+    // Past tense: said alike when this answer found the deadline passed and when the run ended long ago.
+    case 'expired': return `run ${outcome.runId}: the approval expired at ${new Date(outcome.deadline).toISOString()}; the run went on with "timed out", not this answer`;
     case 'not-waiting': return outcome.current
       ? `run ${outcome.runId} waits for another answer now (wait ${outcome.current}), not for this approval`
       : `run ${outcome.runId} is not waiting for this approval (it is ${outcome.status})`;
