@@ -17,6 +17,22 @@ export function chooseLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv
   return asked as LogFormat;
 }
 
+/** pino's level names (pino.levels.values), and silent; kept here so a command checks them without pino. */
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+/**
+ * STEPWISE_LOG_LEVEL, if set. A name pino does not know failed the command that logs (and every worker
+ * Lambda invocation) with pino's own words, which named neither the setting nor the names it takes. The
+ * CLI checks it for every command, as it does --log: a command that logs nothing (status, show) took a
+ * misspelt level that the next worker then refused.
+ */
+export function chooseLogLevel(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const asked = env.STEPWISE_LOG_LEVEL?.trim().toLowerCase();
+  if (!asked) return undefined;
+  if (!(LEVELS as readonly string[]).includes(asked)) throw new InvalidInputError(`STEPWISE_LOG_LEVEL must be one of ${LEVELS.join(', ')}, got ${JSON.stringify(env.STEPWISE_LOG_LEVEL)}`);
+  return asked;
+}
+
 let processFormat: LogFormat = 'json';
 
 /** Sets the format of loggers created from now on in this process (the CLI does, once, from its flags). */

@@ -1,8 +1,7 @@
 import { pino, type Logger } from 'pino';
-import { logFormat, type LogFormat } from './log-format.ts';
+import { chooseLogLevel, logFormat, type LogFormat } from './log-format.ts';
 import { printable } from './core/printable.ts';
 import { redactSecrets } from './redact.ts';
-import { InvalidInputError } from './core/errors.ts';
 
 export type { Logger };
 export { chooseLogFormat, setLogFormat, type LogFormat } from './log-format.ts';
@@ -21,26 +20,13 @@ export function createLogger(bindings: Record<string, unknown> = {}, options: Lo
   const write = options.write ?? stderrWriter();
   return pino(
     {
-      level: logLevel(env) ?? (format === 'pretty' ? 'warn' : 'info'),
+      level: chooseLogLevel(env) ?? (format === 'pretty' ? 'warn' : 'info'),
       base: bindings,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
     { write: format === 'pretty' ? (line: string) => write(redactSecrets(prettyLine(line))) : (line: string) => write(redactSecrets(line)) },
   );
-}
-
-const LEVELS = [...Object.keys(pino.levels.values), 'silent'];
-
-/**
- * STEPWISE_LOG_LEVEL, if set. A name pino does not know failed the command that logs (and every worker
- * Lambda invocation) with pino's own words, which named neither the setting nor the names it takes.
- */
-function logLevel(env: NodeJS.ProcessEnv): string | undefined {
-  const asked = env.STEPWISE_LOG_LEVEL?.trim().toLowerCase();
-  if (!asked) return undefined;
-  if (!LEVELS.includes(asked)) throw new InvalidInputError(`STEPWISE_LOG_LEVEL must be one of ${LEVELS.join(', ')}, got ${JSON.stringify(env.STEPWISE_LOG_LEVEL)}`);
-  return asked;
 }
 
 function stderrWriter(): (line: string) => void {

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { StepwiseError } from '../core/errors.ts';
 import type { Budget } from '../core/state.ts';
-import { chooseLogFormat, setLogFormat } from '../log-format.ts';
+import { chooseLogFormat, chooseLogLevel, setLogFormat } from '../log-format.ts';
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 import { printable } from '../core/printable.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
@@ -180,6 +180,7 @@ export async function main(argv: string[], write: (line: string) => void = (l) =
   const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options: OPTIONS, allowPositionals: true, strict: true });
   const [command, arg] = positionals;
   setLogFormat(chooseLogFormat(values.log));
+  chooseLogLevel();
   if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
   const takes = Object.hasOwn(ARGUMENTS, command) ? ARGUMENTS[command] : undefined;
   if (!takes) throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);

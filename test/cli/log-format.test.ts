@@ -59,7 +59,7 @@ describe('log format', () => {
     expect(() => capture('json', { STEPWISE_LOG_LEVEL: 'verbose' })).toThrow('STEPWISE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent, got "verbose"');
   });
 
-  it('a command run with an unknown STEPWISE_LOG_LEVEL exits 2 with that one line', async () => {
+  it('any command run with an unknown STEPWISE_LOG_LEVEL exits 2 with that one line, also one that logs nothing', async () => {
     const db = tempDb();
     try {
       const started = await stepwiseCli(['start', '--agent', join(ROOT, 'test/support/process-agent.ts'), '--goal', 'write 1 row'], {
@@ -67,6 +67,11 @@ describe('log format', () => {
       });
       expect(started).toMatchObject({ code: 2, out: '' });
       expect(started.err).toBe('stepwise: STEPWISE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent, got "verbose"\n');
+      // A command that logs nothing refuses it too, so the misspelling shows before a worker meets it.
+      for (const args of [['status'], ['history', 'r1'], ['prune']]) {
+        const read = await stepwiseCli(args, { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'verbose', STEPWISE_LOG_FORMAT: undefined });
+        expect(read, args[0]).toMatchObject({ code: 2, out: '', err: 'stepwise: STEPWISE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent, got "verbose"\n' });
+      }
     } finally {
       db.cleanup();
     }
