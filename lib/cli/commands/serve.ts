@@ -7,7 +7,7 @@ import { createHttpApp } from '../../http/app.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
 import { systemClock, type Notifier } from '../../ports.ts';
-import { EMAIL_FROM_ENV, OUTBOX_ENV, SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../../settings.ts';
+import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV, SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../../settings.ts';
 import { OutboxNotifier } from '../../waits/outbox-notifier.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
@@ -52,6 +52,10 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
   out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails ${emailsGo(backend.waits.notifier)})`);
+  if (backend.kind === 'local') {
+    const elsewhere = linksElsewhere(host, bound);
+    if (elsewhere) out(elsewhere);
+  }
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once('SIGINT', stop);
@@ -61,6 +65,19 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   backend.close();
   out('stopped');
   return 0;
+}
+
+/**
+ * The workers make the approval links, from STEPWISE_PUBLIC_URL (default http://127.0.0.1:8787), not from
+ * this command's flags: served on another port with the setting unset, every emailed link pointed where
+ * nothing answered, and nothing said so. Said at start, with the setting that fixes it.
+ */
+function linksElsewhere(host: string, port: number): string | undefined {
+  if (process.env[PUBLIC_URL_ENV] !== undefined) return undefined;
+  const anyHost = host === '0.0.0.0' || host === '::';
+  if (port === DEFAULT_PORT && (anyHost || host === '127.0.0.1' || host === 'localhost')) return undefined;
+  const reach = anyHost ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+  return `approval links point at http://127.0.0.1:${DEFAULT_PORT} (${PUBLIC_URL_ENV} is not set), not here: start the workers and \`stepwise run\` with ${PUBLIC_URL_ENV}=http://${reach}:${port}${port === DEFAULT_PORT ? '' : `, or serve on --port ${DEFAULT_PORT}`}`;
 }
 
 /** Where the workers' approval emails go, as far as this process's settings tell. */
