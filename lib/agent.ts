@@ -232,6 +232,14 @@ function withDefaultsOptional(node: unknown): unknown {
 
 const isAgentLike = (value: unknown): boolean => Boolean(value && typeof value === 'object' && Array.isArray((value as AgentDefinition).tools));
 
+/**
+ * The agent in what a program imported: an ES module's default import of a CommonJS module (a .ts agent in
+ * a package `npm init` made, imported by a .mts program) is the module's exports, `{ default: agent }`.
+ */
+export function importedAgent(value: unknown): unknown {
+  return !isAgentLike(value) && isAgentLike((value as { default?: unknown } | undefined)?.default) ? (value as { default: unknown }).default : value;
+}
+
 /** Loads an agent module (TypeScript or JavaScript): its default export, or an export named `agent`. */
 export async function loadAgent(path: string): Promise<AgentDefinition> {
   const file = resolve(path);

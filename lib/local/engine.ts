@@ -2,7 +2,7 @@
  * The engine on the SQLite file, wired as the CLI wires it (model, logger, approval emails, events), for a
  * program that embeds stepwise: `stepwise/local`'s openLocalEngine, and what `stepwise run` is built on.
  */
-import { defineAgent, type AgentDefinition } from '../agent.ts';
+import { defineAgent, importedAgent, type AgentDefinition } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { UnknownRunError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
@@ -51,8 +51,10 @@ export interface LocalEngine {
 /** The engine on the embedded SQLite runtime, for a program of your own: what `stepwise run` is built on. */
 export async function openLocalEngine(given: AgentDefinition, options: LocalEngineOptions = {}): Promise<LocalEngine> {
   // Checked as `stepwise run` checks a loaded one: an agent built without defineAgent (a tool without
-  // sideEffect, a misspelt budget) would otherwise fail its runs one step at a time, or not at all.
-  const agent = defineAgent(given);
+  // sideEffect, a misspelt budget) would otherwise fail its runs one step at a time, or not at all. One
+  // imported from a CommonJS package arrives as its module's exports, which loadAgent unwraps too: taken
+  // as it came, it was refused as "an agent needs a name".
+  const agent = defineAgent(importedAgent(given) as AgentDefinition);
   const { model, label } = options.model ? { model: options.model, label: `model "${options.model.name}" given by the program` } : await chooseModel(agent);
   const dbPath = options.dbPath ?? DEFAULT_DB_PATH;
   const runtime = openLocalRuntime({ dbPath });

@@ -1,4 +1,5 @@
-import { readdirSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { pino } from 'pino';
@@ -6,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
 import { defineAgent, InvalidInputError, requestApproval, startRun, tool, waitForEvent, type Model, type ModelReply } from '../../lib/index.ts';
 import { openLocalEngine, type LocalEngine } from '../../lib/local.ts';
+import { ROOT } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 
 /** Only the public entry points, as a program embedding stepwise would use them. */
@@ -102,6 +104,42 @@ describe('openLocalEngine: the engine embedded in a program', () => {
     const none = openLocalEngine(undefined as never, { dbPath: db.path, log: quiet });
     await expect(none).rejects.toBeInstanceOf(InvalidInputError);
     await expect(none).rejects.toThrow('an agent is defineAgent({ name, tools }), not undefined');
+  });
+
+  it("takes the agent of a CommonJS package as a .mts program's default import gives it: the module's exports", async () => {
+    // A package `npm init` made is CommonJS: its agent.ts compiles to `exports.default = ...`, and the
+    // README's `import agent from './agent.ts'` in a program.mts receives `{ default: agent }`.
+    const db = tempDb();
+    cleanups.push(db.cleanup);
+    const dir = join(db.path, '..');
+    const lib = (file: string) => JSON.stringify(join(ROOT, 'lib', file));
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'cjs-app', private: true }));
+    symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+    writeFileSync(join(dir, 'agent.ts'), `import * as z from 'zod';
+import { defineAgent, tool, type ModelReply } from ${lib('index.ts')};
+export default defineAgent({
+  name: 'cjs-agent',
+  offlineModel: () => ({ name: 'cjs-scripted', decide: async (r): Promise<ModelReply> => (r.step === 1 ? { kind: 'tool', tool: 'greet', input: {} } : { kind: 'done', summary: 'greeted' }) }),
+  tools: [tool({ name: 'greet', description: 'Greets.', input: z.object({}), sideEffect: false, run: () => 'hi' })],
+});
+`);
+    writeFileSync(join(dir, 'program.mts'), `import { startRun } from ${lib('index.ts')};
+import { openLocalEngine } from ${lib('local.ts')};
+import agent from './agent.ts';
+const engine = await openLocalEngine(agent, { dbPath: 'runs.db' });
+try {
+  const { runId } = await startRun(engine.deps, { goal: 'greet once', runId: 'cjs-1' });
+  const { state } = await engine.work(runId);
+  console.log(Object.keys(agent).join(','), state.status, state.summary);
+} finally {
+  engine.close();
+}
+`);
+    const r = spawnSync(process.execPath, ['--import', 'tsx', 'program.mts'], { cwd: dir, encoding: 'utf8', env: { ...process.env, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' } });
+    // Its error's last lines (the first is the minified source line tsx shows).
+    const said = r.stderr.split('\n').filter((line) => line.trim() && !/^\s+at /.test(line)).slice(-3).join('\n');
+    expect({ code: r.status, out: r.stdout }, said).toEqual({ code: 0, out: 'default completed greeted\n' });
+    expect(r.stderr).toBe('');
   });
 
   it('stops before a step when its signal is aborted, and the run continues from there on the next work', async () => {
