@@ -20,6 +20,8 @@ async function serveSays(env: Record<string, string | undefined>): Promise<{ por
   } finally {
     await server.stop();
   }
+  // Stopped by its SIGTERM handler, not killed by the signal: the handler is there before the line.
+  expect(server.child.signalCode).toBeNull();
   return { port, lines: server.out().trim().split('\n') };
 }
 

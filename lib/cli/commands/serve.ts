@@ -51,16 +51,19 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   });
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
+  // Before the line a supervisor waits for: a SIGTERM sent on reading it found no handler yet and killed
+  // the process outright, mid-way through its start lines, with no "stopped".
+  const stopped = new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
   out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails ${emailsGo(backend.waits.notifier)})`);
   if (backend.kind === 'local') {
     const elsewhere = linksElsewhere(host, bound);
     if (elsewhere) out(elsewhere);
   }
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-  });
+  await stopped;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   backend.close();
   out('stopped');
