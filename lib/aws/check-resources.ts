@@ -4,6 +4,7 @@ import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { InvalidInputError } from '../core/errors.ts';
 import type { AwsClients } from './clients.ts';
 import { errorName } from './dynamo-errors.ts';
+import { notStepwiseTable } from './table-layout.ts';
 
 export type AwsResource = 'table' | 'bucket' | 'queue';
 
@@ -77,7 +78,10 @@ export function unreachableEndpoint(resource: AwsResource, error: unknown, env: 
  * that was never deployed (a typo, another region) is one line naming it with the fix, exit code 2,
  * before anything is written, and not the SDK's "Cannot do operations on a non-existent table". Only a
  * not-found answer counts, or an endpoint set in the environment where nothing answers: any other error
- * (no permission to describe) is left to the real call.
+ * (no permission to describe) is left to the real call. A table that is there but another application's
+ * (a --table naming the wrong one) is refused too: every read of it failed with DynamoDB's words about
+ * key conditions, a worker retried its messages until it was stopped, and `prune`, finding no
+ * references in it, would have deleted every blob in the bucket.
  */
 export async function assertResourcesExist(
   clients: Pick<AwsClients, 'dynamo' | 'sqs' | 's3'>,
@@ -85,7 +89,11 @@ export async function assertResourcesExist(
   uses: readonly AwsResource[],
 ): Promise<void> {
   const probes: Record<AwsResource, () => Promise<unknown>> = {
-    table: () => clients.dynamo.send(new DescribeTableCommand({ TableName: names.tableName })),
+    table: async () => {
+      const { Table } = await clients.dynamo.send(new DescribeTableCommand({ TableName: names.tableName }));
+      const foreign = notStepwiseTable(names.tableName, Table);
+      if (foreign) throw new InvalidInputError(`${foreign}: check --table, TABLE_NAME or --stack`);
+    },
     queue: () => clients.sqs.send(new GetQueueAttributesCommand({ QueueUrl: names.queueUrl, AttributeNames: ['QueueArn'] })),
     bucket: () => clients.s3.send(new HeadBucketCommand({ Bucket: names.bucketName })),
   };
@@ -95,6 +103,7 @@ export async function assertResourcesExist(
       await probes[resource]();
       return undefined;
     } catch (error) {
+      if (error instanceof InvalidInputError) return error;
       if (NOT_FOUND[resource].includes(errorName(error))) return new InvalidInputError(`${resource} ${label[resource]} does not exist: ${MISSING_RESOURCE_FIX}`);
       return unreachableEndpoint(resource, error);
     }

@@ -13,7 +13,7 @@ import { DEFAULT_MAX_RECEIVES } from '../engine/handle-message.ts';
 import { errorName } from './dynamo-errors.ts';
 import {
   PK, SK, STATUS_INDEX, STATUS_INDEX_ATTRIBUTES, STATUS_KEY, STATUS_SORT, TTL_ATTRIBUTE,
-  WAIT_DEADLINE, WAIT_INDEX, WAIT_INDEX_ATTRIBUTES, WAIT_SHARD,
+  WAIT_DEADLINE, WAIT_INDEX, WAIT_INDEX_ATTRIBUTES, WAIT_SHARD, notStepwiseTable,
 } from './table-layout.ts';
 
 /**
@@ -68,14 +68,10 @@ const WAIT_INDEX_DEFINITION = {
 /**
  * A name taken by another application's table is refused before anything is changed: bringing it "up to
  * date" would add our index to it and turn TTL on `expiresAt` on, deleting its items that carry one.
- * Every stepwise table has had these keys and the status index since the first.
  */
 function assertStepwiseLayout(tableName: string, table: TableDescription | undefined): void {
-  const keys = (table?.KeySchema ?? []).map((k) => `${k.AttributeName} ${k.KeyType}`).join(', ');
-  const ours = keys === `${PK} HASH, ${SK} RANGE` && table?.GlobalSecondaryIndexes?.some((index) => index.IndexName === STATUS_INDEX);
-  if (!ours) {
-    throw new InvalidInputError(`table ${tableName} exists and is not a stepwise table (its keys: ${keys || 'none'}; a stepwise table's are ${PK} HASH, ${SK} RANGE, with the ${STATUS_INDEX} index): choose another name; it was left unchanged`);
-  }
+  const foreign = notStepwiseTable(tableName, table);
+  if (foreign) throw new InvalidInputError(`${foreign}: choose another name; it was left unchanged`);
 }
 
 /** A table made before waits existed gets the deadline index added, not recreated. */

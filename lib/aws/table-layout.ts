@@ -90,6 +90,22 @@ export function statusKeys(status: RunStatus): string[] {
   return Array.from({ length: STATUS_SHARDS }, (_, shard) => `${status}#${shard}`);
 }
 
+/** The parts of a DescribeTable answer that tell a stepwise table from another application's. */
+export interface TableShape {
+  KeySchema?: { AttributeName?: string | undefined; KeyType?: string | undefined }[] | undefined;
+  GlobalSecondaryIndexes?: { IndexName?: string | undefined }[] | undefined;
+}
+
+/**
+ * Undefined for a stepwise table, else `table t exists and is not a stepwise table (...)`, saying what keys
+ * it has instead. Every stepwise table has had these keys and the status index since the first.
+ */
+export function notStepwiseTable(tableName: string, table: TableShape | undefined): string | undefined {
+  const keys = (table?.KeySchema ?? []).map((k) => `${k.AttributeName} ${k.KeyType}`).join(', ');
+  if (keys === `${PK} HASH, ${SK} RANGE` && table?.GlobalSecondaryIndexes?.some((index) => index.IndexName === STATUS_INDEX)) return undefined;
+  return `table ${tableName} exists and is not a stepwise table (its keys: ${keys || 'none'}; a stepwise table's are ${PK} HASH, ${SK} RANGE, with the ${STATUS_INDEX} index)`;
+}
+
 export function isStepSk(sk: string): boolean {
   return sk.startsWith('s#');
 }
