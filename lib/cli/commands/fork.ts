@@ -4,6 +4,7 @@ import { forkRun } from '../../engine/operate/fork.ts';
 import { agentFlag, openBackend, operateDeps, storeFlags, type CliOptions } from '../context.ts';
 import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
+import { sendAgainWith } from '../message-not-sent.ts';
 
 export interface ForkOptions extends CliOptions {
   fromStep?: number;
@@ -24,7 +25,7 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
       ...(options.runId ? { runId: options.runId } : {}), ...(options.goal !== undefined ? { goal: options.goal } : {}),
       ...(options.stepCap !== undefined ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}),
       pricingModel: pricingModel(),
-    });
+    }).catch(sendAgainWith('fork'));
     const from = `${forked.forkedFrom.runId} at step ${forked.forkedFrom.step}`;
     // `run` works a run in its own process on the local backend only; on AWS the fork is the workers'.
     const worksIt = runtime.kind === 'local'

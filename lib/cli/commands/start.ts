@@ -8,6 +8,7 @@ import { CODE_VERSION } from '../../version.ts';
 import { agentFlag, openBackend, requireAgent, storeFlags, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { budgetText, oneLine } from '../format.ts';
+import { sendAgainWith } from '../message-not-sent.ts';
 
 export interface StartOptions extends CliOptions {
   goal?: string;
@@ -26,7 +27,7 @@ export async function startCommand(options: StartOptions, out: (line: string) =>
     const started = await startRun(
       { store: runtime.store, queue: runtime.queue, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION, log: createLogger({ agent: agent.name }) },
       { goal: options.goal, ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) },
-    );
+    ).catch(sendAgainWith('start'));
     if (started.created) {
       out(`started run ${started.runId} (agent ${agent.name}); \`stepwise worker${agentFlag(options)}${storeFlags(options)}\` works it`);
     } else {
