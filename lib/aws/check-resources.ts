@@ -98,16 +98,44 @@ export async function assertResourcesExist(
     bucket: () => clients.s3.send(new HeadBucketCommand({ Bucket: names.bucketName })),
   };
   const label: Record<AwsResource, string> = { table: names.tableName, queue: names.queueUrl, bucket: names.bucketName };
+  const region = await clients.dynamo.config.region();
+  const elsewhere = uses.includes('queue') ? queueRegion(names.queueUrl) : undefined;
+  if (elsewhere && elsewhere !== region) {
+    throw new InvalidInputError(`queue ${names.queueUrl} is in ${elsewhere}, and the AWS region is ${region}: `
+      + `set AWS_REGION=${elsewhere} if the table and bucket are there too, or name this region's queue`);
+  }
   const refusals = await Promise.all(uses.map(async (resource) => {
     try {
       await probes[resource]();
       return undefined;
     } catch (error) {
       if (error instanceof InvalidInputError) return error;
-      if (NOT_FOUND[resource].includes(errorName(error))) return new InvalidInputError(`${resource} ${label[resource]} does not exist: ${MISSING_RESOURCE_FIX}`);
+      // The region is named: a resource deployed in another one is not there for this command either.
+      if (NOT_FOUND[resource].includes(errorName(error))) return new InvalidInputError(`${resource} ${label[resource]} does not exist in ${region}: ${MISSING_RESOURCE_FIX}, or check AWS_REGION`);
       return unreachableEndpoint(resource, error);
     }
   }));
   const first = refusals.find((refusal) => refusal !== undefined);
   if (first) throw first;
+}
+
+/** SQS's own hosts, which name the queue's region: sqs.<region>.amazonaws.com and the older <region>.queue.amazonaws.com. */
+const QUEUE_HOST = /^(?:sqs(?:-fips)?\.([a-z0-9-]+)\.(?:amazonaws\.com(?:\.cn)?|api\.aws)|([a-z0-9-]+)\.queue\.amazonaws\.com(?:\.cn)?)$/;
+
+/**
+ * The region an AWS queue URL names, undefined for any other (an emulator's, a private endpoint's). The
+ * clients send to the region's endpoint, not to the URL's host (clients.ts), so a queue of another region is
+ * never found there: said as such, where it was "does not exist: deploy the stack or run stepwise init",
+ * which would make a second queue in the wrong region. `queue.amazonaws.com` is us-east-1's legacy host.
+ */
+export function queueRegion(queueUrl: string): string | undefined {
+  let host: string;
+  try {
+    host = new URL(queueUrl).hostname.toLowerCase();
+  } catch {
+    return undefined;
+  }
+  if (host === 'queue.amazonaws.com') return 'us-east-1';
+  const match = QUEUE_HOST.exec(host);
+  return match ? match[1] ?? match[2] : undefined;
 }

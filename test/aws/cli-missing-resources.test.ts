@@ -17,7 +17,8 @@ beforeAll(async () => { aws = await createTestResources('cli-missing'); });
 afterAll(() => aws?.close());
 
 const ENV = { STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', TABLE_NAME: '', BUCKET_NAME: '', QUEUE_URL: '', STEPWISE_STACK: '' };
-const FIX = 'deploy the stack or run stepwise init --backend aws';
+const FIX = 'deploy the stack or run stepwise init --backend aws, or check AWS_REGION';
+const REGION = process.env.AWS_REGION!;
 
 describe('missing AWS resources', () => {
   it('a table that does not exist: status and history say so in one line, exit 2', async () => {
@@ -25,7 +26,7 @@ describe('missing AWS resources', () => {
     for (const args of [['status'], ['history', 'some-run'], ['status', 'some-run']]) {
       const r = await stepwiseCli([...args, '--backend', 'aws', '--table', table, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl], ENV);
       expect(r.code).toBe(2);
-      expect(r.err).toBe(`stepwise: table ${table} does not exist: ${FIX}\n`);
+      expect(r.err).toBe(`stepwise: table ${table} does not exist in ${REGION}: ${FIX}\n`);
       expect(r.out).toBe('');
     }
   });
@@ -34,9 +35,25 @@ describe('missing AWS resources', () => {
     const queueUrl = aws.queueUrl.replace(/[^/]+\.fifo$/, `${uniqueName('nope')}.fifo`);
     const r = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'x', '--run-id', 'missing-queue', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', queueUrl], ENV);
     expect(r.code).toBe(2);
-    expect(r.err).toBe(`stepwise: queue ${queueUrl} does not exist: ${FIX}\n`);
+    expect(r.err).toBe(`stepwise: queue ${queueUrl} does not exist in ${REGION}: ${FIX}\n`);
     // Nothing was lost or half-made: no run was created without its first message.
     expect(await aws.runtime().store.load('missing-queue')).toBeUndefined();
+  });
+
+  it('a queue URL of another region: start says so, not that it does not exist, before it writes anything', async () => {
+    // The clients send to this region's endpoint, where that region's queue is never found.
+    const queueUrl = `https://sqs.eu-west-1.amazonaws.com/000000000000/${aws.queueUrl.split('/').pop()}`;
+    const r = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'x', '--run-id', 'other-region', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', queueUrl], ENV);
+    expect(r.err).toBe(`stepwise: queue ${queueUrl} is in eu-west-1, and the AWS region is ${REGION}: set AWS_REGION=eu-west-1 if the table and bucket are there too, or name this region's queue\n`);
+    expect(r.code).toBe(2);
+    expect(await aws.runtime().store.load('other-region')).toBeUndefined();
+    // The legacy host names its region too; a command that uses no queue does not look at it.
+    const legacy = await stepwiseCli(['approve', 'other-region', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', `https://ap-south-1.queue.amazonaws.com/000000000000/q.fifo`], ENV);
+    expect(legacy.err).toContain('is in ap-south-1, and the AWS region is');
+    expect(legacy.code).toBe(2);
+    const status = await stepwiseCli(['status', '--backend', 'aws', '--table', aws.tableName, '--queue-url', queueUrl], ENV);
+    expect(status.err).toBe('');
+    expect(status.code).toBe(0);
   });
 
   it('a queue that does not exist: cancel says so before it marks the run', async () => {
@@ -45,7 +62,7 @@ describe('missing AWS resources', () => {
     const queueUrl = aws.queueUrl.replace(/[^/]+\.fifo$/, `${uniqueName('nope')}.fifo`);
     const r = await stepwiseCli(['cancel', 'cancel-missing-queue', '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', queueUrl], ENV);
     expect(r.code).toBe(2);
-    expect(r.err).toBe(`stepwise: queue ${queueUrl} does not exist: ${FIX}\n`);
+    expect(r.err).toBe(`stepwise: queue ${queueUrl} does not exist in ${REGION}: ${FIX}\n`);
     expect((await aws.runtime().store.load('cancel-missing-queue'))?.cancelRequested).toBeUndefined();
   });
 
@@ -53,7 +70,7 @@ describe('missing AWS resources', () => {
     const bucket = `stepwise-${uniqueName('nope')}`;
     const r = await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '500', '--backend', 'aws', '--table', aws.tableName, '--bucket', bucket, '--queue-url', aws.queueUrl], ENV);
     expect(r.code).toBe(2);
-    expect(r.err).toBe(`stepwise: bucket ${bucket} does not exist: ${FIX}\n`);
+    expect(r.err).toBe(`stepwise: bucket ${bucket} does not exist in ${REGION}: ${FIX}\n`);
     expect(r.out).not.toContain('ready');
   });
 
