@@ -20,6 +20,17 @@ const MAX_GROUP_ID = 128;
 /** What SQS answers for a receipt that expired, was used by a later receive, or whose message is gone. */
 const STALE_RECEIPT_ERRORS = new Set(['ReceiptHandleIsInvalid', 'InvalidParameterValue', 'InvalidParameterValueException', 'MessageNotInflight']);
 
+/**
+ * SQS hides a message for 12 hours at most. Asked for longer, it was cut to 12 while the worker's
+ * heartbeat, timed from the longer one, came too late: a second worker took the step it was running.
+ * `stepwise worker` checks it before it says it is ready, as a receive does.
+ */
+export function assertSqsVisibility(visibilityMs: number): void {
+  if (visibilityMs > MAX_VISIBILITY_SECONDS * 1000) {
+    throw new InvalidInputError(`a visibility timeout on SQS is at most 12 hours (${MAX_VISIBILITY_SECONDS * 1000} ms), not ${visibilityMs} ms`);
+  }
+}
+
 export interface SqsRunQueueOptions {
   sqs: SQSClient;
   /** A FIFO queue (its URL ends in .fifo). */
@@ -72,11 +83,7 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
-    // SQS hides a message for 12 hours at most. Asked for longer, it was cut to 12 while the worker's
-    // heartbeat, timed from the longer one, came too late: a second worker took the step it was running.
-    if (options.visibilityMs !== undefined && options.visibilityMs > MAX_VISIBILITY_SECONDS * 1000) {
-      throw new InvalidInputError(`a visibility timeout on SQS is at most 12 hours (${MAX_VISIBILITY_SECONDS * 1000} ms), not ${options.visibilityMs} ms`);
-    }
+    if (options.visibilityMs !== undefined) assertSqsVisibility(options.visibilityMs);
     const waitSeconds = Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000));
     const received = await this.options.sqs.send(new ReceiveMessageCommand({
       QueueUrl: this.options.queueUrl,

@@ -55,6 +55,14 @@ describe('the stepwise command on the AWS backend', () => {
     expect(missing.err).toContain('the AWS backend needs TABLE_NAME (environment)');
   });
 
+  it('a worker asked for a visibility past SQS\'s 12 hours is refused before it says it is ready', async () => {
+    // It said ready, then its first receive refused: a supervisor counted up a worker that stopped at once.
+    const worker = await stepwise('worker', '--agent', AGENT, '--visibility-ms', String(12 * 3_600_000 + 1), '--idle-exit-ms', '500');
+    expect(worker.err).toBe('stepwise: a visibility timeout on SQS is at most 12 hours (43200000 ms), not 43200001 ms\n');
+    expect(worker.code).toBe(2);
+    expect(worker.out).toBe('');
+  });
+
   it('prune sweeps the bucket of blobs nothing refers to; TTL does the rest, so --older-than-days is refused', async () => {
     const pruned = await stepwise('prune');
     expect(pruned.code).toBe(0);

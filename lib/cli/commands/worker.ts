@@ -21,6 +21,9 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
   const runtime = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
   try {
     assertQueueTakesAgent(runtime, agent, 'work');
+    // Refused before the ready line, where the first receive refused it after: a supervisor counted up a
+    // worker that stopped at once (exit 2). Imported on AWS only: the SDK is not loaded locally.
+    if (runtime.kind === 'aws' && options.visibilityMs) (await import('../../aws/sqs-run-queue.ts')).assertSqsVisibility(options.visibilityMs);
   } catch (error) {
     runtime.close();
     throw error;
