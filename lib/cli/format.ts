@@ -1,7 +1,7 @@
 import type { Budget, ForkedFrom, RunState, StepRecord, Usage, WaitRecord } from '../core/state.ts';
 import type { RunView, StepView } from '../engine/operate/show.ts';
 import type { RunRow } from '../engine/operate/list.ts';
-import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
+import { costText, formatUsd, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo } from '../ports.ts';
 import { printable } from '../core/printable.ts';
 import { waitedFor } from '../core/waited-for.ts';
@@ -27,9 +27,7 @@ export function tokens(usage: Usage | undefined): string {
 }
 
 export function stepCost(record: StepRecord | undefined, fallbackModel: string): string {
-  if (!record?.usage) return '';
-  const cost = estimateCost(record.usage, record.model ?? fallbackModel);
-  return cost ? formatUsd(cost.usd) : '';
+  return record ? stepCostText(record.usage, record.model ?? fallbackModel) : '';
 }
 
 /** Tokens and estimated cost of a whole run, or undefined when it used no tokens (an offline model). */
@@ -38,7 +36,8 @@ export function costLine(state: RunState, fallbackModel: string): string | undef
   if (!u.inputTokens && !u.outputTokens && !u.cacheWriteTokens && !u.cacheReadTokens) return undefined;
   const cost = runCost(state, fallbackModel);
   const tokenText = `input ${u.inputTokens}, output ${u.outputTokens}, cache write ${u.cacheWriteTokens}, cache read ${u.cacheReadTokens}`;
-  if (!cost.priced) return `${tokenText}; no price known for the model`;
+  // Usage of a model with no known price: the figure is what could be priced, said to be short of the whole.
+  if (cost.unpriced.length) return `${tokenText}; ${cost.priced ? 'estimated ' : ''}${costText(cost)}`;
   return `${tokenText}; estimated ${formatUsd(cost.usd)} (${formatUsd(cost.uncachedUsd)} without prompt caching; ${(cost.cacheHitShare * 100).toFixed(0)}% of prompt tokens read from the cache)`;
 }
 

@@ -2,7 +2,7 @@ import { html, raw } from 'hono/html';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
-import { estimateCost, formatUsd, runCost } from '../llm/cost.ts';
+import { costText, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo, RunSummary } from '../ports.ts';
 import { layout } from './pages.ts';
 
@@ -22,7 +22,8 @@ const span = (ms: number) => {
 };
 const age = (ms: number, now: number) => span(now - ms);
 const tokensOf = (s?: { usage?: StepRecord['usage'] }) => (s?.usage ? s.usage.inputTokens + s.usage.outputTokens + s.usage.cacheWriteTokens + s.usage.cacheReadTokens : 0);
-const costOf = (s: StepRecord | undefined, model: string) => (s?.usage ? estimateCost(s.usage, s.model ?? model)?.usd ?? 0 : 0);
+/** A step's cost, 'no price' for a model with none: it showed $0.0000, as though the step were free. */
+const costOf = (s: StepRecord, model: string) => stepCostText(s.usage, s.model ?? model);
 
 export function runsPage(input: { runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string }) {
   return layout('Runs', html`
@@ -30,7 +31,7 @@ export function runsPage(input: { runs: { summary: RunSummary & { cancelRequeste
 <table id="runs"><tr><th>run</th><th>agent</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
 <td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="agent">${summary.agent}</td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
-<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? `${state.stepsFrom ? '≈ ' : ''}${formatUsd(runCost(state, input.model).usd)}` : ''}</td>
+<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? `${state.stepsFrom ? '≈ ' : ''}${costText(runCost(state, input.model))}` : ''}</td>
 <td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
 </table>
 ${input.runs.some((r) => r.state?.stepsFrom) ? html`<p id="approximate">≈: read from its recent steps, a long run's earlier steps are priced by the model that answered last; its own page prices every step by its model.</p>` : ''}
@@ -59,7 +60,7 @@ export function runPage(input: {
   return layout(`Run ${state.runId}`, html`
 <p><a href="/inspect">all runs</a></p>
 <h1>Run <code id="run-id">${state.runId}</code></h1>
-<p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<bdi id="reason">${state.reason}</bdi>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${formatUsd(cost.usd)}</p>
+<p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<bdi id="reason">${state.reason}</bdi>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${costText(cost)}</p>
 ${state.forkedFrom ? html`<p id="forked-from">forked from <a href="/inspect/runs/${encodeURIComponent(state.forkedFrom.runId)}">${state.forkedFrom.runId}</a> after its step ${state.forkedFrom.step} (version ${state.forkedFrom.version})</p>` : ''}
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
@@ -78,7 +79,7 @@ ${history.map((h) => {
 <td>${h.version}</td><td>${h.step}</td><td>${h.status}</td><td>${h.tool ?? ''}</td>
 <td><code>${record ? excerpt(canonicalJson(record.input ?? {}), 160) : ''}</code></td>
 <td>${record ? `${record.result.ok ? 'ok' : 'error'}: ${excerpt(record.result.text, 200)}` : ''}</td>
-<td>${h.workerId}</td><td>${h.bytes}</td><td>${record ? tokensOf(record) : ''}</td><td>${record?.usage ? formatUsd(costOf(record, model)) : ''}</td><td>${time(h.at)}</td></tr>`;
+<td>${h.workerId}</td><td>${h.bytes}</td><td>${record ? tokensOf(record) : ''}</td><td>${record ? costOf(record, model) : ''}</td><td>${time(h.at)}</td></tr>`;
   })}
 </table>`);
 }
@@ -120,7 +121,7 @@ function chart(steps: StepRecord[], model: string): string {
   const bar = steps.length ? Math.max(1, Math.floor(width / steps.length)) : width;
   const bars = steps.map((s, i) => {
     const h = Math.round((tokensOf(s) / max) * (height - 10));
-    const title = `step ${s.step}: ${tokensOf(s)} tokens, ${formatUsd(costOf(s, model))}`;
+    const title = `step ${s.step}: ${tokensOf(s)} tokens${s.usage ? `, ${costOf(s, model)}` : ''}`;
     return `<rect x="${i * bar}" y="${height - h}" width="${Math.max(1, bar - 1)}" height="${h}" fill="#3b6ea8"><title>${title}</title></rect>`;
   });
   return `<svg id="chart" role="img" aria-label="tokens per step" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" xmlns="http://www.w3.org/2000/svg">${bars.join('')}</svg>`;

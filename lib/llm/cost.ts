@@ -141,21 +141,24 @@ export function lastModelOf(run: { steps: readonly { model?: string }[]; wait?: 
  * A run's estimated cost: each step priced by the model that chose it, and the usage no step carries
  * (the DONE reply, unusable replies) by the model that answered last, `fallbackModel` if none is known.
  * Priced by `fallbackModel` alone, `status` showed a run of Sonnet steps with its DONE reply at the
- * default model's price, where `show --json` and the budget priced it at Sonnet's. Undefined parts
- * (unknown models, offline runs with no usage) count as zero; `priced` says whether anything could be priced.
+ * default model's price, where `show --json` and the budget priced it at Sonnet's. Parts of unknown models
+ * count as zero and are named in `unpriced`, so a view says the figure is short rather than showing $0 or a
+ * part as the whole; `priced` says whether anything could be priced (not so for an offline run's no usage).
  */
 export function runCost(
   run: { usage: Usage; steps: { usage?: Usage; model?: string }[]; wait?: { model?: string } },
   fallbackModel: string,
-): { usd: number; uncachedUsd: number; priced: boolean; cacheHitShare: number } {
+): RunCost {
   let usd = 0;
   let uncachedUsd = 0;
   let priced = false;
+  const unpriced: string[] = [];
   const rest: Usage = { ...run.usage };
   const add = (usage: Usage, model: string) => {
     const cost = estimateCost(usage, model);
     const uncached = estimateUncachedCost(usage, model);
     if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; priced = true; }
+    else if (promptTokens(usage) + usage.outputTokens > 0 && !unpriced.includes(model)) unpriced.push(model);
   };
   for (const step of run.steps) {
     if (!step.usage) continue;
@@ -167,7 +170,33 @@ export function runCost(
   }
   if (promptTokens(rest) + rest.outputTokens > 0) add(rest, lastModelOf(run) ?? fallbackModel);
   const prompt = promptTokens(run.usage);
-  return { usd, uncachedUsd, priced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0 };
+  return { usd, uncachedUsd, priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0 };
+}
+
+export interface RunCost {
+  usd: number;
+  uncachedUsd: number;
+  priced: boolean;
+  /** The models of usage with no known price ('' for usage of no model known at all), left out of `usd`. */
+  unpriced: string[];
+  cacheHitShare: number;
+}
+
+/**
+ * A run's estimated cost for people: the figure, or, when some usage has no known price, what could be
+ * priced as a lower bound and which models were not; never $0 for usage that was not priced.
+ */
+export function costText(cost: Pick<RunCost, 'usd' | 'priced' | 'unpriced'>): string {
+  if (!cost.unpriced.length) return formatUsd(cost.usd);
+  const models = `no price known for ${cost.unpriced.map((m) => m || 'an unnamed model').join(', ')}`;
+  return cost.priced ? `at least ${formatUsd(cost.usd)} (${models})` : models;
+}
+
+/** A step's estimated cost for people, '' for a step with no usage, and 'no price' for an unknown model. */
+export function stepCostText(usage: Usage | undefined, model: string): string {
+  if (!usage) return '';
+  const cost = estimateCost(usage, model);
+  return cost ? formatUsd(cost.usd) : 'no price';
 }
 
 /**

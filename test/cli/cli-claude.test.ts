@@ -19,9 +19,13 @@ beforeAll(async () => {
 afterAll(async () => { await server.stop(); db.cleanup(); });
 
 function stepwise(...args: string[]) {
+  return stepwiseAsking('claude-opus-5-5', ...args);
+}
+
+function stepwiseAsking(model: string, ...args: string[]) {
   return stepwiseCli(args, {
     STEPWISE_DB: db.path, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'effects.db'), STEPWISE_LOG_LEVEL: 'warn',
-    ANTHROPIC_API_KEY: 'sk-test-local', ANTHROPIC_BASE_URL: server.url, STEPWISE_MODEL: 'claude-opus-5-5',
+    ANTHROPIC_API_KEY: 'sk-test-local', ANTHROPIC_BASE_URL: server.url, STEPWISE_MODEL: model,
   });
 }
 
@@ -52,6 +56,27 @@ describe('the stepwise command with Claude (the local Messages API server)', () 
     expect(json.usage.cacheReadTokens).toBe(reported.reduce((n, u) => n + u.cache_read_input_tokens, 0));
     expect(json.steps.map((s) => s.model)).toEqual(['claude-opus-5-5', 'claude-opus-5-5', 'claude-opus-5-5']);
     expect(json.cost.priced).toBe(true);
+    expect(json.cost.usd).toBeGreaterThan(0);
+  });
+
+  it('a run partly answered by a model with no known price: status, history and show give what could be priced as a lower bound and name that model', async () => {
+    // Step 1 by Claude Opus 5.5; then the run is worked on with a model the price table does not know.
+    expect((await stepwise('run', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'mixed-1', '--step-cap', '1')).out).toContain('capped');
+    expect((await stepwise('retry', 'mixed-1', '--step-cap', '10')).code).toBe(0);
+    expect((await stepwiseAsking('claude-opus-9', 'run', '--agent', AGENT, '--run-id', 'mixed-1')).out).toContain('completed after 3 steps');
+
+    const status = await stepwise('status', 'mixed-1');
+    // The Opus 5.5 step alone was priced: not the run's cost, and said so.
+    expect(status.out).toMatch(/cache read \d+; estimated at least \$0\.\d{4} \(no price known for claude-opus-9\)\n/);
+    const rows = status.out.split('\n').filter((l) => / write_row /.test(l));
+    expect(rows[0]).toMatch(/\$0\.\d{4}$/);
+    expect(rows.slice(1).map((r) => r.endsWith('no price'))).toEqual([true, true]);
+    expect((await stepwise('history', 'mixed-1')).out).toMatch(/total tokens: .*; estimated at least \$0\.\d{4} \(no price known for claude-opus-9\)/);
+    const show = await stepwise('show', 'mixed-1');
+    expect(show.out).toMatch(/tokens {3}.*; estimated at least \$0\.\d{4} \(no price known for claude-opus-9\)/);
+    expect(show.out).toMatch(/step 3 {2}write_row .* cost no price /);
+    const json = JSON.parse((await stepwise('show', 'mixed-1', '--json')).out) as { cost: { usd: number; priced: boolean; unpriced: string[] } };
+    expect(json.cost).toMatchObject({ priced: true, unpriced: ['claude-opus-9'] });
     expect(json.cost.usd).toBeGreaterThan(0);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Usage } from '../../lib/core/state.ts';
-import { estimateCost, estimateRunUsd, runCost } from '../../lib/llm/cost.ts';
+import { costText, estimateCost, estimateRunUsd, runCost } from '../../lib/llm/cost.ts';
 
 const step: Usage = { inputTokens: 1_000, outputTokens: 100, cacheWriteTokens: 0, cacheReadTokens: 0 };
 const done: Usage = { inputTokens: 2_000, outputTokens: 300, cacheWriteTokens: 0, cacheReadTokens: 0 };
@@ -25,5 +25,16 @@ describe('runCost', () => {
 
   it('with no model recorded anywhere, the fallback prices it', () => {
     expect(runCost({ usage: done, steps: [] }, DEFAULT).usd).toBeCloseTo(estimateCost(done, DEFAULT)!.usd, 12);
+  });
+
+  it('names the models it could not price, and says the figure is then a lower bound, never $0 for unpriced usage', () => {
+    const unknown = runCost({ usage: both, steps: [{ usage: step, model: 'claude-opus-9' }] }, DEFAULT);
+    expect(unknown).toMatchObject({ usd: 0, priced: false, unpriced: ['claude-opus-9'] });
+    expect(costText(unknown)).toBe('no price known for claude-opus-9');
+    const mixed = runCost({ usage: both, steps: [{ usage: step, model: SONNET }, { usage: done, model: 'claude-opus-9' }] }, DEFAULT);
+    expect(mixed).toMatchObject({ priced: true, unpriced: ['claude-opus-9'] });
+    expect(costText(mixed)).toBe(`at least $${estimateCost(step, SONNET)!.usd.toFixed(4)} (no price known for claude-opus-9)`);
+    // No usage at all (an offline model): nothing left unpriced, and nothing spent.
+    expect(costText(runCost({ usage: { ...both, inputTokens: 0, outputTokens: 0 }, steps: [] }, DEFAULT))).toBe('$0.0000');
   });
 });

@@ -39,7 +39,8 @@ export interface RunView {
    * of the first `atStep` steps' model calls.
    */
   usage: Usage;
-  cost: { usd: number; priced: boolean };
+  /** `unpriced`: the models of usage with no known price, left out of `usd` (see runCost). */
+  cost: { usd: number; priced: boolean; unpriced?: string[] };
   steps: StepView[];
 }
 
@@ -86,6 +87,6 @@ export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }
     ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
     ...(atStep === state.step && state.pending ? { pending: state.pending } : {}),
     ...(atStep === state.step && state.wait ? { wait: state.wait } : {}),
-    atStep, usage: at.usage, cost: { usd: cost.usd, priced: cost.priced }, steps,
+    atStep, usage: at.usage, cost: { usd: cost.usd, priced: cost.priced, ...(cost.unpriced.length ? { unpriced: cost.unpriced } : {}) }, steps,
   };
 }
