@@ -71,15 +71,14 @@ export const MODEL_PRICES: Readonly<Record<string, ModelPrice>> = {
 
 /**
  * The prices of a model id: exact, else without a snapshot date suffix (claude-haiku-4-5-20251001), else
- * the longest listed id it starts with. Undefined for a model we have no price for.
+ * as the API's `-0` alias of a family's first model (claude-opus-4-0 is claude-opus-4). Undefined for any
+ * other id, a newer version of a listed family included: its family's price is no guide (Opus 4.1 was $15
+ * per MTok of input, Opus 4.5 $5), and taken by prefix, claude-opus-4-9 was priced as Opus 4 and
+ * claude-opus-5-6 as Opus 5, silently, where an unknown model says it has no price and stops a dollar budget.
  */
 export function priceOf(model: string): ModelPrice | undefined {
-  const exact = MODEL_PRICES[model] ?? MODEL_PRICES[model.replace(/-\d{8}$/, '')];
-  if (exact) return exact;
-  const prefix = Object.keys(MODEL_PRICES)
-    .filter((id) => model.startsWith(`${id}-`))
-    .sort((a, b) => b.length - a.length)[0];
-  return prefix ? MODEL_PRICES[prefix] : undefined;
+  const undated = model.replace(/-\d{8}$/, '');
+  return MODEL_PRICES[model] ?? MODEL_PRICES[undated] ?? (undated.endsWith('-0') ? MODEL_PRICES[undated.slice(0, -2)] : undefined);
 }
 
 export interface CostEstimate {

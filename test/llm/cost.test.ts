@@ -33,6 +33,13 @@ describe('cost', () => {
     expect(priceOf('claude-haiku-4-5-20251001')).toBe(MODEL_PRICES['claude-haiku-4-5']);
     expect(priceOf('claude-sonnet-4-5-20250929')).toBe(MODEL_PRICES['claude-sonnet-4-5']);
     expect(priceOf('claude-opus-5-5')).not.toBe(priceOf('claude-opus-5'));
+    expect(priceOf('claude-opus-4-0')).toBe(MODEL_PRICES['claude-opus-4']);
+    expect(priceOf('claude-sonnet-4-0')).toBe(MODEL_PRICES['claude-sonnet-4']);
+    // A version the table does not list is not priced as its family's first: Opus 4 is $15, Opus 4.5 to 4.8 $5.
+    expect(priceOf('claude-opus-4-9')).toBeUndefined();
+    expect(priceOf('claude-opus-5-6')).toBeUndefined();
+    expect(priceOf('claude-sonnet-4-7-20270101')).toBeUndefined();
+    expect(priceOf('claude-opus-4-5-preview')).toBeUndefined();
     expect(estimateCost(usage, 'gpt-9')).toBeUndefined();
     expect(estimateUncachedCost(usage, 'claude-unknown')).toBeUndefined();
   });
