@@ -11,13 +11,13 @@ import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
 import { showRun } from '../engine/operate/show.ts';
 import { startRun } from '../engine/start.ts';
-import { defaultModelId } from '../llm/model-id.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
 import { historyPage } from '../engine/operate/history.ts';
 import { listRunsPage } from '../engine/operate/list.ts';
 import { otherAgentsRun } from './other-agent.ts';
+import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 
 const budgetBody = budgetSchema.strict();
@@ -207,10 +207,6 @@ export function apiRoutes(deps: HttpDeps): Hono {
   return app;
 }
 
-/** The model that prices usage no step records one for: the agent's, else the deployment's default. */
-function pricingModelFor(deps: HttpDeps): string {
-  return deps.agent.settings?.model ?? defaultModelId();
-}
 
 /**
  * The run as the API shows it: everything but the step records (see /history and the inspector), and a

@@ -10,12 +10,12 @@ import { forkRun } from '../engine/operate/fork.ts';
 import { historyPage } from '../engine/operate/history.ts';
 import { listRunsPage } from '../engine/operate/list.ts';
 import { retryRun } from '../engine/operate/retry.ts';
-import { DEFAULT_MODEL, MODEL_ENV } from '../llm/anthropic.ts';
 import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { RUN_PAGE_CHECKPOINTS, runPage, runsPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { otherAgentsRun } from './other-agent.ts';
+import { pricingModelFor } from './pricing-model.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 import { readForm } from './read-form.ts';
 
@@ -29,7 +29,9 @@ const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: 
  */
 export function inspectorRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
-  const model = () => process.env[MODEL_ENV]?.trim() || DEFAULT_MODEL;
+  // The pages price as the API and the budget do: they priced by STEPWISE_MODEL alone, so a run of an agent
+  // that names its model, ended by a DONE before any step, showed another figure than GET /runs/:id/steps/0.
+  const model = () => pricingModelFor(deps);
   app.use('*', pageHeaders());
   app.use('*', sameOriginForms);
   if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
@@ -127,12 +129,12 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       return c.html(messagePage('Not understood', `The step to fork from is a whole number from 0, in digits only; ${got}.`), 400);
     }
     return refusal(c, async () => {
-      const forked = await forkRun(deps, c.req.param('runId'), { fromStep, pricingModel: deps.agent.settings?.model ?? model() });
+      const forked = await forkRun(deps, c.req.param('runId'), { fromStep, pricingModel: model() });
       return back(c, forked.runId);
     });
   });
   app.post('/runs/:runId/retry', (c) => refusal(c, async () => {
-    await retryRun(deps, c.req.param('runId'), { pricingModel: deps.agent.settings?.model ?? model() });
+    await retryRun(deps, c.req.param('runId'), { pricingModel: model() });
     return back(c, c.req.param('runId'));
   }));
   app.post('/runs/:runId/cancel', (c) => refusal(c, async () => {
