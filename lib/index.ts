@@ -9,6 +9,11 @@ export type { AgentDefinition, AgentSettings, ToolContext, ToolDefinition } from
 export {
   IdempotencyKeyReuseError, InvalidInputError, ModelUnavailableError, PermanentError, StepwiseError, ToolError, ToolTimeoutError, TransientError,
 } from './core/errors.ts';
+// What the engine's calls throw, for a program to tell apart (an unknown run from another agent's, a run
+// newer code wrote); ModelKeyError is what a Model of one's own throws when its key is refused.
+export {
+  ModelKeyError, NewerFormatError, RunIdTakenError, UnknownRunError, UnreadableCheckpointError, WrongAgentError,
+} from './core/errors.ts';
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';
 export type { Advance, AdvanceOptions } from './engine/advance.ts';
@@ -17,9 +22,13 @@ export type { Handled } from './engine/handle-message.ts';
 export { startRun } from './engine/start.ts';
 export type { StartResult } from './engine/start.ts';
 export { cancelRun } from './engine/operate/cancel.ts';
+export type { CancelInput, CancelOutcome } from './engine/operate/cancel.ts';
 export { forkRun } from './engine/operate/fork.ts';
+export type { ForkInput, ForkResult } from './engine/operate/fork.ts';
 export { retryRun } from './engine/operate/retry.ts';
+export type { RetryInput, RetryResult } from './engine/operate/retry.ts';
 export { showRun } from './engine/operate/show.ts';
+export type { RunView, ShowOptions, StepView } from './engine/operate/show.ts';
 export { runWorker } from './engine/worker-loop.ts';
 export type { WorkerOptions } from './engine/worker-loop.ts';
 export type { EngineDeps } from './engine/deps.ts';

@@ -5,7 +5,10 @@ import Database from 'better-sqlite3';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
-import { defineAgent, InvalidInputError, requestApproval, startRun, tool, waitForEvent, type Model, type ModelReply } from '../../lib/index.ts';
+import {
+  advance, cancelRun, defineAgent, forkRun, InvalidInputError, ModelKeyError, requestApproval, RunIdTakenError, showRun, startRun, tool, UnknownRunError, waitForEvent,
+  type CancelOutcome, type ForkResult, type Model, type ModelReply, type RunView,
+} from '../../lib/index.ts';
 import { openLocalEngine, type LocalEngine } from '../../lib/local.ts';
 import { ROOT } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
@@ -196,5 +199,28 @@ try {
     expect(leases[0]).toBeLessThanOrEqual(600_000);
     expect(leases[1]).toBeGreaterThan(20_000);
     expect(leases[1]).toBeLessThanOrEqual(30_000);
+  });
+
+  it('throws errors a program can tell apart by their exported classes, and types what it operates with', async () => {
+    const { engine } = await open();
+    // An unknown run (a 404 to a service) is not any other PermanentError.
+    await expect(engine.work('no-such-run')).rejects.toBeInstanceOf(UnknownRunError);
+    await expect(showRun(engine.deps, 'no-such-run')).rejects.toBeInstanceOf(UnknownRunError);
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders', runId: 'typed-1' });
+    const other = await openLocalEngine(defineAgent({ name: 'other', tools: [] }), { dbPath: engine.runtime.db.name, log: quiet, model: scripted() });
+    cleanups.unshift(() => other.close());
+    await expect(startRun(other.deps, { goal: 'move the orders', runId })).rejects.toBeInstanceOf(RunIdTakenError);
+
+    const view: RunView = await showRun(engine.deps, runId);
+    const cancel: CancelOutcome = await cancelRun(engine.deps, runId, { by: 'ops@example.com' });
+    const fork: ForkResult = await forkRun(engine.deps, runId, { fromStep: 0, runId: 'typed-fork' });
+    expect([view.status, cancel.outcome, fork.created]).toEqual(['running', 'requested', true]);
+
+    // A Model of the program's own says its key was refused as Claude's adapter does: the step waits for
+    // a valid key, counting no failure.
+    const refused = await openLocalEngine(agent, { dbPath: engine.runtime.db.name, log: quiet, model: { name: 'keyed', decide: async () => { throw new ModelKeyError('key revoked'); } } });
+    cleanups.unshift(() => refused.close());
+    await expect(advance(refused.deps, 'typed-fork')).rejects.toBeInstanceOf(ModelKeyError);
+    expect(await refused.runtime.store.load('typed-fork')).toMatchObject({ status: 'running', version: 1 });
   });
 });
