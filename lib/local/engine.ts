@@ -2,9 +2,9 @@
  * The engine on the SQLite file, wired as the CLI wires it (model, logger, approval emails, events), for a
  * program that embeds stepwise: `stepwise/local`'s openLocalEngine, and what `stepwise run` is built on.
  */
-import { defineAgent, importedAgent, type AgentDefinition } from '../agent.ts';
+import { defineAgent, importedAgent, worksRunsOf, type AgentDefinition } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
-import { UnknownRunError } from '../core/errors.ts';
+import { NewerFormatError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
 import { processWorkerId, type EngineDeps } from '../engine/deps.ts';
 import type { Handled } from '../engine/handle-message.ts';
@@ -79,7 +79,7 @@ async function workRun(
   deps: EngineDeps, runtime: LocalRuntime, runId: string,
   options: { signal?: AbortSignal; onHandled?: (handled: Handled) => void; visibilityMs?: number },
 ): Promise<{ version: number; state: RunState }> {
-  if (!(await runtime.store.load(runId))) throw new UnknownRunError(runId);
+  await checkWorkable(deps, runtime, runId);
   // A round of the worker loop ends when the run stops running; a fresh one is made if it runs again.
   let round = new AbortController();
   const onAbort = () => round.abort();
@@ -111,4 +111,22 @@ async function workRun(
     clearInterval(watch);
     options.signal?.removeEventListener('abort', onAbort);
   }
+}
+
+/**
+ * Refuses a run this engine can never step, where the loop would wait for good: its messages are handed
+ * back for another agent's worker or newer code, and only this process is working the run. A head that
+ * cannot be read is left to the worker, which fails the run with the reason.
+ */
+async function checkWorkable(deps: EngineDeps, runtime: LocalRuntime, runId: string): Promise<void> {
+  const stored = await runtime.store.load(runId, { recent: true });
+  if (!stored) throw new UnknownRunError(runId);
+  let agent: string;
+  try {
+    agent = decodeState(stored).agent;
+  } catch (error) {
+    if (error instanceof NewerFormatError) throw error;
+    return;
+  }
+  if (!worksRunsOf(deps.agent, agent)) throw new WrongAgentError(runId, agent, deps.agent.name);
 }

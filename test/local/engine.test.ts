@@ -6,7 +6,8 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
 import {
-  advance, cancelRun, defineAgent, forkRun, InvalidInputError, ModelKeyError, requestApproval, RunIdTakenError, showRun, startRun, tool, UnknownRunError, waitForEvent,
+  advance, cancelRun, defineAgent, forkRun, InvalidInputError, ModelKeyError, NewerFormatError, requestApproval, RunIdTakenError, showRun, startRun, tool, UnknownRunError,
+  waitForEvent, WrongAgentError,
   type CancelOutcome, type ForkResult, type Model, type ModelReply, type RunView,
 } from '../../lib/index.ts';
 import { openLocalEngine, type LocalEngine } from '../../lib/local.ts';
@@ -222,5 +223,23 @@ try {
     cleanups.unshift(() => refused.close());
     await expect(advance(refused.deps, 'typed-fork')).rejects.toBeInstanceOf(ModelKeyError);
     expect(await refused.runtime.store.load('typed-fork')).toMatchObject({ status: 'running', version: 1 });
+  });
+
+  it("refuses to work a run it can never step, another agent's or one newer code wrote, where it waited for good", async () => {
+    const { engine } = await open();
+    const other = await openLocalEngine(defineAgent({ name: 'other', tools: [] }), { dbPath: engine.runtime.db.name, log: quiet, model: scripted() });
+    cleanups.unshift(() => other.close());
+    await startRun(other.deps, { goal: 'tidy up', runId: 'others-1' });
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders', runId: 'newer-1' });
+    engine.runtime.db.prepare("UPDATE checkpoints SET head = json_set(head, '$.formatVersion', 99) WHERE run_id = ?").run(runId);
+
+    const wrong = await engine.work('others-1').catch((error: unknown) => error);
+    expect(wrong).toBeInstanceOf(WrongAgentError);
+    expect((wrong as Error).message).toBe('run others-1 belongs to agent "other" but this worker runs agent "embedded"');
+    await expect(engine.work(runId)).rejects.toBeInstanceOf(NewerFormatError);
+    // Neither run's message was taken: their own workers find them as they were.
+    const received = engine.runtime.db.prepare('SELECT run_id, receive_count FROM queue ORDER BY run_id').all();
+    expect(received).toEqual([{ run_id: 'newer-1', receive_count: 0 }, { run_id: 'others-1', receive_count: 0 }]);
+    expect((await other.work('others-1')).state.status).toBe('completed');
   });
 });
