@@ -108,6 +108,7 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
 export async function answerApproval(
   deps: AnswerDeps, runId: string, input: { decision: 'approve' | 'reject'; by?: string; comment?: string },
 ): Promise<AnswerOutcome> {
+  checkDecision(input);
   const stored = await deps.store.load(runId);
   if (!stored) throw new UnknownRunError(runId);
   const state = decodeState(stored);
@@ -130,6 +131,19 @@ export async function answerApproval(
     runId, waitId: wait.id,
     answer: { kind: input.decision === 'approve' ? 'approved' : 'rejected', by: input.by ?? wait.approvers?.[0] ?? '', ...(input.comment ? { comment: input.comment } : {}) },
   });
+}
+
+/**
+ * A program may hand on what it was sent (a request body) unchecked: a decision that is neither approve nor
+ * reject ('approved', a typo) is refused, where it was read as a rejection and resumed the run with it.
+ */
+function checkDecision(input: { decision: unknown; by?: unknown; comment?: unknown }): void {
+  const shown = (value: unknown) => (typeof value === 'string' ? JSON.stringify(value) : value === undefined || value === null ? String(value) : (typeof value === 'object' ? 'an object' : `a ${typeof value}`));
+  if (input?.decision !== 'approve' && input?.decision !== 'reject') {
+    throw new InvalidInputError(`an approval's decision is "approve" or "reject", not ${shown(input?.decision)}`);
+  }
+  if (input.by !== undefined && (typeof input.by !== 'string' || !input.by.trim())) throw new InvalidInputError(`an approval's by is the approver's email, not ${shown(input.by)}`);
+  if (input.comment !== undefined && typeof input.comment !== 'string') throw new InvalidInputError(`an approval's comment is text, not ${shown(input.comment)}`);
 }
 
 /** What became of the last approval the run waited for, when it has one: answered, or timed out. */

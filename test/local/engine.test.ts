@@ -242,4 +242,24 @@ try {
     expect(received).toEqual([{ run_id: 'newer-1', receive_count: 0 }, { run_id: 'others-1', receive_count: 0 }]);
     expect((await other.work('others-1')).state.status).toBe('completed');
   });
+
+  it("refuses an approval answer whose decision is neither approve nor reject, where it was read as a rejection", async () => {
+    const { engine } = await open();
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
+    const waiting = await engine.work(runId);
+    expect(waiting.state.wait?.kind).toBe('approval');
+    // A service handing on a request body as it came: untyped, so the compiler cannot catch it.
+    const body = JSON.parse('{"decision":"approved","by":"ops@example.com","comment":{"text":"fine"}}') as Parameters<LocalEngine['answer']>[1];
+    const refusal = (input: Record<string, unknown>) => engine.answer(runId, { ...body, ...input }).then((outcome) => outcome, (error: unknown) => error);
+    const refused = [await refusal({ comment: 'fine' }), await refusal({ decision: undefined }), await refusal({ decision: 'approve', by: 7 }), await refusal({ decision: 'approve' })];
+    expect(refused.every((error) => error instanceof InvalidInputError)).toBe(true);
+    expect(refused.map((error) => (error as Error).message)).toEqual([
+      'an approval\'s decision is "approve" or "reject", not "approved"',
+      'an approval\'s decision is "approve" or "reject", not undefined',
+      'an approval\'s by is the approver\'s email, not a number',
+      'an approval\'s comment is text, not an object',
+    ]);
+    expect(await engine.runtime.store.load(runId)).toMatchObject({ status: 'waiting', version: waiting.version });
+    expect(await engine.answer(runId, { decision: 'approve', by: 'ops@example.com' })).toMatchObject({ outcome: 'resumed', answer: { kind: 'approved' } });
+  });
 });
