@@ -36,6 +36,7 @@ export function unappliedStartOptions(state: RunState, given: { goal?: unknown; 
 }
 
 export function validateGoal(goal: unknown): string {
+  if (goal !== undefined && goal !== null && typeof goal !== 'string') throw new InvalidInputError(`the goal is text that says what the run should achieve, not a ${typeof goal}`);
   if (typeof goal !== 'string' || goal.trim() === '') throw new InvalidInputError('the goal is empty: say what the run should achieve');
   const bytes = Buffer.byteLength(goal);
   if (bytes > MAX_GOAL_BYTES) throw new InvalidInputError(`the goal is ${bytes} bytes; the limit is ${MAX_GOAL_BYTES}. Put large inputs in a tool's data and refer to them`);
@@ -43,6 +44,9 @@ export function validateGoal(goal: unknown): string {
 }
 
 export function validateRunId(runId: string): string {
+  // A program's untyped value (a number) matched the pattern as its text, and made a run the store keeps
+  // as "5.0" whose message no worker can read: a run stuck running, found by neither id.
+  if (typeof runId !== 'string') throw new InvalidInputError(`run id must be text matching ${RUN_ID_PATTERN}, not a ${typeof runId}`);
   if (!RUN_ID_PATTERN.test(runId)) throw new InvalidInputError(`run id ${JSON.stringify(runId)} must match ${RUN_ID_PATTERN}`);
   return runId;
 }

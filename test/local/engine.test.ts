@@ -262,4 +262,20 @@ try {
     expect(await engine.runtime.store.load(runId)).toMatchObject({ status: 'waiting', version: waiting.version });
     expect(await engine.answer(runId, { decision: 'approve', by: 'ops@example.com' })).toMatchObject({ outcome: 'resumed', answer: { kind: 'approved' } });
   });
+
+  it('refuses a run id or goal of another type than text, where a number made a run no worker could read', async () => {
+    const { engine } = await open();
+    // Values a program passes on untyped (a parsed request, a JavaScript caller): the compiler never sees them.
+    const refusal = (input: Record<string, unknown>) => startRun(engine.deps, { goal: 'move the orders', ...input } as never).then((started) => started, (error: unknown) => error);
+    const refused = [await refusal({ runId: 5 }), await refusal({ goal: 42 })];
+    expect(refused.every((error) => error instanceof InvalidInputError)).toBe(true);
+    expect(refused.map((error) => (error as Error).message)).toEqual([
+      'run id must be text matching /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/, not a number',
+      'the goal is text that says what the run should achieve, not a number',
+    ]);
+    expect(await engine.runtime.store.list()).toEqual([]);
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
+    await expect(forkRun(engine.deps, runId, { fromStep: 0, runId: 7 } as never)).rejects.toThrow('run id must be text');
+    expect((await engine.runtime.store.list()).map((r) => r.runId)).toEqual([runId]);
+  });
 });
