@@ -146,10 +146,13 @@ export function budgetReached(budget: Budget, usage: Usage, usd: number | undefi
 }
 
 export function checkBudget(budget: Budget): Budget {
-  const parsed = budgetSchema.safeParse(budget);
+  // Strict, as the API's and the agent's settings are: a misspelt part a program passes (`{ dollars: 5 }`)
+  // was dropped, and the run started with no limit at all.
+  const parsed = budgetSchema.strict().safeParse(budget);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    throw new InvalidInputError(`budget ${issue?.path.join('.') || ''}: ${issue?.message ?? 'invalid'} (tokens: a whole number above 0; usd: a number above 0)`);
+    const path = issue?.path.join('.');
+    throw new InvalidInputError(`budget${path ? ` ${path}` : ''}: ${issue?.message ?? 'invalid'} (tokens: a whole number above 0; usd: a number above 0)`);
   }
   return parsed.data;
 }

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineAgent } from '../../lib/agent.ts';
+import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { runCost } from '../../lib/llm/cost.ts';
 import { startRun } from '../../lib/engine/start.ts';
@@ -93,5 +94,21 @@ describe('budgets', () => {
     await expect(startRun(deps, { goal: 'x', runId: 'c', budget: { tokens: -1 } })).rejects.toThrow(/budget tokens/);
     await expect(startRun(deps, { goal: 'x', runId: 'c', budget: { usd: 0 } })).rejects.toThrow(/budget usd/);
     expect(await runtime.store.load('c')).toBeUndefined();
+  });
+
+  it('refuses a budget with a part it does not know at start, fork and retry, where the run got no limit', async () => {
+    const { deps, runtime, clock } = setup(writeRowsScript(5));
+    await startRun(deps, { goal: 'stop early', runId: 'small', budget: { tokens: 10 } });
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime, 'small')).toMatchObject({ status: 'over-budget' });
+    // As a program passes it untyped: the API and an agent's settings refuse it, the engine's calls did not.
+    const dollars = { dollars: 5 } as never;
+    const refusal = 'budget: Unrecognized key: "dollars" (tokens: a whole number above 0; usd: a number above 0)';
+    await expect(startRun(deps, { goal: 'x', runId: 'c', budget: dollars })).rejects.toThrow(refusal);
+    await expect(forkRun(deps, 'small', { fromStep: 0, runId: 'd', budget: dollars })).rejects.toThrow(refusal);
+    await expect(retryRun(deps, 'small', { budget: dollars })).rejects.toThrow(refusal);
+    expect(await runtime.store.load('c')).toBeUndefined();
+    expect(await runtime.store.load('d')).toBeUndefined();
+    expect(await loadState(runtime, 'small')).toMatchObject({ status: 'over-budget', budget: { tokens: 10 } });
   });
 });
