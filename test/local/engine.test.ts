@@ -278,4 +278,18 @@ try {
     await expect(forkRun(engine.deps, runId, { fromStep: 0, runId: 7 } as never)).rejects.toThrow('run id must be text');
     expect((await engine.runtime.store.list()).map((r) => r.runId)).toEqual([runId]);
   });
+
+  it('refuses a cancel that does not say who cancels with an InvalidInputError, where it threw a TypeError', async () => {
+    const { engine } = await open();
+    const { runId } = await startRun(engine.deps, { goal: 'move the orders' });
+    const refusal = (input: Record<string, unknown>) => cancelRun(engine.deps, runId, input as never).then((outcome) => outcome, (error: unknown) => error);
+    const refused = [await refusal({}), await refusal({ by: 7 }), await refusal({ by: 'ops@example.com', reason: 7 })];
+    expect(refused.every((error) => error instanceof InvalidInputError)).toBe(true);
+    expect(refused.map((error) => (error as Error).message)).toEqual([
+      'say who cancels (--as, or "by" in the API and cancelRun): 1 to 254 characters',
+      'say who cancels (--as, or "by" in the API and cancelRun): 1 to 254 characters',
+      'the reason is text, not a number',
+    ]);
+    expect(await engine.runtime.store.load(runId)).not.toHaveProperty('cancelRequested');
+  });
 });

@@ -38,8 +38,10 @@ const ATTEMPTS = 5;
  * before anything else happens.
  */
 export async function cancelRun(deps: OperateDeps, runId: string, input: CancelInput): Promise<CancelOutcome> {
-  const by = input.by.trim();
-  if (!by || by.length > 254) throw new InvalidInputError('say who cancels (--as, or "by" in the API): 1 to 254 characters');
+  // A program's untyped input (no by, a number) is told what is missing, not a TypeError from trim().
+  const by = typeof input?.by === 'string' ? input.by.trim() : '';
+  if (!by || by.length > 254) throw new InvalidInputError('say who cancels (--as, or "by" in the API and cancelRun): 1 to 254 characters');
+  if (input.reason !== undefined && typeof input.reason !== 'string') throw new InvalidInputError(`the reason is text, not a ${typeof input.reason}`);
   if (input.reason !== undefined && input.reason.length > 1000) throw new InvalidInputError('the reason is limited to 1,000 characters');
   for (let attempt = 1; ; attempt++) {
     const stored = await deps.store.load(runId);
