@@ -1,6 +1,6 @@
 import type { Delivery, RunQueueConsumer } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
-import { errorMessage } from '../core/errors.ts';
+import { InvalidInputError, errorMessage } from '../core/errors.ts';
 import { handleDelivery, retryDelayMs, type Handled } from './handle-message.ts';
 import { sweepStalledRuns } from './sweep.ts';
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
@@ -62,8 +62,9 @@ export interface WorkerOptions {
 export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, options: WorkerOptions = {}): Promise<void> {
   const concurrency = options.concurrency ?? 1;
   if (!Number.isSafeInteger(concurrency) || concurrency < 1 || concurrency > MAX_WORKER_CONCURRENCY) {
-    throw new RangeError(`concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}, not ${String(concurrency)}`);
+    throw new InvalidInputError(`concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}, not ${String(concurrency)}`);
   }
+  checkDurations(options);
   const visibilityMs = options.visibilityMs ?? 30_000;
   /** The deliveries whose steps are in progress, for the heartbeat. */
   const inFlight = new Set<Delivery>();
@@ -107,6 +108,20 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
  * step, and the steps in progress.
  */
 interface Shared { nextSweepAt: number; lastActivity: number; inFlight: Set<Delivery> }
+
+/**
+ * A program's options are checked as the CLI checks its flags: a NaN visibility failed the first receive
+ * with SQLite's "NOT NULL constraint failed".
+ */
+function checkDurations(options: WorkerOptions): void {
+  const durations = { visibilityMs: [1, MAX_TIMER_MS], waitMs: [0, MAX_TIMER_MS], idleExitMs: [0, Number.MAX_SAFE_INTEGER], stallMs: [1, Number.MAX_SAFE_INTEGER], sweepEveryMs: [0, MAX_TIMER_MS], maxReceives: [1, Number.MAX_SAFE_INTEGER] } as const;
+  for (const [name, [least, most]] of Object.entries(durations)) {
+    const value = options[name as keyof typeof durations];
+    if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= least && value <= most)) {
+      throw new InvalidInputError(`${name} must be a number from ${least} to ${most}, not ${String(value)}`);
+    }
+  }
+}
 
 /** A step loop's options: the worker's, with the visibility resolved once for the loops and the heartbeat. */
 type LoopOptions = WorkerOptions & { visibilityMs: number };

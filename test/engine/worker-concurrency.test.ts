@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { InvalidInputError } from '../../lib/core/errors.ts';
 import type { Handled } from '../../lib/engine/handle-message.ts';
 import { runWorker, type WorkerOptions } from '../../lib/engine/worker-loop.ts';
 import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
@@ -128,10 +129,28 @@ describe('a worker running several steps at once (concurrency)', () => {
 
   it.each([0, 1.5, -1, MAX_WORKER_CONCURRENCY + 1, Number.NaN])('refuses concurrency %s with a clear error, before it receives anything', async (concurrency) => {
     const { w } = await setUp(1);
-    await expect(runWorker(w.deps, w.runtime.queue, drainOptions({ concurrency }))).rejects.toThrow(`concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}`);
+    const refused = runWorker(w.deps, w.runtime.queue, drainOptions({ concurrency }));
+    await expect(refused).rejects.toThrow(`concurrency must be a whole number from 1 to ${MAX_WORKER_CONCURRENCY}`);
+    await expect(refused).rejects.toBeInstanceOf(InvalidInputError);
     expect(w.runtime.queue.depth()).toBe(RUNS);
     const [first] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     expect(first!.receiveCount).toBe(1);
+    w.runtime.close();
+  });
+
+  it.each([
+    [{ visibilityMs: Number.NaN }, 'visibilityMs must be a number from 1 to 2147483647, not NaN'],
+    [{ visibilityMs: 0 }, 'visibilityMs must be a number from 1 to 2147483647, not 0'],
+    [{ waitMs: -1 }, 'waitMs must be a number from 0 to 2147483647, not -1'],
+    [{ stallMs: Number.POSITIVE_INFINITY }, 'stallMs must be a number from 1 to 9007199254740991, not Infinity'],
+    [{ maxReceives: 0 }, 'maxReceives must be a number from 1 to 9007199254740991, not 0'],
+  ] as const)('refuses a program\'s option %o with a clear error, before it receives anything', async (option, message) => {
+    // A NaN visibility failed the first receive with SQLite's "NOT NULL constraint failed".
+    const { w } = await setUp(1);
+    const refused = runWorker(w.deps, w.runtime.queue, drainOptions(option));
+    await expect(refused).rejects.toThrow(message);
+    await expect(refused).rejects.toBeInstanceOf(InvalidInputError);
+    expect(w.runtime.queue.depth()).toBe(RUNS);
     w.runtime.close();
   });
 });
