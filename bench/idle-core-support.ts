@@ -21,9 +21,11 @@ export function cannotPin(): string | undefined {
  * A busy loop on `core` at SCHED_IDLE, until killed: it runs only when nothing else on that core can.
  * It also ends when the process that started it is gone (taskset and chrt exec it, so that is its parent):
  * a spinner left behind by a bench killed mid-run would make every later reading faster. The parent's id
- * is given to it, not read when it starts: a bench killed before then would leave it a parent of 1.
+ * is given to it, not read when it starts: a bench killed before then would leave it a parent of 1. It
+ * looks every 1e6 turns (about a millisecond of its own time, one getppid): at SCHED_IDLE on a busy core
+ * it gets well under 1% of it, and at 1e7 a test waiting 5 s for it to end saw it still there, in CI.
  */
-const SPIN = 'for (;;) { for (let i = 0; i < 1e7; i++); if (process.ppid !== Number(process.argv[1])) process.exit(0); }';
+const SPIN = 'for (;;) { for (let i = 0; i < 1e6; i++); if (process.ppid !== Number(process.argv[1])) process.exit(0); }';
 
 export function idleSpinner(core: string): ChildProcess {
   return spawn('taskset', ['-c', core, 'chrt', '-i', '0', process.execPath, '-e', SPIN, String(process.pid)], { stdio: 'ignore' });
