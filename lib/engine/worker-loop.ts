@@ -114,11 +114,12 @@ interface Shared { nextSweepAt: number; lastActivity: number; inFlight: Set<Deli
  * with SQLite's "NOT NULL constraint failed".
  */
 function checkDurations(options: WorkerOptions): void {
-  const durations = { visibilityMs: [1, MAX_TIMER_MS], waitMs: [0, MAX_TIMER_MS], idleExitMs: [0, Number.MAX_SAFE_INTEGER], stallMs: [1, Number.MAX_SAFE_INTEGER], sweepEveryMs: [0, MAX_TIMER_MS], maxReceives: [1, Number.MAX_SAFE_INTEGER] } as const;
-  for (const [name, [least, most]] of Object.entries(durations)) {
-    const value = options[name as keyof typeof durations];
-    if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= least && value <= most)) {
-      throw new InvalidInputError(`${name} must be a number from ${least} to ${most}, not ${String(value)}`);
+  // Only the least: a visibility past a timer's limit is taken as that limit where a timer needs it.
+  const least = { visibilityMs: 1, waitMs: 0, idleExitMs: 0, stallMs: 1, sweepEveryMs: 0, maxReceives: 1 } as const;
+  for (const [name, min] of Object.entries(least)) {
+    const value = options[name as keyof typeof least];
+    if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= min)) {
+      throw new InvalidInputError(`${name} must be a finite number of at least ${min}, not ${String(value)}`);
     }
   }
 }

@@ -139,11 +139,11 @@ describe('a worker running several steps at once (concurrency)', () => {
   });
 
   it.each([
-    [{ visibilityMs: Number.NaN }, 'visibilityMs must be a number from 1 to 2147483647, not NaN'],
-    [{ visibilityMs: 0 }, 'visibilityMs must be a number from 1 to 2147483647, not 0'],
-    [{ waitMs: -1 }, 'waitMs must be a number from 0 to 2147483647, not -1'],
-    [{ stallMs: Number.POSITIVE_INFINITY }, 'stallMs must be a number from 1 to 9007199254740991, not Infinity'],
-    [{ maxReceives: 0 }, 'maxReceives must be a number from 1 to 9007199254740991, not 0'],
+    [{ visibilityMs: Number.NaN }, 'visibilityMs must be a finite number of at least 1, not NaN'],
+    [{ visibilityMs: 0 }, 'visibilityMs must be a finite number of at least 1, not 0'],
+    [{ waitMs: -1 }, 'waitMs must be a finite number of at least 0, not -1'],
+    [{ stallMs: Number.POSITIVE_INFINITY }, 'stallMs must be a finite number of at least 1, not Infinity'],
+    [{ maxReceives: 0 }, 'maxReceives must be a finite number of at least 1, not 0'],
   ] as const)('refuses a program\'s option %o with a clear error, before it receives anything', async (option, message) => {
     // A NaN visibility failed the first receive with SQLite's "NOT NULL constraint failed".
     const { w } = await setUp(1);
