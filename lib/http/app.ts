@@ -3,6 +3,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { NewerFormatError, RunIdTakenError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
+import { MessageNotSentError } from '../send-with-write.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
 import { inspectorRoutes } from './inspector-routes.ts';
@@ -52,6 +53,13 @@ export function createHttpApp(deps: HttpDeps): Hono {
       c.header('Retry-After', String(LOCKED_RETRY_AFTER_S));
       if (isPagePath(c.req.path)) return c.html(messagePage('Busy', 'The database is locked by another process, so nothing was changed: try again in a few seconds.'), 503);
       return c.json({ error: `the database is locked: ${lockedDatabaseHint('it')}` }, 503);
+    }
+    // The run was saved and its message not sent (SQS throttled past the SDK's retries): said with the run,
+    // where a 500 "changed nothing" hid that a start without a runId had made one. A sweep moves it once it
+    // has stalled, and the same start with this runId sends the message now.
+    if (error instanceof MessageNotSentError) {
+      deps.log.error({ event: 'message-not-sent', method: c.req.method, path: loggedPath(c.req.path), runId: error.runId, version: error.version, error: errorMessage(error.cause) }, error.message);
+      return c.json({ error: error.message, runId: error.runId, version: error.version }, 503);
     }
     deps.log.error({ event: 'http-error', method: c.req.method, path: loggedPath(c.req.path), error: errorMessage(error) }, 'request failed');
     return c.json({ error: 'internal error; the request changed nothing it did not finish' }, 500);

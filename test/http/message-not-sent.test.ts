@@ -1,0 +1,65 @@
+import { serve } from '@hono/node-server';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TransientError } from '../../lib/core/errors.ts';
+import { createHttpApp } from '../../lib/http/app.ts';
+import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.ts';
+import { silentLogger } from '../../lib/log.ts';
+import type { RunMessage, RunQueue } from '../../lib/ports.ts';
+import { FakeRows } from '../support/fake-tool.ts';
+import { ManualClock, tempDb, workerProcess } from '../support/harness.ts';
+import { ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
+
+/**
+ * A store whose writes cannot carry the queue's work (as DynamoDB's cannot carry SQS's) writes the run and
+ * then sends its message. The send refused past the SDK's retries (SQS throttling: a fault no local server
+ * produces, so the queue's send alone is made to fail here) was a 500 "the request changed nothing it did
+ * not finish", though the run was saved: a start without a runId did not learn which run it had made.
+ */
+describe('POST /runs whose run is saved and whose message is not sent', () => {
+  const db = tempDb();
+  const clock = new ManualClock();
+  const worker = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model: new ApprovalFlowModel(), clock, workerId: 'api' });
+  const sent: RunMessage[] = [];
+  let refuse = true;
+  const queue: RunQueue = Object.assign(Object.create(worker.runtime.queue) as RunQueue, {
+    send: async (message: RunMessage) => {
+      if (refuse) throw new TransientError('Rate exceeded');
+      sent.push(message);
+    },
+    // A start of a running run that exists sends its latest version's message again this way.
+    redrive: async (message: RunMessage) => { sent.push(message); },
+  });
+  let url = '';
+  let server: ReturnType<typeof serve>;
+  beforeAll(async () => {
+    const app = createHttpApp({
+      store: new SqliteCheckpointStore(worker.runtime.db, { clock }), blobs: worker.runtime.blobs, queue, clock, workerId: 'api',
+      codeVersion: 'test', log: silentLogger, agent: worker.deps.agent, signingKey: async () => Buffer.alloc(32, 1), apiToken: 'token',
+    });
+    server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    worker.runtime.close();
+    db.cleanup();
+  });
+  const post = (body: unknown) => fetch(`${url}/runs`, { method: 'POST', headers: { authorization: 'Bearer token', 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+  it('answers 503 naming the saved run; the same start with that runId then sends its message and makes no second run', async () => {
+    const refused = await post({ goal: 'drop the old rows' });
+    expect(refused.status).toBe(503);
+    const body = await refused.json() as { error: string; runId: string; version: number };
+    expect(body).toMatchObject({ runId: expect.stringMatching(/.+/), version: 1 });
+    expect(body.error).toBe(`run ${body.runId} is saved at version 1, but its message to the workers was not sent (Rate exceeded): a worker's sweep sends it again once the run has stalled`);
+    expect((await worker.runtime.store.list({ limit: 10 })).map((r) => r.runId)).toEqual([body.runId]);
+
+    refuse = false;
+    const again = await post({ goal: 'drop the old rows', runId: body.runId });
+    expect(again.status).toBe(200);
+    expect(sent).toEqual([{ runId: body.runId, version: 1 }]);
+    expect((await worker.runtime.store.list({ limit: 10 })).map((r) => r.runId)).toEqual([body.runId]);
+  });
+});
