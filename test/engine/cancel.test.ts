@@ -16,6 +16,32 @@ describe('cancel', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
 
+  /** A worker whose model call for step 2 (the one that asks for approval) is held until `held.open()`. */
+  function heldAtApproval() {
+    db = tempDb();
+    const clock = new ManualClock();
+    const held = gate();
+    const inner = new ApprovalFlowModel();
+    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
+    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
+    return { w, held, clock, inner };
+  }
+
+  /**
+   * Step 2 saves the wait while `cancel` is asked for: the wait is saved with that request beside it, not
+   * yet applied (advance alone goes no further; the delivery's driveWait never runs). Returns the cancel's outcome.
+   */
+  async function waitSavedUnderCancel(w: ReturnType<typeof heldAtApproval>['w'], held: ReturnType<typeof gate>, cancel: () => Promise<unknown>) {
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    const stepping = advance(w.deps, 'run');
+    await held.reached;
+    const outcome = await cancel();
+    held.open();
+    expect(await stepping).toMatchObject({ kind: 'advanced', state: { status: 'waiting' } });
+    return outcome;
+  }
+
   it('a running run stops at its next step boundary: no model call, no tool; cancelled, with who and why', async () => {
     db = tempDb();
     const clock = new ManualClock();
@@ -79,13 +105,7 @@ describe('cancel', () => {
   });
 
   it('a cancel that comes while a step begins a wait cancels the run as soon as the wait is saved', async () => {
-    db = tempDb();
-    const clock = new ManualClock();
-    const held = gate();
-    const inner = new ApprovalFlowModel();
-    // Held inside the model call that will ask for approval (step 2).
-    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
-    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
+    const { w, held, clock, inner } = heldAtApproval();
     await start(w.deps);
     const [first] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     await handleDelivery(w.deps, first!);
@@ -107,20 +127,8 @@ describe('cancel', () => {
   });
 
   it('an answer that comes before the worker that saved the wait applies the cancel finds the run cancelled', async () => {
-    db = tempDb();
-    const clock = new ManualClock();
-    const held = gate();
-    const inner = new ApprovalFlowModel();
-    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
-    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
-    await start(w.deps);
-    await advance(w.deps, 'run');
-    // advance alone saves the wait and goes no further (the delivery's driveWait never runs).
-    const stepping = advance(w.deps, 'run');
-    await held.reached;
-    await cancelRun(w.deps, 'run', { by: 'ops@example.com' });
-    held.open();
-    expect(await stepping).toMatchObject({ kind: 'advanced', state: { status: 'waiting' } });
+    const { w, held } = heldAtApproval();
+    await waitSavedUnderCancel(w, held, () => cancelRun(w.deps, 'run', { by: 'ops@example.com' }));
     const waiting = await loadState(w.runtime);
     const answer = await answerWait(w.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'approved', by: APPROVER } });
     expect(answer).toMatchObject({ outcome: 'not-waiting', status: 'cancelled' });
@@ -129,21 +137,10 @@ describe('cancel', () => {
   });
 
   it('a second cancel of a run whose wait was saved under an earlier request applies that request: its who and why stand', async () => {
-    db = tempDb();
-    const clock = new ManualClock();
-    const held = gate();
-    const inner = new ApprovalFlowModel();
-    const model: Model = { name: inner.name, decide: async (request) => { if (request.step === 2) await held.wait(); return inner.decide(request); } };
-    const w = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model, clock, workerId: 'A' });
-    await start(w.deps);
-    await advance(w.deps, 'run');
+    const { w, held } = heldAtApproval();
     // The wait is saved with the first request beside it; nothing has applied it yet.
-    const stepping = advance(w.deps, 'run');
-    await held.reached;
-    const first = await cancelRun(w.deps, 'run', { by: 'ops@example.com', reason: 'wrong table' });
+    const first = await waitSavedUnderCancel(w, held, () => cancelRun(w.deps, 'run', { by: 'ops@example.com', reason: 'wrong table' }));
     expect(first).toMatchObject({ outcome: 'requested' });
-    held.open();
-    await stepping;
     expect(await w.runtime.store.load('run')).toMatchObject({ status: 'waiting', cancelRequested: (first as { request: string }).request });
     const second = await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' });
     expect(second).toEqual({ outcome: 'cancelled', runId: 'run', version: 4, request: (first as { request: string }).request, earlier: true });
