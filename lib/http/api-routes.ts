@@ -3,8 +3,7 @@ import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
-import { decodeHead, decodeState } from '../core/codec.ts';
-import { StepwiseError } from '../core/errors.ts';
+import { decodeState } from '../core/codec.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -15,7 +14,7 @@ import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
 import { historyPage } from '../engine/operate/history.ts';
-import { listRunsPage } from '../engine/operate/list.ts';
+import { listRunsPage, listWaitsPage } from '../engine/operate/list.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
@@ -166,25 +165,8 @@ export function apiRoutes(deps: HttpDeps): Hono {
 
   app.get('/waits', zValidator('query', waitsQuery, invalid), async (c) => {
     const query = c.req.valid('query');
-    const page = await listRunsPage(deps.store, { status: 'waiting', limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) });
-    const waits = [];
-    for (const run of page.runs) {
-      // Whose run waits: agents sharing the store list their waits together, and on AWS this API answers only its own.
-      const at = { runId: run.runId, agent: run.agent, version: run.version };
-      // A run this code cannot read is listed as such, as GET /runs lists it: one such run failed the whole page.
-      if (run.needs) { waits.push({ ...at, needs: run.needs }); continue; }
-      // The head holds the wait: read as the list read it, not every step record of the run.
-      const stored = await deps.store.load(run.runId, { afterStep: Math.max(0, run.step - 1) });
-      if (stored?.status !== 'waiting') continue;
-      try {
-        const { wait } = decodeHead(stored);
-        if (wait) waits.push({ ...at, version: stored.version, ...wait });
-      } catch (error) {
-        if (!(error instanceof StepwiseError)) throw error;
-        waits.push({ ...at, version: stored.version, error: error.message });
-      }
-    }
-    return c.json({ waits, ...(page.next ? { next: page.next } : {}) });
+    // Whose run waits: agents sharing the store list their waits together, and on AWS this API answers only its own.
+    return c.json(await listWaitsPage(deps.store, { limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) }));
   });
 
   app.post('/runs/:runId/waits/:waitId', zValidator('json', answerBody, invalid), async (c) => {

@@ -334,4 +334,21 @@ describe('the JSON API', () => {
     expect(byRun.get('waits-newer')).toEqual({ runId: 'waits-newer', agent: app.deps.agent.name, version: newer, needs: 'head format 9' });
     expect(byRun.get('waits-unreadable')).toEqual({ runId: 'waits-unreadable', agent: app.deps.agent.name, version: unreadable, error: expect.stringContaining('unreadable') });
   });
+
+  it('reads each waiting run once for GET /waits: the head the list checks is the one whose wait it gives', async () => {
+    for (const runId of ['once-0', 'once-1', 'once-2']) {
+      expect((await app.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'drop the old rows', runId }) })).status).toBe(201);
+    }
+    await workVisible(app.deps, app.runtime);
+    const store = app.deps.store;
+    const load = store.load.bind(store);
+    const loads = new Map<string, number>();
+    store.load = (runId, options) => { loads.set(runId, (loads.get(runId) ?? 0) + 1); return load(runId, options); };
+    try {
+      const listed = await json(await app.api('/waits?limit=1000'));
+      const once = (listed.body.waits as { runId: string; kind: string; tool: string }[]).filter((w) => w.runId.startsWith('once-'));
+      expect(once.map((w) => [w.runId, w.kind, w.tool]).sort()).toEqual([['once-0', 'approval', 'request_approval'], ['once-1', 'approval', 'request_approval'], ['once-2', 'approval', 'request_approval']]);
+      expect([...loads].filter(([runId]) => runId.startsWith('once-')).sort()).toEqual([['once-0', 1], ['once-1', 1], ['once-2', 1]]);
+    } finally { store.load = load; }
+  });
 });

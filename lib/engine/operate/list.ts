@@ -1,4 +1,4 @@
-import { InvalidInputError } from '../../core/errors.ts';
+import { InvalidInputError, StepwiseError } from '../../core/errors.ts';
 import type { RunPosition } from '../../core/run-order.ts';
 import type { WaitRecord } from '../../core/state.ts';
 import { isTerminal } from '../../core/statuses.ts';
@@ -25,26 +25,62 @@ const CONCURRENCY = 16;
  * whether a cancel waits to be applied, which the store's listing (DynamoDB's status index) does not hold.
  */
 export async function listRuns(store: CheckpointStore, query: ListRunsQuery): Promise<RunRow[]> {
-  const runs: RunRow[] = await store.list(query);
-  const live = runs.filter((run) => !isTerminal(run.status));
-  if (!live.length) return runs;
+  return (await checkRuns(store, query)).map(({ row }) => row);
+}
+
+/** A listed run and, when it waits, the wait its head holds whole, or why the head could not be read. */
+interface CheckedRun { row: RunRow; head?: Pick<RunSummary, 'version' | 'status'>; wait?: WaitRecord; unreadable?: string }
+
+async function checkRuns(store: CheckpointStore, query: ListRunsQuery): Promise<CheckedRun[]> {
+  const checked: CheckedRun[] = (await store.list(query)).map((row) => ({ row }));
+  const live = checked.filter(({ row }) => !isTerminal(row.status));
+  if (!live.length) return checked;
   // The record schemas (and zod) load only when there is a run to check: a table of finished runs needs neither.
   const { decodeHead, formatNeeds } = await import('../../core/codec.ts');
   for (let i = 0; i < live.length; i += CONCURRENCY) {
     await Promise.all(live.slice(i, i + CONCURRENCY).map(async (run) => {
-      const stored = await store.load(run.runId, { afterStep: Math.max(0, run.step - 1) });
+      const { row } = run;
+      const stored = await store.load(row.runId, { afterStep: Math.max(0, row.step - 1) });
       const needs = stored && formatNeeds(stored);
-      if (needs) run.needs = needs;
-      if (stored?.cancelRequested !== undefined) run.cancelRequested = stored.cancelRequested;
+      if (needs) row.needs = needs;
+      if (stored?.cancelRequested !== undefined) row.cancelRequested = stored.cancelRequested;
+      // The head read may be newer than the listing: GET /waits gives its version, and leaves out a run answered since.
+      if (stored) run.head = { version: stored.version, status: stored.status };
       // A waiting run has no reason to show: what it waits for is what an operator needs to move it.
       if (!needs && stored?.status === 'waiting') {
-        let wait: WaitRecord | undefined;
-        try { wait = decodeHead(stored).wait; } catch { /* an unreadable head: `show` says why; the list goes on */ }
-        if (wait) run.wait = waitOfRow(wait);
+        try { run.wait = decodeHead(stored).wait; } catch (error) {
+          // An unreadable head: `show` says why; the list goes on.
+          if (!(error instanceof StepwiseError)) throw error;
+          run.unreadable = error.message;
+        }
+        if (run.wait) row.wait = waitOfRow(run.wait);
       }
     }));
   }
-  return runs;
+  return checked;
+}
+
+/** A waiting run's entry in GET /waits: the wait whole, or what this code needs to read it, or why it cannot. */
+export type WaitRow = Pick<RunSummary, 'runId' | 'agent' | 'version'> & (WaitRecord | { needs: string } | { error: string });
+
+/**
+ * A page of the waiting runs' waits, read as the list reads them (the head, once a run). A run this code
+ * cannot read is listed as such, as the run list lists it: one such run failed the whole page.
+ */
+export async function listWaitsPage(store: CheckpointStore, query: { limit: number; cursor?: string }): Promise<{ waits: WaitRow[]; next?: string }> {
+  const listed = await checkRuns(store, { status: 'waiting', limit: query.limit + 1, ...(query.cursor !== undefined ? { after: decodeCursor(query.cursor) } : {}) });
+  const runs = listed.slice(0, query.limit);
+  const waits: WaitRow[] = [];
+  for (const { row, head, wait, unreadable } of runs) {
+    // A run answered between the listing and the head read waits no more: it is left out.
+    if (!row.needs && head?.status !== 'waiting') continue;
+    const at = { runId: row.runId, agent: row.agent, version: row.needs ? row.version : head!.version };
+    if (row.needs) waits.push({ ...at, needs: row.needs });
+    else if (unreadable !== undefined) waits.push({ ...at, error: unreadable });
+    else if (wait) waits.push({ ...at, ...wait });
+  }
+  const last = runs[runs.length - 1]?.row;
+  return listed.length > query.limit && last ? { waits, next: encodeCursor(last) } : { waits };
 }
 
 function waitOfRow(wait: WaitRecord): RunWait {
