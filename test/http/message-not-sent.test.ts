@@ -8,7 +8,10 @@ import { silentLogger } from '../../lib/log.ts';
 import type { RunMessage, RunQueue } from '../../lib/ports.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, tempDb, workerProcess } from '../support/harness.ts';
-import { ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { startRun } from '../../lib/engine/start.ts';
 
 /**
  * A store whose writes cannot carry the queue's work (as DynamoDB's cannot carry SQS's) writes the run and
@@ -16,7 +19,7 @@ import { ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
  * produces, so the queue's send alone is made to fail here) was a 500 "the request changed nothing it did
  * not finish", though the run was saved: a start without a runId did not learn which run it had made.
  */
-describe('POST /runs whose run is saved and whose message is not sent', () => {
+describe('a write of the API whose run is saved and whose message is not sent', () => {
   const db = tempDb();
   const clock = new ManualClock();
   const worker = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model: new ApprovalFlowModel(), clock, workerId: 'api' });
@@ -61,5 +64,40 @@ describe('POST /runs whose run is saved and whose message is not sent', () => {
     expect(again.status).toBe(200);
     expect(sent).toEqual([{ runId: body.runId, version: 1 }]);
     expect((await worker.runtime.store.list({ limit: 10 })).map((r) => r.runId)).toEqual([body.runId]);
+  });
+
+  /** The same for the other writes that send a message: each saved, each said with its run and version. */
+  it('answers 503 naming the run for an answer, a fork and a retry whose message is not sent, each saved', async () => {
+    refuse = false;
+    await startRun(worker.deps, { goal: 'drop the old rows', runId: 'sent-wait' });
+    await startRun(worker.deps, { goal: 'drop the old rows', runId: 'sent-cap', stepCap: 1 });
+    await workVisible(worker.deps, worker.runtime);
+    const waiting = decodeState((await worker.runtime.store.load('sent-wait'))!);
+    expect(waiting.status).toBe('waiting');
+    expect(decodeState((await worker.runtime.store.load('sent-cap'))!).status).toBe('capped');
+    refuse = true;
+    sent.length = 0;
+    const refused = async (path: string, body: unknown) => {
+      const response = await fetch(`${url}${path}`, { method: 'POST', headers: { authorization: 'Bearer token', 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const text = await response.text();
+      expect(response.status, `${path}: ${text}`).toBe(503);
+      return JSON.parse(text) as { error: string; runId: string; version: number };
+    };
+    const saved = async (runId: string) => (await worker.runtime.store.load(runId))!;
+
+    const answered = await refused(`/runs/sent-wait/waits/${waiting.wait!.id}`, { decision: 'approve', by: APPROVER });
+    expect(answered).toMatchObject({ runId: 'sent-wait', version: (await saved('sent-wait')).version, error: expect.stringContaining('its message to the workers was not sent (Rate exceeded)') });
+    const resumed = decodeState(await saved('sent-wait'));
+    expect(resumed.status).toBe('running');
+    expect(resumed.wait).toBeUndefined();
+
+    const forked = await refused('/runs/sent-cap/fork', { fromStep: 1, runId: 'sent-fork', stepCap: 5 });
+    expect(forked).toMatchObject({ runId: 'sent-fork', version: 1 });
+    expect(decodeState(await saved('sent-fork'))).toMatchObject({ status: 'running', forkedFrom: { runId: 'sent-cap' } });
+
+    const retried = await refused('/runs/sent-cap/retry', { stepCap: 5 });
+    expect(retried).toMatchObject({ runId: 'sent-cap', version: (await saved('sent-cap')).version });
+    expect(decodeState(await saved('sent-cap'))).toMatchObject({ status: 'running', stepCap: 5 });
+    expect(sent).toEqual([]);
   });
 });
