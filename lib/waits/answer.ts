@@ -117,7 +117,7 @@ export async function answerApproval(
     // A second answer to the approval the run waited for last, or one after its deadline fired: told what
     // became of that approval, as the page and the API tell it, not that the run is not waiting. A cancel
     // drops the wait it ends, so the last approval on record may be an earlier one: a cancelled run is
-    // said to be cancelled.
+    // said to be cancelled. A fork's copied steps are its parent's: it never waited for their approvals.
     const answered = stored.status === 'cancelled' ? undefined : lastApproval(state);
     if (answered) return answered;
     throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
@@ -146,10 +146,15 @@ function checkDecision(input: { decision: unknown; by?: unknown; comment?: unkno
   if (input.comment !== undefined && typeof input.comment !== 'string') throw new InvalidInputError(`an approval's comment is text, not ${shown(input.comment)}`);
 }
 
-/** What became of the last approval the run waited for, when it has one: answered, or timed out. */
+/**
+ * What became of the last approval the run waited for, when it has one: answered, or timed out. Not one of
+ * a fork's copied steps: `approve` on a fork made past its parent's approval said the fork's approval was
+ * answered, by the parent's approver, for a run that never waited.
+ */
 function lastApproval(state: RunState): AnswerOutcome | undefined {
   for (let i = state.steps.length - 1; i >= 0; i--) {
     const record = state.steps[i]!;
+    if (state.forkedFrom && record.step <= state.forkedFrom.step) return undefined;
     if (!record.waitId) continue;
     let answer: { approval?: unknown; timedOut?: unknown; waited?: unknown; deadline?: unknown };
     try {

@@ -7,6 +7,7 @@ import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { Notification } from '../../lib/ports.ts';
 import { cancelRun } from '../../lib/engine/operate/cancel.ts';
+import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { answerApproval, answerWait } from '../../lib/waits/answer.ts';
 import { verifyApproval } from '../../lib/waits/approval-token.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
@@ -227,6 +228,19 @@ describe('a run that waits for approval (SQLite)', () => {
     expect(await cancelRun(a.deps, 'run', { by: 'ops' })).toMatchObject({ outcome: 'cancelled' });
     // The approval the run waited for last was dropped with the cancel, never answered.
     await expect(answerApproval(a.deps, 'run', { decision: 'approve' })).rejects.toThrow('run run is not waiting (it is cancelled)');
+    a.runtime.close();
+  });
+
+  it('approve by run id on a fork made past its parent\'s approval: told the fork is not waiting, not that the parent\'s approver answered it', async () => {
+    const { a } = await waitingRun();
+    expect(await answerApproval(a.deps, 'run', { decision: 'approve', by: APPROVER })).toMatchObject({ outcome: 'resumed' });
+    await workVisible(a.deps, a.runtime);
+    expect(await forkRun(a.deps, 'run', { fromStep: 2, runId: 'fork' })).toMatchObject({ created: true });
+    const before = (await a.runtime.store.load('fork'))!.version;
+    await expect(answerApproval(a.deps, 'fork', { decision: 'reject' })).rejects.toThrow('run fork is not waiting (it is running)');
+    expect((await a.runtime.store.load('fork'))!.version).toBe(before);
+    // The parent's own approval is still said to be answered, by whom.
+    expect(await answerApproval(a.deps, 'run', { decision: 'reject' })).toMatchObject({ outcome: 'already-answered', record: { step: 2 } });
     a.runtime.close();
   });
 
