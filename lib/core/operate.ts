@@ -111,10 +111,15 @@ export function cancelRequest(by: string, at: number, why?: string): string {
   return `by ${by} at ${new Date(at).toISOString()}${why ? `: ${why}` : ''}`;
 }
 
-/** The run stopped by a cancel: it never advances again. A wait it had is dropped with it. */
+/**
+ * The run stopped by a cancel: it never advances again. A wait it had is dropped with it, and its reason
+ * says what the run waited for: dropped without a word, `show` and `history` of a run cancelled in a wait
+ * no longer said what it had been waiting for.
+ */
 export function cancelState(state: RunState, request: string, now: number, usage?: Usage): RunState {
-  const { wait: _w, retryNote: _n, ...rest } = state;
-  return { ...rest, status: 'cancelled', reason: `cancelled ${request}`, usage: addUsage(state.usage, usage), updatedAt: now };
+  const { wait, retryNote: _n, ...rest } = state;
+  const waited = state.status === 'waiting' && wait ? ` (it waited for ${waitedFor(wait)} at step ${wait.step})` : '';
+  return { ...rest, status: 'cancelled', reason: `cancelled ${request}${waited}`, usage: addUsage(state.usage, usage), updatedAt: now };
 }
 
 /** The run stopped before a model call that its budget does not allow. */

@@ -89,6 +89,8 @@ describe('cancel', () => {
     const cancelled = await loadState(w.runtime);
     expect(cancelled).toMatchObject({ status: 'cancelled', step: 1 });
     expect(cancelled.wait).toBeUndefined();
+    // The wait is dropped; the reason says what the run waited for, as `show` and `history` give it.
+    expect(cancelled.reason).toMatch(new RegExp(`^cancelled by ops@example\\.com at \\S+ \\(it waited for approval by ${APPROVER.replace('.', '\\.')} at step 2\\)$`));
     expect(await w.runtime.store.dueWaits(Number.MAX_SAFE_INTEGER)).toEqual([]);
     const answer = await answerWait(w.deps, { runId: 'run', waitId: waiting.wait!.id, answer: { kind: 'approved', by: APPROVER } });
     expect(answer).toMatchObject({ outcome: 'not-waiting', status: 'cancelled' });
@@ -144,7 +146,7 @@ describe('cancel', () => {
     expect(await w.runtime.store.load('run')).toMatchObject({ status: 'waiting', cancelRequested: (first as { request: string }).request });
     const second = await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' });
     expect(second).toEqual({ outcome: 'cancelled', runId: 'run', version: 4, request: (first as { request: string }).request, earlier: true });
-    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table \(it waited for approval by ops@example\.com at step 2\)$/) });
     w.runtime.close();
   });
 
