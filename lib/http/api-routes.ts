@@ -8,7 +8,7 @@ import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
-import { showRun } from '../engine/operate/show.ts';
+import { costView, showRun } from '../engine/operate/show.ts';
 import { startRun } from '../engine/start.ts';
 import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
@@ -111,7 +111,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const runId = c.req.param('runId');
     const stored = await deps.store.load(runId);
     if (!stored) return c.json({ error: `unknown run: ${runId}` }, 404);
-    return c.json({ run: runView(decodeState(stored), stored.version, stored.cancelRequested) });
+    return c.json({ run: runView(decodeState(stored), stored.version, pricingModelFor(deps), stored.cancelRequested) });
   });
 
   app.get('/runs/:runId/history', zValidator('query', pageQuery, invalid), async (c) => {
@@ -195,9 +195,13 @@ export function apiRoutes(deps: HttpDeps): Hono {
  * cancel asked for and not yet applied, which is kept beside the version: until a worker applies it the
  * run is still running, and a program that cancelled it sees why.
  */
-function runView(state: RunState, version: number, cancelRequested?: string) {
+/** A run as GET /runs/:id gives it: the head, its estimated cost as `show --json` gives it, and its last step. */
+function runView(state: RunState, version: number, pricingModel: string, cancelRequested?: string) {
   const { steps, pending: _pending, ...head } = state;
-  return { ...head, version, ...(cancelRequested !== undefined ? { cancelRequested } : {}), steps: steps.length, lastStep: steps[steps.length - 1] };
+  return {
+    ...head, version, ...(cancelRequested !== undefined ? { cancelRequested } : {}), cost: costView(state, pricingModel),
+    steps: steps.length, lastStep: steps[steps.length - 1],
+  };
 }
 
 /**

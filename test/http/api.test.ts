@@ -2,6 +2,7 @@ import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
+import { estimateCost } from '../../lib/llm/cost.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
 import { workVisible } from '../support/queue-work.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
@@ -108,6 +109,22 @@ describe('the JSON API', () => {
     expect((await app.api('/runs/nope/history')).status).toBe(404);
     expect((await app.api('/runs?status=bogus')).status).toBe(400);
     expect((await json(await app.api('/runs?status=running'))).body.runs.map((r: { runId: string }) => r.runId)).toEqual(['api-1']);
+  });
+
+  it('gives a run\'s estimated cost with the run, as show --json gives it: each step at its model\'s price, the rest at the model that answered last', async () => {
+    const usage = (inputTokens: number, outputTokens: number) => ({ inputTokens, outputTokens, cacheWriteTokens: 0, cacheReadTokens: 0 });
+    const first = stateAfter('api-cost', 1);
+    // Step 1 by Opus 4.1 ($15 in, $75 out a million); 1M more input tokens (a DONE reply) at the model that answered last.
+    const state = {
+      ...first, agent: app.deps.agent.name, usage: usage(2_000_000, 1_000_000),
+      steps: [{ ...first.steps[0]!, model: 'claude-opus-4-1', usage: usage(1_000_000, 1_000_000) }],
+    };
+    await app.runtime.store.create({ ...newState('api-cost'), agent: app.deps.agent.name }, META);
+    await app.runtime.store.commit({ runId: 'api-cost', expectedVersion: 1, state, appended: state.steps[0]!, ...META });
+    const { run } = (await json(await app.api('/runs/api-cost'))).body;
+    const rest = estimateCost(usage(1_000_000, 0), 'claude-opus-4-1')!.usd;
+    expect(run.cost).toEqual({ usd: 15 + 75 + rest, priced: true });
+    expect(run.cost).toEqual((await json(await app.api('/runs/api-cost/steps/1'))).body.cost);
   });
 
   it('pages a run\'s history back in time with the next cursor: every checkpoint once, oldest first; a bad cursor is a 400', async () => {

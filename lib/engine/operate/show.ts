@@ -1,5 +1,5 @@
 import { stateAtStep } from '../../core/operate.ts';
-import type { Budget, Decision, ForkedFrom, RunStatus, StepRecord, Usage, WaitRecord } from '../../core/state.ts';
+import type { Budget, Decision, ForkedFrom, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../../core/state.ts';
 import { runCost } from '../../llm/cost.ts';
 import type { BlobStore, CheckpointStore } from '../../ports.ts';
 import { pricingModelOf } from '../budget.ts';
@@ -70,8 +70,6 @@ export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }
   const { stored, state } = await loadRun(deps.store, runId, 'show');
   const atStep = options.step ?? state.step;
   const at = atStep === state.step ? state : stateAtStep(state, atStep);
-  const fallback = pricingModelOf(at, options.pricingModel);
-  const cost = runCost(at, fallback ?? '');
   const wanted = options.full === true ? () => true : (n: number) => Array.isArray(options.full) && options.full.includes(n);
   const steps: StepView[] = at.steps.slice();
   // A few blobs at a time, not every one of a long run's outputs requested at once.
@@ -87,6 +85,12 @@ export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }
     ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
     ...(atStep === state.step && state.pending ? { pending: state.pending } : {}),
     ...(atStep === state.step && state.wait ? { wait: state.wait } : {}),
-    atStep, usage: at.usage, cost: { usd: cost.usd, priced: cost.priced, ...(cost.unpriced.length ? { unpriced: cost.unpriced } : {}) }, steps,
+    atStep, usage: at.usage, cost: costView(at, options.pricingModel), steps,
   };
+}
+
+/** A run's estimated cost as `show --json` and the API give it; `pricingModel` prices usage no step records a model for. */
+export function costView(state: RunState, pricingModel?: string): RunView['cost'] {
+  const cost = runCost(state, pricingModelOf(state, pricingModel) ?? '');
+  return { usd: cost.usd, priced: cost.priced, ...(cost.unpriced.length ? { unpriced: cost.unpriced } : {}) };
 }
