@@ -48,6 +48,11 @@ describe('the stepwise command with Claude (the local Messages API server)', () 
     expect(stepRows).toHaveLength(3);
     for (const row of stepRows) expect(row).toMatch(/\s\d+\s+\$0\.\d{4}\s/);
     expect(history.out).toContain('total tokens: input');
+    // --json gives each step's tokens, model and cost, the table's figures to the cent.
+    const rows = JSON.parse((await stepwise('history', 'claude-1', '--json')).out) as { tool?: string; usage?: { inputTokens: number }; model?: string; usd?: number }[];
+    const stepCosts = rows.filter((r) => r.tool).map((r) => [r.model, `$${r.usd!.toFixed(4)}`]);
+    expect(stepCosts).toEqual(stepRows.map((row) => ['claude-opus-5-5', row.match(/\$0\.\d{4}/)![0]]));
+    expect(rows.filter((r) => r.tool).every((r) => r.usage!.inputTokens > 0)).toBe(true);
 
     const json = JSON.parse((await stepwise('status', 'claude-1', '--json')).out) as { usage: Record<string, number>; steps: { usage: Record<string, number>; model: string }[]; cost: { usd: number; priced: boolean } };
     // The totals are the sum of what the server reported for every request of the run.
@@ -72,6 +77,8 @@ describe('the stepwise command with Claude (the local Messages API server)', () 
     expect(rows[0]).toMatch(/\$0\.\d{4}$/);
     expect(rows.slice(1).map((r) => r.endsWith('no price'))).toEqual([true, true]);
     expect((await stepwise('history', 'mixed-1')).out).toMatch(/total tokens: .*; estimated at least \$0\.\d{4} \(no price known for claude-opus-9\)/);
+    const priced = (JSON.parse((await stepwise('history', 'mixed-1', '--json')).out) as { tool?: string; model?: string; usd?: number }[]).filter((r) => r.tool);
+    expect(priced.map((r) => [r.model, typeof r.usd])).toEqual([['claude-opus-5-5', 'number'], ['claude-opus-9', 'undefined'], ['claude-opus-9', 'undefined']]);
     const show = await stepwise('show', 'mixed-1');
     expect(show.out).toMatch(/tokens {3}.*; estimated at least \$0\.\d{4} \(no price known for claude-opus-9\)/);
     expect(show.out).toMatch(/step 3 {2}write_row .* cost no price /);

@@ -2,7 +2,7 @@ import { NewerFormatError, UnknownRunError } from '../../core/errors.ts';
 import type { RunStatus } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { historyTable, runDetail, runsTable, shellWord } from '../format.ts';
-import { runCost } from '../../llm/cost.ts';
+import { estimateCost, runCost } from '../../llm/cost.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 import { openBackend, storeFlags, type CliOptions } from '../backend.ts';
 
@@ -83,9 +83,14 @@ export async function historyCommand(runId: string | undefined, options: ReadOpt
     try { state = stored && decodeState(stored); } catch { state = undefined; } // an unreadable run still has a timeline
     if (options.json) {
       const byStep = new Map(state?.steps.map((s) => [s.step, s]));
+      // A step's usage with its model and estimated cost, as the table's TOKENS and COST give them; `usd`
+      // is left out for a model with no known price, never given as 0.
       out(JSON.stringify(history.map((h) => {
-        const usage = h.tool ? byStep.get(h.step)?.usage : undefined;
-        return usage ? { ...h, usage } : h;
+        const record = h.tool ? byStep.get(h.step) : undefined;
+        if (!record?.usage) return h;
+        const model = record.model ?? pricingModel();
+        const cost = estimateCost(record.usage, model);
+        return { ...h, usage: record.usage, model, ...(cost ? { usd: cost.usd } : {}) };
       }), null, 2));
     } else {
       out(historyTable(history, state ?? undefined, pricingModel()));
