@@ -46,7 +46,7 @@ const cancelBody = z.object({
   reason: z.string().max(1000).optional(),
 }).strict();
 
-const stepQuery = z.object({ full: z.enum(['true', 'false']).optional() });
+const stepQuery = z.object({ full: z.enum(['true', 'false']).optional() }).strict();
 
 const answerBody = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -54,14 +54,28 @@ const answerBody = z.object({
   comment: z.string().max(4000).optional(),
 }).strict();
 
-const listQuery = pageQuery.extend({ status: z.enum(RUN_STATUSES).optional() });
+const listQuery = pageQuery.extend({ status: z.enum(RUN_STATUSES).optional() }).strict();
 
-const waitsQuery = pageQuery;
+const waitsQuery = pageQuery.strict();
 
-/** A zod failure as a 400 that says which field and why ("required" where zod says "received undefined"). */
-const invalid = (result: { success: boolean; error?: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } }, c: Context) => {
+/**
+ * A zod failure as a 400 that says which field and why ("required" where zod says "received undefined").
+ * An unknown field or query parameter is named as such: a misspelt one
+ * (`?staus=waiting`) was ignored, and the answer, every run, looked like what was asked for.
+ */
+const invalid = (
+  result: { success: boolean; target?: string; error?: { issues: readonly { path: readonly PropertyKey[]; message: string; code?: string; keys?: readonly string[] }[] } },
+  c: Context,
+) => {
   if (result.success || !result.error) return undefined;
-  const issues = result.error.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message.replace(/^Invalid input: expected (\w+), received undefined$/, 'required ($1)')}`);
+  const where = result.target === 'query' ? '(query)' : '(body)';
+  const issues = result.error.issues.map((i) => {
+    if (i.code === 'unrecognized_keys' && i.keys?.length) {
+      const what = result.target === 'query' ? 'query parameter' : 'field';
+      return `${i.path.map(String).join('.') || where}: unknown ${what}${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => JSON.stringify(k)).join(', ')}`;
+    }
+    return `${i.path.map(String).join('.') || where}: ${i.message.replace(/^Invalid input: expected (\w+), received undefined$/, 'required ($1)')}`;
+  });
   return c.json({ error: `invalid request: ${issues.join('; ')}`, issues }, 400);
 };
 
@@ -114,7 +128,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
     return c.json({ run: runView(decodeState(stored), stored.version, pricingModelFor(deps), stored.cancelRequested) });
   });
 
-  app.get('/runs/:runId/history', zValidator('query', pageQuery, invalid), async (c) => {
+  app.get('/runs/:runId/history', zValidator('query', pageQuery.strict(), invalid), async (c) => {
     const runId = c.req.param('runId');
     const query = c.req.valid('query');
     // The newest page first: a run of thousands of steps was one answer of megabytes, past what a Lambda

@@ -69,7 +69,7 @@ describe('the JSON API', () => {
     expect(decodeState((await app.runtime.store.load('api-1'))!).goal).toBe('copy the rows');
     const bad = [
       [{}, /^invalid request: goal: required \(string\)$/],
-      [{ goal: 'x', extra: 1 }, /extra|Unrecognized/i],
+      [{ goal: 'x', extra: 1 }, /^invalid request: \(body\): unknown field "extra"$/],
       [{ goal: 'x', stepCap: -1 }, /stepCap/],
       [{ goal: '   ' }, /goal is empty/],
       [{ goal: 'x'.repeat(20_000) }, /bytes; the limit is/],
@@ -301,6 +301,11 @@ describe('the JSON API', () => {
       expect(bad.body.error, path).toBe(`invalid request: limit: a whole number from 1 to 1000, got ${JSON.stringify(given)}`);
     }
     expect((await json(await app.api('/runs?limit=1000'))).status).toBe(200);
+    // A misspelt parameter is named, where it was ignored and the answer (every run) looked like what was asked for.
+    for (const [path, unknown] of [['/runs?staus=waiting', 'query parameter "staus"'], ['/waits?limit=5&page=2', 'query parameter "page"'], ['/runs/page-0/history?limt=1', 'query parameter "limt"'], ['/runs?a=1&b=2', 'query parameters "a", "b"']] as const) {
+      const bad = await json(await app.api(path));
+      expect(bad, path).toMatchObject({ status: 400, body: { error: `invalid request: (query): unknown ${unknown}` } });
+    }
 
     // The inspector's list, page by page through its "older runs" link.
     const shown: string[] = [];
