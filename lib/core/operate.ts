@@ -84,7 +84,7 @@ export function defaultRaisedCap(state: RunState): number {
  * reason; the recorded decision (if any) stays, so the next step runs that call with its key. A capped
  * run gets a higher cap; an over-budget run must be given a budget it has not reached.
  */
-export function retryState(state: RunState, options: RetryOptions, usd?: number): RunState {
+export function retryState(state: RunState, options: RetryOptions, usd?: number, unpricedModel?: string): RunState {
   if (!RETRYABLE_STATUSES.includes(state.status)) {
     // A run that ended as it should (completed) or by a person's word (cancelled) is not continued in
     // place; a fork takes its state on under a new id.
@@ -99,7 +99,7 @@ export function retryState(state: RunState, options: RetryOptions, usd?: number)
   }
   const budget = options.budget || state.budget ? checkBudget({ ...state.budget, ...options.budget }) : undefined;
   if (budget) {
-    const over = budgetReached(budget, state.usage, usd);
+    const over = budgetReached(budget, state.usage, usd, unpricedModel);
     if (over) throw new InvalidInputError(`run ${state.runId} would stop again at once: ${over}; raise it with --budget-tokens or --budget-usd`);
   }
   const { lastError: _e, reason: _r, budget: _b, ...rest } = state;
@@ -136,15 +136,19 @@ export function totalTokens(usage: Usage): number {
 /**
  * Why a run with this usage may not call the model again, or undefined. `usd` is the estimated cost so
  * far, undefined when some of the usage has no known price: a dollar budget that cannot be checked stops
- * the run rather than letting it spend without limit.
+ * the run rather than letting it spend without limit. `unpricedModel` is that usage's model ('' for none).
  */
-export function budgetReached(budget: Budget, usage: Usage, usd: number | undefined): string | undefined {
+export function budgetReached(budget: Budget, usage: Usage, usd: number | undefined, unpricedModel?: string): string | undefined {
   const tokens = totalTokens(usage);
   if (budget.tokens !== undefined && tokens >= budget.tokens) {
     return `token budget of ${budget.tokens} reached: ${tokens} tokens used`;
   }
   if (budget.usd !== undefined) {
-    if (usd === undefined) return `dollar budget of $${budget.usd} cannot be checked: some of the usage is of a model with no known price`;
+    // Named, so the fix is plain: a model id the price table does not know (a typo, a newer model), or none.
+    if (usd === undefined) {
+      const which = unpricedModel ? `of model ${unpricedModel}, which has` : unpricedModel === '' ? 'of no named model, so it has' : 'of a model with';
+      return `dollar budget of $${budget.usd} cannot be checked: some of the usage is ${which} no known price`;
+    }
     if (usd >= budget.usd) return `dollar budget of $${budget.usd} reached: an estimated $${usd.toFixed(4)} spent`;
   }
   return undefined;

@@ -59,7 +59,9 @@ describe('operating transitions', () => {
     expect(budgetReached({ tokens: 200 }, u, 0)).toBe('token budget of 200 reached: 200 tokens used');
     expect(budgetReached({ usd: 1 }, u, 0.99)).toBeUndefined();
     expect(budgetReached({ usd: 1 }, u, 1)).toBe('dollar budget of $1 reached: an estimated $1.0000 spent');
-    expect(budgetReached({ usd: 1 }, u, undefined)).toMatch(/cannot be checked/);
+    expect(budgetReached({ usd: 1 }, u, undefined)).toBe('dollar budget of $1 cannot be checked: some of the usage is of a model with no known price');
+    expect(budgetReached({ usd: 1 }, u, undefined, 'claude-opus-9')).toBe('dollar budget of $1 cannot be checked: some of the usage is of model claude-opus-9, which has no known price');
+    expect(budgetReached({ usd: 1 }, u, undefined, '')).toBe('dollar budget of $1 cannot be checked: some of the usage is of no named model, so it has no known price');
     expect(budgetReached({ tokens: 1000 }, u, undefined)).toBeUndefined();
   });
 

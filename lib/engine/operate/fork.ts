@@ -3,7 +3,7 @@ import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { budgetReached, forkState } from '../../core/operate.ts';
 import type { Budget, ForkedFrom, RunState } from '../../core/state.ts';
-import { estimatedUsd } from '../budget.ts';
+import { estimatedUsd, unpricedModelOf } from '../budget.ts';
 import { RUN_ID_PATTERN, unappliedStartOptions, validateGoal, validateRunId, type StartOption } from '../start.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
@@ -53,7 +53,7 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
     ...(input.budget ? { budget: input.budget } : {}),
   });
   // As a retry is: a fork whose budget its copied steps have reached would stop at once as over-budget.
-  const over = state.budget && budgetReached(state.budget, state.usage, estimatedUsd(state, input.pricingModel));
+  const over = state.budget && budgetReached(state.budget, state.usage, estimatedUsd(state, input.pricingModel), unpricedModelOf(state, input.pricingModel));
   if (over) throw new InvalidInputError(`a fork of run ${parentId} from step ${step} would stop at once: ${over}; give it a budget above that with --budget-tokens or --budget-usd`);
   const forkedFrom = state.forkedFrom!;
   const first = { runId, version: 1 };

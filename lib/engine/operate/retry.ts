@@ -1,7 +1,7 @@
 import { StaleVersionError } from '../../core/errors.ts';
 import { retryState } from '../../core/operate.ts';
 import type { Budget, RunStatus } from '../../core/state.ts';
-import { estimatedUsd } from '../budget.ts';
+import { estimatedUsd, unpricedModelOf } from '../budget.ts';
 import type { OperateDeps } from './deps.ts';
 import { loadRun } from './load.ts';
 import { sendAfterWrite, sendWithWrite } from '../../send-with-write.ts';
@@ -37,7 +37,7 @@ export async function retryRun(deps: OperateDeps, runId: string, input: RetryInp
       now: deps.clock.now(),
       ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}),
       ...(input.budget ? { budget: input.budget } : {}),
-    }, estimatedUsd(state, input.pricingModel));
+    }, estimatedUsd(state, input.pricingModel), unpricedModelOf(state, input.pricingModel));
     let version: number;
     const message = { runId, version: stored.version + 1 };
     try {
