@@ -64,7 +64,10 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
       // as it is told when it finds the deadline passed itself, on the page and by the CLI's approve.
       const deadline = record && input.answer.kind !== 'timed-out' ? timedOutDeadline(record) : undefined;
       if (deadline !== undefined) return { outcome: 'expired', runId, waitId, deadline };
-      if (record) return { outcome: 'already-answered', runId, waitId, record };
+      if (record) {
+        await resendIfRunning(deps, stored);
+        return { outcome: 'already-answered', runId, waitId, record };
+      }
       return { outcome: 'not-waiting', runId, waitId, status: state.status, ...(state.status === 'waiting' && wait ? { current: wait.id } : {}) };
     }
     const refused = answerFits(wait, input.answer);
@@ -101,6 +104,16 @@ export async function answerWait(deps: AnswerDeps, input: { runId: string; waitI
 }
 
 /**
+ * An answer asked again finds the run running: the first may have written the answer and died before its
+ * send (SQS refused it, the process was killed), where only the sweep, a stall later, moved the run. Its
+ * latest message is sent again, deduplicated, as a repeated start and a repeated fork send theirs. The
+ * local file's write carries the send: there, nothing is lost and the queue sends nothing twice.
+ */
+async function resendIfRunning(deps: Pick<AnswerDeps, 'queue'>, stored: { runId: string; version: number; status: string }): Promise<void> {
+  if (stored.status === 'running') await deps.queue.redrive({ runId: stored.runId, version: stored.version });
+}
+
+/**
  * Answers a run's open approval, as its page would: as `by`, else the wait's first approver (whoever can
  * call this owns the store). A run that is unknown, not waiting, or waiting for something else is an
  * InvalidInputError (UnknownRunError) that says which, and changes nothing.
@@ -119,6 +132,7 @@ export async function answerApproval(
     // drops the wait it ends, so the last approval on record may be an earlier one: a cancelled run is
     // said to be cancelled. A fork's copied steps are its parent's: it never waited for their approvals.
     const answered = stored.status === 'cancelled' ? undefined : lastApproval(state);
+    if (answered?.outcome === 'already-answered') await resendIfRunning(deps, stored);
     if (answered) return answered;
     throw new InvalidInputError(`run ${runId} is not waiting (it is ${stored.status})`);
   }

@@ -12,6 +12,7 @@ import { workVisible } from '../support/queue-work.ts';
 import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { startRun } from '../../lib/engine/start.ts';
+import { answerApproval } from '../../lib/waits/answer.ts';
 
 /**
  * A store whose writes cannot carry the queue's work (as DynamoDB's cannot carry SQS's) writes the run and
@@ -67,7 +68,7 @@ describe('a write of the API whose run is saved and whose message is not sent', 
   });
 
   /** The same for the other writes that send a message: each saved, each said with its run and version. */
-  it('answers 503 naming the run for an answer, a fork and a retry whose message is not sent, each saved', async () => {
+  it('answers 503 naming the run for an answer, a fork and a retry whose message is not sent, each saved; each asked again sends it', async () => {
     refuse = false;
     await startRun(worker.deps, { goal: 'drop the old rows', runId: 'sent-wait' });
     await startRun(worker.deps, { goal: 'drop the old rows', runId: 'sent-cap', stepCap: 1 });
@@ -99,5 +100,25 @@ describe('a write of the API whose run is saved and whose message is not sent', 
     expect(retried).toMatchObject({ runId: 'sent-cap', version: (await saved('sent-cap')).version });
     expect(decodeState(await saved('sent-cap'))).toMatchObject({ status: 'running', stepCap: 5 });
     expect(sent).toEqual([]);
+
+    // Each asked again once SQS takes messages: the run is running, and its message is sent now, where a
+    // repeated answer or retry only said it was answered or running and the run waited for the sweep.
+    refuse = false;
+    const again = async (path: string, body: unknown, status: number) => {
+      const response = await fetch(`${url}${path}`, { method: 'POST', headers: { authorization: 'Bearer token', 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const text = await response.text();
+      expect(response.status, `${path}: ${text}`).toBe(status);
+    };
+    await again(`/runs/sent-wait/waits/${waiting.wait!.id}`, { decision: 'approve', by: APPROVER }, 409);
+    await again('/runs/sent-cap/fork', { fromStep: 1, runId: 'sent-fork', stepCap: 5 }, 200);
+    await again('/runs/sent-cap/retry', { stepCap: 5 }, 400);
+    expect(sent).toEqual([
+      { runId: 'sent-wait', version: answered.version }, { runId: 'sent-fork', version: 1 }, { runId: 'sent-cap', version: retried.version },
+    ]);
+    // The CLI's approve by run id, the same.
+    sent.length = 0;
+    const deps = { store: new SqliteCheckpointStore(worker.runtime.db, { clock }), blobs: worker.runtime.blobs, queue, clock, workerId: 'cli', codeVersion: 'test', log: silentLogger };
+    expect(await answerApproval(deps, 'sent-wait', { decision: 'approve' })).toMatchObject({ outcome: 'already-answered' });
+    expect(sent).toEqual([{ runId: 'sent-wait', version: answered.version }]);
   });
 });

@@ -28,16 +28,25 @@ export interface RetryResult {
  * version it read (two retries at once: one wins, the other finds the run running), then the message for
  * the new version. The new version was never sent, so a plain send is enough: in the checkpoint's own
  * transaction on the local file; elsewhere after it, and if this process dies between the two, the run is
- * running with no message, which the sweep re-drives.
+ * running with no message, which the sweep re-drives, or the same retry asked again sends.
  */
 export async function retryRun(deps: OperateDeps, runId: string, input: RetryInput): Promise<RetryResult> {
   for (let attempt = 1; ; attempt++) {
     const { stored, state } = await loadRun(deps.store, runId, 'retry');
-    const next = retryState(state, {
-      now: deps.clock.now(),
-      ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}),
-      ...(input.budget ? { budget: input.budget } : {}),
-    }, estimatedUsd(state, input.pricingModel), unpricedModelOf(state, input.pricingModel));
+    let next;
+    try {
+      next = retryState(state, {
+        now: deps.clock.now(),
+        ...(input.stepCap !== undefined ? { stepCap: input.stepCap } : {}),
+        ...(input.budget ? { budget: input.budget } : {}),
+      }, estimatedUsd(state, input.pricingModel), unpricedModelOf(state, input.pricingModel));
+    } catch (error) {
+      // A retry asked again finds the run running: the first may have written and died before its send
+      // (SQS refused it, the process was killed), where only the sweep, a stall later, moved the run. Its
+      // latest message is sent again, deduplicated, as a repeated start and a repeated fork send theirs.
+      if (state.status === 'running') await deps.queue.redrive({ runId, version: stored.version });
+      throw error;
+    }
     let version: number;
     const message = { runId, version: stored.version + 1 };
     try {
