@@ -17,7 +17,7 @@ export const TOO_LONG_FOR_JSON = 'its JSON would be longer than the longest stri
 
 /**
  * The value as its canonical JSON reads back: every plain object's keys in order, undefined fields gone,
- * undefined array items null. Itself, not a copy, where it is so already, and so is everything in it: a
+ * undefined array items null, a Map or a Set as what it holds. Itself, not a copy, where it is so already, and so is everything in it: a
  * head decoded from its stored text is, and copying it was most of its encoding.
  */
 export function canonicalValue(value: unknown): unknown {
@@ -31,7 +31,14 @@ export function canonicalValue(value: unknown): unknown {
     }
     return copy ?? value;
   }
-  if (!value || typeof value !== 'object' || (value as object).constructor !== Object) return value;
+  if (!value || typeof value !== 'object' || (value as object).constructor !== Object) {
+    // JSON.stringify writes a Map or a Set as {}: a tool that returned one had its output stored, and shown
+    // to the model, as nothing. Written as what it holds: a Set as an array, a Map as an object when every
+    // key is a string, else as its [key, value] pairs.
+    if (value instanceof Set) return canonicalValue([...value]);
+    if (value instanceof Map) return canonicalValue([...value.keys()].every((key) => typeof key === 'string') ? mapObject(value) : [...value]);
+    return value;
+  }
   const object = value as Record<string, unknown>;
   const keys = Object.keys(object);
   let inOrder = true;
@@ -53,6 +60,13 @@ export function canonicalValue(value: unknown): unknown {
     }
   }
   return out ?? value;
+}
+
+/** A Map of string keys as a plain object; `__proto__` kept as a field, as JSON.parse keeps it. */
+function mapObject(map: Map<unknown, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of map) setField(out, key as string, value);
+  return out;
 }
 
 /**

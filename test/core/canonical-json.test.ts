@@ -79,4 +79,14 @@ describe('canonical JSON', () => {
     const at = new Date(0);
     expect(canonicalJson({ b: at, a: undefined, c: [undefined, () => 1] })).toBe('{"b":"1970-01-01T00:00:00.000Z","c":[null,null]}');
   });
+
+  it('writes a Map or a Set as what it holds, where JSON.stringify writes {}', () => {
+    expect(canonicalJson({ rows: new Map<string, unknown>([['b', 2], ['a', new Set([1, 1, 2])]]) })).toBe('{"rows":{"a":[1,2],"b":2}}');
+    expect(canonicalJson(new Map<unknown, string>([[1, 'one'], ['2', 'two']]))).toBe('[[1,"one"],["2","two"]]');
+    expect(canonicalJson([new Set(), new Map()])).toBe('[[],{}]');
+    // A __proto__ key stays a field, as JSON.parse keeps it, and sets no prototype.
+    const parsed = JSON.parse(canonicalJson(new Map([['__proto__', 1]]))) as Record<string, unknown>;
+    expect(Object.keys(parsed)).toEqual(['__proto__']);
+    expect(Object.getPrototypeOf(parsed)).toBe(Object.prototype);
+  });
 });

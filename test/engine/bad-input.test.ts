@@ -233,6 +233,20 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(runtime.queue.depth()).toBe(0);
   });
 
+  it('a tool output holding a Map or a Set reaches the model as what it holds, not as {}', async () => {
+    const agent = defineAgent({
+      name: 'map-output', tools: [tool({
+        name: 'write_row', description: 'returns a Map', input: z.object({ row: z.number() }), sideEffect: false,
+        run: (input) => ({ written: new Map([[`row-${input.row}`, new Set(['ok'])]]) }),
+      })],
+    });
+    const { deps, runtime, clock, model } = setup(writeRowsScript(1), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect((await loadState(runtime)).steps[0]!.result.text).toBe('{"written":{"row-1":["ok"]}}');
+    expect(model.requests[1]!.prompt).toContain('1. write_row {"row":1} -> ok: {"written":{"row-1":["ok"]}}');
+  });
+
   const circular: Record<string, unknown> = { table: 'orders' };
   circular.self = circular;
   it.each([
