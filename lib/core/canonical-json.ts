@@ -31,13 +31,18 @@ export function canonicalValue(value: unknown): unknown {
     }
     return copy ?? value;
   }
-  if (!value || typeof value !== 'object' || (value as object).constructor !== Object) {
-    // JSON.stringify writes a Map or a Set as {}: a tool that returned one had its output stored, and shown
-    // to the model, as nothing. Written as what it holds: a Set as an array, a Map as an object when every
-    // key is a string, else as its [key, value] pairs.
-    if (value instanceof Set) return canonicalValue([...value]);
-    if (value instanceof Map) return canonicalValue([...value.keys()].every((key) => typeof key === 'string') ? mapObject(value) : [...value]);
-    return value;
+  if (!value || typeof value !== 'object') return value;
+  // A plain object: Object's own, or one of no prototype (Object.create(null), fast-check's), or one whose own
+  // `constructor` field hides Object's: each is written as its fields, sorted.
+  if ((value as object).constructor !== Object) {
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) {
+      // JSON.stringify writes a Map or a Set as {}: a tool that returned one had its output stored, and shown
+      // to the model, as nothing. Written as what it holds: a Set as an array, a Map as an object when every
+      // key is a string, else as its [key, value] pairs.
+      const held = collectionAsJson(value);
+      return held === value ? value : canonicalValue(held);
+    }
   }
   const object = value as Record<string, unknown>;
   const keys = Object.keys(object);
@@ -60,6 +65,16 @@ export function canonicalValue(value: unknown): unknown {
     }
   }
   return out ?? value;
+}
+
+/**
+ * A Map or a Set as JSON can hold what it holds (JSON.stringify writes either as {}), any other value as
+ * it is. Also what an effect's result is stored with (once-result.ts).
+ */
+export function collectionAsJson(value: unknown): unknown {
+  if (value instanceof Set) return [...value];
+  if (value instanceof Map) return [...value.keys()].every((key) => typeof key === 'string') ? mapObject(value) : [...value];
+  return value;
 }
 
 /** A Map of string keys as a plain object; `__proto__` kept as a field, as JSON.parse keeps it. */

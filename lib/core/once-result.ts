@@ -1,10 +1,11 @@
-import { TOO_LONG_FOR_JSON, isTooLongForJson } from './canonical-json.ts';
+import { TOO_LONG_FOR_JSON, collectionAsJson, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError } from './errors.ts';
 
 /**
  * The text an idempotency ledger keeps for an effect's result, and `value`, that text read back: what the
- * effect's caller gets, as a retry would, so a result JSON changes (a Date a string, a Map {}, undefined
- * null) is the same before a crash as after it, where a tool that used it as it was broke only after one.
+ * effect's caller gets, as a retry would, so a result JSON changes (a Date a string, a Map an object or
+ * its pairs, a Set an array, undefined null) is the same before a crash as after it, where a tool that
+ * used it as it was broke only after one.
  * An effect that ran but returned what JSON cannot hold (a value that refers to itself, a BigInt, a
  * function) is kept as null all the same: the key is then completed and the effect never runs again
  * under it, where a failed completion would leave the claim to run out and the next try to apply the
@@ -14,7 +15,7 @@ export function storableResult(key: string, result: unknown): { json: string; va
   let json: string | undefined;
   let why: string | undefined;
   try {
-    json = JSON.stringify(result ?? null);
+    json = JSON.stringify(result ?? null, (_key, value: unknown) => collectionAsJson(value));
     if (json === undefined) why = `it is a ${typeof result}`;
   } catch (error) {
     why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? 'it is nested too deeply' : String((error as Error)?.message ?? error).split('\n')[0];

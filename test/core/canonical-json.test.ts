@@ -89,4 +89,10 @@ describe('canonical JSON', () => {
     expect(Object.keys(parsed)).toEqual(['__proto__']);
     expect(Object.getPrototypeOf(parsed)).toBe(Object.prototype);
   });
+
+  it('sorts an object of no prototype, and one whose own constructor field hides Object\'s, as any plain object', () => {
+    const bare = Object.assign(Object.create(null) as Record<string, unknown>, { b: 1, a: new Set([2]) });
+    expect(canonicalJson(bare)).toBe('{"a":[2],"b":1}');
+    expect(canonicalJson({ constructor: 'x', b: 1, a: 2 })).toBe('{"a":2,"b":1,"constructor":"x"}');
+  });
 });

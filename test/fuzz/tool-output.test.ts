@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
-import { canonicalJson } from '../../lib/core/canonical-json.ts';
+import { canonicalJson, collectionAsJson } from '../../lib/core/canonical-json.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
@@ -43,10 +43,10 @@ const storable = (value: unknown): string | undefined => {
   }
 };
 
-/** What the ledger keeps of a result and hands back (null for undefined); a function's JSON is nothing. */
+/** What the ledger keeps of a result and hands back (null for undefined, a Map or Set as what it holds); a function's JSON is nothing. */
 const readBack = (value: unknown): unknown => {
   try {
-    const json = JSON.stringify(value ?? null);
+    const json = JSON.stringify(value ?? null, (_key, v: unknown) => collectionAsJson(v));
     return json === undefined ? value : JSON.parse(json);
   } catch {
     return value;

@@ -1,0 +1,13 @@
+import { describe, expect, it } from 'vitest';
+import { storableResult } from '../../lib/core/once-result.ts';
+
+describe('an effect\'s stored result', () => {
+  it('keeps what a Map or a Set holds, as a tool output does, where JSON wrote {} and the caller got nothing', () => {
+    const stored = storableResult('run/step-1', { ids: new Set([3, 4]), byTable: new Map([['orders', 2]]), at: new Date(0) });
+    expect(stored.json).toBe('{"ids":[3,4],"byTable":{"orders":2},"at":"1970-01-01T00:00:00.000Z"}');
+    // The caller gets the text read back, the first try as a retry would.
+    expect(stored.value).toEqual({ ids: [3, 4], byTable: { orders: 2 }, at: '1970-01-01T00:00:00.000Z' });
+    expect(stored.unstorable).toBeUndefined();
+    expect(storableResult('run/step-2', new Map([[1, 'one']])).value).toEqual([[1, 'one']]);
+  });
+});
