@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import * as z from 'zod';
 import { TOO_LONG_FOR_JSON, isTooLongForJson } from '../core/canonical-json.ts';
-import { InvalidInputError, errorMessage } from '../core/errors.ts';
+import { InvalidInputError, UnreadableCheckpointError, errorMessage } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
 import { EVENT_NAME, answeredEventId, type IncomingEvent, type WaitAnswer } from '../core/waits.ts';
 import type { AgentDefinition } from '../agent.ts';
@@ -85,13 +85,23 @@ export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string
   const event: RunEvent = { id: input.id, type: input.type, key: input.key, payload: input.payload ?? null, receivedAt: deps.clock.now() };
   const fresh = await deps.events.put(event);
   const resumed: AnswerOutcome[] = [];
+  let retry: { error: unknown } | undefined;
   // A redelivered event is matched again: the first delivery may have died before resuming anyone, and a
   // wait it did resume answers "already answered".
   for (const { runId, waitId, agent } of await deps.waitingFor(event.type, event.key)) {
     if (deps.agents && agent !== undefined && !deps.agents.includes(agent)) continue;
-    resumed.push(await answerWait(deps, { runId, waitId, answer: eventAnswer(event) }));
+    try {
+      resumed.push(await answerWait(deps, { runId, waitId, answer: eventAnswer(event) }));
+    } catch (error) {
+      // One run the event cannot resume (its checkpoint unreadable, written by newer code, its write
+      // refused) kept it from every run after it, on every delivery: each is answered, then the first
+      // error a retry may get past is thrown. An unreadable run fails at its deadline; no retry helps it.
+      deps.log.error({ event: 'event-answer-error', type: event.type, key: event.key, eventId: event.id, runId, waitId, error: errorMessage(error) }, 'the event could not resume a run waiting for it');
+      if (!(error instanceof UnreadableCheckpointError)) retry ??= { error };
+    }
   }
   deps.log.info({ event: 'event-received', type: event.type, key: event.key, eventId: event.id, fresh, resumed: resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 'event received');
+  if (retry) throw retry.error;
   return { event, fresh, resumed };
 }
 

@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { SESv2Client } from '@aws-sdk/client-sesv2';
+import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { APIGatewayProxyEventV2, APIGatewayProxyResult, EventBridgeEvent } from 'aws-lambda';
 import { handle } from 'hono/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,6 +10,7 @@ import { createEventHandler } from '../../lib/aws/event-handler.ts';
 import type { AwsRuntime } from '../../lib/aws/runtime.ts';
 import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
 import { SQS_MAX_TIMER_MS } from '../../lib/aws/wait-services.ts';
+import { HEAD_SK, PK, SK, runPk } from '../../lib/aws/table-layout.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import type { RunState } from '../../lib/core/state.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
@@ -158,6 +160,38 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     const done = await pollUntil(a, runId, ['completed', 'failed']);
     a.close();
     expect(done.steps[0]!.result.text).toContain(`"id":"${early.id}"`);
+  });
+
+  it('an event resumes every run waiting for it that it can read: one unreadable or of newer code is logged, where it kept the event from the rest', { timeout: 120_000 }, async () => {
+    const key = `order-${randomUUID().slice(0, 6)}`;
+    const a = container(new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } }));
+    // Answered in run id order: the two it cannot read come first.
+    const tag = randomUUID().slice(0, 6);
+    const runIds = ['a-unreadable', 'b-newer', 'c-ok', 'd-ok'].map((name) => `aws-many-${tag}-${name}`);
+    const [unreadable, newer, ...ok] = runIds as [string, string, string, string];
+    for (const runId of runIds) await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    for (const runId of runIds) await pollUntil(a, runId, ['waiting']);
+    const headKey = (runId: string) => ({ [PK]: runPk(runId), [SK]: HEAD_SK });
+    const headOf = async (runId: string) => (await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: headKey(runId) }))).Item!.head as string;
+    const setHead = (runId: string, head: string) => resources.clients.doc.send(new UpdateCommand({
+      TableName: resources.tableName, Key: headKey(runId), UpdateExpression: 'SET head = :head', ExpressionAttributeValues: { ':head': head },
+    }));
+    const newerHead = await headOf(newer);
+    await setHead(unreadable, '{not json');
+    await setHead(newer, JSON.stringify({ ...JSON.parse(newerHead), formatVersion: 9 }));
+    const { log, lines } = captureLogs();
+    const handler = createEventHandler({ runtime: a.runtime, events: events(a.runtime), agent: waitAgent(new FakeRows(), []), log, codeVersion: 'test' });
+    const paid = eventBridge('order.paid', { key });
+    // The newer code's run is thrown for EventBridge to retry (a newer events function may take it); the rest are resumed first.
+    await expect(handler(paid, { awsRequestId: 'm1' })).rejects.toThrow(`run ${newer}: head has head format 9`);
+    for (const runId of ok) expect((await state(runId)).status, runId).toBe('running');
+    expect(lines.filter((l) => l.event === 'event-answer-error').map((l) => [l.runId, l.eventId])).toEqual(expect.arrayContaining([[unreadable, paid.id], [newer, paid.id]]));
+    // Without the newer run, the unreadable one alone is only logged: no retry can read it, and its deadline fails it.
+    await setHead(newer, newerHead);
+    expect(await handler(paid, { awsRequestId: 'm2' })).toEqual({ started: [], resumed: [newer] });
+    for (const runId of [newer, ...ok]) expect((await pollUntil(a, runId, ['completed', 'failed'])).summary, runId).toContain(`"id":"${paid.id}"`);
+    a.close();
+    expect((await resources.runtime().store.load(unreadable))!.status).toBe('waiting');
   });
 
   it('a long wait leaves nothing in the queue; the sweeper sends its timer when it comes due, and the run times out', { timeout: 120_000 }, async () => {
