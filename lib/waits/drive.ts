@@ -83,19 +83,30 @@ async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecor
     return [];
   }
   const links: string[] = [];
+  const failed: unknown[] = [];
   const key = await services.signingKey();
   for (const approver of wait.approvers ?? []) {
     const token = signApproval({ runId: state.runId, waitId: wait.id, approver, expiresAt: wait.deadline }, key);
     const link = `${services.publicUrl.replace(/\/+$/, '')}/approvals/${token}`;
     const email = approvalEmail({ state, wait, approver, link });
-    // Once per wait and approver, whichever delivery gets here first, and never again on a retry.
-    await deps.ledger.once(email.id, { waitId: wait.id, to: approver }, async () => {
-      await services.notifier!.send(email);
-      return { sent: true };
-    });
+    try {
+      // Once per wait and approver, whichever delivery gets here first, and never again on a retry.
+      await deps.ledger.once(email.id, { waitId: wait.id, to: approver }, async () => {
+        await services.notifier!.send(email);
+        return { sent: true };
+      });
+    } catch (error) {
+      // One approver's email refused (SES's MessageRejected for an address it will not send to) kept it from
+      // every approver after them, on every retry, and the delivery's error named neither run nor approver:
+      // each approver is tried, each failure said, and the first thrown after, so the delivery retries it.
+      deps.log.error({ event: 'approval-email-failed', runId: state.runId, waitId: wait.id, approver, error: errorMessage(error) }, 'the approval email was not sent; the delivery is retried');
+      failed.push(error);
+      continue;
+    }
     deps.log.info({ event: 'approval-requested', runId: state.runId, waitId: wait.id, approver, link: maskedLink(link) }, 'approval requested');
     links.push(link);
   }
+  if (failed.length) throw failed[0];
   return links;
 }
 

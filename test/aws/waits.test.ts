@@ -18,6 +18,7 @@ import { silentLogger } from '../../lib/log.ts';
 import { captureLogs } from './log-capture.ts';
 import type { Model, ModelReply } from '../../lib/ports.ts';
 import { sendDueTimers } from '../../lib/waits/timers.ts';
+import { requestApproval } from '../../lib/waits/tools.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { startSesServer } from '../support/ses-server.ts';
 import { APPROVER, ApprovalFlowModel, OneWaitModel, waitAgent } from '../support/wait-agent.ts';
@@ -129,6 +130,33 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     expect(done).toMatchObject({ status: 'completed', summary: 'Copied and dropped old_rows.' });
     expect(done.steps[1]!.result.text).toContain('"comment":"from the email"');
     expect(dropped).toEqual([`${runId}/step-3:old_rows`]);
+  });
+
+  it('an approver whose address SES refuses keeps no other approver from their email; the failure names the run and the approver', { timeout: 120_000 }, async () => {
+    const unverified = `unverified-${randomUUID().slice(0, 6)}@example.com`;
+    ses.reject(unverified);
+    const base = waitAgent(new FakeRows(), []);
+    const agent = defineAgent({ ...base, tools: base.tools.map((t) => (t.name === 'request_approval' ? requestApproval({ approvers: [unverified, APPROVER], timeoutMs: 3_600_000 }) : t)) });
+    const { log, lines } = captureLogs();
+    const a = new WorkerProcess({ resources, agent, model: new ApprovalFlowModel(), waits: waitsOf, log });
+    const runId = `aws-refused-${randomUUID().slice(0, 6)}`;
+    await startTestRun(a.runtime, agent, runId, 'copy, then drop old_rows with approval');
+    const waiting = await pollUntil(a, runId, ['waiting']);
+    const emails = () => ses.sent.filter((e) => e.text.includes(`Run: ${runId} `));
+    expect(emails().map((e) => e.to)).toEqual([[APPROVER]]);
+    const failed = () => lines.filter((l) => l.event === 'approval-email-failed');
+    expect(failed().map((l) => [l.runId, l.waitId, l.approver])).toEqual([[runId, waiting.wait!.id, unverified]]);
+    expect(failed()[0]!.error).toContain('Email address is not verified');
+    // The delivery is retried for the refused one; the other approver's email is not sent again.
+    for (let i = 0; i < 10 && failed().length < 2; i++) await pollOnce(resources.clients, resources.queueUrl, a, { waitSeconds: 2 });
+    expect(failed()).toHaveLength(2);
+    expect(emails().map((e) => e.to)).toEqual([[APPROVER]]);
+    // And its link decides.
+    const path = new URL(/Review and decide: (\S+)/.exec(emails()[0]!.text)![1]!).pathname;
+    const decided = await apiHandler({ agent })(apiEvent('POST', path, 'decision=approve', { 'content-type': 'application/x-www-form-urlencoded' }));
+    expect(decided.statusCode).toBe(200);
+    expect((await pollUntil(a, runId, ['completed', 'failed'])).status).toBe('completed');
+    a.close();
   });
 
   it('an EventBridge event resumes the run waiting for it; a redelivery and another key do nothing', { timeout: 120_000 }, async () => {

@@ -13,10 +13,12 @@ export interface SentEmail {
 /**
  * A local stand-in for the one SES v2 call stepwise makes (SendEmail: POST /v2/email/outbound-emails),
  * over a real HTTP connection with the real SDK client, recording what would have been sent.
- * `failNext` answers the next sends with a 500 (the SDK retries those).
+ * `failNext` answers the next sends with a 500 (the SDK retries those); `reject` refuses every send to an
+ * address as SES refuses one it will not send to (a 400 MessageRejected, which the SDK does not retry).
  */
-export async function startSesServer(): Promise<{ endpoint: string; sent: SentEmail[]; failNext(n: number): void; stop(): Promise<void> }> {
+export async function startSesServer(): Promise<{ endpoint: string; sent: SentEmail[]; failNext(n: number): void; reject(address: string): void; stop(): Promise<void> }> {
   const sent: SentEmail[] = [];
+  const rejected = new Set<string>();
   let failures = 0;
   const server = createServer(async (req, res) => {
     const raw = await readBody(req);
@@ -30,6 +32,12 @@ export async function startSesServer(): Promise<{ endpoint: string; sent: SentEm
       return;
     }
     const body = JSON.parse(raw) as Record<string, any>;
+    const refused = (body.Destination?.ToAddresses ?? []).find((to: string) => rejected.has(to));
+    if (refused) {
+      res.writeHead(400, { 'content-type': 'application/json', 'x-amzn-errortype': 'MessageRejected' })
+        .end(JSON.stringify({ message: `Email address is not verified. The following identities failed the check in region US-EAST-1: ${refused}` }));
+      return;
+    }
     const simple = body.Content?.Simple ?? {};
     sent.push({
       from: body.FromEmailAddress, to: body.Destination?.ToAddresses ?? [], subject: simple.Subject?.Data ?? '',
@@ -40,7 +48,7 @@ export async function startSesServer(): Promise<{ endpoint: string; sent: SentEm
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   return {
-    endpoint: `http://127.0.0.1:${port}`, sent, failNext: (n) => { failures = n; },
+    endpoint: `http://127.0.0.1:${port}`, sent, failNext: (n) => { failures = n; }, reject: (address) => { rejected.add(address); },
     stop: () => new Promise((resolve) => server.close(() => resolve())),
   };
 }
