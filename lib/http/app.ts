@@ -36,13 +36,17 @@ export function createHttpApp(deps: HttpDeps): Hono {
   app.route('/', apiRoutes(deps));
   app.notFound((c) => c.json({ error: `no route ${c.req.method} ${c.req.path}` }, 404));
   app.onError((error, c) => {
-    if (error instanceof UnknownRunError) return c.json({ error: error.message }, 404);
+    // The approval pages and the inspector are a person's browser: each refusal is a page there, where an
+    // approver who pressed Approve as SQS refused the run's message read raw JSON with a 503.
+    const answer = <S extends 400 | 404 | 409 | 500 | 503>(status: S, title: string, body: { error: string } & Record<string, unknown>) =>
+      (isPagePath(c.req.path) ? c.html(messagePage(title, body.error), status) : c.json(body, status));
+    if (error instanceof UnknownRunError) return answer(404, 'Unknown run', { error: error.message });
     // Written by newer code: nothing was changed, and the answer says what a server needs to read it.
-    if (error instanceof NewerFormatError) return c.json({ error: error.message, needs: error.needs }, 409);
+    if (error instanceof NewerFormatError) return answer(409, 'Newer code needed', { error: error.message, needs: error.needs });
     // A start with another agent's run id conflicts with that run, as one with another goal does: nothing changed.
-    if (error instanceof RunIdTakenError) return c.json({ error: error.message, runId: error.runId, agent: error.runAgent }, 409);
+    if (error instanceof RunIdTakenError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId, agent: error.runAgent });
     // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
-    if (error instanceof StepwiseError && isPermanent(error)) return c.json({ error: error.message }, 400);
+    if (error instanceof StepwiseError && isPermanent(error)) return answer(400, 'Not done', { error: error.message });
     // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.
     if (error instanceof HTTPException) return c.json({ error: error.message }, error.status);
     // The SQLite file locked past the busy timeout (a process frozen in its commit): no fault of the
@@ -59,10 +63,10 @@ export function createHttpApp(deps: HttpDeps): Hono {
     // has stalled, and the same start with this runId sends the message now.
     if (error instanceof MessageNotSentError) {
       deps.log.error({ event: 'message-not-sent', method: c.req.method, path: loggedPath(c.req.path), runId: error.runId, version: error.version, error: errorMessage(error.cause) }, error.message);
-      return c.json({ error: error.message, runId: error.runId, version: error.version }, 503);
+      return answer(503, 'Saved, not yet sent', { error: error.message, runId: error.runId, version: error.version });
     }
     deps.log.error({ event: 'http-error', method: c.req.method, path: loggedPath(c.req.path), error: errorMessage(error) }, 'request failed');
-    return c.json({ error: 'internal error; the request changed nothing it did not finish' }, 500);
+    return answer(500, 'Not done', { error: 'internal error; the request changed nothing it did not finish' });
   });
   return app;
 }

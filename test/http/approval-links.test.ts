@@ -152,4 +152,18 @@ describe('approval links', () => {
     expect(await version()).toBe(before);
     expect((await fetch(link)).status).toBe(200);
   });
+
+  it('the link of a run that newer code wrote says so on a page, where the approver read raw JSON', async () => {
+    const { link } = await waitingRun();
+    const { version: at, head } = app.runtime.db.prepare("SELECT version, head FROM checkpoints WHERE run_id = 'run' ORDER BY version DESC LIMIT 1").get() as { version: number; head: string };
+    app.runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'run' AND version = ?").run(JSON.stringify({ ...JSON.parse(head), formatVersion: 9 }), at);
+    for (const init of [{}, { method: 'POST', body: new URLSearchParams({ decision: 'approve' }) }]) {
+      const page = await fetch(link, init);
+      expect(page.status).toBe(409);
+      expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(page.headers.get('referrer-policy')).toBe('no-referrer');
+      expect(await page.text()).toContain('it needs code that reads head format 9');
+    }
+    expect(await version()).toBe(at);
+  });
 });

@@ -12,6 +12,7 @@ import { workVisible } from '../support/queue-work.ts';
 import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { startRun } from '../../lib/engine/start.ts';
+import { signApproval } from '../../lib/waits/approval-token.ts';
 import { answerApproval } from '../../lib/waits/answer.ts';
 
 /**
@@ -120,5 +121,25 @@ describe('a write of the API whose run is saved and whose message is not sent', 
     const deps = { store: new SqliteCheckpointStore(worker.runtime.db, { clock }), blobs: worker.runtime.blobs, queue, clock, workerId: 'cli', codeVersion: 'test', log: silentLogger };
     expect(await answerApproval(deps, 'sent-wait', { decision: 'approve' })).toMatchObject({ outcome: 'already-answered' });
     expect(sent).toEqual([{ runId: 'sent-wait', version: answered.version }]);
+  });
+
+  /** The approver's browser, where an answer whose message was not sent came back as raw JSON. */
+  it('answers an approval link\'s press whose message is not sent with a page saying the answer is saved', async () => {
+    refuse = false;
+    await startRun(worker.deps, { goal: 'drop the old rows', runId: 'sent-link' });
+    await workVisible(worker.deps, worker.runtime);
+    const wait = decodeState((await worker.runtime.store.load('sent-link'))!).wait!;
+    const token = signApproval({ runId: 'sent-link', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline }, Buffer.alloc(32, 1));
+    refuse = true;
+    const press = () => fetch(`${url}/approvals/${token}`, { method: 'POST', body: new URLSearchParams({ decision: 'approve' }) });
+    const pressed = await press();
+    expect(pressed.status).toBe(503);
+    expect(pressed.headers.get('content-type')).toMatch(/^text\/html/);
+    const version = (await worker.runtime.store.load('sent-link'))!.version;
+    expect(await pressed.text()).toContain(`run sent-link is saved at version ${version}, but its message to the workers was not sent (Rate exceeded)`);
+    // Saved: pressed again, it is told so.
+    const again = await press();
+    expect(again.status).toBe(409);
+    expect(await again.text()).toContain(`Already approved by ${APPROVER}`);
   });
 });
