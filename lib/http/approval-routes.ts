@@ -35,7 +35,10 @@ export function approvalRoutes(deps: HttpDeps): Hono {
       const record = state.steps.findLast((s) => s.waitId === claim.waitId);
       return c.html(messagePage('Nothing to decide', record ? describeAnswer(record) : notWaiting(state.status === 'waiting', state.status)), 409);
     }
-    return c.html(approvalPage({ state, wait: state.wait, approver: claim.approver, action: c.req.path }));
+    // The form has no action: it posts to the address the approver opened, the emailed link. The path the
+    // server sees lacks any prefix a proxy took off (STEPWISE_PUBLIC_URL https://host/stepwise, the proxy
+    // passing /approvals/... on), and a form posting there went past the proxy: Approve answered a 404.
+    return c.html(approvalPage({ state, wait: state.wait, approver: claim.approver }));
   });
 
   app.post('/:token', async (c) => {

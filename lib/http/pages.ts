@@ -28,8 +28,8 @@ export function layout(title: string, body: Page): Page {
 <body>${body}</body></html>`;
 }
 
-export function approvalPage(input: { state: RunState; wait: WaitRecord; approver: string; action: string }): Page {
-  const { state, wait, approver, action } = input;
+export function approvalPage(input: { state: RunState; wait: WaitRecord; approver: string }): Page {
+  const { state, wait, approver } = input;
   const recent = state.steps.slice(-5);
   return layout('Approval needed', html`
 <h1>Approval needed</h1>
@@ -44,7 +44,7 @@ This link expires ${new Date(wait.deadline).toISOString()}.</p>
 ${recent.length ? html`<h2>Its last steps</h2><table id="steps"><tr><th>step</th><th>tool</th><th>result</th></tr>
 ${recent.map((s) => html`<tr><td>${s.step}</td><td>${s.tool} <code>${excerpt(canonicalJson(s.input ?? {}), 200)}</code></td><td>${s.result.ok ? 'ok' : 'error'}: ${excerpt(s.result.text, 300)}</td></tr>`)}
 </table>` : ''}
-<form method="post" action="${action}">
+<form method="post">
 <label for="comment">Comment (the run's model sees it)</label>
 <textarea id="comment" name="comment" maxlength="4000"></textarea>
 <div class="actions">

@@ -1,4 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { decodeState } from '../../lib/core/codec.ts';
 import { defineAgent } from '../../lib/agent.ts';
@@ -151,6 +153,32 @@ describe('approval links', () => {
     }
     expect(await version()).toBe(before);
     expect((await fetch(link)).status).toBe(200);
+  });
+
+  it('behind a proxy that serves the app under a path (STEPWISE_PUBLIC_URL with one), Approve posts where the link points', async () => {
+    app = await startHttpApp();
+    // The proxy passes /stepwise/... on without its prefix, and knows no other path.
+    const proxy = createServer((req, res) => {
+      if (!req.url?.startsWith('/stepwise/')) return void res.writeHead(404).end('not here');
+      req.pipe(request(`${app.url}${req.url.slice('/stepwise'.length)}`, { method: req.method, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode!, answer.headers);
+        answer.pipe(res);
+      }));
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      app.deps.waits!.publicUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/stepwise`;
+      const { link } = await waitingRun();
+      const page = await fetch(link);
+      expect(page.status).toBe(200);
+      // Where a browser sends the form: its action against the page's address (none: the page's address).
+      const form = /<form method="post"(?: action="([^"]*)")?>/.exec(await page.text())!;
+      const pressed = await post(new URL(form[1] ?? '', link).href, { decision: 'approve' });
+      expect(pressed.status).toBe(200);
+      expect(await pressed.text()).toContain('Approved. The run continues.');
+    } finally {
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
+    }
   });
 
   it('the link of a run that newer code wrote says so on a page, where the approver read raw JSON', async () => {
