@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { canonicalJson, collectionAsJson } from '../../lib/core/canonical-json.ts';
 import { decodeState } from '../../lib/core/codec.ts';
+import { DEFAULT_INLINE_LIMIT } from '../../lib/core/result.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { fuzzRuns } from '../support/fuzz-runs.ts';
@@ -28,8 +29,20 @@ const clock = new ManualClock();
 const w = workerProcess({ dbPath: db.path, agent, model: new StubModel((n) => (n === 1 ? { kind: 'tool', tool: toolName, input: {} } : { kind: 'done', summary: 'done' })), clock, workerId: 'A' });
 afterAll(() => { w.runtime.close(); db.cleanup(); });
 
+/**
+ * Outputs of DEFAULT_INLINE_LIMIT bytes and one either side, as text and as JSON, in characters of 1 to 4
+ * bytes: the last one kept inline, the next by reference.
+ */
+const atLimit = fc.tuple(fc.constantFrom(-1, 0, 1), fc.constantFrom('x', '\u00e9', '\u20ac', '\u{1F600}'), fc.boolean()).map(([off, ch, asJson]) => {
+  const bytes = DEFAULT_INLINE_LIMIT + off - (asJson ? '{"a":""}'.length : 0);
+  const size = Buffer.byteLength(ch);
+  const text = ch.repeat(Math.floor(bytes / size)) + 'x'.repeat(bytes % size);
+  return asJson ? { a: text } : text;
+});
+
 /** Values JSON holds, and values it cannot: BigInts, functions, symbols, a value that contains itself. */
 const anyOutput = fc.oneof(
+  atLimit,
   fc.anything({ maxDepth: 3, withBigInt: true, withMap: true, withSet: true, withDate: true, withTypedArray: true, withNullPrototype: true, withSparseArray: true }),
   fc.constantFrom(() => 1, Symbol('s'), 10n, new Date(0), new Map([[1, 2n]]), 'x'.repeat(5000)),
   fc.jsonValue({ maxDepth: 2 }).map((inner) => { const o: Record<string, unknown> = { inner }; o.self = o; return o; }),
@@ -68,8 +81,12 @@ describe('tool outputs of any kind', () => {
       const text = storable(viaOnce ? readBack(value) : value);
       if (text !== undefined) {
         expect(state).toMatchObject({ status: 'running', step: 1 });
-        if (state.steps[0]!.result.ref === undefined) expect(state.steps[0]!.result.text).toBe(text);
-        else expect((await w.runtime.blobs.get(state.steps[0]!.result.ref))!.toString('utf8')).toBe(text);
+        const { result } = state.steps[0]!;
+        // Kept inline up to the limit, by reference above it (the agent sets no inlineLimit), and its size in bytes.
+        expect(result.bytes).toBe(Buffer.byteLength(text));
+        expect(result.ref === undefined, `${result.bytes} bytes`).toBe(result.bytes <= DEFAULT_INLINE_LIMIT);
+        if (result.ref === undefined) expect(result.text).toBe(text);
+        else expect((await w.runtime.blobs.get(result.ref))!.toString('utf8')).toBe(text);
       } else {
         expect(state.status).toBe('failed');
         expect(state.reason).toMatch(viaOnce ? /^step 1: the effect under .* ran, but its result cannot be stored as JSON/ : /^step 1: tool read returned a .* cannot be stored as JSON/);
