@@ -35,6 +35,11 @@ export function approvalRoutes(deps: HttpDeps): Hono {
       const record = state.steps.findLast((s) => s.waitId === claim.waitId);
       return c.html(messagePage('Nothing to decide', record ? describeAnswer(record) : notWaiting(state.status === 'waiting', state.status)), 409);
     }
+    // A cancel asked for while the step that began this wait ran: the run is still waiting on record until
+    // the cancel is applied, and an answer would only apply it. Said now, not after the approver presses.
+    if (stored.cancelRequested !== undefined) {
+      return c.html(messagePage('Nothing to decide', `This run is being cancelled (${stored.cancelRequested}): it takes no answer.`), 409);
+    }
     // The form has no action: it posts to the address the approver opened, the emailed link. The path the
     // server sees lacks any prefix a proxy took off (STEPWISE_PUBLIC_URL https://host/stepwise, the proxy
     // passing /approvals/... on), and a form posting there went past the proxy: Approve answered a 404.

@@ -194,4 +194,17 @@ describe('approval links', () => {
     }
     expect(await version()).toBe(at);
   });
+
+  it('a link of a waiting run with a cancel on its way says it takes no answer, with no buttons; a press changes nothing but the cancel', async () => {
+    const { link } = await waitingRun('cancelling');
+    await app.runtime.store.requestCancel('cancelling', await version('cancelling'), 'by ops@example.com at 2026-12-06T15:00:00.000Z');
+    const page = await fetch(link);
+    expect(page.status).toBe(409);
+    const html = await page.text();
+    expect(html).toContain('This run is being cancelled (by ops@example.com at 2026-12-06T15:00:00.000Z): it takes no answer.');
+    expect(html).not.toContain('name="decision"');
+    const pressed = await post(link, { decision: 'approve' });
+    expect(pressed.status).toBe(409);
+    expect(decodeState((await app.runtime.store.load('cancelling'))!).status).toBe('cancelled');
+  });
 });
