@@ -5,7 +5,7 @@ import { startFromEvent } from '../engine/start-from-event.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { emitEvent, readWaitEvent, type waitEventOf } from '../waits/events.ts';
+import { checkEventPayload, emitEvent, readWaitEvent, type waitEventOf } from '../waits/events.ts';
 
 export interface EventHandlerOptions {
   runtime: { store: CheckpointStore; blobs: BlobStore; queue: RunQueue };
@@ -52,6 +52,17 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
       else if (!started.length) deps.log.warn({ event: 'event-unmatched', eventId: event.id, source: event.source, detailType: event['detail-type'], reason: read.unmatched }, `the event starts no run and resumes no wait: ${read.unmatched}`);
     } catch (error) {
       deps.log.error({ event: 'event-key-error', eventId: event.id, source: event.source, detailType: event['detail-type'], error: errorMessage(error) }, "the agent's eventKey failed on an event; it resumes no wait");
+    }
+    if (forWaits) {
+      // A payload no wait may take (nested past 64 levels) is refused on every delivery: thrown, EventBridge
+      // retried it for a day. Logged, as an eventKey that throws is; any trigger it matched has started.
+      try {
+        checkEventPayload(forWaits.payload);
+      } catch (error) {
+        if (!(error instanceof InvalidInputError)) throw error;
+        deps.log.error({ event: 'event-invalid', eventId: event.id, source: event.source, detailType: event['detail-type'], error: error.message }, 'the event resumes no wait');
+        forWaits = undefined;
+      }
     }
     let resumed: string[] = [];
     if (forWaits) {

@@ -76,12 +76,17 @@ function payloadJson(payload: unknown): string {
  * checkpoint first, then looks for kept events. Each side writes before it reads, so whichever comes second
  * sees the other; if both do, the version fence lets one resume win.
  */
-export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string }): Promise<{ event: RunEvent; fresh: boolean; resumed: AnswerOutcome[] }> {
+/** Refuses a payload no wait may be answered with (InvalidInputError): too deep, or too large. */
+export function checkEventPayload(payload: unknown): void {
   // Deep nesting would overflow the recursive walks a payload meets later (canonical JSON, the result
   // shown to the model): refuse it here, counted without recursion.
-  if (nestingDepth(input.payload) > MAX_EVENT_DEPTH) throw new InvalidInputError(`the event payload is nested deeper than ${MAX_EVENT_DEPTH} levels, or contains itself`);
-  const bytes = Buffer.byteLength(payloadJson(input.payload));
+  if (nestingDepth(payload) > MAX_EVENT_DEPTH) throw new InvalidInputError(`the event payload is nested deeper than ${MAX_EVENT_DEPTH} levels, or contains itself`);
+  const bytes = Buffer.byteLength(payloadJson(payload));
   if (bytes > MAX_EVENT_BYTES) throw new InvalidInputError(`the event payload is ${bytes} bytes; the limit is ${MAX_EVENT_BYTES}`);
+}
+
+export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string }): Promise<{ event: RunEvent; fresh: boolean; resumed: AnswerOutcome[] }> {
+  checkEventPayload(input.payload);
   const event: RunEvent = { id: input.id, type: input.type, key: input.key, payload: input.payload ?? null, receivedAt: deps.clock.now() };
   const fresh = await deps.events.put(event);
   const resumed: AnswerOutcome[] = [];

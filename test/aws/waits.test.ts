@@ -177,6 +177,23 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     expect(done.summary).toContain(`"id":"${event.id}"`);
   });
 
+  it('an event whose payload no wait may take (nested past 64 levels) is logged and resumes nothing, not thrown for EventBridge to retry a day', { timeout: 120_000 }, async () => {
+    const runId = `aws-deep-${randomUUID().slice(0, 6)}`;
+    const key = `order-${randomUUID().slice(0, 6)}`;
+    const a = container(new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } }));
+    await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    await pollUntil(a, runId, ['waiting']);
+    const { log, lines } = captureLogs();
+    const handler = createEventHandler({ runtime: a.runtime, events: events(a.runtime), agent: waitAgent(new FakeRows(), []), log, codeVersion: 'test' });
+    let deep: unknown = 'bottom';
+    for (let i = 0; i < 70; i++) deep = { deep };
+    const event = eventBridge('order.paid', { key, deep });
+    expect(await handler(event, { awsRequestId: 'd1' })).toEqual({ started: [], resumed: [] });
+    expect(lines.filter((l) => l.event === 'event-invalid')).toMatchObject([{ eventId: event.id, error: 'the event payload is nested deeper than 64 levels, or contains itself' }]);
+    expect((await state(runId)).status).toBe('waiting');
+    a.close();
+  });
+
   it('an event that comes before the wait begins is matched when it does', { timeout: 120_000 }, async () => {
     const runId = `aws-early-${randomUUID().slice(0, 6)}`;
     const key = `order-${randomUUID().slice(0, 6)}`;
