@@ -65,7 +65,7 @@ ${state.forkedFrom ? html`<p id="forked-from">forked from <a href="/inspect/runs
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
-${state.wait ? waitPanel(state, base, input.now, input.actions) : ''}
+${state.wait ? waitPanel(state, base, input.now, input.actions && input.cancelRequested === undefined) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}
 ${input.notHere !== undefined ? html`<p id="not-here">${input.notHere}</p>` : ''}
 <h2>Tokens and cost per step</h2>

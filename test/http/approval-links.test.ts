@@ -203,6 +203,11 @@ describe('approval links', () => {
     const html = await page.text();
     expect(html).toContain('This run is being cancelled (by ops@example.com at 2026-12-06T15:00:00.000Z): it takes no answer.');
     expect(html).not.toContain('name="decision"');
+    // The inspector's wait panel, the same: what the run waits for, and no Approve to press.
+    const inspected = await (await app.api('/inspect/runs/cancelling')).text();
+    expect(inspected).toContain('id="cancel-requested"');
+    expect(inspected).toContain('approval by');
+    expect(inspected).not.toContain('name="decision"');
     const pressed = await post(link, { decision: 'approve' });
     expect(pressed.status).toBe(409);
     expect(decodeState((await app.runtime.store.load('cancelling'))!).status).toBe('cancelled');
