@@ -27,7 +27,7 @@ import {
 } from '../lib/aws/table-layout.ts';
 import {
   API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, DEFAULT_RETENTION_DAYS, EMAIL_FROM_ENV,
-  MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV, STALL_SECONDS_ENV, TABLE_NAME_ENV,
+  KMS_KEY_ID_ENV, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV, STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../lib/settings.ts';
 import { describeAgent, type AgentDescription } from './agent-description.ts';
 import { FIFO_REQUIRED, invariantErrors, type DeploymentFacts, type TableFacts } from './invariants.ts';
@@ -188,6 +188,9 @@ export class Stepwise extends Construct {
       [BUCKET_NAME_ENV]: this.bucket.bucketName,
       [QUEUE_URL_ENV]: this.queue.queueUrl,
       [RETENTION_DAYS_ENV]: String(retentionDays),
+      // A blob is put with its encryption named (SSE-S3 unless a key is given), which wins over the
+      // bucket's default: without the key, a bucket under a customer-managed key would get SSE-S3 objects.
+      ...(this.bucket.encryptionKey ? { [KMS_KEY_ID_ENV]: this.bucket.encryptionKey.keyArn } : {}),
     };
     const fn = (name: FunctionKind, options: { timeout: Duration; memorySize: number; environment: Record<string, string>; description: string; reserved?: number }) => {
       const logGroup = new logs.LogGroup(this, `${capitalize(name)}Logs`, { retention: logRetention, removalPolicy: RemovalPolicy.DESTROY });

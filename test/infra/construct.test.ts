@@ -12,7 +12,7 @@ import {
 } from '../../lib/aws/table-layout.ts';
 import { ensureQueue, ensureTable } from '../../lib/aws/provision.ts';
 import {
-  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, EMAIL_FROM_ENV, METRIC_NAMES, METRICS_AGENT_DIMENSION,
+  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, EMAIL_FROM_ENV, KMS_KEY_ID_ENV, METRIC_NAMES, METRICS_AGENT_DIMENSION,
   DEFAULT_RETENTION_DAYS, METRICS_NAMESPACE, METRICS_SERVICE, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV,
   STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../../lib/settings.ts';
@@ -379,6 +379,16 @@ describe('customer-managed keys', () => {
       expect([...new Set(actionsOn(fn, keyIds.queue!))], `${fn} on the queue's key`).toEqual(readWrite);
       expect(actionsOn(fn, keyIds.bucket!), `${fn} on the bucket's key`).toEqual(fn === 'sweeper' ? [] : readWrite);
     }
+  });
+
+  it('put blobs under the bucket\'s customer-managed key, as the runtime puts them only under a key it is given', () => {
+    // S3BlobStore names SSE-S3 on every put unless STEPWISE_KMS_KEY_ID is set, and a named encryption wins
+    // over the bucket's default: the functions that put blobs need the key itself.
+    const blobKeys = (s: Stepwise, j: Json) => (['worker', 'api', 'events'] as const).map((fn) => fnOf(fn, s, j)[1].Properties.Environment.Variables[KMS_KEY_ID_ENV]);
+    const { stepwise: s, template: t } = synthStepwise({ bucketProps: { encryption: s3.BucketEncryption.KMS } });
+    const keyId = (s.node.scope as any).resolve((s.bucket.encryptionKey!.node.defaultChild as any).logicalId) as string;
+    expect(blobKeys(s, t.toJSON())).toEqual(Array(3).fill({ 'Fn::GetAtt': [keyId, 'Arn'] }));
+    expect(blobKeys(stepwise, json)).toEqual(Array(3).fill(undefined));
   });
 
   it('need no key grant under the default encryption', () => {
