@@ -224,7 +224,12 @@ export class Stepwise extends Construct {
     });
     this.apiFunction = fn('api', {
       timeout: Duration.seconds(29), memorySize: DEFAULT_MEMORY_MB, description: `stepwise ${this.agent.name}: the HTTP API and the approval pages`,
-      environment: { ...common, [SIGNING_KEY_SECRET_ENV]: this.signingKeySecret.secretArn },
+      environment: {
+        ...common, [SIGNING_KEY_SECRET_ENV]: this.signingKeySecret.secretArn,
+        // The API prices usage no step records a model for (a run's cost, a fork's or retry's budget) by
+        // the model the workers ask, as the worker's budget does.
+        ...(props.model ? { [MODEL_ENV]: props.model } : {}),
+      },
     });
     this.eventsFunction = fn('events', {
       timeout: Duration.minutes(1), memorySize: DEFAULT_MEMORY_MB, description: `stepwise ${this.agent.name}: EventBridge events resume waits and start runs`,

@@ -42,7 +42,7 @@ const fnOf = (kind: keyof typeof FUNCTIONS, s: Stepwise = stepwise, j: Json = js
 };
 
 beforeAll(() => {
-  ({ template, stepwise } = synthStepwise({ model: 'claude-opus-5-5' }));
+  ({ template, stepwise } = synthStepwise({ model: 'claude-haiku-4-5' }));
   json = template.toJSON();
 });
 
@@ -189,7 +189,7 @@ describe('the functions', () => {
       [API_KEY_SECRET_ENV]: ref(stepwise.apiKeySecret as never),
       [SIGNING_KEY_SECRET_ENV]: ref(stepwise.signingKeySecret),
       [EMAIL_FROM_ENV]: 'agent@example.com',
-      [MODEL_ENV]: 'claude-opus-5-5',
+      [MODEL_ENV]: 'claude-haiku-4-5',
       [PUBLIC_URL_ENV]: { 'Fn::GetAtt': [logicalIdOf(stepwise.httpApi), 'ApiEndpoint'] },
       [CODE_VERSION_ENV]: stepwise.codeVersion,
     });
@@ -201,6 +201,8 @@ describe('the functions', () => {
     }
     expect(fnOf('sweeper')[1].Properties.Environment.Variables[STALL_SECONDS_ENV]).toBe('900');
     expect(fnOf('api')[1].Properties.Environment.Variables).not.toHaveProperty(API_KEY_SECRET_ENV);
+    // The API prices a run's usage no step records a model for (GET /runs/:id, a fork's or retry's budget) by it, not by the default.
+    expect(fnOf('api')[1].Properties.Environment.Variables[MODEL_ENV]).toBe('claude-haiku-4-5');
   });
 
   it('take the code version from a prop when given', () => {
