@@ -16,6 +16,7 @@ export interface AgentDescription {
 
 const SCRIPT = fileURLToPath(new URL('./describe-agent.mjs', import.meta.url));
 const MARK = 'STEPWISE_AGENT_DESCRIPTION ';
+const ERROR_MARK = 'STEPWISE_AGENT_ERROR ';
 const cache = new Map<string, AgentDescription>();
 
 /**
@@ -43,7 +44,9 @@ export function describeAgent(agentPath: string): AgentDescription {
     });
   } catch (error) {
     const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim();
-    throw new Error(`stepwise: cannot load the agent module ${agentPath}: ${stderr.split('\n').slice(-5).join(' ') || (error as Error).message}`);
+    // describe-agent.mjs marks why; anything else (Node itself failing) is stderr's last lines.
+    const said = stderr.split('\n').reverse().find((l) => l.startsWith(ERROR_MARK))?.slice(ERROR_MARK.length);
+    throw new Error(`stepwise: cannot load the agent module ${agentPath}: ${said ?? (stderr.split('\n').slice(-5).join(' ') || (error as Error).message)}`);
   }
   const line = out.split('\n').reverse().find((l) => l.startsWith(MARK));
   if (!line) throw new Error(`stepwise: the agent module ${agentPath} printed no description`);

@@ -5,10 +5,18 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const path = process.argv[2];
-const mod = await import(pathToFileURL(resolve(path)).href);
+let mod;
+try {
+  mod = await import(pathToFileURL(resolve(path)).href);
+} catch (error) {
+  // One marked line: left to Node, a module that throws while it loads ends stderr with stack frames, and
+  // the construct, which shows stderr's last lines, would show those without the error they are under.
+  process.stderr.write(`\nSTEPWISE_AGENT_ERROR ${loadError(error)}\n`);
+  process.exit(2);
+}
 const agent = mod.agent ?? mod.default;
 if (!agent || typeof agent !== 'object' || typeof agent.name !== 'string' || !Array.isArray(agent.tools)) {
-  process.stderr.write(`${path} does not export an agent (export default defineAgent({...}))\n`);
+  process.stderr.write(`\nSTEPWISE_AGENT_ERROR ${path} does not export an agent (export default defineAgent({...}))\n`);
   process.exit(2);
 }
 const description = {
@@ -23,3 +31,11 @@ const description = {
 };
 // Marked, so whatever the agent module itself prints on stdout cannot be mistaken for it.
 process.stdout.write(`\nSTEPWISE_AGENT_DESCRIPTION ${JSON.stringify(description)}\n`);
+
+/** The error in one line, with the first place in the project's own code it came from. */
+function loadError(error) {
+  if (!(error instanceof Error)) return String(error);
+  const text = `${error.name}: ${error.message}`.split('\n').map((line) => line.trim()).filter(Boolean).join(' ');
+  const frame = (error.stack ?? '').split('\n').map((line) => line.match(/\((\/[^()]+:\d+:\d+)\)$|at (\/[^()]+:\d+:\d+)$/)).find((m) => m && !/node_modules|node:/.test(m[1] ?? m[2]));
+  return frame ? `${text} (at ${frame[1] ?? frame[2]})` : text;
+}
