@@ -27,7 +27,9 @@ export function eventsHandlerFor(agent: AgentDefinition | (() => Promise<AgentDe
 
 export const handler: EventsHandler = async (event, context) => envHandler(event, context);
 
-const envHandler = eventsHandlerFor(async () => {
+// Marked pure: a bundle of the construct imports only the factory, and esbuild then leaves this handler and
+// loadAgent out (the worker's is held under 1 MB).
+const envHandler = /* @__PURE__ */ eventsHandlerFor(async () => {
   const agentPath = process.env[AGENT_ENV];
   if (!agentPath) throw new InvalidInputError(`${AGENT_ENV} is not set: give the path of the agent module`);
   return loadAgent(agentPath);

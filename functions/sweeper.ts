@@ -42,4 +42,5 @@ export function sweeperHandlerFor(agent: AgentDefinition | (() => Promise<AgentD
   };
 }
 
-export const handler: SweeperHandler = sweeperHandlerFor(async () => (process.env[AGENT_ENV] ? loadAgent(process.env[AGENT_ENV]) : undefined));
+// Marked pure: a bundle of the construct imports only the factory, and esbuild then leaves this handler out.
+export const handler: SweeperHandler = /* @__PURE__ */ sweeperHandlerFor(async () => (process.env[AGENT_ENV] ? loadAgent(process.env[AGENT_ENV]) : undefined));

@@ -35,7 +35,9 @@ export function workerHandlerFor(agent: AgentDefinition | (() => Promise<AgentDe
 
 export const handler: WorkerHandler = async (event, context) => envHandler(event, context);
 
-const envHandler = workerHandlerFor(async () => {
+// Marked pure: a bundle of the construct imports only the factory, and esbuild then leaves this handler and
+// loadAgent out (the worker's is held under 1 MB).
+const envHandler = /* @__PURE__ */ workerHandlerFor(async () => {
   const agentPath = process.env[AGENT_ENV];
   if (!agentPath) throw new InvalidInputError(`${AGENT_ENV} is not set: give the path of the agent module the worker runs`);
   return loadAgent(agentPath);

@@ -3,7 +3,6 @@ import { SESv2Client } from '@aws-sdk/client-sesv2';
 import { InvalidInputError, TransientError, errorMessage } from '../core/errors.ts';
 import type { Notifier } from '../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
-import { OutboxNotifier } from '../waits/outbox-notifier.ts';
 import type { WaitServices } from '../waits/services.ts';
 import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource } from '../waits/signing-key.ts';
 import { DynamoEventBuffer } from './dynamo-event-buffer.ts';
@@ -20,9 +19,9 @@ export { EMAIL_FROM_ENV, PUBLIC_URL_ENV };
  * Gateway URL), events kept in the run table. Off AWS (a host of your own, `npm run local-aws`), the key
  * may be a file (STEPWISE_SIGNING_KEY_FILE) and the emails .eml files in a folder (STEPWISE_OUTBOX).
  */
-export function awsWaitServices(runtime: AwsRuntime, env: NodeJS.ProcessEnv = process.env): WaitServices {
+export function awsWaitServices(runtime: AwsRuntime, env: NodeJS.ProcessEnv = process.env, options: AwsWaitOptions = {}): WaitServices {
   const publicUrl = env[PUBLIC_URL_ENV]?.trim();
-  const notifier = awsNotifier(env);
+  const notifier = awsNotifier(env, options.outbox);
   const signingKey = awsSigningKey(env);
   return {
     ...(notifier ? { notifier } : {}),
@@ -33,13 +32,24 @@ export function awsWaitServices(runtime: AwsRuntime, env: NodeJS.ProcessEnv = pr
   };
 }
 
+export interface AwsWaitOptions {
+  /**
+   * Makes the notifier that writes .eml files to STEPWISE_OUTBOX: given by the CLI, on a host of your own.
+   * A Lambda function has no folder anyone reads, and leaving the outbox out keeps it from the worker's
+   * bundle, which is held under 1 MB.
+   */
+  outbox?: (dir: string) => Notifier;
+}
+
 /** One place the emails go, or none (an approval is then answered with `stepwise approve` or the API). */
-function awsNotifier(env: NodeJS.ProcessEnv): Notifier | undefined {
+function awsNotifier(env: NodeJS.ProcessEnv, outboxNotifier?: (dir: string) => Notifier): Notifier | undefined {
   const from = env[EMAIL_FROM_ENV]?.trim();
   const outbox = env[OUTBOX_ENV]?.trim();
   if (from && outbox) throw new InvalidInputError(`set one of ${EMAIL_FROM_ENV} (send with SES) and ${OUTBOX_ENV} (write .eml files), not both`);
   if (from) return new SesNotifier({ ses: new SESv2Client({}), from });
-  return outbox ? new OutboxNotifier(outbox) : undefined;
+  if (!outbox) return undefined;
+  if (!outboxNotifier) throw new InvalidInputError(`${OUTBOX_ENV} writes emails as files for a host of your own (the CLI's workers); in Lambda, set ${EMAIL_FROM_ENV} to send them with SES`);
+  return outboxNotifier(outbox);
 }
 
 /** One key source, or none: two would sign with one and check with the other. */

@@ -54,13 +54,13 @@ describe('awsWaitServices', () => {
     const file = keyFile('both.key', Buffer.alloc(32, 2).toString('base64'));
     expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_SECRET_ID: 'stepwise/signing', STEPWISE_SIGNING_KEY_FILE: file }))
       .toThrow('set one of STEPWISE_SIGNING_KEY_SECRET_ID and STEPWISE_SIGNING_KEY_FILE, not both');
-    expect(() => awsWaitServices(runtime, { STEPWISE_EMAIL_FROM: 'ops@example.com', STEPWISE_OUTBOX: root }))
+    expect(() => awsWaitServices(runtime, { STEPWISE_EMAIL_FROM: 'ops@example.com', STEPWISE_OUTBOX: root }, { outbox: (dir) => new OutboxNotifier(dir) }))
       .toThrow('set one of STEPWISE_EMAIL_FROM (send with SES) and STEPWISE_OUTBOX (write .eml files), not both');
   });
 
   it('writes the emails to STEPWISE_OUTBOX, sends them with SES from STEPWISE_EMAIL_FROM, or has no notifier', async () => {
     const outbox = join(root, 'outbox');
-    const services = awsWaitServices(runtime, { STEPWISE_OUTBOX: ` ${outbox} ` });
+    const services = awsWaitServices(runtime, { STEPWISE_OUTBOX: ` ${outbox} ` }, { outbox: (dir) => new OutboxNotifier(dir) });
     expect(services.notifier).toBeInstanceOf(OutboxNotifier);
     const wait = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop it' }, { step: 3, tool: 'request_approval', input: {}, at: 1 }, 'wait-1', 1);
     await services.notifier!.send(approvalEmail({ state: stateAfter('run-1', 2), wait, approver: 'ops@example.com', link: 'http://127.0.0.1:8787/approvals/v1.a.b' }));
@@ -68,6 +68,8 @@ describe('awsWaitServices', () => {
 
     expect(awsWaitServices(runtime, { STEPWISE_EMAIL_FROM: 'ops@example.com' }).notifier).toBeInstanceOf(SesNotifier);
     const none = awsWaitServices(runtime, { STEPWISE_OUTBOX: '  ' });
+    // A Lambda function (no outbox given) has no folder anyone reads: said, not a silent drop.
+    expect(() => awsWaitServices(runtime, { STEPWISE_OUTBOX: outbox })).toThrow('STEPWISE_OUTBOX writes emails as files for a host of your own (the CLI\'s workers); in Lambda, set STEPWISE_EMAIL_FROM to send them with SES');
     expect(none.notifier).toBeUndefined();
     expect(none.signingKey).toBeUndefined();
   });

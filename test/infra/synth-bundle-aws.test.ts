@@ -21,7 +21,8 @@ import { startSecretsServer } from './secrets-server.ts';
  */
 
 type Json = Record<string, any>;
-// The target: under 1 MB minified. It is 999,013 B: pino (64 KB) is the next cut if it grows.
+// The target: under 1 MB minified. It is 998,320 B (the example agent's, 2026-12-06): pino (52 KB with
+// sonic-boom and thread-stream) is the next cut if it grows.
 const WORKER_BUNDLE_LIMIT = 1_000_000;
 let outdir: string;
 let synth: { code: number | null; stdout: string; stderr: string; ms: number };
