@@ -5,8 +5,9 @@
  * one record a worker lacks), and
  * the prompt, at steps 1, 60, 200, 300 and 600, with the condensing policy (lib/core/condense.ts) against
  * the baseline of every step listed in full. Also counts the steps whose prompt did not start with the
- * previous step's cached prefix (the cache breaks). SQLite store; outputs go to a blob store that only
- * counts them (blobs are not part of the checkpoint).
+ * previous step's cached prefix (the cache breaks). SQLite store: each output goes by reference to a blob
+ * the checkpoint's transaction writes beside it (CheckpointStore.carriesBlobs), compressed; the write
+ * column counts the checkpoint alone, and the blobs are totalled from the file at the end.
  *
  *   node --import tsx bench/state-growth.ts
  */
@@ -17,7 +18,6 @@ import { condensedBlocks } from '../lib/core/condense.ts';
 import { promptText, renderStepPrompt, stepLine, type PromptBlock } from '../lib/core/prompt.ts';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
-import type { BlobStore } from '../lib/ports.ts';
 import { benchDeps, instantModel, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = 600;
@@ -32,8 +32,6 @@ const agent = defineAgent({
   })],
 });
 
-let blobBytes = 0;
-const countingBlobs: BlobStore = { put: async (_ref, data) => { blobBytes += data.length; }, get: async () => undefined };
 const readBytes = (stored: StoredCheckpoint) => Buffer.byteLength(stored.head) + Buffer.byteLength(stored.pending ?? '')
   + [...stored.steps, ...stored.summaries ?? []].reduce((n, s) => n + Buffer.byteLength(s), 0);
 const bytes = (blocks: PromptBlock[]) => Buffer.byteLength(promptText(blocks));
@@ -43,7 +41,7 @@ interface Row { step: number; output: number; write: number; coldRead: number; c
 const { dir, cleanup } = tempDir();
 const runtime = openBenchRuntime(dir, 'growth');
 try {
-  const deps = { ...benchDeps(runtime, agent, instantModel('copy_batch')), blobs: countingBlobs };
+  const deps = benchDeps(runtime, agent, instantModel('copy_batch'));
   await startRun(deps, { goal: 'copy 600 batches and report on each', runId: 'run' });
   const rows: Row[] = [];
   let previous: PromptBlock[] | undefined;
@@ -77,7 +75,10 @@ try {
       });
     }
   }
-  console.log(`a ${STEPS}-step run, tool outputs cycling ${SIZES.map((s) => `${s / 1000} KB`).join(', ')} (by reference: ${(blobBytes / 1e6).toFixed(0)} MB of blobs in all)`);
+  // The blobs as the file holds them: this store writes them in the checkpoint's transaction, not through deps.blobs.
+  const blobs = runtime.db.prepare('SELECT count(*) AS n, coalesce(sum(bytes), 0) AS bytes, coalesce(sum(length(data)), 0) AS stored FROM blobs').get() as { n: number; bytes: number; stored: number };
+  console.log(`a ${STEPS}-step run, tool outputs cycling ${SIZES.map((s) => `${s / 1000} KB`).join(', ')}, each by reference: ${blobs.n} blobs of ${(blobs.bytes / 1e6).toFixed(0)} MB,`
+    + ` ${(blobs.stored / 1e3).toFixed(0)} KB as stored compressed (each output is a line and one repeated letter), written in each step's transaction beside the write B below`);
   const header = ['step', 'output B', 'write B', 'cold read B', 'records', 'old cold B', 'warm read B', 'prompt B', 'all listed B', 'summaries'];
   console.log(header.map((h) => h.padStart(13)).join(''));
   for (const r of rows) console.log([r.step, r.output, r.write, r.coldRead, r.coldRecords, r.coldReadAll, r.warmRead, r.prompt, r.promptAllListed, r.summaries].map((v) => String(v).padStart(13)).join(''));
