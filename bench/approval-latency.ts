@@ -27,9 +27,10 @@ import { requestApproval } from '../lib/waits/tools.ts';
 import { createTestResources, startTestRun } from '../test/aws/aws-fixtures.ts';
 import { WorkerProcess, pollOnce } from '../test/aws/lambda-harness.ts';
 import { useAwsServers } from '../test/support/aws-servers.ts';
+import { benchCounts } from './args-support.ts';
 import { fmt, median, tempDir } from './support.ts';
 
-const APPROVALS = Number(process.argv[2] ?? 10);
+const [APPROVALS] = benchCounts([{ name: 'approvals', fallback: 10 }]) as [number];
 const APPROVER = 'ops@example.com';
 const key = randomBytes(32);
 

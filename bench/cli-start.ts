@@ -11,10 +11,11 @@ import { cpSync, existsSync, mkdirSync, symlinkSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchCounts } from './args-support.ts';
 import { fmt, median, tempDir } from './support.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const RUNS = Number(process.argv[2] ?? 21);
+const [RUNS] = benchCounts([{ name: 'runs', fallback: 21 }]) as [number];
 
 /** The package as npm would install it: dist/, bin/ and package.json, its dependencies beside it (emitted without the type check, which is npm test's). */
 function stagePackage(dir: string): string {

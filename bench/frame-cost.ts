@@ -9,10 +9,10 @@
  */
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
+import { benchCounts } from './args-support.ts';
 import { fmt, median, tempDir } from './support.ts';
 
-const COUNT = Number(process.argv[2] ?? 300);
-const ROUNDS = Number(process.argv[3] ?? 9);
+const [COUNT, ROUNDS] = benchCounts([{ name: 'transactions-per-round', fallback: 300 }, { name: 'rounds', fallback: 9 }]) as [number, number];
 const TABLES = [1, 2, 3, 4, 5, 7];
 
 const { dir, cleanup } = tempDir();

@@ -23,6 +23,7 @@ import { spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { cannotPin, idlePolicy, idleSpinner, MAIN_THREAD_CORE_ENV } from './idle-core-support.ts';
+import { benchCounts } from './args-support.ts';
 import { fmt, median } from './support.ts';
 
 const SIZE = 500;
@@ -88,4 +89,4 @@ async function main(rounds: number, pairs: number): Promise<void> {
 }
 
 if (process.argv[2] === CHILD) await child(Number(process.argv[3]));
-else if (import.meta.url === `file://${process.argv[1]}`) await main(Number(process.argv[2] ?? 9), Number(process.argv[3] ?? 2));
+else if (import.meta.url === `file://${process.argv[1]}`) await main(...(benchCounts([{ name: 'rounds', fallback: 9 }, { name: 'pairs', fallback: 2 }]) as [number, number]));

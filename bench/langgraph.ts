@@ -42,13 +42,15 @@ import { startRun } from '../lib/engine/start.ts';
 // Both sides' tool output, made in the warm-up round and handed out as it is after: the same bytes for the same step.
 import { cachedQueryOutput } from './query-output.ts';
 import { openLocalRuntime } from '../lib/local/runtime.ts';
+import { benchCounts } from './args-support.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, tempDir, workerPathMsPerStep } from './support.ts';
 import { idlePolicy, pinMainThreadFromEnv } from './idle-core-support.ts';
 import { walRestarts } from './wal-support.ts';
 import { formatBreakEven } from './langgraph-break-even.ts';
 
 const STEPS = 60;
-const ROUNDS = process.argv.includes('--case') ? 0 : Number(process.argv[2] ?? 9);
+/** Timed rounds by default (`bench/langgraph.ts [rounds]`). */
+const ROUNDS = 9;
 const SIZES = [500, 20_000];
 
 interface RoundResult { ms: number; bytes?: number; uncompressed?: number }
@@ -213,6 +215,8 @@ async function warmWals(cases: Case[], dir: string, bytes: number): Promise<numb
 
 /** `stepwiseUncompressed`: stepwise's bytes with its blobs counted at their own length. */
 export interface PeerFigures {
+  /** The timed rounds its medians are of. */
+  rounds: number;
   bytes: number; floorMs: number; engineMs: number; workerMs: number; langgraphMs: number; langgraph2Ms: number;
   stepwiseBytes: number; stepwiseUncompressed: number; langgraphBytes: number; langgraph2Bytes: number;
   /** Untimed runs each case took until its WAL started again (none: every round on a new file). */
@@ -310,7 +314,7 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fr
       }
       const [floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms] = ms.map(median) as [number, number, number, number, number];
       figures.push({
-        bytes, floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms,
+        rounds, bytes, floorMs, engineMs, workerMs, langgraphMs, langgraph2Ms,
         stepwiseBytes: stored[1]!, stepwiseUncompressed: uncompressed, langgraphBytes: stored[3]!, langgraph2Bytes: stored[4]!,
         ...(warmRuns ? { warmRuns } : {}),
         paired: {
@@ -330,7 +334,7 @@ export async function measure(rounds = ROUNDS, options: { isolated?: boolean; fr
 const ratioSpread = (r: Spread): string => `${fmt(r.median, 1)}x (${fmt(r.min, 1)}-${fmt(r.max, 1)})`;
 
 export function formatPeers(figures: PeerFigures[], where = 'every case in this one process', durability = 'synchronous=FULL'): string {
-  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + ${durability}; median of ${ROUNDS} rounds; ${where}; ${codeMeasured()}`];
+  const lines = [`60-step agent loop, stub model, no-op tool, SQLite WAL + ${durability}; median of ${figures[0]?.rounds} rounds; ${where}; ${codeMeasured()}`];
   for (const f of figures) {
     lines.push(`tool output ${f.bytes} B:`);
     // With the fsync off the floor is one insert, not a durable one.
@@ -355,15 +359,16 @@ export function formatPeers(figures: PeerFigures[], where = 'every case in this 
 if (process.argv.includes('--case')) await serveCase();
 else if (import.meta.url === `file://${process.argv[1]}`) {
   // Every step here waits for an fsync on an idle core: what that core does then moves the ratios (bench/idle-core.ts).
+  const [rounds] = benchCounts([{ name: 'rounds', fallback: ROUNDS }]) as [number];
   console.log(`idle cores: ${idlePolicy()}\n`);
-  const durable = await measure();
+  const durable = await measure(rounds);
   console.log(formatPeers(durable, "every case in this one process, each on a file whose WAL has started again (a database in use)"));
   console.log();
-  console.log(formatPeers(await measure(ROUNDS, { isolated: true }), 'each case in its own process, rounds interleaved, on such a file'));
+  console.log(formatPeers(await measure(rounds, { isolated: true }), 'each case in its own process, rounds interleaved, on such a file'));
   console.log();
-  console.log(formatPeers(await measure(ROUNDS, { fresh: true }), 'every case in this one process, each round on a new file (every commit grows its WAL)'));
+  console.log(formatPeers(await measure(rounds, { fresh: true }), 'every case in this one process, each round on a new file (every commit grows its WAL)'));
   console.log();
-  const workAlone = await measure(ROUNDS, { fsyncOff: true });
+  const workAlone = await measure(rounds, { fsyncOff: true });
   console.log(formatPeers(workAlone, 'every case in this one process, on such a file, the fsync off: what each side computes per step', 'synchronous=OFF'));
   console.log();
   console.log(formatBreakEven(durable, workAlone));

@@ -28,11 +28,11 @@ import { checkpointKey, latestVersionOf, preparedOnce } from '../lib/local/datab
 import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { ackReceipt, enqueueReceived, handOver } from '../lib/local/sqlite-queue.ts';
 import { META, newState, recordFor, stateAfter } from '../test/support/states.ts';
+import { benchCounts } from './args-support.ts';
 import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 import { walRestarts } from './wal-support.ts';
 
-const STEPS = Number(process.argv[2] ?? 300);
-const ROUNDS = Number(process.argv[3] ?? 7);
+const [STEPS, ROUNDS] = benchCounts([{ name: 'steps-per-round', fallback: 300 }, { name: 'rounds', fallback: 7 }]) as [number, number];
 
 const perStep = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e6 / STEPS;
 

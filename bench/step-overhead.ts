@@ -9,10 +9,10 @@
 import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
+import { benchCounts } from './args-support.ts';
 import { benchDeps, codeMeasured, durableInsertFloor, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep, type WorkKind } from './support.ts';
 
-const STEPS = Number(process.argv[2] ?? 300);
-const ROUNDS = Number(process.argv[3] ?? 9);
+const [STEPS, ROUNDS] = benchCounts([{ name: 'steps-per-round', fallback: 300 }, { name: 'rounds', fallback: 9 }]) as [number, number];
 
 /** `work`: the microseconds of work a case really did before each insert in its last round. */
 type Case = { name: string; run(round: number): Promise<number>; work?: () => number };

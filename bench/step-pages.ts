@@ -13,10 +13,11 @@ import { join } from 'node:path';
 import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { checkpointKey } from '../lib/local/database.ts';
+import { benchCounts } from './args-support.ts';
 import { benchDeps, durable, fmt, instantModel, noopAgent, openBenchRuntime, tempDir, workerPathMsPerStep } from './support.ts';
 import { emptiedWal, framesByTree } from './wal-support.ts';
 
-const STEPS = Number(process.argv[2] ?? 300);
+const [STEPS] = benchCounts([{ name: 'steps', fallback: 300 }]) as [number];
 
 /** The checkpoints b-tree's pages by kind: their count, cells and payload bytes (dbstat). */
 function checkpointsShape(db: Database.Database): string {

@@ -69,7 +69,9 @@ export function openBenchRuntime(dir: string, name: string): LocalRuntime {
   return openLocalRuntime({ dbPath: join(dir, `${name}.db`) });
 }
 
+/** The median of `xs`; none (a case that ran no round) is refused, where it was NaN printed as a figure. */
 export const median = (xs: number[]): number => {
+  if (!xs.length) throw new RangeError('median of no values: the case ran no round');
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };

@@ -15,12 +15,12 @@ import { advance } from '../lib/engine/advance.ts';
 import { startRun } from '../lib/engine/start.ts';
 import { runWorker } from '../lib/engine/worker-loop.ts';
 import type { RunQueueConsumer } from '../lib/ports.ts';
+import { benchCounts } from './args-support.ts';
 import { cachedQueryOutput } from './query-output.ts';
 import { benchDeps, codeMeasured, fmt, instantModel, median, noopAgent, openBenchRuntime, tempDir } from './support.ts';
 
 const STEPS = 60;
-const ROUNDS = Number(process.argv[2] ?? 40);
-const BYTES = Number(process.argv[3] ?? 500);
+const [ROUNDS, BYTES] = benchCounts([{ name: 'rounds', fallback: 40 }, { name: 'output-bytes', fallback: 500, least: 0 }]) as [number, number];
 const WARM_ROUNDS = 10;
 const fsyncOff = process.env.STEPWISE_BENCH_FSYNC === 'off';
 

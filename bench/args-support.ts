@@ -1,0 +1,36 @@
+/**
+ * The counts a bench takes on its command line (`node --import tsx bench/step-overhead.ts [steps-per-round]
+ * [rounds]`). Read with Number(), "--help", "3OO" or "" was NaN and 0 rounds was none: the bench ran on and
+ * printed NaN for every figure, as if measured.
+ */
+import { basename } from 'node:path';
+
+/** One count: its name in the usage line, the value when it is left out, and the least it may be. */
+export interface CountSpec { name: string; fallback: number; least?: number }
+
+/**
+ * `args` (the command line after the script) read as `specs` in their order: each a whole number of at
+ * least its `least` (1 by default), its `fallback` when left out. Throws a RangeError naming the count and
+ * what was given, or the argument past the last count.
+ */
+export function countArgs(args: readonly string[], specs: readonly CountSpec[]): number[] {
+  if (args.length > specs.length) throw new RangeError(`takes ${specs.length} count${specs.length === 1 ? '' : 's'}, not ${JSON.stringify(args[specs.length])} after them`);
+  return specs.map(({ name, fallback, least = 1 }, i) => {
+    const given = args[i];
+    if (given === undefined) return fallback;
+    const n = /^\d+$/.test(given) ? Number(given) : NaN;
+    if (!Number.isSafeInteger(n) || n < least) throw new RangeError(`${name} must be a whole number of at least ${least}, not ${JSON.stringify(given)}`);
+    return n;
+  });
+}
+
+/** This process's counts (countArgs over process.argv); a bad one ends it with the usage line and exit code 2. */
+export function benchCounts(specs: readonly CountSpec[]): number[] {
+  try {
+    return countArgs(process.argv.slice(2), specs);
+  } catch (error) {
+    const script = basename(process.argv[1] ?? 'bench');
+    process.stderr.write(`${script}: ${(error as Error).message}\nusage: node --import tsx bench/${script} ${specs.map((s) => `[${s.name}]`).join(' ')}\n`);
+    process.exit(2);
+  }
+}
