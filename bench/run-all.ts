@@ -22,6 +22,8 @@ try {
   process.stderr.write(`npm run bench: ${(error as Error).message}`);
   process.exit(2);
 }
+// When the run began: the date a reader quotes (the README's figures), where the end alone was written.
+const started = new Date();
 // The benches measure the code an installed package runs: lib/ compiled to dist/ (bench/compiled.mjs).
 const build = spawnSync(process.execPath, [fileURLToPath(new URL('../node_modules/typescript/bin/tsc', import.meta.url)), '-p', fileURLToPath(new URL('../tsconfig.build.json', import.meta.url))], { stdio: 'inherit' });
 if (build.status !== 0) throw new Error('bench: `tsc -p tsconfig.build.json` failed; the benches need dist/');
@@ -40,10 +42,14 @@ for (const file of benches) {
   sections.push(section.text);
 }
 const cpu = cpus();
+// Which code the figures are of: the README quotes a run that later commits do not change.
+const described = spawnSync('git', ['describe', '--always', '--dirty'], { cwd: dir, encoding: 'utf8' });
+const commit = described.status === 0 ? described.stdout.trim() : 'unknown (not a git checkout)';
 const header = [
   '# Benchmark results',
   '',
-  `- date: ${new Date().toISOString()}`,
+  `- date: ${started.toISOString()} to ${new Date().toISOString()}`,
+  `- commit: ${commit}`,
   `- command: \`npm run bench${only.length ? ` -- ${only.join(' ')}` : ''}\``,
   `- machine: ${type()} ${process.arch}, ${cpu.length} x ${cpu[0]?.model ?? 'unknown CPU'}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`,
   // A step's fsync waits on an idle core; what an idle core does then moves the step figures (bench/idle-core.ts).
