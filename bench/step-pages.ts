@@ -66,7 +66,7 @@ try {
   const numbered = (runs: number) => appendCase(dir, `numbered-${runs}`, NUMBERED, `INSERT INTO t VALUES (${checkpointKey('?', '?')}, ?, ?, ?)`,
     (n) => [turn(n, runs).run + 1, turn(n, runs).version, `run-${turn(n, runs).run}`, turn(n, runs).version, payload]);
   const cases: [string, Map<string, number>][] = [
-    ['floor insert', appendCase(dir, 'floor', 'CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)', 'INSERT INTO t (payload) VALUES (?)', () => ['x'.repeat(500)])],
+    ['floor insert, 500 B', appendCase(dir, 'floor', 'CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)', 'INSERT INTO t (payload) VALUES (?)', () => ['x'.repeat(500)])],
     ['700 B, numbered', numbered(1)],
     ['700 B, keyed', keyed(1)],
     // Many runs stepping at once append inside the key range, not at its end.
@@ -80,10 +80,12 @@ try {
   const trees = [...new Set(cases.flatMap(([, t]) => [...t.keys()]))]
     .sort((a, b) => Math.max(...cases.map(([, t]) => t.get(b) ?? 0)) - Math.max(...cases.map(([, t]) => t.get(a) ?? 0)));
   console.log(`WAL frames (4 KiB pages) written per transaction, ${STEPS} transactions or steps a case, by b-tree; WAL + synchronous=FULL`);
-  console.log('b-tree'.padEnd(26), ...cases.map(([name]) => name.padStart(14)));
-  for (const tree of trees) console.log(tree.padEnd(26), ...cases.map(([, t]) => (t.has(tree) ? fmt(t.get(tree)!, 2) : '-').padStart(14)));
+  // Each column as wide as its name: 14 ran '700 B, keyed' into 'numbered, 8 runs', and the floor's 500 B insert read as 700 B.
+  const width = Math.max(...cases.map(([name]) => name.length)) + 2;
+  console.log('b-tree'.padEnd(26), ...cases.map(([name]) => name.padStart(width)));
+  for (const tree of trees) console.log(tree.padEnd(26), ...cases.map(([, t]) => (t.has(tree) ? fmt(t.get(tree)!, 2) : '-').padStart(width)));
   const total = (t: Map<string, number>) => [...t.values()].reduce((a, b) => a + b, 0);
-  console.log('total'.padEnd(26), ...cases.map(([, t]) => fmt(total(t), 2).padStart(14)));
+  console.log('total'.padEnd(26), ...cases.map(([, t]) => fmt(total(t), 2).padStart(width)));
   console.log('a b-tree past 1.00 frame is splitting pages. One run appending at the end of a table keyed by an integer writes the last leaf, and'
     + ' its parent only when a new leaf begins; keyed (run_id, version) WITHOUT ROWID, a row is its own key, interior pages hold a few whole'
     + ' rows each, and a leaf\'s split soon splits its parent too. Runs appending by turns insert inside the key range, not at its end:'
