@@ -98,8 +98,9 @@ export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, no
   const deadline = Math.ceil(now + timeoutMs);
   if (spec.kind === 'approval') {
     if (!spec.approvers.length) throw new InvalidInputError('request_approval needs at least one approver');
-    const bad = spec.approvers.find((a) => !APPROVER.test(a));
-    if (bad !== undefined) throw new InvalidInputError(`approver ${JSON.stringify(bad)} is not an email address`);
+    // By index: find() returns undefined for an approver that is undefined, as for none found.
+    const bad = spec.approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
+    if (bad >= 0) throw new InvalidInputError(`approver ${JSON.stringify(spec.approvers[bad]) ?? 'undefined'} is not an email address`);
     return { ...base, deadline, approvers: [...new Set(spec.approvers.map((a) => a.toLowerCase()))], request: spec.request };
   }
   for (const [what, value] of [['event type', spec.type], ['correlation key', spec.key]] as const) {

@@ -31,8 +31,13 @@ function checkDuration(what: string, ms: number | undefined): void {
 export function requestApproval(options: ApprovalToolOptions): ToolDefinition<{ request: string; details?: string }> {
   const approvers = [...(options.approvers ?? [])];
   if (!approvers.length) throw new InvalidInputError('requestApproval needs at least one approver (approvers: ["ops@example.com"])');
-  const bad = approvers.find((a) => typeof a !== 'string' || !APPROVER.test(a));
-  if (bad !== undefined) throw new InvalidInputError(`requestApproval: approver ${JSON.stringify(bad)} is not an email address`);
+  // By index: an approver that is undefined (`[process.env.APPROVER!]` with it unset) is what find() returns
+  // for none found, and it passed, to throw a TypeError when the wait began.
+  const bad = approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
+  if (bad >= 0) {
+    const given = approvers[bad];
+    throw new InvalidInputError(`requestApproval: approver ${given === undefined ? 'undefined (an environment variable not set?)' : JSON.stringify(given)} is not an email address`);
+  }
   checkDuration('requestApproval timeoutMs', options.timeoutMs);
   const timeoutMs = options.timeoutMs ?? DEFAULT_WAIT_MS.approval;
   return {

@@ -13,6 +13,8 @@ const decision: Decision = { step: 3, tool: 'request_approval', input: { action:
 
 describe('wait records', () => {
   it('gives every kind a deadline: its default, a chosen timeout, or the sleep time', () => {
+    // An approver that is undefined (from a spec built by a program, not requestApproval) is refused, not a TypeError.
+    expect(() => waitRecordFor({ kind: 'approval', approvers: [undefined as unknown as string], request: 'x' }, decision, 'wait-0000', NOW)).toThrow('approver undefined is not an email address');
     const approval = waitRecordFor({ kind: 'approval', approvers: ['Ops@Example.com'], request: 'drop old_rows' }, decision, 'wait-0001', NOW);
     expect(approval).toMatchObject({ kind: 'approval', step: 3, deadline: NOW + DEFAULT_WAIT_MS.approval, approvers: ['ops@example.com'], request: 'drop old_rows' });
     const event = waitRecordFor({ kind: 'event', type: 'order.paid', key: 'order-7', timeoutMs: 60_000 }, decision, 'wait-0002', NOW);

@@ -9,6 +9,8 @@ describe('the wait tools refuse settings under which no wait could begin', () =>
   it.each([
     ['an approval with no approver', () => requestApproval({ approvers: [] }), 'requestApproval needs at least one approver'],
     ['an approver that is not an email address', () => requestApproval({ approvers: ['ops'] }), 'requestApproval: approver "ops" is not an email address'],
+    // `approvers: [process.env.APPROVER!]` with it unset: it passed, and the wait threw a TypeError when it began.
+    ['an approver that is undefined', () => requestApproval({ approvers: ['ops@example.com', undefined as unknown as string] }), 'requestApproval: approver undefined (an environment variable not set?) is not an email address'],
     ['an approval timeout of 0', () => requestApproval({ approvers: ['ops@example.com'], timeoutMs: 0 }), 'requestApproval timeoutMs must be from 1 ms to 90 days (in ms), got 0'],
     ['an approval timeout past 90 days', () => requestApproval({ approvers: ['ops@example.com'], timeoutMs: MAX_WAIT_MS + 1 }), `requestApproval timeoutMs must be from 1 ms to 90 days (in ms), got ${MAX_WAIT_MS + 1}`],
     ['an event type no event can have', () => waitForEvent({ types: ['order paid'] }), 'waitForEvent: event type "order paid" must match'],
