@@ -188,8 +188,8 @@ export class Stepwise extends Construct {
       [BUCKET_NAME_ENV]: this.bucket.bucketName,
       [QUEUE_URL_ENV]: this.queue.queueUrl,
       [RETENTION_DAYS_ENV]: String(retentionDays),
-      // A blob is put with its encryption named (SSE-S3 unless a key is given), which wins over the
-      // bucket's default: without the key, a bucket under a customer-managed key would get SSE-S3 objects.
+      // A blob is put under the key named here (SSE-KMS with it, which the bucket's own default would also
+      // give) and otherwise by the bucket's default; the CLI, with no key to name, relies on that default.
       ...(this.bucket.encryptionKey ? { [KMS_KEY_ID_ENV]: this.bucket.encryptionKey.keyArn } : {}),
     };
     const fn = (name: FunctionKind, options: { timeout: Duration; memorySize: number; environment: Record<string, string>; description: string; reserved?: number }) => {

@@ -15,7 +15,10 @@ export interface S3BlobStoreOptions {
   bucket: string;
   /** Key prefix for blobs; the content hash follows it. */
   prefix?: string;
-  /** Encrypt with this KMS key (SSE-KMS); without one, S3-managed keys (SSE-S3, AES256). */
+  /**
+   * Encrypt with this KMS key (SSE-KMS); without one, by the bucket's default encryption (S3 encrypts every
+   * object, SSE-S3 at least). Named as AES256, an upload overrode a bucket whose default is AWS-managed KMS.
+   */
   kmsKeyId?: string;
 }
 
@@ -52,9 +55,7 @@ export class S3BlobStore implements BlobStore {
       // User metadata, not Content-Encoding: no HTTP client in between may undo it on the way back.
       ...(encoding ? { Metadata: { [ENCODING_META]: encoding } } : {}),
       ChecksumSHA256: createHash('sha256').update(body).digest('base64'),
-      ...(this.options.kmsKeyId
-        ? { ServerSideEncryption: 'aws:kms', SSEKMSKeyId: this.options.kmsKeyId, BucketKeyEnabled: true }
-        : { ServerSideEncryption: 'AES256' }),
+      ...(this.options.kmsKeyId ? { ServerSideEncryption: 'aws:kms', SSEKMSKeyId: this.options.kmsKeyId, BucketKeyEnabled: true } : {}),
     }));
   }
 
