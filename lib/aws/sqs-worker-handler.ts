@@ -2,7 +2,7 @@ import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda'
 import type { AgentDefinition } from '../agent.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { CrashPoint, EngineDeps } from '../engine/deps.ts';
-import { handleDelivery, retryDelayMs, type Handled } from '../engine/handle-message.ts';
+import { handleDelivery, parseMessage, retryDelayMs, type Handled } from '../engine/handle-message.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
@@ -98,7 +98,7 @@ async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, 
   } catch (error) {
     // The step's checkpoint may be written but the next message was not sent (or a crash probe fired):
     // the redelivery finds the run moved on and re-drives its latest version.
-    deps.log.error({ event: 'delivery-error', messageId: record.messageId, receiveCount, error: errorMessage(error) }, 'message not finished; it will be delivered again');
+    deps.log.error({ event: 'delivery-error', messageId: record.messageId, ...runOf(record), receiveCount, error: errorMessage(error) }, 'message not finished; it will be delivered again');
     await hideQuietly(deps, queue, record, retryDelayMs(Math.min(receiveCount, 6)));
     return false;
   }
@@ -109,8 +109,17 @@ async function hideQuietly(deps: EngineDeps, queue: SqsRunQueue, record: SQSReco
     await queue.hide(record.receiptHandle, delayMs);
   } catch (error) {
     // The message still comes back, after the queue's visibility timeout instead.
-    deps.log.warn({ event: 'visibility-error', messageId: record.messageId, error: errorMessage(error) }, 'could not set the retry delay');
+    deps.log.warn({ event: 'visibility-error', messageId: record.messageId, ...runOf(record), error: errorMessage(error) }, 'could not set the retry delay');
   }
+}
+
+/**
+ * The run a record is for, as its body says: the message id alone, which no other line logs, does not
+ * tell an operator which run a failed delivery held up.
+ */
+function runOf(record: SQSRecord): { runId?: string; version?: number } {
+  const parsed = parseMessage(record.body);
+  return parsed.success ? { runId: parsed.data.runId, version: parsed.data.version } : {};
 }
 
 function byMessageGroup(records: SQSRecord[]): Map<string, SQSRecord[]> {

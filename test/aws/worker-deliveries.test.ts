@@ -156,6 +156,20 @@ describe('duplicate, stale, unknown and malformed messages', () => {
     expect(lines).toContainEqual(expect.objectContaining({ event: 'unknown-run', runId: 'no-such-run', workerId: result.requestId }));
   });
 
+  it('names the run in the log lines of a delivery that failed and of the retry delay it could not set', async () => {
+    resources = await createTestResources('delivery-error');
+    const { log, lines } = captureLogs();
+    const agent = writeRowsAgent(new FakeDatabase());
+    const runId = await startTestRun(resources.runtime(), agent, 'delivery-error-run');
+    // The container dies as the step starts: the delivery fails, and so does hiding its message for the retry.
+    const w = worker({ resources, agent, model: new ScriptedModel({ steps: 1 }), log, crash: { point: 'C1', step: 1 } });
+    const result = await pollOnce(resources.clients, resources.queueUrl, w);
+    expect(result.crashed).toBe(true);
+    const messageId = result.records[0]!.messageId;
+    expect(lines).toContainEqual(expect.objectContaining({ event: 'delivery-error', messageId, runId, version: 1, error: 'crash at C1 in step 1' }));
+    expect(lines).toContainEqual(expect.objectContaining({ event: 'visibility-error', messageId, runId, version: 1 }));
+  });
+
   it('logs a malformed message with its content and drops it instead of retrying it forever', async () => {
     resources = await createTestResources('malformed');
     const { log, lines } = captureLogs();
