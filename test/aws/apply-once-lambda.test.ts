@@ -21,7 +21,7 @@ describe('ctx.once through the Lambda handler', () => {
     const res = resources;
     // Starts at the real time: history rows written on this clock must not look expired to the store.
     const clock = new ManualClock(Date.now());
-    const entries: { at: number; held: HeldEffect }[] = [];
+    const entries: { at: number; held: HeldEffect; attempt: number }[] = [];
     let entered!: () => void;
     const firstEntered = new Promise<void>((resolve) => { entered = resolve; });
     let auto = false;
@@ -30,7 +30,7 @@ describe('ctx.once through the Lambda handler', () => {
         name: 'write_row', description: 'writes a row through ctx.once', input: z.object({ batch: z.number() }), sideEffect: true,
         run: (input, ctx) => ctx.once(async () => {
           const held = new HeldEffect();
-          entries.push({ at: clock.now(), held });
+          entries.push({ at: clock.now(), held, attempt: ctx.attempt });
           entered();
           return auto ? `wrote row ${input.batch}` : held.effect();
         }),
@@ -96,6 +96,8 @@ describe('ctx.once through the Lambda handler', () => {
     expect(state.steps[0]?.result.text).toBe('wrote row 1');
     expect(entries).toHaveLength(2);
     expect(entries[1]!.at).toBeGreaterThanOrEqual(entries[0]!.at + 60_000);
+    // B's wait for the lease was no try of the step: the one that ran the effect again is the second.
+    expect(entries.map((e) => e.attempt)).toEqual([1, 2]);
     expect((await runtime.store.history(runId)).map((h) => h.version)).toEqual([1, 2, 3]);
   });
 });
