@@ -71,7 +71,8 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       const first = await worker(clock).once(key, { batch: 1 }, effect);
       clock.advance(LEASE_MS * 3);
       const retry = await worker(clock).once(key, { batch: 1 }, notAgain);
-      expect(retry).toEqual({ at: '1970-01-01T00:00:00.000Z', rows: {}, list: [null] });
+      // The Map as what it holds, where JSON made it {} (once-result.ts).
+      expect(retry).toEqual({ at: '1970-01-01T00:00:00.000Z', rows: { a: 1 }, list: [null] });
       // Not a Date on the first try and a string on the retry: a tool that called a Date's method broke only after a crash.
       expect(first).toStrictEqual(retry);
       expect(await worker(clock).once(uniqueKey('undefined'), {}, async () => undefined)).toBeNull();
