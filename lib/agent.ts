@@ -186,11 +186,14 @@ export function toolSpecs(agent: AgentDefinition): ToolSpec[] {
 function toolSpec(t: ToolDefinition): ToolSpec {
   let json: Record<string, unknown>;
   try {
-    json = z.toJSONSchema(t.input) as Record<string, unknown>;
+    // What the model sends, not what the tool gets: a field with a default is not required of it, and a
+    // transform or pipe (z.stringbool(), z.string().pipe(z.coerce.number())) is described by what it
+    // takes. The output's schema told the model to send `true` where zod takes "true" and refused it.
+    json = z.toJSONSchema(t.input, { io: 'input', override: noOtherFields }) as Record<string, unknown>;
   } catch (error) {
     throw new InvalidInputError(`tool ${t.name}: its input cannot be sent to the model as JSON Schema: ${(error as Error).message}`);
   }
-  const { $schema: _ignored, ...schema } = withDefaultsOptional(json) as Record<string, unknown>;
+  const { $schema: _ignored, ...schema } = json;
   // The Messages API takes only an object schema as a tool's input.
   if (schema.type !== 'object') {
     // A union of objects (z.union, z.discriminatedUnion) is the natural way to write "one of these calls",
@@ -211,23 +214,12 @@ function toolSpec(t: ToolDefinition): ToolSpec {
 }
 
 /**
- * The schema with every field that has a default left out of `required`. Written for the output (the
- * parsed input, defaults filled in, as a decision is recorded and checked again on resume; a transform
- * cannot be, so that mode refuses it), a schema lists such a field as required, and the model would have
- * to send what zod fills in by itself.
+ * An object that drops the fields it does not know (z.object) says so, as its output's schema did: the
+ * model is told to send no others, where the input's schema would let a misspelt field go unread.
  */
-function withDefaultsOptional(node: unknown): unknown {
-  if (Array.isArray(node)) return node.map(withDefaultsOptional);
-  if (!node || typeof node !== 'object') return node;
-  const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(node)) out[key] = withDefaultsOptional(value);
-  const properties = out.properties as Record<string, { default?: unknown }> | undefined;
-  if (properties && typeof properties === 'object' && Array.isArray(out.required)) {
-    const required = (out.required as string[]).filter((name) => properties[name]?.default === undefined);
-    if (required.length) out.required = required;
-    else delete out.required;
-  }
-  return out;
+function noOtherFields({ zodSchema, jsonSchema }: { zodSchema: z.core.$ZodType; jsonSchema: Record<string, unknown> }): void {
+  const def = zodSchema._zod.def as { type: string; catchall?: unknown };
+  if (def.type === 'object' && def.catchall === undefined) jsonSchema.additionalProperties = false;
 }
 
 const isAgentLike = (value: unknown): boolean => Boolean(value && typeof value === 'object' && Array.isArray((value as AgentDefinition).tools));

@@ -184,8 +184,10 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       return commitErrorStep(deps, state, base, n, reply, `invalid arguments for ${tool.name}: ${issues}`);
     }
     input = parsed.data;
-    // Fields set one by one, not spread from conditional objects: this runs at every step.
-    decision = { step: n, tool: tool.name, input: parsed.data, at: now(), atVersion: version };
+    // The call as the model made it, not as parsed: a retry parses it again (checkDecision), and a
+    // transformed value (a pipe's number, a Date) would not parse as the input it came from. Fields set
+    // one by one, not spread from conditional objects: this runs at every step.
+    decision = { step: n, tool: tool.name, input: reply.input, at: now(), atVersion: version };
     if (tool.sideEffect) decision.idempotencyKey = idempotencyKey(runId, n);
     if (reply.usage) decision.usage = reply.usage;
     const model = answeringModel(deps, reply);

@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineAgent, loadAgent, tool, toolSpecs, type AgentDefinition } from '../../lib/agent.ts';
+import { defineAgent, loadAgent, tool, toolSpecs, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
 import { InvalidInputError } from '../../lib/core/errors.ts';
-import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { ManualClock, SimulatedCrash, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
 const withInput = (input: z.ZodType) => tool({ name: 'when', description: 'takes a date', input, sideEffect: false, run: () => 'ok' });
@@ -22,7 +22,7 @@ describe('a tool input that cannot be sent to the model is an error when the age
 
   it.each([
     ['a date', z.object({ at: z.date() }), /tool when: its input cannot be sent to the model as JSON Schema: Date cannot be represented/],
-    ['a transform', z.object({ s: z.string().transform((x) => x.length) }), /tool when: .*Transforms cannot be represented/],
+    ['a coerced date', z.object({ at: z.coerce.date() }), /tool when: .*Date cannot be represented/],
     ['a bigint', z.object({ n: z.bigint() }), /tool when: .*BigInt cannot be represented/],
     ['not an object', z.string(), /tool when: its input must be an object schema \(z\.object\), not "string"/],
     ['a union of objects', z.discriminatedUnion('kind', [z.object({ kind: z.literal('now') }), z.object({ kind: z.literal('later'), at: z.string() })]),
@@ -41,7 +41,7 @@ describe('a tool input that cannot be sent to the model is an error when the age
     expect((error as Error).message).toMatch(reason);
   });
 
-  it('a field with a default is not required of the model, and the step runs with the default filled in', async () => {
+  it('a field with a default is not required of the model, and the tool gets it filled in (the step keeps the call as the model made it)', async () => {
     db = tempDb();
     const clock = new ManualClock();
     const seen: unknown[] = [];
@@ -59,7 +59,7 @@ describe('a tool input that cannot be sent to the model is an error when the age
     await start(deps);
     await drain(deps, runtime, clock);
     expect(seen).toEqual([{ table: 'orders', batch: 100, where: { column: 'id', op: '=' } }]);
-    expect(await loadState(runtime)).toMatchObject({ status: 'completed', steps: [{ input: { table: 'orders', batch: 100, where: { column: 'id', op: '=' } } }] });
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', steps: [{ input: { table: 'orders', where: { column: 'id' } } }] });
     runtime.close();
   });
 
@@ -86,6 +86,84 @@ describe('a tool input that cannot be sent to the model is an error when the age
       status: 'failed', failures: 1, reason: expect.stringMatching(/^step 1: tool when: its input cannot be sent to the model as JSON Schema/),
     });
     expect(model.requests).toHaveLength(0);
+    runtime.close();
+  });
+});
+
+describe('a tool input the model sends in one form and the tool takes in another', () => {
+  let db: ReturnType<typeof tempDb> | undefined;
+  afterEach(() => {
+    db?.cleanup();
+    db = undefined;
+  });
+
+  /** A send of an invoice: fields the model writes as text, which the tool takes as a boolean and a number. */
+  const sendInput = z.object({
+    invoice: z.string().trim(),
+    urgent: z.stringbool(),
+    copies: z.string().pipe(z.coerce.number<string>().int().min(1)),
+    channel: z.enum(['email', 'post']).default('email'),
+  });
+  const sent = { invoice: 'INV-7 ', urgent: 'yes', copies: '2' };
+  const parsed = { invoice: 'INV-7', urgent: true, copies: 2, channel: 'email' };
+  const sendTool = (run: (input: z.output<typeof sendInput>, ctx: ToolContext) => unknown) => tool({ name: 'send', description: 'Send an invoice.', input: sendInput, sideEffect: true, run });
+
+  it('the model is shown the form it sends: strings where the tool takes a boolean and a number', () => {
+    const agent = defineAgent({ name: 'invoices', tools: [sendTool(() => 'sent')] });
+    expect(toolSpecs(agent)[0]!.inputSchema).toEqual({
+      type: 'object', required: ['invoice', 'urgent', 'copies'], additionalProperties: false,
+      properties: { invoice: { type: 'string' }, urgent: { type: 'string' }, copies: { type: 'string' }, channel: { type: 'string', enum: ['email', 'post'], default: 'email' } },
+    });
+  });
+
+  it('a decision recorded before a crash is the call as the model made it: the next try parses it again, the tool gets the same value under the same key', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const seen: { input: unknown; key: string }[] = [];
+    const agent = defineAgent({ name: 'invoices', tools: [sendTool((input, ctx) => { seen.push({ input, key: ctx.idempotencyKey }); return ctx.once(async () => 'sent'); })] });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'send', input: sent } : { kind: 'done', summary: 'sent' });
+    const first = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A', crashAt: { point: 'C3', step: 1 } });
+    await start(first.deps);
+    await expect(drain(first.deps, first.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    first.runtime.close();
+    expect(seen).toEqual([]);
+
+    const second = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'B' });
+    await drain(second.deps, second.runtime, clock);
+    expect(seen).toEqual([{ input: parsed, key: 'run/step-1' }]);
+    expect(model.stepsAsked()).toEqual([1, 2]);
+    expect(await loadState(second.runtime)).toMatchObject({ status: 'completed', steps: [{ input: sent, idempotencyKey: 'run/step-1', result: { ok: true, text: 'sent' } }] });
+    second.runtime.close();
+  });
+
+  it('arguments that do not parse are an answer for the model naming the fields, and the run goes on', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const agent = defineAgent({ name: 'invoices', tools: [sendTool(() => 'sent')] });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'send', input: { ...sent, urgent: 'perhaps', copies: 'two' } } : { kind: 'done', summary: 'gave up' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' });
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', steps: [{ result: { ok: false, text: expect.stringMatching(/^invalid arguments for send: urgent: .*; copies: /) } }] });
+    runtime.close();
+  });
+
+  it('a transform is described by what it takes: the model sends an ISO date, the tool gets a Date', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const seen: unknown[] = [];
+    const due = tool({
+      name: 'set_due', description: 'Set the due date.', sideEffect: false, run: (input) => { seen.push(input); return 'set'; },
+      input: z.object({ day: z.iso.date().transform((day) => new Date(`${day}T00:00:00Z`)).describe('the day it is due') }),
+    });
+    const agent = defineAgent({ name: 'due', tools: [due] });
+    expect(toolSpecs(agent)[0]!.inputSchema).toMatchObject({ required: ['day'], properties: { day: { type: 'string', format: 'date', description: 'the day it is due' } } });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'set_due', input: { day: '2030-01-31' } } : { kind: 'done', summary: 'set' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' });
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(seen).toEqual([{ day: new Date('2030-01-31T00:00:00Z') }]);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', steps: [{ input: { day: '2030-01-31' } }] });
     runtime.close();
   });
 });
