@@ -1,5 +1,7 @@
 import type { z } from 'zod';
+import { failureText } from './failure-text.ts';
 import type { Decision } from './state.ts';
+import { parseToolInput } from './tool-input.ts';
 
 /** What drift checks of an agent: its name and its tools' names and input schemas. */
 export interface ToolsOf<T extends { name: string; input: z.ZodType }> {
@@ -14,8 +16,8 @@ export interface ToolsOf<T extends { name: string; input: z.ZodType }> {
  * that can run it and retry the run. Used by the engine before it runs a recorded decision, and by
  * `stepwise drift` before a deploy.
  */
-export function checkDecision<T extends { name: string; input: z.ZodType }>(decision: Decision, agent: ToolsOf<T>, runId: string):
-  { ok: true; tool: T; input: unknown } | { ok: false; problem: string } {
+export async function checkDecision<T extends { name: string; input: z.ZodType }>(decision: Decision, agent: ToolsOf<T>, runId: string):
+  Promise<{ ok: true; tool: T; input: unknown } | { ok: false; problem: string }> {
   const retry = `then \`stepwise retry ${runId}\``;
   const tool = agent.tools.find((t) => t.name === decision.tool);
   if (!tool) {
@@ -24,12 +26,17 @@ export function checkDecision<T extends { name: string; input: z.ZodType }>(deci
       problem: `the recorded decision calls tool "${decision.tool}", which agent ${agent.name} no longer has (renamed or removed): redeploy an agent with tool "${decision.tool}", ${retry}`,
     };
   }
-  const parsed = tool.input.safeParse(decision.input);
-  if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
+  const parsed = await parseToolInput(tool.input, decision.input);
+  if ('thrown' in parsed) {
     return {
       ok: false,
-      problem: `the recorded decision for tool "${decision.tool}" no longer fits its input schema (${issues}): redeploy an agent whose "${decision.tool}" takes this input, ${retry}`,
+      problem: `the input schema of tool "${decision.tool}" threw on the recorded decision (${failureText(parsed.thrown)}): redeploy an agent whose "${decision.tool}" takes this input, ${retry}`,
+    };
+  }
+  if (!parsed.ok) {
+    return {
+      ok: false,
+      problem: `the recorded decision for tool "${decision.tool}" no longer fits its input schema (${parsed.issues}): redeploy an agent whose "${decision.tool}" takes this input, ${retry}`,
     };
   }
   return { ok: true, tool, input: parsed.data };

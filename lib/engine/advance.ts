@@ -10,6 +10,7 @@ import {
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
+import { parseToolInput } from '../core/tool-input.ts';
 import { withFields } from '../core/objects.ts';
 import { replyProblem } from '../core/model-reply.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
@@ -136,7 +137,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   if (decision) {
     // Code drift: the tool renamed or removed, or its input changed, since the decision was recorded. The
     // failure keeps the decision, so a retry after redeploying runs this very call.
-    const resumable = checkDecision(decision, deps.agent, runId);
+    const resumable = await checkDecision(decision, deps.agent, runId);
     if (!resumable.ok) return commit(deps, base, recordFailure(state, new PermanentError(resumable.problem), now(), usageOnly(uncounted)));
     tool = resumable.tool;
     input = resumable.input;
@@ -178,11 +179,13 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       const names = deps.agent.tools.map((t) => t.name).join(', ');
       return commitErrorStep(deps, state, base, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`);
     }
-    const parsed = tool.input.safeParse(reply.input);
-    if (!parsed.success) {
-      const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ');
-      return commitErrorStep(deps, state, base, n, reply, `invalid arguments for ${tool.name}: ${issues}`);
+    const parsed = await parseToolInput(tool.input, reply.input);
+    if ('thrown' in parsed) {
+      // The schema's own bug, not the model's: a failed try like a tool that threw, its reason what it threw.
+      const message = `tool ${tool.name}: its input schema threw on the model's arguments (a refine or transform should report a bad input with ctx.addIssue): ${failureText(parsed.thrown)}`;
+      return commitFailure(deps, base, state, parsed.thrown, { ...usageOnly(reply.usage), message });
     }
+    if (!parsed.ok) return commitErrorStep(deps, state, base, n, reply, `invalid arguments for ${tool.name}: ${parsed.issues}`);
     input = parsed.data;
     // The call as the model made it, not as parsed: a retry parses it again (checkDecision), and a
     // transformed value (a pipe's number, a Date) would not parse as the input it came from. Fields set

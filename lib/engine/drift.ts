@@ -72,7 +72,7 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
       throw error;
     }
     if (state.status === 'running' && state.pending) {
-      const resumable = checkDecision(state.pending, agent, state.runId);
+      const resumable = await checkDecision(state.pending, agent, state.runId);
       if (!resumable.ok) blocked(`step ${state.pending.step}: ${resumable.problem}`);
     }
   }

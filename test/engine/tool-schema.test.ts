@@ -167,3 +167,65 @@ describe('a tool input the model sends in one form and the tool takes in another
     runtime.close();
   });
 });
+
+describe('an input schema that throws or checks asynchronously', () => {
+  let db: ReturnType<typeof tempDb> | undefined;
+  afterEach(() => {
+    db?.cleanup();
+    db = undefined;
+  });
+
+  function runOf(input: z.ZodType, sent: unknown, options: { sideEffect?: boolean; crashAt?: 'C3' } = {}) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const seen: unknown[] = [];
+    const query = tool({ name: 'query', description: 'Query a table.', input, sideEffect: options.sideEffect ?? false, run: (parsed) => { seen.push(parsed); return 'rows'; } });
+    const agent = defineAgent({ name: 'tables', tools: [query] });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'query', input: sent, usage: { inputTokens: 10, outputTokens: 5, cacheWriteTokens: 0, cacheReadTokens: 0 } } : { kind: 'done', summary: 'done' });
+    const worker = (workerId: string, crashAt?: 'C3') => workerProcess({ dbPath: db!.path, agent, model, clock, workerId, ...(crashAt ? { crashAt: { point: crashAt, step: 1 } } : {}) });
+    return { clock, seen, model, worker };
+  }
+
+  it('a refinement that checks asynchronously (a table that must exist) is awaited, its issue an answer for the model', async () => {
+    const tables = new Set(['orders']);
+    const input = z.object({ table: z.string().refine(async (name) => tables.has(name), 'no such table') });
+    const { clock, seen, worker } = runOf(input, { table: 'order' });
+    const { deps, runtime } = worker('W');
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', failures: 0, steps: [{ result: { ok: false, text: 'invalid arguments for query: table: no such table' } }] });
+    expect(seen).toEqual([]);
+    runtime.close();
+  });
+
+  it('and a side-effecting step whose decision was recorded before a crash runs on the next try', async () => {
+    const input = z.object({ table: z.string().refine(async (name) => name === 'orders', 'no such table') });
+    const { clock, seen, worker } = runOf(input, { table: 'orders' }, { sideEffect: true });
+    const first = worker('A', 'C3');
+    await start(first.deps);
+    await expect(drain(first.deps, first.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    first.runtime.close();
+    const { deps, runtime } = worker('B');
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', failures: 0, steps: [{ result: { ok: true, text: 'rows' } }] });
+    expect(seen).toEqual([{ table: 'orders' }]);
+    runtime.close();
+  });
+
+  it('a transform that throws fails the try with what it threw, naming the tool, its model call counted: not a crash of the worker', async () => {
+    const input = z.object({ filter: z.string().transform((text) => JSON.parse(text) as unknown) });
+    const { clock, seen, model, worker } = runOf(input, { filter: '{column: 1}' });
+    const { deps, runtime } = worker('W');
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({
+      status: 'failed', failures: 3,
+      reason: expect.stringMatching(/^step 1 failed 3 times; last error: tool query: its input schema threw on the model's arguments \(a refine or transform should report a bad input with ctx\.addIssue\): Expected property name .* in JSON at position 1$/),
+    });
+    expect(state.usage).toMatchObject({ inputTokens: 30, outputTokens: 15 });
+    expect(model.stepsAsked()).toEqual([1, 1, 1]);
+    expect(seen).toEqual([]);
+    runtime.close();
+  });
+});
