@@ -189,7 +189,7 @@ function toolSpec(t: ToolDefinition): ToolSpec {
     // What the model sends, not what the tool gets: a field with a default is not required of it, and a
     // transform or pipe (z.stringbool(), z.string().pipe(z.coerce.number())) is described by what it
     // takes. The output's schema told the model to send `true` where zod takes "true" and refused it.
-    json = z.toJSONSchema(t.input, { io: 'input', override: noOtherFields }) as Record<string, unknown>;
+    json = z.toJSONSchema(t.input, { io: 'input', override: forTheModel }) as Record<string, unknown>;
   } catch (error) {
     throw new InvalidInputError(`tool ${t.name}: its input cannot be sent to the model as JSON Schema: ${(error as Error).message}`);
   }
@@ -213,12 +213,25 @@ function toolSpec(t: ToolDefinition): ToolSpec {
   return { name: t.name, description: t.description, inputSchema: schema };
 }
 
+/** Types zod describes as JSON Schema that no JSON a model sends can be: the tool could never be called. */
+const NOT_IN_JSON: Record<string, { what: string; instead: string }> = {
+  file: { what: 'a file (z.file()', instead: 'take its path, URL or text as a string' },
+  promise: { what: 'a promise (z.promise()', instead: 'take the value it would resolve to' },
+};
+
 /**
- * An object that drops the fields it does not know (z.object) says so, as its output's schema did: the
- * model is told to send no others, where the input's schema would let a misspelt field go unread.
+ * The JSON Schema of one zod type, adjusted for the model. An object that drops the fields it does not
+ * know (z.object) says so, as its output's schema did: the model is told to send no others, where the
+ * input's schema would let a misspelt field go unread. A file or a promise is refused (zod writes a file
+ * as a binary string, which parses as no file): the tool could never be called.
  */
-function noOtherFields({ zodSchema, jsonSchema }: { zodSchema: z.core.$ZodType; jsonSchema: Record<string, unknown> }): void {
+function forTheModel({ zodSchema, jsonSchema, path }: { zodSchema: z.core.$ZodType; jsonSchema: Record<string, unknown>; path: (string | number)[] }): void {
   const def = zodSchema._zod.def as { type: string; catchall?: unknown };
+  const refused = NOT_IN_JSON[def.type];
+  if (refused) {
+    const at = path.filter((part) => part !== 'properties').join('.');
+    throw new Error(`${refused.what}${at ? ` at ${at}` : ''}) cannot be sent in JSON: ${refused.instead}`);
+  }
   if (def.type === 'object' && def.catchall === undefined) jsonSchema.additionalProperties = false;
 }
 
