@@ -191,15 +191,21 @@ function toolSpec(t: ToolDefinition): ToolSpec {
     // takes. The output's schema told the model to send `true` where zod takes "true" and refused it.
     json = z.toJSONSchema(t.input, { io: 'input', override: forTheModel }) as Record<string, unknown>;
   } catch (error) {
-    throw new InvalidInputError(`tool ${t.name}: its input cannot be sent to the model as JSON Schema: ${(error as Error).message}`);
+    const message = (error as Error).message;
+    // z.date() is the natural field for a date, and zod's refusal does not say what to write instead.
+    const hint = message.startsWith('Date cannot be represented') ? ' (for a date, take z.iso.datetime() or z.iso.date(), with .transform((text) => new Date(text)) if the tool wants a Date)' : '';
+    throw new InvalidInputError(`tool ${t.name}: its input cannot be sent to the model as JSON Schema: ${message}${hint}`);
   }
   const { $schema: _ignored, ...schema } = json;
   // The Messages API takes only an object schema as a tool's input.
   if (schema.type !== 'object') {
     // A union of objects (z.union, z.discriminatedUnion) is the natural way to write "one of these calls",
     // and has no type of its own: said as what it is, with the shape the API takes.
-    const union = ['anyOf', 'oneOf', 'allOf'].find((keyword) => keyword in schema);
-    const what = union ? `a union (${union} at the top level, which the Messages API refuses); put it in a field: z.object({ action: z.discriminatedUnion(...) })` : JSON.stringify(schema.type ?? 'untyped');
+    // An intersection zod could not fold into one object (fields beside a z.record) is an allOf: not a union.
+    const union = ['anyOf', 'oneOf'].find((keyword) => keyword in schema);
+    const what = union ? `a union (${union} at the top level, which the Messages API refuses); put it in a field: z.object({ action: z.discriminatedUnion(...) })`
+      : 'allOf' in schema ? 'an intersection zod could not merge into one object (allOf at the top level, which the Messages API refuses); write it as one z.object, with .catchall(...) for fields it does not name'
+      : JSON.stringify(schema.type ?? 'untyped');
     throw new InvalidInputError(`tool ${t.name}: its input must be an object schema (z.object), not ${what}`);
   }
   // The API refuses the whole request for a top-level field name past its pattern (a space, brackets, a

@@ -21,7 +21,8 @@ describe('a tool input that cannot be sent to the model is an error when the age
   });
 
   it.each([
-    ['a date', z.object({ at: z.date() }), /tool when: its input cannot be sent to the model as JSON Schema: Date cannot be represented/],
+    ['a date', z.object({ at: z.date() }),
+      /tool when: its input cannot be sent to the model as JSON Schema: Date cannot be represented in JSON Schema \(for a date, take z\.iso\.datetime\(\) or z\.iso\.date\(\), with \.transform\(\(text\) => new Date\(text\)\) if the tool wants a Date\)$/],
     ['a coerced date', z.object({ at: z.coerce.date() }), /tool when: .*Date cannot be represented/],
     ['a bigint', z.object({ n: z.bigint() }), /tool when: .*BigInt cannot be represented/],
     ['a file, which JSON cannot carry', z.object({ report: z.object({ body: z.file().optional() }) }),
@@ -30,6 +31,8 @@ describe('a tool input that cannot be sent to the model is an error when the age
     ['not an object', z.string(), /tool when: its input must be an object schema \(z\.object\), not "string"/],
     ['a union of objects', z.discriminatedUnion('kind', [z.object({ kind: z.literal('now') }), z.object({ kind: z.literal('later'), at: z.string() })]),
       /tool when: its input must be an object schema \(z\.object\), not a union \(oneOf at the top level, which the Messages API refuses\); put it in a field/],
+    ['an intersection zod cannot merge into one object', z.object({ id: z.string() }).and(z.record(z.string(), z.string())),
+      /tool when: its input must be an object schema \(z\.object\), not an intersection zod could not merge into one object \(allOf at the top level, which the Messages API refuses\); write it as one z\.object, with \.catchall\(\.\.\.\) for fields it does not name$/],
     ['a field name the Messages API refuses', z.object({ 'file path': z.string(), 'filter[id]': z.string(), ok: z.object({ 'a b': z.string() }) }),
       /tool when: the Messages API refuses the field names "file path", "filter\[id\]" of its input: a top-level field's name must match/],
     ['a field name past 64 characters', z.object({ ['x'.repeat(65)]: z.string() }), /tool when: the Messages API refuses the field name "x{65}"/],
