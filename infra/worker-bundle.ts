@@ -22,7 +22,15 @@ export const WORKER_BUNDLING = {
   mainFields: ['module', 'main'],
   banner: "import{createRequire as __stepwiseRequire}from'node:module';const require=__stepwiseRequire(import.meta.url);",
   externalModules: [],
+  // pino's transports run in a worker thread (thread-stream, 10 KB bundled); stepwise logs synchronously
+  // and starts none, so a stub stands in for it: what a function does not use stays out of its bundle.
+  esbuildArgs: { '--alias:thread-stream': bundledFile('no-pino-transports.cjs') },
 } as const satisfies BundlingOptions;
+
+/** A file shipped next to this one: infra/ in the repository, dist/infra/ when built. */
+function bundledFile(name: string): string {
+  return fileURLToPath(new URL(`./${name}`, import.meta.url));
+}
 
 /** The four functions, and the factory in functions/<kind>.ts that makes each one's handler. */
 export const FUNCTION_FACTORIES = {
