@@ -25,6 +25,8 @@ const options = (entry: string, outfile: string): esbuild.BuildOptions => ({
   entryPoints: [entry], outfile, bundle: true, platform: 'node', metafile: true, logLevel: 'warning',
   format: WORKER_BUNDLING.format, target: WORKER_BUNDLING.target, minify: WORKER_BUNDLING.minify, sourcemap: WORKER_BUNDLING.sourceMap,
   mainFields: [...WORKER_BUNDLING.mainFields], banner: { js: WORKER_BUNDLING.banner }, external: [...WORKER_BUNDLING.externalModules],
+  // The construct's --alias arguments (pino's thread-stream stubbed), as esbuild's API takes them.
+  alias: Object.fromEntries(Object.entries(WORKER_BUNDLING.esbuildArgs).map(([flag, path]) => [flag.slice('--alias:'.length), path])),
 });
 
 const group = (file: string): string => {
