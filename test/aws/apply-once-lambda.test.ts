@@ -1,4 +1,4 @@
-import { ChangeMessageVisibilityCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -7,7 +7,7 @@ import { decodeState } from '../../lib/core/codec.ts';
 import { HeldEffect } from '../contract/idempotency-ledger-contract.ts';
 import { ManualClock } from '../support/manual-clock.ts';
 import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
-import { WorkerProcess, driveRun, sqsEvent, toSqsRecord } from './lambda-harness.ts';
+import { WorkerProcess, driveRun, receiveOneRecord, sqsEvent } from './lambda-harness.ts';
 import { captureLogs } from './log-capture.ts';
 import { ScriptedModel } from './write-rows-agent.ts';
 
@@ -39,14 +39,7 @@ describe('ctx.once through the Lambda handler', () => {
     const model = new ScriptedModel({ steps: 1 });
     const runtime = res.runtime();
     const runId = await startTestRun(runtime, agent, 'once-lambda-run');
-    const receive = async () => {
-      const { Messages } = await res.clients.sqs.send(new ReceiveMessageCommand({
-        QueueUrl: res.queueUrl, MaxNumberOfMessages: 1, WaitTimeSeconds: 2, VisibilityTimeout: 30,
-        MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'],
-      }));
-      expect(Messages).toHaveLength(1);
-      return toSqsRecord(Messages![0]!, res.queueUrl);
-    };
+    const receive = () => receiveOneRecord(res);
     const showNow = (receiptHandle: string) => res.clients.sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: res.queueUrl, ReceiptHandle: receiptHandle, VisibilityTimeout: 0 }));
 
     // Container A starts the effect and dies inside it (a Lambda timeout, an out-of-memory kill).

@@ -1,4 +1,4 @@
-import { ChangeMessageVisibilityCommand, DeleteMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { ChangeMessageVisibilityCommand, DeleteMessageCommand } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
@@ -6,7 +6,7 @@ import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { ManualClock } from '../support/manual-clock.ts';
 import { createTestResources, queueDepth, startTestRun, type TestResources } from './aws-fixtures.ts';
-import { WorkerProcess, driveRun, sqsEvent, toSqsRecord } from './lambda-harness.ts';
+import { WorkerProcess, driveRun, receiveOneRecord, sqsEvent } from './lambda-harness.ts';
 import { captureLogs } from './log-capture.ts';
 import { FakeDatabase, ScriptedModel } from './write-rows-agent.ts';
 
@@ -63,14 +63,7 @@ async function frozenPastLease(label: string) {
   const model = new ScriptedModel({ steps: 2 });
   const runtime = res.runtime();
   const runId = await startTestRun(runtime, agent, `${label}-run`);
-  const receive = async () => {
-    const { Messages } = await res.clients.sqs.send(new ReceiveMessageCommand({
-      QueueUrl: res.queueUrl, MaxNumberOfMessages: 1, WaitTimeSeconds: 2, VisibilityTimeout: 30,
-      MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'],
-    }));
-    expect(Messages).toHaveLength(1);
-    return toSqsRecord(Messages![0]!, res.queueUrl);
-  };
+  const receive = () => receiveOneRecord(res);
   const spawn = (processClock: ManualClock) => {
     const logs = captureLogs();
     const worker = new WorkerProcess({ resources: res, agent, model, clock: processClock, log: logs.log });

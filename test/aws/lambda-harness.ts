@@ -176,6 +176,19 @@ export async function driveRun(options: {
   }
 }
 
+/**
+ * The one message the queue holds, received by hand (30 s visible to no one else) as the Lambda service
+ * would deliver it: for tests that hand a delivery to a container of their choosing.
+ */
+export async function receiveOneRecord(resources: Pick<TestResources, 'clients' | 'queueUrl'>): Promise<SQSRecord> {
+  const { Messages } = await resources.clients.sqs.send(new ReceiveMessageCommand({
+    QueueUrl: resources.queueUrl, MaxNumberOfMessages: 1, WaitTimeSeconds: 2, VisibilityTimeout: 30,
+    MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'],
+  }));
+  if (Messages?.length !== 1) throw new Error(`expected one message on ${resources.queueUrl}, got ${Messages?.length ?? 0}`);
+  return toSqsRecord(Messages[0]!, resources.queueUrl);
+}
+
 export function toSqsRecord(message: Message, queueUrl: string): SQSRecord {
   const attributes = message.Attributes ?? {};
   return {

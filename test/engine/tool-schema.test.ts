@@ -10,14 +10,18 @@ import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
 const withInput = (input: z.ZodType) => tool({ name: 'when', description: 'takes a date', input, sideEffect: false, run: () => 'ok' });
 
+// The file each test opens, removed after it, whichever describe it is in.
+let db: ReturnType<typeof tempDb> | undefined;
+afterEach(() => {
+  db?.cleanup();
+  db = undefined;
+});
+
 describe('a tool input that cannot be sent to the model is an error when the agent loads', () => {
   let dir: string | undefined;
-  let db: ReturnType<typeof tempDb> | undefined;
   afterEach(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });
-    db?.cleanup();
     dir = undefined;
-    db = undefined;
   });
 
   it.each([
@@ -97,11 +101,6 @@ describe('a tool input that cannot be sent to the model is an error when the age
 });
 
 describe('a tool input the model sends in one form and the tool takes in another', () => {
-  let db: ReturnType<typeof tempDb> | undefined;
-  afterEach(() => {
-    db?.cleanup();
-    db = undefined;
-  });
 
   /** A send of an invoice: fields the model writes as text, which the tool takes as a boolean and a number. */
   const sendInput = z.object({
@@ -175,11 +174,6 @@ describe('a tool input the model sends in one form and the tool takes in another
 });
 
 describe('an input schema that throws or checks asynchronously', () => {
-  let db: ReturnType<typeof tempDb> | undefined;
-  afterEach(() => {
-    db?.cleanup();
-    db = undefined;
-  });
 
   function runOf(input: z.ZodType, sent: unknown, options: { sideEffect?: boolean; crashAt?: 'C3' } = {}) {
     db = tempDb();
