@@ -41,7 +41,11 @@ export function canonicalValue(value: unknown): unknown {
       // to the model, as nothing. Written as what it holds: a Set as an array, a Map as an object when every
       // key is a string, else as its [key, value] pairs.
       const held = collectionAsJson(value);
-      return held === value ? value : canonicalValue(held);
+      if (held !== value) return canonicalValue(held);
+      // What JSON.stringify would write of it (a Date's string, a Buffer's { type, data }), with its keys
+      // sorted too: left to JSON.stringify, a toJSON object's keys came out in the order it made them.
+      const toJSON = (value as { toJSON?: unknown }).toJSON;
+      return typeof toJSON === 'function' ? canonicalValue(toJSON.call(value, '')) : value;
     }
   }
   const object = value as Record<string, unknown>;
@@ -68,13 +72,33 @@ export function canonicalValue(value: unknown): unknown {
 }
 
 /**
- * A Map or a Set as JSON can hold what it holds (JSON.stringify writes either as {}), any other value as
- * it is. Also what an effect's result is stored with (once-result.ts).
+ * A Map or a Set as JSON can hold what it holds (JSON.stringify writes either as {}), an Error as its
+ * name, message and own fields (JSON.stringify writes {}: its message and stack are not enumerable), a
+ * typed array as its numbers (JSON.stringify writes an object keyed "0", "1"...), any other value as it
+ * is. Also what an effect's result is stored with (once-result.ts).
  */
 export function collectionAsJson(value: unknown): unknown {
   if (value instanceof Set) return [...value];
   if (value instanceof Map) return [...value.keys()].every((key) => typeof key === 'string') ? mapObject(value) : [...value];
+  if (value instanceof Error) return errorObject(value);
+  // A Buffer has its own toJSON ({ type, data }), which JSON.stringify applies before any replacer: left to it,
+  // so a Buffer reads the same in a tool output as in an effect's result.
+  if (ArrayBuffer.isView(value) && !(value instanceof DataView) && typeof (value as { toJSON?: unknown }).toJSON !== 'function') {
+    return Array.from(value as unknown as ArrayLike<unknown>);
+  }
   return value;
+}
+
+/**
+ * An Error as the fields a reader needs: its name and message, then its own enumerable fields (a `code`, a
+ * `status`), and its cause. Not its stack: it names the worker's files and lines, differs between workers,
+ * and would make the same failure two different outputs.
+ */
+function errorObject(error: Error): Record<string, unknown> {
+  const out: Record<string, unknown> = { name: error.name, message: error.message };
+  for (const key of Object.keys(error)) if (key !== 'stack') setField(out, key, (error as unknown as Record<string, unknown>)[key]);
+  if (error.cause !== undefined && !Object.keys(error).includes('cause')) out.cause = error.cause;
+  return out;
 }
 
 /** A Map of string keys as a plain object; `__proto__` kept as a field, as JSON.parse keeps it. */

@@ -90,6 +90,16 @@ describe('canonical JSON', () => {
     expect(Object.getPrototypeOf(parsed)).toBe(Object.prototype);
   });
 
+  it('writes an Error as its name, message and own fields, and a typed array as its numbers, where JSON.stringify writes {} or "0", "1"', () => {
+    const error = Object.assign(new RangeError('row 7 out of range', { cause: new Error('table has 6 rows') }), { code: 'E_RANGE' });
+    expect(canonicalJson({ failed: error })).toBe('{"failed":{"cause":{"message":"table has 6 rows","name":"Error"},"code":"E_RANGE","message":"row 7 out of range","name":"RangeError"}}');
+    // No stack: it names the worker's files, and the same failure on two workers would be two outputs.
+    expect(canonicalJson(new Error('x'))).not.toContain('stack');
+    expect(canonicalJson({ bytes: new Uint8Array([1, 2, 255]), floats: new Float32Array([0.5]) })).toBe('{"bytes":[1,2,255],"floats":[0.5]}');
+    // A Buffer keeps Node's own toJSON, as an effect's stored result does.
+    expect(canonicalJson(Buffer.from([1, 2]))).toBe('{"data":[1,2],"type":"Buffer"}');
+  });
+
   it('sorts an object of no prototype, and one whose own constructor field hides Object\'s, as any plain object', () => {
     const bare = Object.assign(Object.create(null) as Record<string, unknown>, { b: 1, a: new Set([2]) });
     expect(canonicalJson(bare)).toBe('{"a":[2],"b":1}');

@@ -10,4 +10,10 @@ describe('an effect\'s stored result', () => {
     expect(stored.unstorable).toBeUndefined();
     expect(storableResult('run/step-2', new Map([[1, 'one']])).value).toEqual([[1, 'one']]);
   });
+
+  it('keeps an Error\'s name, message and fields, and a typed array\'s numbers, as a tool output does', () => {
+    const stored = storableResult('run/step-3', { error: Object.assign(new TypeError('bad row'), { row: 7 }), bytes: new Uint8Array([9, 8]), buffer: Buffer.from([1]) });
+    expect(stored.value).toEqual({ error: { name: 'TypeError', message: 'bad row', row: 7 }, bytes: [9, 8], buffer: { type: 'Buffer', data: [1] } });
+    expect(stored.unstorable).toBeUndefined();
+  });
 });

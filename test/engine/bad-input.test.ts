@@ -247,6 +247,21 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(model.requests[1]!.prompt).toContain('1. write_row {"row":1} -> ok: {"written":{"row-1":["ok"]}}');
   });
 
+  it('a tool output holding an Error or a Uint8Array reaches the model as what it says, not as {} or an object keyed "0"', async () => {
+    const agent = defineAgent({
+      name: 'error-output', tools: [tool({
+        name: 'write_row', description: 'returns the Error it caught', input: z.object({ row: z.number() }), sideEffect: false,
+        run: (input) => ({ error: Object.assign(new Error(`row ${input.row} locked`), { code: 'LOCKED' }), checksum: new Uint8Array([7, 1]) }),
+      })],
+    });
+    const { deps, runtime, clock, model } = setup(writeRowsScript(1), agent);
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const text = '{"checksum":[7,1],"error":{"code":"LOCKED","message":"row 1 locked","name":"Error"}}';
+    expect((await loadState(runtime)).steps[0]!.result.text).toBe(text);
+    expect(model.requests[1]!.prompt).toContain(`1. write_row {"row":1} -> ok: ${text}`);
+  });
+
   const circular: Record<string, unknown> = { table: 'orders' };
   circular.self = circular;
   it.each([
