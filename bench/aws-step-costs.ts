@@ -11,7 +11,7 @@
  * and cold (a fresh container, empty cache: the block summaries and the records after them), next to the
  * old cold read (head + every record). Figures, not assertions.
  *
- *   node --import tsx bench/aws-step-costs.ts [steps] [resume-read steps]
+ *   node --import tsx bench/aws-step-costs.ts [steps] [resume-read-steps]
  */
 import { QueryCommand } from '@aws-sdk/client-dynamodb';
 import { decodeState } from '../lib/core/codec.ts';
@@ -25,10 +25,10 @@ import { countCommands, countReadUnits, createTestResources, queueDepth, startTe
 import { WorkerProcess, pollOnce } from '../test/aws/lambda-harness.ts';
 import { useAwsServers } from '../test/support/aws-servers.ts';
 import { DURABLE_MODEL, PRICES, describePrice, STEP_FUNCTIONS_MODEL, computePer1000StepSeconds, durableCost, stepFunctionsCost, stepwiseCost, total, type CostLine, type StepCounts } from './aws-prices.ts';
+import { benchCounts } from './args-support.ts';
 import { benchAgent, perStep, rawItemSize } from './aws-support.ts';
 
-const STEPS = Number(process.argv[2] ?? 60);
-const READ_STEPS = Number(process.argv[3] ?? 600);
+const [STEPS, READ_STEPS] = benchCounts([{ name: 'steps', fallback: 60 }, { name: 'resume-read-steps', fallback: 600 }]) as [number, number];
 const READ_AT = [1, 60, 200, 300, 600].filter((n) => n <= READ_STEPS);
 const LARGE_EVERY = 10;
 /**

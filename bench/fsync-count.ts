@@ -12,12 +12,12 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cannotTrace, countSyncCalls, SYNC_CALLS } from './fsync-count-support.ts';
+import { benchCounts } from './args-support.ts';
 import { CASE_LABELS } from './langgraph.ts';
 import { codeMeasured, fmt, tempDir } from './support.ts';
 
 const STEPS = 60;
-const MANY = Number(process.argv[2] ?? 6);
-const FEW = Number(process.argv[3] ?? 1);
+const [MANY, FEW] = benchCounts([{ name: 'many', fallback: 6, least: 2 }, { name: 'few', fallback: 1 }]) as [number, number];
 const SIZES = [500, 20_000];
 const LANGGRAPH = fileURLToPath(new URL('./langgraph.ts', import.meta.url));
 
@@ -30,8 +30,8 @@ function countRuns(dir: string, index: number, bytes: number, runs: number): num
   return countSyncCalls(command, join(dir, `strace-${index}-${bytes}-${runs}.txt`));
 }
 
-if (!(Number.isInteger(FEW) && Number.isInteger(MANY) && FEW >= 1 && MANY > FEW)) {
-  throw new Error(`bench/fsync-count.ts [many] [few]: whole numbers of runs with many > few >= 1, not ${process.argv[2]} and ${process.argv[3]}`);
+if (MANY <= FEW) {
+  throw new Error(`bench/fsync-count.ts [many] [few]: many runs must be more than few, not ${MANY} and ${FEW}`);
 }
 const why = cannotTrace();
 if (why) {

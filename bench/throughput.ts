@@ -32,20 +32,19 @@ import { openLocalRuntime } from '../lib/local/runtime.ts';
 import { createTestResources, queueDepth, startTestRun } from '../test/aws/aws-fixtures.ts';
 import { WorkerProcess, pollOnce } from '../test/aws/lambda-harness.ts';
 import { useAwsServers } from '../test/support/aws-servers.ts';
+import { benchCounts } from './args-support.ts';
 import { benchAgent } from './aws-support.ts';
 import { benchDeps, codeMeasured, compiledCode, durableInsertFloor, fmt, median, missingSteps, tempDir } from './support.ts';
 
-const RUNS = Number(process.argv[2] ?? 32);
-const STEPS = Number(process.argv[3] ?? 20);
-const WORKERS = (process.argv[4] ?? '1,4,16').split(',').map(Number);
-const SQLITE_ROUNDS = Number(process.argv[5] ?? 3);
-const AWS_ROUNDS = Number(process.argv[6] ?? 2);
 /**
- * The SQLite cases again with a model that takes this long to decide (a remote model's reply, shortened), in
- * this many rounds: where a step waits on its model, not on the file's write lock.
+ * The last two: the SQLite cases again with a model that takes this long to decide (a remote model's reply,
+ * shortened), in this many rounds: where a step waits on its model, not on the file's write lock.
  */
-const MODEL_MS = Number(process.argv[7] ?? 50);
-const SLOW_MODEL_ROUNDS = Number(process.argv[8] ?? 1);
+const [RUNS, STEPS, WORKERS, SQLITE_ROUNDS, AWS_ROUNDS, MODEL_MS, SLOW_MODEL_ROUNDS] = benchCounts([
+  { name: 'runs', fallback: 32 }, { name: 'steps-per-run', fallback: 20 }, { name: 'workers', fallback: [1, 4, 16] },
+  { name: 'sqlite-rounds', fallback: 3, least: 0 }, { name: 'aws-rounds', fallback: 2, least: 0 },
+  { name: 'model-ms', fallback: 50, least: 0 }, { name: 'model-ms-rounds', fallback: 1, least: 0 },
+]) as [number, number, number[], number, number, number, number];
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const AGENT = join(ROOT, 'bench/throughput-support.ts');
 /**

@@ -24,6 +24,22 @@ describe("a bench's counts (bench/args-support.ts)", () => {
     expect(() => countArgs(['300', '9', '--fast'], STEPS_AND_ROUNDS)).toThrow('takes 2 counts, not "--fast" after them');
   });
 
+  it('takes a list of counts where its default is one, each item checked as a count', () => {
+    const workers = [{ name: 'runs', fallback: 32 }, { name: 'workers', fallback: [1, 4, 16] }];
+    expect(countArgs([], workers)).toEqual([32, [1, 4, 16]]);
+    expect(countArgs(['8', '2,3'], workers)).toEqual([8, [2, 3]]);
+    for (const bad of ['1,,4', '1,x', '', '0,4', '4,']) {
+      expect(() => countArgs(['8', bad], workers)).toThrow(`workers must be whole numbers of at least 1 (a comma-separated list), not ${JSON.stringify(bad)}`);
+    }
+  });
+
+  it('ends throughput.ts given a worker list Number() read as NaN, before it starts any server', () => {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/throughput.ts'), '32', '20', '1,four'], { cwd: ROOT, encoding: 'utf8' });
+    expect(r.status).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain('throughput.ts: workers must be whole numbers of at least 1 (a comma-separated list), not "1,four"\nusage: node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers] [sqlite-rounds] [aws-rounds] [model-ms] [model-ms-rounds]\n');
+  });
+
   it('ends a bench given 0 rounds with its usage and exit code 2, before measuring anything', () => {
     const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/frame-cost.ts'), '300', '0'], { cwd: ROOT, encoding: 'utf8' });
     expect(r.status).toBe(2);
