@@ -5,6 +5,7 @@ import { chooseLogFormat, chooseLogLevel, setLogFormat } from '../log-format.ts'
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 import { printable } from '../core/printable.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
+import { damagedDatabaseHint, isDamaged } from '../local/damaged.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -272,7 +273,7 @@ export async function runCli(): Promise<void> {
     const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
     const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
     process.stderr.write(`stepwise: ${printable(cliErrorLine(error))}\n`);
-    process.exitCode = userError || parseError || readOnlyDatabase(error) ? 2 : 1;
+    process.exitCode = userError || parseError || readOnlyDatabase(error) || isDamaged(error) ? 2 : 1;
   }
 }
 
@@ -296,6 +297,8 @@ export function cliErrorLine(error: unknown): string {
   }
   // A process frozen inside its commit, or a sqlite3 shell left in a transaction: nothing to fix but waiting.
   if (isBusy(error)) return `${line}: ${lockedDatabaseHint('the database (--db, STEPWISE_DB)')}`;
+  // Found past the open (a page a query reads): the same file to mend, which running again will not.
+  if (isDamaged(error)) return `${line}: ${damagedDatabaseHint('the database (--db, STEPWISE_DB)')}`;
   if (readOnlyDatabase(error)) {
     return `${line}: this user cannot write the database (--db, STEPWISE_DB) or the directory that holds it, where SQLite keeps its -wal and -shm files; give write access to both, or pick another --db`;
   }

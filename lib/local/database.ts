@@ -3,6 +3,7 @@ import { dirname } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { makeDir } from '../make-dir.ts';
 import { BUSY_TIMEOUT_MS } from './busy.ts';
+import { damagedDatabaseHint, isDamaged } from './damaged.ts';
 
 // Where the stores and the queue have long taken it from.
 export { isBusy } from './busy.ts';
@@ -311,7 +312,7 @@ function stampLayout(db: Db, path: string): void {
 
 /**
  * The file, in WAL mode. A path that cannot hold a database (its directory cannot be made, a directory, a
- * file of something else) is the user's to fix: one line that names it (exit code 2 from the CLI), not
+ * file of something else, a damaged file) is the user's to fix: one line that names it (exit code 2 from the CLI), not
  * SQLite's "unable to open database file" alone.
  */
 function openFile(path: string): Db {
@@ -326,6 +327,9 @@ function openFile(path: string): Db {
   } catch (error) {
     db?.close();
     const code = (error as { code?: unknown }).code;
+    // A file cut short or overwritten in part: its first read, here, finds it (SQLite's words name neither
+    // the file nor that a retry cannot help).
+    if (isDamaged(error)) throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}: ${damagedDatabaseHint('the file', path)}`, { cause: error });
     const unusable = !(error instanceof Database.SqliteError) || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB';
     if (!unusable) throw error;
     throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}`, { cause: error });

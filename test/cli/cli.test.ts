@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { writeCutShortFile, writeOverwrittenFile } from '../support/damaged-files.ts';
 import { tempDb } from '../support/harness.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
@@ -17,6 +18,8 @@ writeFileSync(join(agentModules, 'plain.ts'), "export default { name: 'plain', t
 writeFileSync(join(agentModules, 'syntax.ts'), 'export default {\n');
 writeFileSync(join(agentModules, 'throws.mjs'), "throw new Error('DATABASE_URL is not set');\n");
 writeFileSync(join(agentModules, 'not-a-database.db'), 'not SQLite at all\n'.repeat(100));
+writeCutShortFile(join(agentModules, 'cut-short.db'));
+writeOverwrittenFile(join(agentModules, 'overwritten.db'), 'runs');
 afterAll(() => { db.cleanup(); rmSync(agentModules, { recursive: true, force: true }); });
 
 function stepwise(...args: string[]) {
@@ -116,6 +119,9 @@ describe('the stepwise command', () => {
     [['approve', 'r1', '--db', 'typo.db'], `stepwise: no stepwise database at typo.db (${join(ROOT, 'typo.db')}): check --db or STEPWISE_DB; stepwise run, start or init makes one`],
     [['status', '--db', join(agentModules, 'not-a-database.db')], `stepwise: cannot open the database ${join(agentModules, 'not-a-database.db')}: file is not a database`],
     [['status', '--db', agentModules], `stepwise: cannot open the database ${agentModules}: unable to open database file`],
+    // A damaged file, found as it opens (named) or by the query that reads the page (the flag named): no retry mends it.
+    [['status', '--db', join(agentModules, 'cut-short.db')], `stepwise: cannot open the database ${join(agentModules, 'cut-short.db')}: database disk image is malformed: the file is damaged (cut short, or overwritten in part), which no retry mends: stop the workers on it, then restore it from a backup, or recover what it holds into a new file (sqlite3 ${join(agentModules, 'cut-short.db')} .recover | sqlite3 recovered.db) and use that, or pick another --db`],
+    [['status', '--db', join(agentModules, 'overwritten.db')], 'stepwise: database disk image is malformed: the database (--db, STEPWISE_DB) is damaged (cut short, or overwritten in part), which no retry mends'],
     // A negative number reaches the option's own check, not parseArgs' paragraph on `--opt=-XYZ`.
     [['prune', '--older-than-days', '-3'], 'stepwise: --older-than-days must be a number of days (0 or more), got "-3"'],
     [['fork', 'no-such-run', '--from-step', '-1'], 'stepwise: --from-step must be a whole number (0 or more), got "-1"'],

@@ -1,6 +1,9 @@
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cliErrorLine, readOnlyDatabase } from '../../lib/cli/main.ts';
+import { isDamaged } from '../../lib/local/damaged.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import { writeOverwrittenFile } from '../support/damaged-files.ts';
 import { tempDb } from '../support/harness.ts';
 
 const db = tempDb();
@@ -68,5 +71,25 @@ describe('the line the CLI prints for an error', () => {
     // Not a permission: the file was replaced under an open connection.
     expect(readOnlyDatabase(Object.assign(new Error('attempt to write a readonly database'), { code: 'SQLITE_READONLY_DBMOVED' }))).toBe(false);
     expect(readOnlyDatabase(new Error('database or disk is full'))).toBe(false);
+  });
+
+  it('says the database is damaged and how to get back what it holds, and counts it as the file to mend (exit code 2)', async () => {
+    // A real SQLITE_CORRUPT, past the open: the runs table's page overwritten, which listing the runs reads.
+    const damaged = tempDb();
+    writeOverwrittenFile(damaged.path, 'runs');
+    const runtime = openLocalRuntime({ dbPath: damaged.path, readOnly: true });
+    let error: unknown;
+    try {
+      await runtime.store.list();
+    } catch (e) {
+      error = e;
+    } finally {
+      runtime.close();
+      damaged.cleanup();
+    }
+    expect((error as { code: string }).code).toMatch(/^SQLITE_CORRUPT/);
+    expect(isDamaged(error)).toBe(true);
+    expect(cliErrorLine(error)).toBe('database disk image is malformed: the database (--db, STEPWISE_DB) is damaged (cut short, or overwritten in part), which no retry mends: stop the workers on it, then restore it from a backup, or recover what it holds into a new file (sqlite3 <file> .recover | sqlite3 recovered.db) and use that, or pick another --db');
+    expect(isDamaged(new Error('database or disk is full'))).toBe(false);
   });
 });
