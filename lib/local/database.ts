@@ -4,6 +4,7 @@ import { InvalidInputError } from '../core/errors.ts';
 import { makeDir } from '../make-dir.ts';
 import { BUSY_TIMEOUT_MS } from './busy.ts';
 import { damagedDatabaseHint, isDamaged } from './damaged.ts';
+import { refuseMovedFile, rememberFile } from './moved-file.ts';
 
 // Where the stores and the queue have long taken it from.
 export { isBusy } from './busy.ts';
@@ -320,6 +321,7 @@ function openFile(path: string): Db {
   try {
     if (path !== ':memory:') makeDir(dirname(path));
     db = new Database(path);
+    if (path !== ':memory:') rememberFile(db, path);
     // Before anything is written, the journal mode included: the file may be another application's.
     refuseOthersTables(db);
     db.pragma('journal_mode = WAL');
@@ -482,9 +484,16 @@ function runner(db: Db): Database.Transaction<(fn: () => unknown) => unknown> {
 }
 
 
-/** BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process. */
+/**
+ * BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process.
+ * Under it, the file is checked to be the one at the path still: a checkpoint or a claim written to a file
+ * deleted or replaced under this connection would be lost (moved-file.ts), and is refused, nothing written.
+ */
 export function immediate<T>(db: Db, fn: () => T): T {
-  return runner(db).immediate(fn) as T;
+  return runner(db).immediate(() => {
+    refuseMovedFile(db);
+    return fn();
+  }) as T;
 }
 
 /** A read transaction (BEGIN DEFERRED): the statements in it see one moment of the file. */

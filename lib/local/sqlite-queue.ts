@@ -5,6 +5,7 @@ import type { Clock, Delivery, QueueReceive, ReceiveOptions, RedriveOptions, Run
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, isBusy, latestVersionOf, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
+import { refuseMovedFile } from './moved-file.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
@@ -206,6 +207,9 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   }
 
   private take(max: number, visibilityMs: number): Delivery[] {
+    // A worker whose file was deleted or replaced stops at its next receive, where it would take its
+    // messages from the file no other process reads (its steps' commits are refused).
+    refuseMovedFile(this.db);
     const now = this.now;
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
