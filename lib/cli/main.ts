@@ -6,6 +6,7 @@ import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
 import { printable } from '../core/printable.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { damagedDatabaseHint, isDamaged } from '../local/damaged.ts';
+import { isDiskFull } from '../local/disk-full.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -292,7 +293,7 @@ export function cliErrorLine(error: unknown): string {
   // One line, whatever the message: parseArgs and tsx write theirs over several.
   const line = String((error as Error)?.message ?? error).trim().replace(/\s*\n\s*/g, ' ');
   // SQLite's own words name neither the file nor what to do; nothing is lost, and that is worth saying.
-  if ((error as { code?: unknown })?.code === 'SQLITE_FULL') {
+  if (isDiskFull(error)) {
     return `${line}: free space on the disk that holds the database (--db, STEPWISE_DB), then run the command again; each run continues from its last checkpoint`;
   }
   // A process frozen inside its commit, or a sqlite3 shell left in a transaction: nothing to fix but waiting.

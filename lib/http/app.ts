@@ -3,6 +3,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { NewerFormatError, RunIdTakenError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
+import { isDiskFull } from '../local/disk-full.ts';
 import { MessageNotSentError } from '../send-with-write.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
@@ -38,7 +39,7 @@ export function createHttpApp(deps: HttpDeps): Hono {
   app.onError((error, c) => {
     // The approval pages and the inspector are a person's browser: each refusal is a page there, where an
     // approver who pressed Approve as SQS refused the run's message read raw JSON with a 503.
-    const answer = <S extends 400 | 404 | 409 | 500 | 503>(status: S, title: string, body: { error: string } & Record<string, unknown>) =>
+    const answer = <S extends 400 | 404 | 409 | 500 | 503 | 507>(status: S, title: string, body: { error: string } & Record<string, unknown>) =>
       (isPagePath(c.req.path) ? c.html(messagePage(title, body.error), status) : c.json(body, status));
     if (error instanceof UnknownRunError) return answer(404, 'Unknown run', { error: error.message });
     // Written by newer code: nothing was changed, and the answer says what a server needs to read it.
@@ -57,6 +58,13 @@ export function createHttpApp(deps: HttpDeps): Hono {
       c.header('Retry-After', String(LOCKED_RETRY_AFTER_S));
       if (isPagePath(c.req.path)) return c.html(messagePage('Busy', 'The database is locked by another process, so nothing was changed: try again in a few seconds.'), 503);
       return c.json({ error: `the database is locked: ${lockedDatabaseHint('it')}` }, 503);
+    }
+    // The disk that holds the SQLite file is full: a write rolled back whole, which the operator mends by
+    // freeing space, where it was a 500 "internal error" to the caller (an approver's Approve too) and a
+    // bare 'database or disk is full' in the log.
+    if (isDiskFull(error)) {
+      deps.log.error({ event: 'disk-full', method: c.req.method, path: loggedPath(c.req.path), error: errorMessage(error) }, 'request refused: the disk that holds the database is full; free space on it');
+      return answer(507, 'Disk full', { error: 'the disk that holds the database is full, so nothing was changed: try again once space is freed on it' });
     }
     // The run was saved and its message not sent (SQS throttled past the SDK's retries): said with the run,
     // where a 500 "changed nothing" hid that a start without a runId had made one. A sweep moves it once it
