@@ -58,7 +58,9 @@ export function storeFlags(options: CliOptions): string {
 }
 
 export function dbPath(options: CliOptions): string {
-  return options.db ?? process.env.STEPWISE_DB ?? DEFAULT_DB_PATH;
+  // An empty STEPWISE_DB (exported but unset) names no file, as an empty STEPWISE_BACKEND names no backend:
+  // SQLite would open "" as a private temporary database, deleted on close, so a run started in it is lost.
+  return options.db ?? (process.env.STEPWISE_DB?.trim() || DEFAULT_DB_PATH);
 }
 
 /**

@@ -11,8 +11,8 @@ export interface CliResult { code: number | null; out: string; err: string }
  * The stepwise command as a user runs it, in a child process. Asynchronous, so servers living in the
  * test process (the local Messages API) keep answering while it runs.
  */
-export function stepwiseCli(args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env } });
+export function stepwiseCli(args: string[], env: Record<string, string | undefined>, cwd = ROOT): Promise<CliResult> {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...process.env, ...env } });
   let out = '';
   let err = '';
   child.stdout.on('data', (d: Buffer) => { out += d; });

@@ -1,0 +1,21 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { tempDir } from '../support/temp-dirs.ts';
+
+const AGENT = join(ROOT, 'test/support/js-agent.mjs');
+
+describe('the environment variables the CLI reads', () => {
+  it('an empty STEPWISE_DB (exported but unset) means the default file, where the run is found again', async () => {
+    const cwd = tempDir('stepwise-env-');
+    const env = { STEPWISE_DB: '', STEPWISE_LOG_LEVEL: 'warn' };
+    const started = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'echo', '--run-id', 'env-1'], env, cwd);
+    expect(started.code).toBe(0);
+    expect(existsSync(join(cwd, '.stepwise/stepwise.db'))).toBe(true);
+    const status = await stepwiseCli(['status', 'env-1'], env, cwd);
+    expect(status.err).toBe('');
+    expect(status.code).toBe(0);
+    expect(status.out).toContain('status   running');
+  });
+});
