@@ -13,7 +13,8 @@ const FORMATS: readonly LogFormat[] = ['json', 'pretty'];
 export function chooseLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, stderrIsTTY = Boolean(process.stderr.isTTY)): LogFormat {
   const asked = flag ?? env.STEPWISE_LOG_FORMAT?.trim();
   if (asked === undefined || asked === '') return stderrIsTTY ? 'pretty' : 'json';
-  if (!FORMATS.includes(asked as LogFormat)) throw new InvalidInputError(`--log must be json or pretty, got ${JSON.stringify(asked)}`);
+  // Named as it was given: a value from the environment blamed on --log sent the user looking for a flag.
+  if (!FORMATS.includes(asked as LogFormat)) throw new InvalidInputError(`${flag !== undefined ? '--log' : 'STEPWISE_LOG_FORMAT'} must be json or pretty, got ${JSON.stringify(asked)}`);
   return asked as LogFormat;
 }
 

@@ -131,7 +131,7 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
 /** --backend, else STEPWISE_BACKEND, else aws when a stack is named, else local. */
 export function backendKind(options: CliOptions): 'local' | 'aws' {
   const kind = options.backend ?? (process.env.STEPWISE_BACKEND?.trim() || undefined) ?? (stackName(options) ? 'aws' : 'local');
-  if (kind !== 'local' && kind !== 'aws') throw new InvalidInputError(`--backend must be local or aws, got ${JSON.stringify(kind)}`);
+  if (kind !== 'local' && kind !== 'aws') throw new InvalidInputError(`${options.backend !== undefined ? '--backend' : 'STEPWISE_BACKEND'} must be local or aws, got ${JSON.stringify(kind)}`);
   if (kind === 'local' && options.stack) throw new InvalidInputError(`--stack names a deployed AWS stack; it does not go with --backend local`);
   return kind;
 }

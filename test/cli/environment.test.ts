@@ -18,4 +18,11 @@ describe('the environment variables the CLI reads', () => {
     expect(status.code).toBe(0);
     expect(status.out).toContain('status   running');
   });
+
+  it('a wrong STEPWISE_BACKEND or STEPWISE_LOG_FORMAT is refused by its own name, not as the flag that was not given', async () => {
+    const env = { STEPWISE_DB: join(tempDir('stepwise-env-'), 'runs.db'), STEPWISE_LOG_LEVEL: 'warn' };
+    expect(await stepwiseCli(['status'], { ...env, STEPWISE_BACKEND: 'sqlite' })).toEqual({ code: 2, out: '', err: 'stepwise: STEPWISE_BACKEND must be local or aws, got "sqlite"\n' });
+    expect(await stepwiseCli(['status', '--backend', 'sqlite'], env)).toEqual({ code: 2, out: '', err: 'stepwise: --backend must be local or aws, got "sqlite"\n' });
+    expect(await stepwiseCli(['status'], { ...env, STEPWISE_LOG_FORMAT: 'text' })).toEqual({ code: 2, out: '', err: 'stepwise: STEPWISE_LOG_FORMAT must be json or pretty, got "text"\n' });
+  });
 });

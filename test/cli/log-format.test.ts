@@ -19,6 +19,9 @@ describe('log format', () => {
     expect(chooseLogFormat(undefined, { STEPWISE_LOG_FORMAT: 'json' }, true)).toBe('json');
     expect(chooseLogFormat('pretty', { STEPWISE_LOG_FORMAT: 'json' }, false)).toBe('pretty');
     expect(() => chooseLogFormat('yaml', {}, false)).toThrow(/--log must be json or pretty, got "yaml"/);
+    // A wrong value from the environment is named as the setting it came from, not as the flag.
+    expect(() => chooseLogFormat(undefined, { STEPWISE_LOG_FORMAT: 'text' }, false)).toThrow('STEPWISE_LOG_FORMAT must be json or pretty, got "text"');
+    expect(() => chooseLogFormat('yaml', { STEPWISE_LOG_FORMAT: 'json' }, false)).toThrow('--log must be json or pretty, got "yaml"');
   });
 
   it('writes JSON lines at info by default, the checkpoint line with run id, step, worker id and size', () => {
