@@ -175,11 +175,38 @@ const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly
   init: { most: 0, usage: 'stepwise init', options: ['queue-name', 'json'] },
 };
 
+/** What a command says of an option it does not read: the options it does read, and where the rest are. */
+function notAnOption(option: string, command: string, takes: (typeof ARGUMENTS)[string]): string {
+  const own = takes.options.map((name) => `--${name}`).join(', ');
+  // A number that starts with a dash (emit's payload -5) reads as an option unless it comes after --.
+  const dashed = takes.most > 0 && /^-[\d.]/.test(option) ? `; an argument that starts with a dash goes after --: stepwise ${command} ... -- ${option}` : '';
+  return `${option} is not an option of stepwise ${command}${own ? ` (it takes ${own})` : ''}${dashed}; see stepwise --help`;
+}
+
+/**
+ * parseArgs, strict. Its refusal of an unknown option (a typo, --verbose) told how to pass a positional
+ * argument that starts with a dash, and neither the command's options nor where to find them: it says
+ * what a known command says of an option it does not read.
+ */
+function parseCommandLine(argv: string[]) {
+  const args = joinNegativeValues(argv);
+  try {
+    return parseArgs({ args, options: OPTIONS, allowPositionals: true, strict: true });
+  } catch (error) {
+    const option = (error as { code?: unknown }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /^Unknown option '([^']+)'/.exec((error as Error).message)?.[1] : undefined;
+    if (option === undefined) throw error;
+    // Read again leniently for the command alone: the unknown option is what made the strict read throw.
+    const [command] = parseArgs({ args, options: OPTIONS, allowPositionals: true, strict: false }).positionals;
+    const takes = command !== undefined && Object.hasOwn(ARGUMENTS, command) ? ARGUMENTS[command] : undefined;
+    throw new StepwiseUsageError(takes ? notAnOption(option, command!, takes) : `unknown option ${option}; see stepwise --help`);
+  }
+}
+
 export async function main(argv: string[], write: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
   // Goals, summaries and tool output come from models, programs and events: a terminal control sequence
   // in one is shown, not acted on, whichever command prints it.
   const out = (line: string) => write(printable(line));
-  const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options: OPTIONS, allowPositionals: true, strict: true });
+  const { values, positionals } = parseCommandLine(argv);
   const [command, arg] = positionals;
   setLogFormat(chooseLogFormat(values.log));
   chooseLogLevel();
@@ -191,10 +218,7 @@ export async function main(argv: string[], write: (line: string) => void = (l) =
   }
   const unread = (Object.keys(values) as (keyof typeof OPTIONS)[])
     .find((name) => !(STORE_OPTIONS as readonly string[]).includes(name) && !takes.options.includes(name));
-  if (unread) {
-    const own = takes.options.map((name) => `--${name}`).join(', ');
-    throw new StepwiseUsageError(`--${unread} is not an option of stepwise ${command}${own ? ` (it takes ${own})` : ''}; see stepwise --help`);
-  }
+  if (unread) throw new StepwiseUsageError(notAnOption(`--${unread}`, command, takes));
   for (const name of NAMING_OPTIONS) {
     if (values[name] === '') throw new StepwiseUsageError(`--${name} is empty (an unset shell variable?): give a value, or leave --${name} out`);
   }

@@ -106,7 +106,11 @@ describe('the stepwise command', () => {
     [['worker', '--agent', join(agentModules, 'syntax.ts')], `stepwise: cannot load agent ${join(agentModules, 'syntax.ts')}: Transform failed with 1 error:`],
     [['drift', '--agent', join(agentModules, 'throws.mjs')], `stepwise: cannot load agent ${join(agentModules, 'throws.mjs')}: DATABASE_URL is not set`],
     [['fly'], 'stepwise: unknown command "fly"'],
-    [['status', '--bogus'], "stepwise: Unknown option '--bogus'"],
+    // An unknown option is told the command's options, as one it does not read is, not parseArgs' syntax.
+    [['status', '--bogus'], 'stepwise: --bogus is not an option of stepwise status (it takes --status, --json, --cursor); see stepwise --help'],
+    [['--verbose', 'status'], 'stepwise: --verbose is not an option of stepwise status (it takes --status, --json, --cursor); see stepwise --help'],
+    [['--verbose'], 'stepwise: unknown option --verbose; see stepwise --help'],
+    [['emit', 'reading', 'sensor-1', '-5'], 'stepwise: -5 is not an option of stepwise emit (it takes --agent, --id); an argument that starts with a dash goes after --: stepwise emit ... -- -5; see stepwise --help'],
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],
     [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be a whole number from 1 to 256, got "0"'],
     [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be a whole number from 1 to 256, got "1000"'],
