@@ -247,7 +247,7 @@ export async function main(argv: string[], write: (line: string) => void = (l) =
   }
   const port = wholeNumber('port', values.port);
   if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);
-  const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status ? { status: values.status } : {}), ...(values.cursor ? { cursor: values.cursor } : {}) };
+  const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status !== undefined ? { status: values.status } : {}), ...(values.cursor !== undefined ? { cursor: values.cursor } : {}) };
   // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
   // HTTP app or the logger that other commands need.
   switch (command) {

@@ -51,6 +51,12 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--concurrency', '0'], '--concurrency must be a whole number from 1 to 256, got "0"'],
     [['prune', '--older-than-days', ''], '--older-than-days must be a number of days (0 or more), got ""'],
     [['prune', '--older-than-days', '0x2'], '--older-than-days must be a number of days (0 or more), got "0x2"'],
+    // `--status "$S"` with S unset listed every run, as if no filter had been asked for.
+    [['status', '--status', ''], '--status must be one of running, waiting, completed, failed, capped, over-budget, cancelled, got ""'],
+    [['status', '--status', 'done', '--json'], '--status must be one of running, waiting, completed, failed, capped, over-budget, cancelled, got "done"'],
+    // With a run id they were dropped: the run shown whatever its status.
+    [['status', 'in-1', '--status', 'failed'], '--status and --cursor choose the runs of the table; with a run id, status shows that run whatever its status: leave them out, or the run id'],
+    [['status', 'in-1', '--cursor', 'abc', '--json'], '--status and --cursor choose the runs of the table; with a run id, status shows that run whatever its status: leave them out, or the run id'],
   ])('%j: exit 2, naming the option', (args, message) => {
     const before = runIds();
     const r = stepwise(...args);

@@ -22,13 +22,18 @@ const codec = () => import('../../core/codec.ts');
 
 /** `status [runId]`: one run in detail, or a table of runs. */
 export async function statusCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
+  // Both choose the rows of the table. Given with a run id they were dropped without a word, the run shown
+  // whatever its status; an empty --status (`--status "$S"`, S unset) listed every run, not none.
+  if (runId && (options.status !== undefined || options.cursor !== undefined)) {
+    throw new InvalidInputError(`--status and --cursor choose the runs of the table; with a run id, status shows that run whatever its status: leave them out, or the run id`);
+  }
+  if (options.status !== undefined) {
+    const { RUN_STATUSES } = await import('../../core/state.ts');
+    if (!RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}, got ${JSON.stringify(options.status)}`);
+  }
   const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
     if (!runId) {
-      if (options.status) {
-        const { RUN_STATUSES } = await import('../../core/state.ts');
-        if (!RUN_STATUSES.includes(options.status as RunStatus)) throw new InvalidInputError(`--status must be one of ${RUN_STATUSES.join(', ')}`);
-      }
       const { listRunsPage } = await import('../../engine/operate/list.ts');
       const { runs, next } = await listRunsPage(runtime.store, {
         ...(options.status ? { status: options.status as RunStatus } : {}), limit: RUNS_SHOWN, ...(options.cursor ? { cursor: options.cursor } : {}),
