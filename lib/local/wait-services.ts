@@ -3,6 +3,7 @@ import { OUTBOX_ENV } from '../settings.ts';
 import type { WaitServices } from '../waits/services.ts';
 import { localSigningKey } from '../waits/signing-key.ts';
 import { OutboxNotifier } from '../waits/outbox-notifier.ts';
+import { publicUrlOf } from '../waits/public-url.ts';
 import type { LocalRuntime } from './runtime.ts';
 
 export const DEFAULT_PORT = 8787;
@@ -17,7 +18,7 @@ export function localWaitServices(runtime: LocalRuntime, dbPath: string, env: No
   return {
     notifier: new OutboxNotifier(env[OUTBOX_ENV]?.trim() || join(dir, 'outbox')),
     signingKey: localSigningKey(join(dir, 'signing.key')),
-    publicUrl: env.STEPWISE_PUBLIC_URL ?? `http://127.0.0.1:${DEFAULT_PORT}`,
+    publicUrl: publicUrlOf(env) ?? `http://127.0.0.1:${DEFAULT_PORT}`,
     events: runtime.events,
   };
 }

@@ -25,4 +25,22 @@ describe('the environment variables the CLI reads', () => {
     expect(await stepwiseCli(['status', '--backend', 'sqlite'], env)).toEqual({ code: 2, out: '', err: 'stepwise: --backend must be local or aws, got "sqlite"\n' });
     expect(await stepwiseCli(['status'], { ...env, STEPWISE_LOG_FORMAT: 'text' })).toEqual({ code: 2, out: '', err: 'stepwise: STEPWISE_LOG_FORMAT must be json or pretty, got "text"\n' });
   });
+
+  it('approval links: an empty STEPWISE_PUBLIC_URL means the default address, one that is not an http(s) URL is refused', async () => {
+    const dir = tempDir('stepwise-env-');
+    const env = { STEPWISE_DB: join(dir, 'runs.db'), EFFECTS_DB: join(dir, 'effects.db'), STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' };
+    const approvalAgent = join(ROOT, 'test/support/approval-agent.ts');
+    // Empty, it turned every approval email off ('no ... public URL is configured').
+    const unset = await stepwiseCli(['run', '--agent', approvalAgent, '--goal', 'drop the old table', '--run-id', 'url-1'], { ...env, STEPWISE_PUBLIC_URL: '' });
+    expect(unset.code).toBe(0);
+    expect(unset.err).toBe('');
+    expect(unset.out).toMatch(/^ {2}approve or reject: http:\/\/127\.0\.0\.1:8787\/approvals\/v1\.\S+$/m);
+    // Without its scheme, it went in front of every emailed link: `localhost:8787/approvals/...`.
+    const noScheme = await stepwiseCli(['run', '--agent', approvalAgent, '--goal', 'drop the old table', '--run-id', 'url-2'], { ...env, STEPWISE_PUBLIC_URL: 'localhost:8787' });
+    expect(noScheme).toEqual({
+      code: 2, out: '',
+      err: 'stepwise: STEPWISE_PUBLIC_URL must be the http:// or https:// address approval links point at (http://127.0.0.1:8787, where stepwise serve listens), got "localhost:8787"\n',
+    });
+    expect((await stepwiseCli(['status', 'url-2'], env)).code).toBe(2);
+  });
 });

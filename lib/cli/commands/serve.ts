@@ -76,7 +76,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
  * nothing answered, and nothing said so. Said at start, with the setting that fixes it.
  */
 function linksElsewhere(host: string, port: number): string | undefined {
-  if (process.env[PUBLIC_URL_ENV] !== undefined) return undefined;
+  if (process.env[PUBLIC_URL_ENV]?.trim()) return undefined; // empty, the links take the default too
   const anyHost = host === '0.0.0.0' || host === '::';
   if (port === DEFAULT_PORT && (anyHost || host === '127.0.0.1' || host === 'localhost')) return undefined;
   const reach = anyHost ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
