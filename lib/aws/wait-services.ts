@@ -3,6 +3,7 @@ import { SESv2Client } from '@aws-sdk/client-sesv2';
 import { InvalidInputError, TransientError, errorMessage } from '../core/errors.ts';
 import type { Notifier } from '../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
+import { publicUrlOf } from '../waits/public-url.ts';
 import type { WaitServices } from '../waits/services.ts';
 import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource } from '../waits/signing-key.ts';
 import { DynamoEventBuffer } from './dynamo-event-buffer.ts';
@@ -20,7 +21,8 @@ export { EMAIL_FROM_ENV, PUBLIC_URL_ENV };
  * may be a file (STEPWISE_SIGNING_KEY_FILE) and the emails .eml files in a folder (STEPWISE_OUTBOX).
  */
 export function awsWaitServices(runtime: AwsRuntime, env: NodeJS.ProcessEnv = process.env, options: AwsWaitOptions = {}): WaitServices {
-  const publicUrl = env[PUBLIC_URL_ENV]?.trim();
+  // Checked as the local backend checks it: a value with no scheme was pasted in front of every emailed link.
+  const publicUrl = publicUrlOf(env);
   const notifier = awsNotifier(env, options.outbox);
   const signingKey = awsSigningKey(env);
   return {

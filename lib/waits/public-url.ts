@@ -13,7 +13,7 @@ export function publicUrlOf(env: NodeJS.ProcessEnv): string | undefined {
   let url: URL | undefined;
   try { url = new URL(value); } catch { url = undefined; }
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || !url.host) {
-    throw new InvalidInputError(`${PUBLIC_URL_ENV} must be the http:// or https:// address approval links point at (http://127.0.0.1:8787, where stepwise serve listens), got ${JSON.stringify(env[PUBLIC_URL_ENV])}`);
+    throw new InvalidInputError(`${PUBLIC_URL_ENV} must be the http:// or https:// address approval links point at (stepwise serve's, http://127.0.0.1:8787 by default; on AWS the API's URL), got ${JSON.stringify(env[PUBLIC_URL_ENV])}`);
   }
   return value;
 }

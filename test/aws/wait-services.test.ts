@@ -50,6 +50,14 @@ describe('awsWaitServices', () => {
     expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: join(root, 'a-dir') })).toThrow(/cannot read the approval signing key file .*a-dir \(STEPWISE_SIGNING_KEY_FILE\): EISDIR/);
   });
 
+  it('takes STEPWISE_PUBLIC_URL as an http(s) address, refusing one with no scheme as the local backend does', () => {
+    expect(awsWaitServices(runtime, { STEPWISE_PUBLIC_URL: ' https://abc.execute-api.eu-west-1.amazonaws.com/ ' }).publicUrl).toBe('https://abc.execute-api.eu-west-1.amazonaws.com/');
+    expect(awsWaitServices(runtime, { STEPWISE_PUBLIC_URL: '' }).publicUrl).toBeUndefined();
+    for (const bad of ['abc.execute-api.eu-west-1.amazonaws.com', 'ftp://host/x']) {
+      expect(() => awsWaitServices(runtime, { STEPWISE_PUBLIC_URL: bad })).toThrow(`STEPWISE_PUBLIC_URL must be the http:// or https:// address approval links point at (stepwise serve's, http://127.0.0.1:8787 by default; on AWS the API's URL), got ${JSON.stringify(bad)}`);
+    }
+  });
+
   it('refuses a secret and a file together, and SES and an outbox together', () => {
     const file = keyFile('both.key', Buffer.alloc(32, 2).toString('base64'));
     expect(() => awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_SECRET_ID: 'stepwise/signing', STEPWISE_SIGNING_KEY_FILE: file }))

@@ -39,7 +39,7 @@ describe('the environment variables the CLI reads', () => {
     const noScheme = await stepwiseCli(['run', '--agent', approvalAgent, '--goal', 'drop the old table', '--run-id', 'url-2'], { ...env, STEPWISE_PUBLIC_URL: 'localhost:8787' });
     expect(noScheme).toEqual({
       code: 2, out: '',
-      err: 'stepwise: STEPWISE_PUBLIC_URL must be the http:// or https:// address approval links point at (http://127.0.0.1:8787, where stepwise serve listens), got "localhost:8787"\n',
+      err: `stepwise: STEPWISE_PUBLIC_URL must be the http:// or https:// address approval links point at (stepwise serve's, http://127.0.0.1:8787 by default; on AWS the API's URL), got "localhost:8787"\n`,
     });
     expect((await stepwiseCli(['status', 'url-2'], env)).code).toBe(2);
   });
