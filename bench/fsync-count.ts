@@ -31,7 +31,9 @@ function countRuns(dir: string, index: number, bytes: number, runs: number): num
 }
 
 if (MANY <= FEW) {
-  throw new Error(`bench/fsync-count.ts [many] [few]: many runs must be more than few, not ${MANY} and ${FEW}`);
+  // Their difference divides the counts: as the usage line of a bad count, not a stack.
+  process.stderr.write(`fsync-count.ts: many runs must be more than few, not ${MANY} and ${FEW}\nusage: node --import tsx bench/fsync-count.ts [many] [few]\n`);
+  process.exit(2);
 }
 const why = cannotTrace();
 if (why) {

@@ -42,10 +42,17 @@ describe('bench/fsync-count-support.ts', () => {
   });
 
   it('bench/fsync-count.ts refuses runs that are not many > few >= 1 before it counts anything, rather than dividing by 0', () => {
-    for (const args of [['2', '3'], ['2', '2'], ['6', '0'], ['x', '1']]) {
+    const refusals: [string[], string][] = [
+      [['2', '3'], 'many runs must be more than few, not 2 and 3'],
+      [['2', '2'], 'many runs must be more than few, not 2 and 2'],
+      [['6', '0'], 'few must be a whole number of at least 1, not "0"'],
+      [['x', '1'], 'many must be a whole number of at least 2, not "x"'],
+    ];
+    for (const [args, why] of refusals) {
       const r = spawnSync(process.execPath, ['--import', 'tsx', 'bench/fsync-count.ts', ...args], { encoding: 'utf8' });
-      expect(r.status).not.toBe(0);
-      expect(r.stderr).toContain(`whole numbers of runs with many > few >= 1, not ${args[0]} and ${args[1]}`);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toContain(why);
+      expect(r.stderr).not.toContain('    at ');
       expect(r.stdout).not.toContain('fsync calls per step');
     }
   });
