@@ -486,8 +486,9 @@ function runner(db: Db): Database.Transaction<(fn: () => unknown) => unknown> {
 
 /**
  * BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process.
- * Under it, the file is checked to be the one at the path still: a checkpoint or a claim written to a file
- * deleted or replaced under this connection would be lost (moved-file.ts), and is refused, nothing written.
+ * Under it, the file is checked to be the one at the path still, at most every MOVED_FILE_CHECK_MS: a
+ * checkpoint written to a file deleted or replaced under this connection would be lost (moved-file.ts), and
+ * is refused, nothing written. A step's decision and the ledger's claim check each time, before an effect runs.
  */
 export function immediate<T>(db: Db, fn: () => T): T {
   return runner(db).immediate(() => {

@@ -11,6 +11,7 @@ import type {
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { MAX_VERSIONS, checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, type Db } from './database.ts';
+import { refuseMovedFile } from './moved-file.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible, type HeldRow } from './sqlite-queue.ts';
 
@@ -216,6 +217,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
   async recordDecision(runId: string, expectedVersion: number, decision: Decision): Promise<void> {
     const { encodeDecision } = loaded ?? await encoders();
     immediate(this.db, () => {
+      // Its side-effecting tool runs once this is written: never on a file no longer at its path (moved-file.ts).
+      refuseMovedFile(this.db, true);
       this.assertVersion(runId, expectedVersion);
       const inserted = this.sql('INSERT INTO steps (run_id, step, decision) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
         .run(runId, decision.step, encodeDecision(decision));

@@ -7,6 +7,7 @@ import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
+import { refuseMovedFile } from './moved-file.ts';
 import { immediate, isBusy, preparedOnce, type Db } from './database.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
@@ -41,6 +42,8 @@ export class SqliteLedger implements IdempotencyLedger {
     const argsHash = hashArgs(args);
     const owner = randomUUID();
     const claimed = immediate(this.db, () => {
+      // The effect runs once this claim is written: never on a file no longer at its path (moved-file.ts).
+      refuseMovedFile(this.db, true);
       const now = this.clock.now();
       const row = this.row(key);
       // Written by newer code: neither its result nor its claim is this code's to read or take over.

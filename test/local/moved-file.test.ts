@@ -2,6 +2,7 @@ import { copyFileSync, renameSync, unlinkSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Handled } from '../../lib/engine/handle-message.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
+import { MOVED_FILE_CHECK_MS } from '../../lib/local/moved-file.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -20,7 +21,7 @@ describe('a worker whose database file is deleted or replaced while it runs', ()
   });
   const completed = (h: Handled) => h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status === 'completed';
 
-  it.each(['replaced by another file', 'deleted'])('%s: it stops at its next write, which it refuses, and its run goes on from the file now there', async (how) => {
+  it.each(['replaced by another file', 'deleted'])('%s: it refuses its next side-effecting step\'s decision, so no effect is applied after the fault, and its run goes on from the file now there', async (how) => {
     db = tempDb();
     const clock = new ManualClock();
     const rows = new FakeRows();
@@ -58,5 +59,33 @@ describe('a worker whose database file is deleted or replaced while it runs', ()
     expect((await loadState(b.runtime, 'r')).status).toBe('completed');
     expect([...rows.rows.keys()]).toEqual(['r/step-1', 'r/step-2', 'r/step-3', 'r/step-4']);
     expect(b.runtime.db.pragma('integrity_check', { simple: true })).toBe('ok');
+  });
+
+  it('a worker of read-only steps stops at its first write once MOVED_FILE_CHECK_MS have passed, which it refuses', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const count = () => ({ kind: 'tool' as const, tool: 'count_rows', input: {} });
+    const a = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: new StubModel(count), clock, workerId: 'A' });
+    opened.push(a.runtime);
+    await start(a.deps, 'count the rows, again and again', 'r');
+    let handled = 0;
+    const advanced: number[] = [];
+    const worker = runWorker(a.deps, a.runtime.queue, {
+      visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0,
+      onHandled: (h) => {
+        if (h.action === 'ack' && h.outcome?.kind === 'advanced') advanced.push(h.outcome.state.steps.length);
+        if (++handled === 2) {
+          unlinkSync(db.path);
+          // The look at the file is at most this far apart (a step's stat is its cost): past it, the next
+          // write looks, finds the file gone, and is refused.
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, MOVED_FILE_CHECK_MS + 20);
+        }
+        return handled > 50;
+      },
+    });
+    await expect(worker).rejects.toThrow(`the database ${db.path} was deleted while this process had it open`);
+    // Step 3's checkpoint was refused: the worker stopped having advanced the run no further.
+    expect(advanced).toEqual([1, 2]);
   });
 });
