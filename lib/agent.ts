@@ -108,6 +108,7 @@ const FIELD_NAME = /^[a-zA-Z0-9_.-]{1,64}$/;
 export function defineAgent(definition: AgentDefinition): AgentDefinition {
   if (!definition || typeof definition !== 'object') throw new InvalidInputError(`an agent is defineAgent({ name, tools }), not ${definition === null ? 'null' : typeof definition}`);
   if (!definition.name) throw new InvalidInputError('an agent needs a name');
+  checkAgentName(definition.name);
   for (const former of definition.formerNames ?? []) {
     if (typeof former !== 'string' || !former || former === definition.name) {
       throw new InvalidInputError(`agent ${definition.name}: formerNames must be earlier names, not ${JSON.stringify(former)}`);
@@ -131,6 +132,25 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
     toolSpec(t);
   }
   return definition;
+}
+
+/**
+ * An agent's name: printable ASCII, no space at either end, at most 128 characters. Every run records it
+ * as text, so a number (a JavaScript agent's `name: 5`) started a run that no worker could read. On AWS it
+ * is a CloudWatch dimension (ASCII, no control characters, not blank) and is in each Lambda function's
+ * description (256 characters): a name past those worked locally and failed the deploy, or the metrics.
+ */
+const MAX_AGENT_NAME = 128;
+
+function checkAgentName(name: unknown): void {
+  if (typeof name !== 'string') throw new InvalidInputError(`an agent's name is text, not a ${typeof name} (${String(name).slice(0, 80)})`);
+  const shown = JSON.stringify(name.length > 80 ? `${name.slice(0, 80)}...` : name);
+  const odd = /[^\x20-\x7e]/u.exec(name);
+  const why = name.length > MAX_AGENT_NAME ? `is ${name.length} characters; the limit is ${MAX_AGENT_NAME}`
+    : odd ? `holds ${JSON.stringify(odd[0])} (U+${odd[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}), which is not printable ASCII`
+    : name.trim() !== name ? 'has a space at its start or end'
+    : undefined;
+  if (why) throw new InvalidInputError(`agent name ${shown} ${why}: a name is 1 to ${MAX_AGENT_NAME} printable ASCII characters (letters, digits, punctuation, spaces inside); runs recorded under an earlier name are taken over with formerNames`);
 }
 
 /** Settings that would fail every run of the agent are refused when it loads, naming the agent. */

@@ -41,3 +41,28 @@ describe('defineAgent refuses, when the agent loads, what would fail every run',
     expect(agent.settings).toEqual(settings);
   });
 });
+
+describe("defineAgent refuses a name that a run could not keep or AWS could not take", () => {
+  it.each([
+    // Recorded as a number, the run's first checkpoint could not be read by any worker.
+    ['a number (a JavaScript agent)', 5, "an agent's name is text, not a number (5)"],
+    ['only spaces', '   ', 'agent name "   " has a space at its start or end'],
+    ['a space at the end (a pasted name)', 'copy-rows ', 'agent name "copy-rows " has a space at its start or end'],
+    ['a newline', 'copy\nrows', 'agent name "copy\\nrows" holds "\\n" (U+000A), which is not printable ASCII'],
+    ['a NUL byte', 'a\u0000b', 'holds "\\u0000" (U+0000)'],
+    ['an emoji, which no CloudWatch dimension takes', 'rows 🚀', 'holds "🚀" (U+1F680), which is not printable ASCII'],
+    ['an accent written as a combining mark', 'cafe\u0301', 'holds "\u0301" (U+0301)'],
+    // A Lambda function's description ("stepwise <name>: ...") is at most 256 characters.
+    ['129 characters', 'a'.repeat(129), 'is 129 characters; the limit is 128'],
+    ['100 KB', 'a'.repeat(100_000), `agent name "${'a'.repeat(80)}..." is 100000 characters; the limit is 128`],
+  ])('%s', (_what, name, message) => {
+    expect(agentWith({ name })).toThrow(InvalidInputError);
+    expect(agentWith({ name })).toThrow(message);
+    if (typeof name === 'string') expect(agentWith({ name })).toThrow('runs recorded under an earlier name are taken over with formerNames');
+  });
+
+  it('takes 128 characters, spaces inside and punctuation, and any string as a former name', () => {
+    for (const name of ['a'.repeat(128), 'Copy Rows v2', 'ops/copy-rows@2', '5']) expect(defineAgent({ name, tools: [echo as ToolDefinition] }).name).toBe(name);
+    expect(defineAgent({ name: 'copy-rows', formerNames: ['café rows '], tools: [echo as ToolDefinition] }).formerNames).toEqual(['café rows ']);
+  });
+});
