@@ -28,6 +28,16 @@ export const EVENT_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$/;
 /** An approver: an email address (what the approval email is sent to and the token is bound to). */
 export const APPROVER = /^[^\s@<>"',;]{1,64}@[^\s@<>"',;]{1,190}$/;
 
+/**
+ * An approver's address as waits keep and compare it: without the spaces around it (an address has none;
+ * a form field or a script's variable may), in one Unicode form (an accented letter typed as one character
+ * or as a letter and a combining mark), and in lower case. Otherwise `--as " ops@example.com"` was refused
+ * as " ops@example.com is not an approver", reading like the approver's own address.
+ */
+export function approverKey(address: string): string {
+  return address.trim().normalize('NFC').toLowerCase();
+}
+
 /** The longest comment an approver may give (the page, the API and the CLI alike). */
 export const MAX_COMMENT = 4000;
 /**
@@ -101,7 +111,7 @@ export function waitRecordFor(spec: WaitSpec, decision: Decision, id: string, no
     // By index: find() returns undefined for an approver that is undefined, as for none found.
     const bad = spec.approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
     if (bad >= 0) throw new InvalidInputError(`approver ${JSON.stringify(spec.approvers[bad]) ?? 'undefined'} is not an email address`);
-    return { ...base, deadline, approvers: [...new Set(spec.approvers.map((a) => a.toLowerCase()))], request: spec.request };
+    return { ...base, deadline, approvers: [...new Set(spec.approvers.map(approverKey))], request: spec.request };
   }
   for (const [what, value] of [['event type', spec.type], ['correlation key', spec.key]] as const) {
     if (!EVENT_NAME.test(value)) throw new InvalidInputError(`${what} ${JSON.stringify(value)} must match ${EVENT_NAME}`);
@@ -120,7 +130,10 @@ export function answerFits(wait: WaitRecord, answer: WaitAnswer): string | undef
     case 'approved':
     case 'rejected':
       if (wait.kind !== 'approval') return `wait ${wait.id} is a ${wait.kind} wait, not an approval`;
-      if (!wait.approvers?.includes(answer.by.toLowerCase())) return `${answer.by} is not an approver of wait ${wait.id}`;
+      // Compared by key on both sides: a wait saved before its approvers were kept in one Unicode form.
+      if (!wait.approvers?.some((approver) => approverKey(approver) === approverKey(answer.by))) {
+        return `${JSON.stringify(answer.by)} is not an approver of wait ${wait.id}`;
+      }
       return undefined;
     case 'event':
       if (wait.kind !== 'event') return `wait ${wait.id} is a ${wait.kind} wait, not an event wait`;
@@ -139,7 +152,7 @@ export function answerText(wait: WaitRecord, answer: WaitAnswer, at: number): st
   switch (answer.kind) {
     case 'approved':
     case 'rejected':
-      return canonicalJson({ approval: answer.kind, by: answer.by, ...(answer.comment ? { comment: answer.comment } : {}), at: when });
+      return canonicalJson({ approval: answer.kind, by: answer.by.trim(), ...(answer.comment ? { comment: answer.comment } : {}), at: when });
     case 'event':
       return canonicalJson({ event: answer.type, key: answer.key, id: answer.id, payload: answer.payload ?? null, at: when });
     case 'woke':

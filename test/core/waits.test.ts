@@ -42,7 +42,7 @@ describe('wait records', () => {
   it('says which answers fit which wait', () => {
     const approval = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'x' }, decision, 'wait-0006', NOW);
     expect(answerFits(approval, { kind: 'approved', by: 'OPS@example.com' })).toBeUndefined();
-    expect(answerFits(approval, { kind: 'approved', by: 'mallory@example.com' })).toMatch(/not an approver/);
+    expect(answerFits(approval, { kind: 'approved', by: 'mallory@example.com' })).toBe('"mallory@example.com" is not an approver of wait wait-0006');
     expect(answerFits(approval, { kind: 'event', type: 't', key: 'k', id: 'e1', payload: {} })).toMatch(/not an event wait/);
     expect(answerFits(approval, deadlineAnswer(approval))).toBeUndefined();
     const event = waitRecordFor({ kind: 'event', type: 'order.paid', key: 'order-7' }, decision, 'wait-0007', NOW);
@@ -50,6 +50,35 @@ describe('wait records', () => {
     const sleep = waitRecordFor({ kind: 'sleep', until: NOW + 1 }, decision, 'wait-0008', NOW);
     expect(deadlineAnswer(sleep)).toEqual({ kind: 'woke' });
     expect(answerFits(sleep, { kind: 'timed-out' })).toMatch(/wakes/);
+  });
+});
+
+describe("an approver's address", () => {
+  const nfc = 'jos\u00e9@example.com';
+  const nfd = 'jose\u0301@example.com';
+
+  it('is the same approver with spaces around it, as the form or a script gives it', () => {
+    const approval = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'x' }, decision, 'wait-0010', NOW);
+    for (const by of [' ops@example.com', 'ops@example.com\n', '\tOPS@example.com ']) expect(answerFits(approval, { kind: 'approved', by }), JSON.stringify(by)).toBeUndefined();
+    // What the model reads is the address, not the spaces.
+    expect(JSON.parse(resolveWait(beginWait(stateAfter('run', 2), approval, NOW), { kind: 'approved', by: ' ops@example.com\n' }, NOW, 'w').record.result.text))
+      .toMatchObject({ approval: 'approved', by: 'ops@example.com' });
+  });
+
+  it('is the same approver with an accent written as one character or as a combining mark', () => {
+    expect(nfc).not.toBe(nfd);
+    const fromNfd = waitRecordFor({ kind: 'approval', approvers: [nfd], request: 'x' }, decision, 'wait-0011', NOW);
+    expect(fromNfd.approvers).toEqual([nfc]);
+    expect(answerFits(fromNfd, { kind: 'approved', by: nfc })).toBeUndefined();
+    expect(answerFits(fromNfd, { kind: 'approved', by: nfd })).toBeUndefined();
+    // A wait saved before approvers were kept in one form still takes either.
+    const saved = { ...fromNfd, approvers: [nfd] };
+    expect(answerFits(saved, { kind: 'approved', by: nfc })).toBeUndefined();
+  });
+
+  it('a refusal quotes the address as it was given', () => {
+    const approval = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com', 'lead@example.com'], request: 'x' }, decision, 'wait-0012', NOW);
+    expect(answerFits(approval, { kind: 'approved', by: 'ops@example.org\n' })).toBe('"ops@example.org\\n" is not an approver of wait wait-0012');
   });
 });
 
