@@ -48,8 +48,14 @@ export interface LocalEngine {
   close(): void;
 }
 
+/**
+ * What a program passes as its agent: the agent, or what an ES module's default import of a CommonJS agent
+ * module gives (`import agent from './agent.ts'` in a .mts file of a package `npm init` made), its exports.
+ */
+export type ImportedAgent = AgentDefinition | { default: AgentDefinition };
+
 /** The engine on the embedded SQLite runtime, for a program of your own: what `stepwise run` is built on. */
-export async function openLocalEngine(given: AgentDefinition, options: LocalEngineOptions = {}): Promise<LocalEngine> {
+export async function openLocalEngine(given: ImportedAgent, options: LocalEngineOptions = {}): Promise<LocalEngine> {
   // Checked as `stepwise run` checks a loaded one: an agent built without defineAgent (a tool without
   // sideEffect, a misspelt budget) would otherwise fail its runs one step at a time, or not at all. One
   // imported from a CommonJS package arrives as its module's exports, which loadAgent unwraps too: taken

@@ -202,6 +202,25 @@ describe('the packed package', () => {
     expect(JSON.parse(status.out)).toMatchObject({ runId: 'copy-1', agent: 'packed', status: 'completed', step: 1 });
   });
 
+  it("type-checks and runs the README's embedding example as a .mts file of a CommonJS package, as the README says to", () => {
+    // Its `import agent from './agent.ts'` is then the CommonJS agent module's exports, { default: agent }:
+    // openLocalEngine unwrapped them at run time, and its declared type refused them to tsc.
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('### In a program of your own'));
+    expect(section).toContain('in a CommonJS package');
+    const example = /```ts\n([\s\S]*?)```/.exec(section)![1]!;
+    writeFileSync(join(app, 'embed-cjs.mts'), example.replace("dbPath: 'runs.db'", "dbPath: 'embed-cjs.db'"));
+    const config = JSON.parse(readFileSync(join(app, 'tsconfig.json'), 'utf8')) as { compilerOptions: Record<string, unknown> };
+    writeFileSync(join(app, 'tsconfig.embed-cjs.json'), JSON.stringify({
+      compilerOptions: { ...config.compilerOptions, allowImportingTsExtensions: true }, files: ['embed-cjs.mts'],
+    }));
+    const types = run(process.execPath, [TSC, '-p', 'tsconfig.embed-cjs.json']);
+    expect(types.out + types.err).toBe('');
+    const r = run(process.execPath, ['--import', 'tsx', 'embed-cjs.mts']);
+    expect(r.code, said(r.err)).toBe(0);
+    expect(r.out.trim()).toBe('completed greeted once');
+  });
+
   it('synthesizes a CDK app that uses the construct from stepwise/cdk', () => {
     writeFileSync(join(app, 'cdk-app.ts'), `import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
