@@ -31,9 +31,11 @@ export interface ToolContext {
    * worker lost the claim (it froze past its lease and another attempt took the key). One effect per
    * step: a second `once` in the same try, after the first was applied or while it runs (nested, or not
    * awaited), fails the run with a PermanentError; once more after a failed effect is a retry of it. Only
-   * in a tool with `sideEffect: true`: elsewhere it fails the run at once, saying so.
+   * in a tool with `sideEffect: true`: elsewhere it fails the run at once, saying so. `effect` may return
+   * its result or a promise of it: a synchronous one (better-sqlite3's transactions) is applied the same
+   * way, and its throw is a failed effect, but the claim is renewed only while the effect awaits.
    */
-  once<T>(effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
+  once<T>(effect: (signal: AbortSignal) => T | Promise<T>, options?: OnceOptions): Promise<T>;
   /**
    * Aborts when this try runs out of time (the tool's `timeoutMs`, or the worker's own deadline): hand it
    * to fetch and the like. The try has failed by then, whatever the tool still does; a claim `once` holds

@@ -25,7 +25,7 @@ export async function holdWhileRenewing<T>(input: {
   clock: Clock;
   leaseMs: number;
   renew: () => Promise<boolean> | boolean;
-  effect: (signal: AbortSignal) => Promise<T>;
+  effect: (signal: AbortSignal) => T | Promise<T>;
   /** Renewing stops when this aborts (the step's try ran out of time); the effect's signal aborts with its reason. */
   stop?: AbortSignal;
 }): Promise<T> {

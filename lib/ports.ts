@@ -314,7 +314,7 @@ export interface OnceOptions {
  * lease and another attempt took the key); a holder that lost its claim never undoes the new owner's.
  */
 export interface IdempotencyLedger {
-  once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => Promise<T>, options?: OnceOptions): Promise<T>;
+  once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => T | Promise<T>, options?: OnceOptions): Promise<T>;
 }
 
 export interface ToolSpec {

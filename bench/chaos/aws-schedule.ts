@@ -289,7 +289,7 @@ export async function awsSchedule(
       { step: 'finalizeRequest', priority: 'low', name: `chaos-ambiguous-${randomUUID()}` },
     );
     c.runtime = openAwsRuntime({ ...where, clients, clock: c.clock });
-    const bypassed: IdempotencyLedger = { once: (_key, _args, effect) => effect(new AbortController().signal) };
+    const bypassed: IdempotencyLedger = { once: async (_key, _args, effect) => effect(new AbortController().signal) };
     c.handler = createSqsWorkerHandler({
       runtime: { ...c.runtime, ...(options.sabotage === 'ledger-bypassed' ? { ledger: bypassed } : {}) },
       agent: agentFor(c), model, log: handlerLog(c), codeVersion: 'chaos', clock: c.clock,

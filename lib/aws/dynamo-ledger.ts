@@ -70,7 +70,7 @@ export class DynamoLedger implements IdempotencyLedger {
     return this.clock.now();
   }
 
-  async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => Promise<T>, options: OnceOptions = {}): Promise<T> {
+  async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => T | Promise<T>, options: OnceOptions = {}): Promise<T> {
     const leaseMs = leaseMsOf(options);
     const argsHash = hashArgs(args);
     const token = randomUUID();

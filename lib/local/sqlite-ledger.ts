@@ -37,7 +37,7 @@ const FORMAT = RECORD_FORMATS.ledger > 1 ? RECORD_FORMATS.ledger : null;
 export class SqliteLedger implements IdempotencyLedger {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
 
-  async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => Promise<T>, options: OnceOptions = {}): Promise<T> {
+  async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => T | Promise<T>, options: OnceOptions = {}): Promise<T> {
     const leaseMs = leaseMsOf(options);
     const argsHash = hashArgs(args);
     const owner = randomUUID();

@@ -127,6 +127,19 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       expect(await worker(clock).once(key, {}, async () => 'second try')).toBe('second try');
     });
 
+    it('applies a synchronous effect (a better-sqlite3 transaction) as an async one: its result remembered, its throw a failed effect whose claim is released', async () => {
+      const clock = new ManualClock();
+      const key = uniqueKey('sync');
+      // A rejected promise, not a throw out of once: the caller's await sees it as it would an async one's.
+      const failed = worker(clock).once(key, {}, () => { throw new Error('boom'); });
+      await expect(failed).rejects.toThrow('boom');
+      let applied = 0;
+      const effect = () => ({ rows: ++applied });
+      expect(await worker(clock).once(key, {}, effect)).toEqual({ rows: 1 });
+      expect(await worker(clock).once(key, {}, effect)).toEqual({ rows: 1 });
+      expect(applied).toBe(1);
+    });
+
     it('holds a dead attempt\'s claim until its lease ends, says when that is, then lets the effect run again', async () => {
       const clock = new ManualClock();
       const key = uniqueKey('dead');

@@ -202,6 +202,24 @@ describe('the packed package', () => {
     expect(JSON.parse(status.out)).toMatchObject({ runId: 'copy-1', agent: 'packed', status: 'completed', step: 1 });
   });
 
+  it("type-checks the README's agent with a synchronous copyRows, as the demo's better-sqlite3 one is", () => {
+    // Its copy_batch wraps copyRows in ctx.once, whose type took only an effect returning a promise: a
+    // synchronous effect ran, and tsc refused it (TS2739, 'missing then, catch ...').
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('An agent is a module that exports its tools:'));
+    const example = /```ts\n([\s\S]*?)```/.exec(section)![1]!;
+    expect(example).toContain('ctx.once(() => copyRows(input))');
+    writeFileSync(join(app, 'readme-agent.ts'), `${example}
+function copyRows(input: { afterId: number; limit: number }): { copied: number; lastId: number } {
+  return { copied: input.limit, lastId: input.afterId + input.limit };
+}
+`);
+    const config = JSON.parse(readFileSync(join(app, 'tsconfig.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(app, 'tsconfig.readme-agent.json'), JSON.stringify({ ...config, files: ['readme-agent.ts'] }));
+    const types = run(process.execPath, [TSC, '-p', 'tsconfig.readme-agent.json']);
+    expect(types.out + types.err).toBe('');
+  });
+
   it("type-checks and runs the README's embedding example as a .mts file of a CommonJS package, as the README says to", () => {
     // Its `import agent from './agent.ts'` is then the CommonJS agent module's exports, { default: agent }:
     // openLocalEngine unwrapped them at run time, and its declared type refused them to tsc.
