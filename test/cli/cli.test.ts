@@ -101,6 +101,9 @@ describe('the stepwise command', () => {
     [['history', 'no-such-run'], 'stepwise: unknown run: no-such-run'],
     [['start', '--goal', 'x'], 'stepwise: --agent path/to/agent.ts is required'],
     [['start', '--agent', AGENT, '--goal', ''], 'stepwise: the goal is empty'],
+    // Left out, the goal is named as the flag to give, not called empty.
+    [['start', '--agent', AGENT], 'stepwise: --goal "what the run should achieve" is required'],
+    [['run', '--agent', AGENT], 'stepwise: --goal "what the run should achieve" is required, or --run-id of a run to work on'],
     [['start', '--agent', join(ROOT, 'package.json'), '--goal', 'x'], 'does not export an agent'],
     [['start', '--agent', 'no/such/agent.ts', '--goal', 'x'], `stepwise: no agent module at no/such/agent.ts (${join(ROOT, 'no/such/agent.ts')} does not exist)`],
     [['worker', '--agent', join(agentModules, 'syntax.ts')], `stepwise: cannot load agent ${join(agentModules, 'syntax.ts')}: Transform failed with 1 error:`],

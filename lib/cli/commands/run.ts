@@ -18,6 +18,8 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
   if (backendKind(options) !== 'local') {
     throw new InvalidInputError('`stepwise run` works a run in this process on the local backend; with --backend aws use `stepwise start` and `stepwise worker`');
   }
+  // As for start: without either, "the goal is empty" named a --goal "" never typed.
+  if (options.goal === undefined && !options.runId) throw new InvalidInputError('--goal "what the run should achieve" is required, or --run-id of a run to work on');
   const agent = await requireAgent(options);
   const engine = await openLocalEngine(agent, { dbPath: dbPath(options) });
   try {

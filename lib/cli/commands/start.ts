@@ -1,4 +1,5 @@
 import { decodeState, type StoredCheckpoint } from '../../core/codec.ts';
+import { InvalidInputError } from '../../core/errors.ts';
 import { RETRYABLE_STATUSES } from '../../core/operate.ts';
 import { isTerminal, type Budget } from '../../core/state.ts';
 import { startRun, unappliedStartOptions } from '../../engine/start.ts';
@@ -19,6 +20,9 @@ export interface StartOptions extends CliOptions {
 
 /** Creates the run and enqueues its first step; a worker does the rest. No model is needed to start. */
 export async function startCommand(options: StartOptions, out: (line: string) => void): Promise<number> {
+  // Left out, the goal reached startRun as none and was refused as "the goal is empty", sending the user
+  // to look for a --goal "" they never typed.
+  if (options.goal === undefined) throw new InvalidInputError('--goal "what the run should achieve" is required');
   const agent = await requireAgent(options);
   const runtime = await openBackend(options, ['table', 'queue'], { create: true });
   try {
