@@ -207,8 +207,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   }
 
   private take(max: number, visibilityMs: number): Delivery[] {
-    // A worker whose file was deleted or replaced stops at its next receive, where it would take its
-    // messages from the file no other process reads (its steps' commits are refused).
+    // A worker whose file was deleted or replaced stops at a receive (the look is at most every
+    // MOVED_FILE_CHECK_MS), where it would take its messages from the file no other process reads.
     refuseMovedFile(this.db);
     const now = this.now;
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
