@@ -317,6 +317,9 @@ function stampLayout(db: Db, path: string): void {
  * SQLite's "unable to open database file" alone.
  */
 function openFile(path: string): Db {
+  // SQLite opens "" as a private temporary database, deleted when it closes: every run started in it was lost
+  // when the program ended, with nothing said (an unset variable passed as the path).
+  if (path === '') throw new InvalidInputError(`the database path is empty (an unset variable?): SQLite would open a temporary database, deleted on close, and every run in it would be lost; give a file's path, or ':memory:' for one in memory`);
   let db: Db | undefined;
   try {
     if (path !== ':memory:') makeDir(dirname(path));
