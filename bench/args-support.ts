@@ -33,13 +33,17 @@ function count(name: string, item: string, least: number, given: string, list = 
   return n;
 }
 
-/** This process's counts (countArgs over process.argv); a bad one ends it with the usage line and exit code 2. */
-export function benchCounts(specs: readonly CountSpec[]): (number | number[])[] {
+/**
+ * This process's counts (countArgs over process.argv); a bad one ends it with the usage line and exit code 2.
+ * `leading`: arguments before the counts that are not counts (worker-bundle.ts's agent module), named in the
+ * usage line and skipped.
+ */
+export function benchCounts(specs: readonly CountSpec[], leading: readonly string[] = []): (number | number[])[] {
   try {
-    return countArgs(process.argv.slice(2), specs);
+    return countArgs(process.argv.slice(2 + leading.length), specs);
   } catch (error) {
     const script = basename(process.argv[1] ?? 'bench');
-    process.stderr.write(`${script}: ${(error as Error).message}\nusage: node --import tsx bench/${script} ${specs.map((s) => `[${s.name}]`).join(' ')}\n`);
+    process.stderr.write(`${script}: ${(error as Error).message}\nusage: node --import tsx bench/${script} ${[...leading, ...specs.map((s) => s.name)].map((name) => `[${name}]`).join(' ')}\n`);
     process.exit(2);
   }
 }

@@ -13,9 +13,10 @@ import { dirname, join } from 'node:path';
 import * as esbuild from 'esbuild';
 import { describeAgent } from '../infra/agent-description.ts';
 import { FUNCTION_FACTORIES, WORKER_BUNDLING, findLockFile, writeEntry, type FunctionKind } from '../infra/worker-bundle.ts';
+import { benchCounts } from './args-support.ts';
 
 const agentPath = process.argv[2] ?? 'examples/aws/agent.ts';
-const runs = Number(process.argv[3] ?? 9);
+const [runs] = benchCounts([{ name: 'import runs', fallback: 9 }], ['agent module']) as [number];
 const out = mkdtempSync(join(tmpdir(), 'stepwise-bundle-'));
 const projectRoot = dirname(findLockFile());
 const { exportName } = describeAgent(agentPath);

@@ -40,6 +40,13 @@ describe("a bench's counts (bench/args-support.ts)", () => {
     expect(r.stderr).toContain('throughput.ts: workers must be whole numbers of at least 1 (a comma-separated list), not "1,four"\nusage: node --import tsx bench/throughput.ts [runs] [steps-per-run] [workers] [sqlite-rounds] [aws-rounds] [model-ms] [model-ms-rounds]\n');
   });
 
+  it('ends worker-bundle.ts given an import count that is not one, after its agent module, before it builds anything', () => {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/worker-bundle.ts'), 'examples/aws/agent.ts', 'nine'], { cwd: ROOT, encoding: 'utf8' });
+    expect(r.status).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe('worker-bundle.ts: import runs must be a whole number of at least 1, not "nine"\nusage: node --import tsx bench/worker-bundle.ts [agent module] [import runs]\n');
+  });
+
   it('ends a bench given 0 rounds with its usage and exit code 2, before measuring anything', () => {
     const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/frame-cost.ts'), '300', '0'], { cwd: ROOT, encoding: 'utf8' });
     expect(r.status).toBe(2);
