@@ -22,7 +22,7 @@ function env(extra: Record<string, string>): Record<string, string> {
   return {
     STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', STEPWISE_STACK: '', STEPWISE_BACKEND: 'aws', STEPWISE_DB: dir.path,
     TABLE_NAME: aws.tableName, BUCKET_NAME: aws.bucketName, QUEUE_URL: aws.queueUrl,
-    STEPWISE_SIGNING_KEY_SECRET_ID: '', STEPWISE_SIGNING_KEY_FILE: '', STEPWISE_EMAIL_FROM: '', STEPWISE_OUTBOX: '', STEPWISE_API_TOKEN: 'token-1234',
+    STEPWISE_SIGNING_KEY_SECRET_ID: '', STEPWISE_SIGNING_KEY_FILE: '', STEPWISE_EMAIL_FROM: '', STEPWISE_OUTBOX: '', STEPWISE_API_TOKEN: 'token-1234-5678-90ab',
     ...extra,
   };
 }
@@ -50,7 +50,7 @@ describe('stepwise serve on the AWS backend', () => {
     try {
       const line = await server.line(/^serving agent approval-e2e/);
       expect(line).toBe(`serving agent approval-e2e on http://127.0.0.1:${port} (API token in STEPWISE_API_TOKEN; approval emails not sent (neither STEPWISE_EMAIL_FROM nor STEPWISE_OUTBOX is set): answer with \`stepwise approve\`)`);
-      const auth = { authorization: 'Bearer token-1234', 'content-type': 'application/json' };
+      const auth = { authorization: 'Bearer token-1234-5678-90ab', 'content-type': 'application/json' };
       const created = await fetch(`http://127.0.0.1:${port}/runs`, { method: 'POST', headers: auth, body: JSON.stringify({ goal: 'drop the old table', runId: 'serve-aws-1' }) });
       expect(created.status).toBe(201);
       expect((await aws.runtime().store.load('serve-aws-1'))?.version).toBe(1);
@@ -71,7 +71,7 @@ describe('stepwise serve on the AWS backend', () => {
       // fork's first message sent to this queue; its page shows the run without them, and says why.
       for (const action of ['cancel', 'retry', 'fork']) {
         const form = await fetch(`http://127.0.0.1:${port}/inspect/runs/serve-aws-other/${action}`, {
-          method: 'POST', redirect: 'manual', headers: { authorization: 'Bearer token-1234', 'content-type': 'application/x-www-form-urlencoded' }, body: 'fromStep=0',
+          method: 'POST', redirect: 'manual', headers: { authorization: 'Bearer token-1234-5678-90ab', 'content-type': 'application/x-www-form-urlencoded' }, body: 'fromStep=0',
         });
         expect(form.status, action).toBe(409);
         expect(await form.text(), action).toContain('run serve-aws-other belongs to agent &quot;process-rows&quot;, not &quot;approval-e2e&quot;: operate it through that agent&#39;s API, whose queue its workers read. Nothing was changed.');

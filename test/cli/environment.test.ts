@@ -26,6 +26,15 @@ describe('the environment variables the CLI reads', () => {
     expect(await stepwiseCli(['status'], { ...env, STEPWISE_LOG_FORMAT: 'text' })).toEqual({ code: 2, out: '', err: 'stepwise: STEPWISE_LOG_FORMAT must be json or pretty, got "text"\n' });
   });
 
+  it('serve refuses a STEPWISE_API_TOKEN short enough to guess, before it opens anything', async () => {
+    const env = { STEPWISE_DB: join(tempDir('stepwise-env-'), 'runs.db'), STEPWISE_LOG_LEVEL: 'warn' };
+    expect(await stepwiseCli(['serve', '--agent', AGENT, '--port', '0'], { ...env, STEPWISE_API_TOKEN: 'secret' })).toEqual({
+      code: 2, out: '',
+      err: 'stepwise: STEPWISE_API_TOKEN is 6 characters; it is the API\'s and the inspector\'s only lock, so give at least 16 (head -c 24 /dev/urandom | base64), or leave it unset for the token serve keeps in a file\n',
+    });
+    expect(existsSync(env.STEPWISE_DB)).toBe(false);
+  });
+
   it('approval links: an empty STEPWISE_PUBLIC_URL means the default address, one that is not an http(s) URL is refused', async () => {
     const dir = tempDir('stepwise-env-');
     const env = { STEPWISE_DB: join(dir, 'runs.db'), EFFECTS_DB: join(dir, 'effects.db'), STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' };

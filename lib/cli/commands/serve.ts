@@ -25,6 +25,7 @@ export interface ServeOptions extends CliOptions {
  * the links in the outbox emails. Runs until SIGINT/SIGTERM.
  */
 export async function serveCommand(options: ServeOptions, out: (line: string) => void): Promise<number> {
+  const givenToken = givenApiToken(process.env);
   const agent = await requireAgent(options);
   const backend = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
   try {
@@ -35,7 +36,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   }
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORT;
-  const apiToken = process.env.STEPWISE_API_TOKEN?.trim() || localApiToken(join(dirname(dbPath(options)), 'api-token'));
+  const apiToken = givenToken ?? localApiToken(join(dirname(dbPath(options)), 'api-token'));
   if (!backend.waits.signingKey) throw new InvalidInputError(`no approval signing key is configured: on the AWS backend set ${SIGNING_KEY_SECRET_ENV} (a Secrets Manager secret) or ${SIGNING_KEY_FILE_ENV} (a file)`);
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
@@ -91,6 +92,22 @@ function emailsGo(notifier: Notifier | undefined): string {
 }
 
 /** A random token kept beside the database, made once, readable by its owner only. */
+/** The shortest STEPWISE_API_TOKEN serve takes; the one it makes itself is 32 characters. */
+export const MIN_API_TOKEN = 16;
+
+/**
+ * STEPWISE_API_TOKEN, if set: the one lock on the API and the inspector, which may listen beyond this host
+ * (--host 0.0.0.0). A short one ("secret", "1234") is guessed in a few tries, and was taken all the same.
+ */
+function givenApiToken(env: NodeJS.ProcessEnv): string | undefined {
+  const token = env.STEPWISE_API_TOKEN?.trim();
+  if (!token) return undefined;
+  if (token.length < MIN_API_TOKEN) {
+    throw new InvalidInputError(`STEPWISE_API_TOKEN is ${token.length} characters; it is the API's and the inspector's only lock, so give at least ${MIN_API_TOKEN} (head -c 24 /dev/urandom | base64), or leave it unset for the token serve keeps in a file`);
+  }
+  return token;
+}
+
 export function localApiToken(path: string): string {
   makeDir(dirname(path));
   try {
