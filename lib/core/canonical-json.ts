@@ -95,9 +95,9 @@ export function collectionAsJson(value: unknown): unknown {
  * and would make the same failure two different outputs.
  */
 function errorObject(error: Error): Record<string, unknown> {
-  const out: Record<string, unknown> = { name: error.name, message: error.message };
+  // `new Error(m, { cause })` makes its cause an own field that is not enumerable; assigned, it is one of the fields.
+  const out: Record<string, unknown> = { name: error.name, message: error.message, ...(error.cause !== undefined ? { cause: error.cause } : {}) };
   for (const key of Object.keys(error)) if (key !== 'stack') setField(out, key, (error as unknown as Record<string, unknown>)[key]);
-  if (error.cause !== undefined && !Object.keys(error).includes('cause')) out.cause = error.cause;
   return out;
 }
 

@@ -1,10 +1,5 @@
-import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { decodeState } from '../../lib/core/codec.ts';
-import { start } from '../support/harness.ts';
-import { startHttpApp } from '../support/http-app.ts';
-import { outboxEmails } from '../support/outbox.ts';
-import { workVisible } from '../support/queue-work.ts';
+import { runWaitingForApproval, startHttpApp } from '../support/http-app.ts';
 
 /**
  * The disk that holds the SQLite file fills up under `stepwise serve`. A write then fails with SQLITE_FULL
@@ -19,11 +14,7 @@ describe('requests while the disk that holds the database is full', () => {
 
   it('are refused as 507, saying the disk is full and nothing changed; a page for the approver', async () => {
     app = await startHttpApp();
-    await start(app.deps, 'copy, then drop old_rows with approval', 'run');
-    await workVisible(app.deps, app.runtime);
-    expect(decodeState((await app.runtime.store.load('run'))!).status).toBe('waiting');
-    const link = outboxEmails(join(app.dir, 'outbox'))[0]!.link;
-    const before = (await app.runtime.store.load('run'))!.version;
+    const { link, version: before } = await runWaitingForApproval(app);
 
     // Both of the app's connections (the checkpoints', the queue's) may hold no more pages than the file has:
     // the next new page is SQLITE_FULL.

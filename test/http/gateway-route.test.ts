@@ -1,13 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
 import { gatewayHandler } from '../../functions/api.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
-import { start } from '../support/harness.ts';
-import { startHttpApp } from '../support/http-app.ts';
-import { outboxEmails } from '../support/outbox.ts';
-import { workVisible } from '../support/queue-work.ts';
+import { runWaitingForApproval, startHttpApp } from '../support/http-app.ts';
 
 let app: Awaited<ReturnType<typeof startHttpApp>> | undefined;
 afterEach(async () => {
@@ -31,9 +27,7 @@ function gatewayEvent(method: string, routeKey: string, rawPath: string, body?: 
 describe('the API Gateway handler', () => {
   it('keeps the public approval route to the approval pages: a dot segment or backslash does not reach the IAM routes', async () => {
     app = await startHttpApp();
-    await start(app.deps, 'copy, then drop old_rows with approval', 'run');
-    await workVisible(app.deps, app.runtime);
-    const link = outboxEmails(join(app.dir, 'outbox'))[0]!.link;
+    const { link } = await runWaitingForApproval(app);
     // As on AWS: no bearer token, IAM at the gateway on every route but /approvals/{token}.
     const lambda = gatewayHandler(createHttpApp({
       store: app.runtime.store, blobs: app.runtime.blobs, queue: app.runtime.queue, clock: app.clock, workerId: 'api', codeVersion: 'test',

@@ -1,11 +1,6 @@
 import Database from 'better-sqlite3';
-import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { decodeState } from '../../lib/core/codec.ts';
-import { start } from '../support/harness.ts';
-import { startHttpApp } from '../support/http-app.ts';
-import { outboxEmails } from '../support/outbox.ts';
-import { workVisible } from '../support/queue-work.ts';
+import { runWaitingForApproval, startHttpApp } from '../support/http-app.ts';
 
 /**
  * Another process holds the SQLite file's write lock past the busy timeout (a `stepwise` command frozen
@@ -24,11 +19,7 @@ describe('requests while another process holds the database locked', () => {
 
   it('are refused as 503 with Retry-After, saying the lock is why and nothing changed; a page for the approver', async () => {
     app = await startHttpApp();
-    await start(app.deps, 'copy, then drop old_rows with approval', 'run');
-    await workVisible(app.deps, app.runtime);
-    expect(decodeState((await app.runtime.store.load('run'))!).status).toBe('waiting');
-    const link = outboxEmails(join(app.dir, 'outbox'))[0]!.link;
-    const before = (await app.runtime.store.load('run'))!.version;
+    const { link, version: before } = await runWaitingForApproval(app);
 
     // The app's connection gives up after 20 ms rather than 10 s; the other connection holds the lock.
     app.runtime.db.pragma('busy_timeout = 20');

@@ -88,4 +88,16 @@ describe('a worker whose database file is deleted or replaced while it runs', ()
     // Step 3's checkpoint was refused: the worker stopped having advanced the run no further.
     expect(advanced).toEqual([1, 2]);
   });
+
+  it('an effect\'s claim looks at the file every time: moved an instant ago, the claim is refused and the effect never runs', async () => {
+    db = tempDb();
+    const a = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock: new ManualClock(), workerId: 'A' });
+    opened.push(a.runtime);
+    let ran = 0;
+    await a.runtime.ledger.once('r/step-1', {}, () => ++ran);
+    // Within MOVED_FILE_CHECK_MS of the last look: an ordinary write would not look again yet.
+    unlinkSync(db.path);
+    await expect(a.runtime.ledger.once('r/step-2', {}, () => ++ran)).rejects.toThrow(`the database ${db.path} was deleted while this process had it open`);
+    expect(ran).toBe(1);
+  });
 });

@@ -2,11 +2,14 @@ import { serve } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { decodeState } from '../../lib/core/codec.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
 import { FakeRows } from './fake-tool.ts';
-import { ManualClock, tempDb, workerProcess } from './harness.ts';
+import { ManualClock, start, tempDb, workerProcess } from './harness.ts';
+import { outboxEmails } from './outbox.ts';
+import { workVisible } from './queue-work.ts';
 import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
 
 export const API_TOKEN = 'test-token-123';
@@ -40,4 +43,19 @@ export async function startHttpApp() {
       db.cleanup();
     },
   };
+}
+
+/**
+ * A run of the app's approval agent, started and worked until it waits for its approval: the version it
+ * waits at and the link its email holds. Throws unless it is waiting.
+ */
+export async function runWaitingForApproval(app: Awaited<ReturnType<typeof startHttpApp>>, runId = 'run'): Promise<{ link: string; version: number }> {
+  await start(app.deps, 'copy, then drop old_rows with approval', runId);
+  await workVisible(app.deps, app.runtime);
+  const stored = (await app.runtime.store.load(runId))!;
+  const status = decodeState(stored).status;
+  if (status !== 'waiting') throw new Error(`run ${runId} is ${status}, not waiting for its approval`);
+  const email = outboxEmails(join(app.dir, 'outbox')).find((e) => e.text.includes(`Run: ${runId} `));
+  if (!email) throw new Error(`no approval email for run ${runId}`);
+  return { link: email.link, version: stored.version };
 }
