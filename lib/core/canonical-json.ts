@@ -16,6 +16,12 @@ export const isTooLongForJson = (error: unknown): boolean => error instanceof Ra
 export const TOO_LONG_FOR_JSON = 'its JSON would be longer than the longest string JavaScript can hold, about 512 MB';
 
 /**
+ * What it says on the stack overflow: an Error whose cause is itself overflows as deep nesting, not as
+ * JSON.stringify's circular TypeError (written as an object, it is a new object at each level).
+ */
+export const SELF_OR_TOO_DEEP = 'it refers to itself, or is nested too deeply';
+
+/**
  * The value as its canonical JSON reads back: every plain object's keys in order, undefined fields gone,
  * undefined array items null, a Map or a Set as what it holds. Itself, not a copy, where it is so already, and so is everything in it: a
  * head decoded from its stored text is, and copying it was most of its encoding.

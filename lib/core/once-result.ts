@@ -1,4 +1,4 @@
-import { TOO_LONG_FOR_JSON, collectionAsJson, isTooLongForJson } from './canonical-json.ts';
+import { SELF_OR_TOO_DEEP, TOO_LONG_FOR_JSON, collectionAsJson, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError } from './errors.ts';
 
 /**
@@ -18,7 +18,7 @@ export function storableResult(key: string, result: unknown): { json: string; va
     json = JSON.stringify(result ?? null, (_key, value: unknown) => collectionAsJson(value));
     if (json === undefined) why = `it is a ${typeof result}`;
   } catch (error) {
-    why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? 'it is nested too deeply' : String((error as Error)?.message ?? error).split('\n')[0];
+    why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? SELF_OR_TOO_DEEP : String((error as Error)?.message ?? error).split('\n')[0];
   }
   if (json !== undefined) return { json, value: JSON.parse(json) };
   return {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { TOO_LONG_FOR_JSON, canonicalJson, isTooLongForJson } from './canonical-json.ts';
+import { SELF_OR_TOO_DEEP, TOO_LONG_FOR_JSON, canonicalJson, isTooLongForJson } from './canonical-json.ts';
 import { PermanentError, errorMessage } from './errors.ts';
 import { LARGE_OUTPUT_EXCERPT, excerpt } from './prompt.ts';
 import type { StepResult } from './state.ts';
@@ -23,7 +23,7 @@ export function outputText(output: unknown, tool: string): string {
   } catch (error) {
     // Too long for one string, a stack overflow (a value that contains itself, or nests past the stack), or a BigInt.
     const why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON
-      : error instanceof RangeError ? 'it refers to itself, or is nested too deeply' : errorMessage(error);
+      : error instanceof RangeError ? SELF_OR_TOO_DEEP : errorMessage(error);
     throw new PermanentError(`tool ${tool} returned a value that cannot be stored as JSON (${why}); return plain data`);
   }
   // JSON.stringify writes nothing for a function or a symbol.
