@@ -49,6 +49,11 @@ common options:
   --table, --bucket, --queue-url   (or TABLE_NAME, BUCKET_NAME, QUEUE_URL; endpoints from AWS_ENDPOINT_URL_*)
   --log json|pretty    logs on stderr: JSON lines at info, or warnings and errors as readable lines
                        (default: pretty when stderr is a terminal, else json; or STEPWISE_LOG_FORMAT)
+  --help, -h           this text;   --version, -V   the package's version
+
+exit codes: 0 done; 1 a failure of stepwise or its environment (the database, AWS, a crash); 2 bad input
+(a usage error, an unknown run, a file that cannot hold a database); run: 3 the run failed, was cancelled
+or stopped at its step cap or budget; drift: 3 runs this code cannot resume
 `;
 
 const OPTIONS = {
@@ -84,6 +89,7 @@ const OPTIONS = {
   'budget-usd': { type: 'string' },
   cursor: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'V' },
 } as const;
 
 /** Digits only: Number() would also read "" as 0, and " 2", "0x2" and "2e0" as 2. */
@@ -149,7 +155,7 @@ class StepwiseUsageError extends StepwiseError {}
 const NAMING_OPTIONS = ['run-id', 'id', 'db', 'agent', 'backend', 'stack', 'table', 'bucket', 'queue-url', 'queue-name'] as const;
 
 /** The options every command reads: where the store is, and how to log. */
-const STORE_OPTIONS = ['db', 'backend', 'stack', 'table', 'bucket', 'queue-url', 'log', 'help'] as const;
+const STORE_OPTIONS = ['db', 'backend', 'stack', 'table', 'bucket', 'queue-url', 'log', 'help', 'version'] as const;
 const START_OPTIONS = ['agent', 'goal', 'run-id', 'step-cap', 'budget-tokens', 'budget-usd'] as const;
 /**
  * The positional arguments each command takes after its name, and the options it reads besides the store's:
@@ -202,7 +208,11 @@ function parseCommandLine(argv: string[]) {
   }
 }
 
-export async function main(argv: string[], write: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
+export async function main(
+  argv: string[],
+  write: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
+  writeError: (line: string) => void = (l) => process.stderr.write(`${l}\n`),
+): Promise<number> {
   // Goals, summaries and tool output come from models, programs and events: a terminal control sequence
   // in one is shown, not acted on, whichever command prints it.
   const out = (line: string) => write(printable(line));
@@ -210,7 +220,12 @@ export async function main(argv: string[], write: (line: string) => void = (l) =
   const [command, arg] = positionals;
   setLogFormat(chooseLogFormat(values.log));
   chooseLogLevel();
-  if (values.help || !command || command === 'help') { out(USAGE); return command || values.help ? 0 : 2; }
+  // Asked for, the usage is the command's output; given no command, it is the error's text, on stderr with
+  // exit 2, so `stepwise $CMD` with CMD unset does not print 40 lines into what a script reads.
+  if (values.help || command === 'help') { out(USAGE); return 0; }
+  // The package's version, which each checkpoint records as its code version unless STEPWISE_CODE_VERSION is set.
+  if (values.version) { out(`stepwise ${(await import('../version.ts')).PACKAGE_VERSION}`); return 0; }
+  if (!command) { writeError(printable(USAGE)); return 2; }
   const takes = Object.hasOwn(ARGUMENTS, command) ? ARGUMENTS[command] : undefined;
   if (!takes) throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);
   if (positionals.length - 1 > takes.most) {

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -80,6 +80,32 @@ describe('the stepwise command', () => {
     expect(r.out).toContain('model: offline scripted model "process-test-rows"');
     expect(r.out.match(/step \d {2}write_row {2}ok/g)).toHaveLength(3);
     expect(r.out).toContain('run cli-2: completed at version 5');
+  });
+
+  it('run exits 3 for a run that ended without completing (here at its step cap), where a crash of stepwise is 1', () => {
+    const r = stepwise('run', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'cli-capped', '--step-cap', '1');
+    expect(r.out).toMatch(/run cli-capped: (capped|failed) at version \d+/);
+    expect(r.code).toBe(3);
+  });
+
+  it('given no command, prints its usage on stderr with exit 2, nothing on stdout; --help prints it on stdout', () => {
+    const none = stepwise();
+    expect(none.code).toBe(2);
+    expect(none.out).toBe('');
+    expect(none.err).toContain('usage:');
+    const help = stepwise('--help');
+    expect(help.code).toBe(0);
+    expect(help.out).toContain('exit codes: 0 done; 1 a failure of stepwise');
+    expect(help.err).toBe('');
+  });
+
+  it('--version and -V print the package\'s version, whatever STEPWISE_CODE_VERSION says', () => {
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const r = spawnSync(process.execPath, [BIN, flag], { cwd: ROOT, encoding: 'utf8', timeout: 60_000, env: { ...process.env, STEPWISE_CODE_VERSION: 'deploy-42' } });
+      expect(r.status).toBe(0);
+      expect(r.stdout).toBe(`stepwise ${version}\n`);
+    }
   });
 
   it('loads a TypeScript agent from outside any ES module package (a CommonJS module there)', () => {

@@ -62,7 +62,9 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
     const resume = interrupted && status === 'running' ? ` (stopped by ${interrupted} after the step in hand; ${again} or a worker continues it)`
       : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, agentFlag(options), storeFlags(options))}; then ${again} or a worker continues it)` : '';
     out(`run ${started.runId}: ${status} at version ${final.version}${resume}`);
-    return isTerminal(status) && status !== 'completed' ? 1 : 0;
+    // 3, as drift's "runs it cannot resume": the run ended without completing, which a script tells
+    // apart from exit 1, stepwise or its environment failing (the run may then be fine, and continue).
+    return isTerminal(status) && status !== 'completed' ? 3 : 0;
   } finally {
     engine.close();
   }
