@@ -231,8 +231,30 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   db.pragma(durability === 'full' ? 'synchronous = FULL' : 'synchronous = NORMAL');
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
-  bringToLayout(db, path);
+  try {
+    bringToLayout(db, path);
+    refuseReadOnly(db);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
   return db;
+}
+
+/**
+ * A file this user may not write (its mode, a read-only mount) is opened by SQLite read-only without a
+ * word, and a file already at this layout needs no write to open: `init` said "ready", `serve` started
+ * and answered each approval with a 500, a worker failed at its first step. A write begun and rolled back
+ * (the layout stamp, set to what it is) finds it at the open instead, as SQLITE_READONLY, which the CLI
+ * names (exit code 2). It takes the write lock for a moment, as any step's commit does.
+ */
+function refuseReadOnly(db: Db): void {
+  db.exec('BEGIN IMMEDIATE');
+  try {
+    db.pragma(`user_version = ${layoutOf(db)}`);
+  } finally {
+    db.exec('ROLLBACK');
+  }
 }
 
 /** The largest older file a command that only reads copies into memory (openDatabaseToRead). */

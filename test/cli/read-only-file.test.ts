@@ -1,0 +1,46 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const BIN = join(ROOT, 'bin/stepwise.js');
+const AGENT = join(ROOT, 'test/support/js-agent.mjs');
+// Root writes any file whatever its mode: as root, the commands run as nobody, who owns the directory
+// (so SQLite may make the -wal and -shm there) but not the file.
+const NOBODY = 65534;
+const asRoot = process.getuid?.() === 0;
+const dir = mkdtempSync(join(tmpdir(), 'stepwise-read-only-'));
+const db = join(dir, 'runs.db');
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const stepwise = (...args: string[]) => {
+  const r = spawnSync(process.execPath, [BIN, ...args, '--db', db], {
+    cwd: ROOT, encoding: 'utf8', timeout: 60_000,
+    env: { ...process.env, STEPWISE_DB: '', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'a-token-of-16-chars-or-more' },
+    ...(asRoot ? { uid: NOBODY, gid: NOBODY } : {}),
+  });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+};
+
+describe('a database file this user may not write', () => {
+  it('is refused as the command opens it, by init, start, worker and serve, where init said "ready" and serve answered 500s', () => {
+    expect(spawnSync(process.execPath, [BIN, 'init', '--db', db], { cwd: ROOT, encoding: 'utf8' }).status).toBe(0);
+    chmodSync(dir, 0o755);
+    if (asRoot) chownSync(dir, NOBODY, NOBODY);
+    chmodSync(db, 0o444);
+    const refused = 'stepwise: attempt to write a readonly database: this user cannot write the database (--db, STEPWISE_DB)';
+    for (const args of [['init'], ['start', '--agent', AGENT, '--goal', 'echo'], ['worker', '--agent', AGENT, '--idle-exit-ms', '100'], ['serve', '--agent', AGENT, '--port', '0']]) {
+      const r = stepwise(...args);
+      expect(r.err, args.join(' ')).toContain(refused);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.out, args.join(' ')).not.toContain('ready');
+    }
+    // Reading needs no write: status still shows the runs.
+    const status = stepwise('status');
+    expect(status.code, status.err).toBe(0);
+    expect(status.out.trim()).toBe('no runs');
+  });
+});
