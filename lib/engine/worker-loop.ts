@@ -39,6 +39,12 @@ export interface WorkerOptions {
    * its time awaiting the model: n loops let one process keep n runs moving.
    */
   concurrency?: number;
+  /**
+   * An error no retry mends (the local runtime's: a damaged database file): the step's delivery is handed
+   * back and the worker stops with the error, where each delivery failed, was released and failed again
+   * for as long as the worker ran, its log the only sign. A sweep that fails so stops it too.
+   */
+  stopOn?: (error: unknown) => boolean;
 }
 
 /**
@@ -142,7 +148,10 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
     while (!options.signal?.aborted) {
       if (sweep && deps.clock.now() >= shared.nextSweepAt) {
         shared.nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
-        await sweep().catch((error: unknown) => deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'sweep failed (stalled runs, or due wait timers on AWS); the next one retries'));
+        await sweep().catch((error: unknown) => {
+          if (options.stopOn?.(error)) throw error;
+          deps.log.warn({ event: 'sweep-failed', error: errorMessage(error) }, 'sweep failed (stalled runs, or due wait timers on AWS); the next one retries');
+        });
       }
       if (!held.length) {
         held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
@@ -165,6 +174,11 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
         // One delivery in hand at a time: the rest of a batch comes first.
         handled = await handleDelivery(deps, delivery, { maxReceives: options.maxReceives, receive: held.length ? undefined : receive });
       } catch (error) {
+        if (options.stopOn?.(error)) {
+          // Handed back below with the rest held: not a try of its step, for whichever worker runs next.
+          held.unshift(delivery);
+          throw error;
+        }
         deps.log.error({ event: 'step-error', workerId: deps.workerId, error: errorMessage(error), body: delivery.body }, 'step did not finish; the message will be delivered again');
         handled = { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)) };
       } finally {

@@ -22,6 +22,16 @@ export function writeOverwrittenFile(path: string, table: string): void {
   const db = new Database(path);
   // A run, so that listing the runs reads the table's page and not only its empty indexes.
   db.prepare("INSERT INTO runs (run_id, run_no, version, status, step, agent, created_at, updated_at) VALUES ('damaged', 1, 1, 'completed', 0, 'a', 0, 0)").run();
+  db.close();
+  overwriteTablePage(path, table);
+}
+
+/**
+ * Overwrites the first page of `table` in the stepwise file at `path`, closed by every process (so the
+ * WAL is in the file), with other bytes: the rest of the file reads as before.
+ */
+export function overwriteTablePage(path: string, table: string): void {
+  const db = new Database(path);
   const { rootpage: page, size } = db.prepare("SELECT rootpage, (SELECT page_size FROM pragma_page_size) AS size FROM sqlite_master WHERE type = 'table' AND name = ?").get(table) as { rootpage: number; size: number };
   db.close();
   const fd = openSync(path, 'r+');

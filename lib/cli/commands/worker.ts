@@ -1,6 +1,7 @@
 import { agentNames } from '../../agent.ts';
 import { sweepRunsAndTimers } from '../../engine/sweep.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
+import { isDamaged } from '../../local/damaged.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
@@ -65,6 +66,8 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
       ...(options.idleExitMs !== undefined ? { idleExitMs: options.idleExitMs } : {}),
       ...(options.stallMs ? { stallMs: options.stallMs } : {}),
       ...(options.concurrency ? { concurrency: options.concurrency } : {}),
+      // A damaged file stops the worker (exit 2, with what to do), where it retried each step for good.
+      ...(runtime.kind === 'local' ? { stopOn: isDamaged } : {}),
       // SQS cannot show which runs have a message, nor hold a timer for days: without the sweeper
       // function (off Lambda), this worker does its work, for its agent's runs.
       ...(runtime.kind === 'aws' ? {
