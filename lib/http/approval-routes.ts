@@ -11,7 +11,10 @@ import { readForm } from './read-form.ts';
 
 const decisionForm = z.object({
   decision: z.enum(['approve', 'reject']),
-  comment: z.string().max(4000).optional(),
+  // A browser posts the textarea's line breaks as CRLF, where its maxlength counted each as one character:
+  // a comment typed to the limit with line breaks came in longer than 4,000 and was refused, the answer
+  // lost. Read as the approver typed it, one \n a line break.
+  comment: z.preprocess((value) => (typeof value === 'string' ? value.replace(/\r\n?/g, '\n') : value), z.string().max(4000)).optional(),
 });
 
 /**

@@ -64,6 +64,18 @@ describe('approval links', () => {
     expect(await version()).toBe(before + 1);
   });
 
+  it('a comment typed to the 4,000-character limit with line breaks is taken, as the browser posts it (each break CRLF)', async () => {
+    const { link } = await waitingRun();
+    // 4,000 characters as the page's maxlength counts them, a line break one; the posted form holds 4,039.
+    const typed = `${Array(40).fill('x'.repeat(99)).join('\n')}x`;
+    expect(typed).toHaveLength(4000);
+    const response = await post(link, { decision: 'approve', comment: typed.replace(/\n/g, '\r\n') });
+    expect(response.status).toBe(200);
+    const state = decodeState((await app.runtime.store.load('run'))!);
+    // Kept as typed: the model reads one \n a line break.
+    expect(JSON.parse(state.steps[1]!.result.text).comment).toBe(typed);
+  });
+
   it('refuses a tampered, malformed, expired or foreign token, changing nothing', async () => {
     const { link, token, wait } = await waitingRun();
     const before = await version();
