@@ -6,6 +6,7 @@ import {
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep, encodeSummary } from '../core/codec.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
+import { excerpt } from '../core/prompt.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { byListOrder, isAfter } from '../core/run-order.ts';
@@ -36,6 +37,13 @@ const CREATE_PUT_CONCURRENCY = 10;
 const ABSENT = { ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK } } as const;
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
 const REASON_ATTRIBUTE_LIMIT = 1000;
+
+/**
+ * The reason as listings show it: an excerpt, which never cuts an emoji in half. A slice at 1,000 UTF-16
+ * units could, and a listing's JSON then held a lone surrogate (a client's print of it fails, the
+ * inspector showed U+FFFD).
+ */
+const listedReason = (reason: string): string => excerpt(reason, REASON_ATTRIBUTE_LIMIT);
 
 export interface DynamoCheckpointStoreOptions {
   doc: DynamoDBDocumentClient;
@@ -384,12 +392,12 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const version = expectedVersion + 1;
     const e = new Expression();
     const update = e.update({
-      version, status: 'failed', reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now,
+      version, status: 'failed', reason: listedReason(reason), updatedAt: now,
       [STATUS_KEY]: statusKey('failed', runId), workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0,
     }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE, CANCEL_ATTRIBUTE]);
     const row: Item = {
       [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: Number(current.step), status: 'failed',
-      workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: reason.slice(0, REASON_ATTRIBUTE_LIMIT),
+      workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: listedReason(reason),
       head: current.head, headRef: current.headRef, [TTL_ATTRIBUTE]: this.expiresAt(now),
     };
     try {
@@ -531,7 +539,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const wait = state.status === 'waiting' ? state.wait : undefined;
     return {
       runId: state.runId, version, status: state.status, step: state.step, agent: state.agent,
-      reason: state.reason?.slice(0, REASON_ATTRIBUTE_LIMIT), updatedAt: now, [STATUS_KEY]: statusKey(state.status, state.runId),
+      reason: state.reason === undefined ? undefined : listedReason(state.reason), updatedAt: now, [STATUS_KEY]: statusKey(state.status, state.runId),
       ...headAttributes,
       // The open wait, in the sparse deadline index while the run waits (removed by the write that ends it).
       waitId: wait?.id, [WAIT_SHARD]: wait ? waitShard(state.runId) : undefined, [WAIT_DEADLINE]: wait?.deadline,
@@ -547,7 +555,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return {
       [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: state.step, status: state.status,
       tool: appended?.tool, idempotencyKey: appended?.idempotencyKey, workerId: meta.workerId, codeVersion: meta.codeVersion,
-      bytes, at: now, reason: state.reason?.slice(0, REASON_ATTRIBUTE_LIMIT), ...headAttributes, [TTL_ATTRIBUTE]: this.expiresAt(now),
+      bytes, at: now, reason: state.reason === undefined ? undefined : listedReason(state.reason), ...headAttributes, [TTL_ATTRIBUTE]: this.expiresAt(now),
     };
   }
 

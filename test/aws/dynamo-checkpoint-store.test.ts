@@ -161,6 +161,19 @@ describe('DynamoDB checkpoint store: calls and items', () => {
     const all = await clocked.list({ limit: 1000 });
     expect(all.find((r) => r.runId === ids[3])).toMatchObject({ status: 'completed', version: 2 });
   });
+
+  it('lists a long reason cut where it does not split an emoji, the head keeping it whole', async () => {
+    const runId = 'emoji-reason';
+    await store.create(newState(runId), META);
+    // The 1,000th UTF-16 unit is the first half of an emoji: a cut there left a lone surrogate.
+    const reason = `${'x'.repeat(999)}😀 and the rest`;
+    const state = decodeState((await store.load(runId))!);
+    await store.commit({ runId, expectedVersion: 1, state: { ...state, status: 'failed', reason, updatedAt: state.updatedAt + 1 }, ...META });
+    const listed = (await store.list({ status: 'failed', limit: 1000 })).find((r) => r.runId === runId)!;
+    expect(listed.reason!.isWellFormed()).toBe(true);
+    expect(listed.reason).toBe(`${'x'.repeat(999)}…`);
+    expect(decodeState((await store.load(runId))!).reason).toBe(reason);
+  });
 });
 
 describe('DynamoDB checkpoint store: pages of runs updated in one millisecond', () => {
