@@ -29,7 +29,10 @@ export const MAX_EVENT_BYTES = 256 * 1024;
 export const eventInputSchema = z.object({
   type: z.string().regex(EVENT_NAME, 'an event type is 1-256 letters, digits or ._:/@+-'),
   key: z.string().regex(EVENT_NAME, 'a correlation key is 1-256 letters, digits or ._:/@+-'),
-  id: z.string().min(1).max(256).optional(),
+  // Half an emoji (a lone UTF-16 surrogate) is not Unicode: SQLite keeps it as bytes it reads back as three
+  // U+FFFD, so an event kept before its wait answered under another id than its redelivery's, which then
+  // answered the run's next wait too.
+  id: z.string().min(1).max(256).refine((id) => id.isWellFormed(), 'an event id may not hold half of an emoji (a lone UTF-16 surrogate)').optional(),
   payload: z.unknown().optional(),
 }).strict();
 export type EventInput = z.infer<typeof eventInputSchema>;

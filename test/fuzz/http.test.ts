@@ -167,11 +167,11 @@ describe('fuzzing the HTTP app', () => {
   });
 });
 
-/** The event rule as the API's refusals state it, written here on its own (not with the code's regex or schema): a type and a key of 1-256 letters, digits or ._:/@+- (starting with a letter or digit), an optional id of 1-256 characters, a JSON payload of at most MAX_EVENT_BYTES nested at most MAX_EVENT_DEPTH deep, nothing else. */
+/** The event rule as the API's refusals state it, written here on its own (not with the code's regex or schema): a type and a key of 1-256 letters, digits or ._:/@+- (starting with a letter or digit), an optional id of 1-256 characters with no lone surrogate, a JSON payload of at most MAX_EVENT_BYTES nested at most MAX_EVENT_DEPTH deep, nothing else. */
 function validEvent(e: { type: unknown; key: unknown; id?: unknown; payload?: unknown; extra?: unknown }): boolean {
   const name = (v: unknown) => typeof v === 'string' && /^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$/.test(v) && v.length <= 256;
   const depth = (v: unknown): number => (v !== null && typeof v === 'object' ? Math.max(0, ...Object.values(v).map((c) => 1 + depth(c))) : 0);
   return name(e.type) && name(e.key) && !('extra' in e)
-    && (e.id === undefined || (typeof e.id === 'string' && e.id.length >= 1 && e.id.length <= 256))
+    && (e.id === undefined || (typeof e.id === 'string' && e.id.length >= 1 && e.id.length <= 256 && e.id.isWellFormed()))
     && depth(e.payload) <= MAX_EVENT_DEPTH && Buffer.byteLength(JSON.stringify(e.payload ?? null)) <= MAX_EVENT_BYTES;
 }

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { ModelReply } from '../../lib/ports.ts';
-import { emitEvent } from '../../lib/waits/events.ts';
+import { checkEvent, emitEvent } from '../../lib/waits/events.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
@@ -44,5 +44,13 @@ describe('an event delivered again while the run waits for the same type and key
     expect(done.status).toBe('completed');
     expect(done.steps.map((s) => JSON.parse(s.result.text).id)).toEqual(['evt-1', 'evt-2']);
     proc.runtime.close();
+  });
+
+  it('an event id holding half an emoji is refused: SQLite kept it as three U+FFFD, and its redelivery answered the next wait too', () => {
+    // Kept before the wait began, the event answered it under the id read back from the file, 'evt-\ufffd\ufffd\ufffd';
+    // delivered again as 'evt-\ud800' while the run waited for the same type and key once more, it was not
+    // known as the event that answered, and answered that wait as well.
+    expect(() => checkEvent({ type: 'order.paid', key: 'order-1', id: 'evt-\ud800' })).toThrow('invalid event: id: an event id may not hold half of an emoji (a lone UTF-16 surrogate)');
+    expect(checkEvent({ type: 'order.paid', key: 'order-1', id: 'evt-😀' }).id).toBe('evt-😀');
   });
 });
