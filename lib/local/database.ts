@@ -267,7 +267,9 @@ export const MAX_READ_COPY_BYTES = 1024 * 2 ** 20;
  * are) would then fail every step's checkpoint. Only queries: a write is refused (query_only), not lost.
  */
 export function openDatabaseToRead(path: string, maxCopyBytes = MAX_READ_COPY_BYTES): Db {
-  const file = openFile(path);
+  // In the journal mode it has: a backup (rollback mode) made read-only, or on read-only storage, is read
+  // as it is, where switching it to WAL, a write, was refused.
+  const file = openFile(path, { wal: false });
   let image: Buffer;
   try {
     file.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
@@ -336,9 +338,10 @@ function stampLayout(db: Db, path: string): void {
 /**
  * The file, in WAL mode. A path that cannot hold a database (its directory cannot be made, a directory, a
  * file of something else, a damaged file) is the user's to fix: one line that names it (exit code 2 from the CLI), not
- * SQLite's "unable to open database file" alone.
+ * SQLite's "unable to open database file" alone. `wal: false` leaves the file in the journal mode it has
+ * (a file a worker opened is in WAL already, and stays so).
  */
-function openFile(path: string): Db {
+function openFile(path: string, { wal = true } = {}): Db {
   // SQLite opens "" as a private temporary database, deleted when it closes: every run started in it was lost
   // when the program ended, with nothing said (an unset variable passed as the path).
   if (path === '') throw new InvalidInputError(`the database path is empty (an unset variable?): SQLite would open a temporary database, deleted on close, and every run in it would be lost; give a file's path, or ':memory:' for one in memory`);
@@ -349,7 +352,7 @@ function openFile(path: string): Db {
     if (path !== ':memory:') rememberFile(db, path);
     // Before anything is written, the journal mode included: the file may be another application's.
     refuseOthersTables(db);
-    db.pragma('journal_mode = WAL');
+    if (wal) db.pragma('journal_mode = WAL');
     return db;
   } catch (error) {
     db?.close();
