@@ -38,6 +38,8 @@ usage:
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
   stepwise emit    <type> <key> [<json>] [--id <event id>]                         send an event to waiting runs
+  stepwise backup  <file>                                                          a snapshot of the SQLite file, taken while
+                   its workers run, written to a new file (never over one)
   stepwise init    [--backend aws [--table <t>] [--bucket <b>] [--queue-name <q>]] [--json]
                    make the database file, or the AWS table, bucket and FIFO queue (without CDK)
 
@@ -179,6 +181,7 @@ const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly
   reject: { most: 1, usage: 'stepwise reject <runId>', options: ['agent', 'comment', 'as'] },
   emit: { most: 3, usage: 'stepwise emit <type> <key> [<json>], the JSON quoted as one argument', options: ['agent', 'id'] },
   init: { most: 0, usage: 'stepwise init', options: ['queue-name', 'json'] },
+  backup: { most: 1, usage: 'stepwise backup <file>', options: [] },
 };
 
 /** What a command says of an option it does not read: the options it does read, and where the rest are. */
@@ -276,6 +279,7 @@ export async function main(
     case 'reject':
       return (await import('./commands/answer.ts')).answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);
     case 'init': return (await import('./commands/init.ts')).initCommand({ ...common, ...(values['queue-name'] ? { queueName: values['queue-name'] } : {}), ...(values.json ? { json: true } : {}) }, out);
+    case 'backup': return (await import('./commands/backup.ts')).backupCommand(arg, common, out);
     case 'emit': return (await import('./commands/answer.ts')).emitCommand(positionals.slice(1), { ...common, ...(values.id !== undefined ? { id: values.id } : {}) }, out);
     case 'prune': return (await import('./commands/prune.ts')).pruneCommand({ ...common, ...(values['older-than-days'] !== undefined ? { olderThanDays: values['older-than-days'] } : {}) }, out);
     case 'drift': return (await import('./commands/drift.ts')).driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
