@@ -47,8 +47,11 @@ export function prettyLine(json: string): string {
   const fields = Object.entries(entry)
     .filter(([key, value]) => !HIDDEN.has(key) && value !== undefined)
     .map(([key, value]) => `${key}=${fieldText(value)}`);
+  // A message's line breaks (a run's reason: a zod error spans lines) written as \n, as a field's are in its
+  // JSON: one record, one line, where a reason's later lines read as lines of no record.
+  const msg = String(entry.msg ?? '').replace(/\r\n|[\r\n\u2028\u2029]/g, '\\n');
   // Run ids, goals and errors in a field come from models, programs and events: shown, not acted on.
-  return `${printable(`${String(entry.level)}: ${String(entry.msg ?? '')}${fields.length ? ` (${fields.join(' ')})` : ''}`)}\n`;
+  return `${printable(`${String(entry.level)}: ${msg}${fields.length ? ` (${fields.join(' ')})` : ''}`)}\n`;
 }
 
 function fieldText(value: unknown): string {

@@ -43,6 +43,12 @@ describe('log format', () => {
     ]);
   });
 
+  it('writes a message\'s line breaks (a run\'s reason from a zod error) as \\n in the pretty form: one record, one line', () => {
+    const { log, lines } = capture('pretty');
+    log.warn({ event: 'checkpoint', runId: 'r1' }, 'run r1 failed: [\n  {\r\n    "code": "too_small"\u2028  }\n]');
+    expect(lines).toEqual(['warn: run r1 failed: [\\n  {\\n    "code": "too_small"\\n  }\\n] (event=checkpoint runId=r1)\n']);
+  });
+
   it('shows control characters in the pretty form as escapes, not sent to the terminal', () => {
     const { log, lines } = capture('pretty');
     log.warn({ event: 'step-failed', runId: 'r\u001b]0;pwned\u0007', error: '\u001b[31mred' }, 'failed: \u009b2J');
