@@ -3,6 +3,7 @@ import type { RunView, StepView } from '../engine/operate/show.ts';
 import type { RunRow } from '../engine/operate/list.ts';
 import { costText, formatUsd, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo } from '../ports.ts';
+import { cutAt } from '../core/cut.ts';
 import { printable } from '../core/printable.ts';
 import { waitedFor } from '../core/waited-for.ts';
 
@@ -122,7 +123,7 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
   if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now, extra.backend));
   if (state.summary) lines.push(`summary  ${state.summary}`);
   lines.push('', table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], state.steps.map((s) => [
-    s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${s.result.text.replace(/\s+/g, ' ').slice(0, 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
+    s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${cutAt(s.result.text.replace(/\s+/g, ' '), 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
   ])));
   return lines.join('\n');
 }

@@ -1,6 +1,7 @@
 import type { WaitRecord } from '../core/state.ts';
 import { failureDelayMs, type Handled } from '../engine/handle-message.ts';
 import { waitedFor } from '../core/waited-for.ts';
+import { cutAt } from '../core/cut.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
 export function progressLine(handled: Handled): string | undefined {
@@ -14,7 +15,7 @@ export function progressLine(handled: Handled): string | undefined {
   if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry in ${failureDelayMs(state.failures, handled.outcome.retryAfterMs) / 1000} s)`;
   const last = state.steps[state.steps.length - 1];
   if (!last) return undefined;
-  const result = last.result.text.replace(/\s+/g, ' ').slice(0, 70);
+  const result = cutAt(last.result.text.replace(/\s+/g, ' '), 70);
   return `${where}  step ${last.step}  ${last.tool}  ${last.result.ok ? 'ok' : 'error'}: ${result}  (${bytes} B${last.idempotencyKey ? `, key ${last.idempotencyKey}` : ''})`;
 }
 

@@ -1,6 +1,7 @@
 import { canonicalJson } from './canonical-json.ts';
 import { CONDENSE_BLOCK, condensedBlocks, summariseBlock } from './condense.ts';
 import type { RunState, StepRecord } from './state.ts';
+import { cutAt } from './cut.ts';
 
 /** The Step prompt from the user's pattern, word for word. A test compares it with the seed document. */
 export const STEP_PROMPT = `You are carrying out a long task one step at a time. The run may have been
@@ -230,17 +231,6 @@ export function foldedExcerpt(text: string, max: number): string {
 
 export function excerpt(text: string, max: number): string {
   return text.length <= max ? text : `${cutAt(text, max)}…`;
-}
-
-/**
- * The first `max` UTF-16 units, one fewer where the cut would split a surrogate pair (an emoji): half a
- * pair is not Unicode, and the Anthropic API refuses a request with one (400, "no low surrogate in
- * string"). An output's excerpt is stored in its step record and sent in every later prompt, so a split
- * pair would fail the run at its next model call, and every retry with it.
- */
-function cutAt(text: string, max: number): string {
-  const high = text.charCodeAt(max - 1);
-  return high >= 0xd800 && high <= 0xdbff ? text.slice(0, max - 1) : text.slice(0, max);
 }
 
 function splitOnce(text: string, marker: string): [string, string] {

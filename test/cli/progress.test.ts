@@ -2,7 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { recordFailure } from '../../lib/core/transitions.ts';
 import { ModelUnavailableError } from '../../lib/core/errors.ts';
 import { progressLine } from '../../lib/cli/progress.ts';
-import { stateAfter } from '../support/states.ts';
+import { runDetail } from '../../lib/cli/format.ts';
+import { completeStep } from '../../lib/core/transitions.ts';
+import { newState, recordFor, stateAfter } from '../support/states.ts';
 
 /** The lines `run` and `worker` print per checkpoint: a failed try says when the next comes. */
 describe('progress lines', () => {
@@ -24,5 +26,17 @@ describe('progress lines', () => {
       .toBe('run k2  key k2/step-3 is held by an earlier try until 2026-12-05T23:01:00.000Z (its worker may have stopped inside the effect): trying again in 58 s');
     // A release for another reason (a wrong agent, a refused key) prints nothing here: the log says it.
     expect(progressLine({ action: 'release', delayMs: 60_000, runId: 'k2' })).toBeUndefined();
+  });
+
+  it('cuts a step\'s output before an emoji the cut would split, in the progress line and in status\'s step table', () => {
+    // 69 letters then an emoji: the progress line's 70 units end inside it; 59 for the table's 60.
+    const text = `${'a'.repeat(59)}😀${'b'.repeat(9)}😀 and more`;
+    const state = completeStep(newState('e'), recordFor('e', 1, text), 3_001);
+    const line = progressLine({ action: 'ack', outcome: { kind: 'advanced', version: 2, state, bytes: 300 } })!;
+    expect(line).toContain(`ok: ${'a'.repeat(59)}😀${'b'.repeat(9)}  (300 B`);
+    expect(line.isWellFormed()).toBe(true);
+    const detail = runDetail(state, 2);
+    expect(detail).toContain(`ok: ${'a'.repeat(59)} `);
+    expect(detail.isWellFormed()).toBe(true);
   });
 });
