@@ -6,6 +6,16 @@ import { register } from 'node:module';
 // of; the warning would break the promise that stderr carries only JSON log lines and one-line errors.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
+// Started in a directory that was deleted (a shell left in a release directory a deploy removed), Node's
+// module.register() below (and the built CLI's, for a TypeScript agent) waited forever on its loader
+// thread, which cannot resolve the directory: `stepwise status` hung with no word. Said and stopped here.
+try {
+  process.cwd();
+} catch (error) {
+  process.stderr.write(`stepwise: the current directory no longer exists (${error.code ?? error.message}): cd to one that does and run the command again\n`);
+  process.exit(2);
+}
+
 // In a checkout the TypeScript sources are next to this file: run them through tsx, so an edit never runs
 // against a stale build, and let `import 'stepwise'` (an agent's) resolve to the sources too (the
 // "stepwise-source" condition of package.json's exports). An installed package has only the compiled
