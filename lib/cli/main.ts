@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { StepwiseError } from '../core/errors.ts';
 import type { Budget } from '../core/state.ts';
@@ -306,8 +307,18 @@ export async function runCli(): Promise<void> {
   // recovers from.
   for (const stream of [process.stdout, process.stderr]) {
     stream.on('error', (error: NodeJS.ErrnoException) => {
-      if (error.code !== 'EPIPE') throw error;
-      process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+      if (error.code === 'EPIPE') process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+      // Any other refusal (stdout on a full disk: ENOSPC; a terminal gone: EIO) was thrown from here as an
+      // uncaught exception, a stack trace in place of the one line every other error gets. Said on stderr
+      // if it still takes a line, and exit 1 (or the code already set, when the line that failed said why):
+      // the output asked for was not all written.
+      const name = stream === process.stdout ? 'stdout' : 'stderr';
+      try {
+        writeSync(2, `stepwise: cannot write to ${name}: ${printable(cliErrorLine(error))}\n`);
+      } catch {
+        // stderr is the stream that failed, or fails too: the exit code is all that is left to say it.
+      }
+      process.exit(typeof process.exitCode === 'number' && process.exitCode !== 0 ? process.exitCode : 1);
     });
   }
   try {

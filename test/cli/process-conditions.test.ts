@@ -29,4 +29,16 @@ describe('the stepwise command under the conditions of a real deployment', () =>
     const r = await shell(`cd '${gone}' && rmdir '${gone}' && exec '${process.execPath}' '${BIN}' status`);
     expect(r).toEqual({ code: 2, out: '', err: 'stepwise: the current directory no longer exists (ENOENT): cd to one that does and run the command again\n' });
   });
+
+  it('with stdout on a full disk, says so in one line and exits 1, where it threw a stack trace', async () => {
+    expect((await shell(`exec '${process.execPath}' '${BIN}' init`)).code).toBe(0);
+    // /dev/full refuses every write with ENOSPC, as a redirect to a file on a full disk does.
+    for (const command of ['status', '--help']) {
+      const r = await shell(`exec '${process.execPath}' '${BIN}' ${command} > /dev/full`);
+      expect(r).toEqual({ code: 1, out: '', err: 'stepwise: cannot write to stdout: ENOSPC: no space left on device, write\n' });
+    }
+    // stderr full as well: the code the error line had set is kept.
+    const unknown = await shell(`exec '${process.execPath}' '${BIN}' status no-such-run 2> /dev/full`);
+    expect(unknown.code).toBe(2);
+  });
 });
