@@ -1,10 +1,12 @@
-import { spawn } from 'node:child_process';
+import Database from 'better-sqlite3';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN } from '../support/cli.ts';
+import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
+import { runStepwise } from '../support/processes.ts';
 
 const db = tempDb();
 afterAll(() => db.cleanup());
@@ -41,4 +43,80 @@ describe('the stepwise command under the conditions of a real deployment', () =>
     const unknown = await shell(`exec '${process.execPath}' '${BIN}' status no-such-run 2> /dev/full`);
     expect(unknown.code).toBe(2);
   });
+
+  // A PID namespace of its own makes the worker PID 1 there, as in a container with no init (root only).
+  const asPid1 = spawnSync('unshare', ['--pid', '--fork', 'true']).status === 0;
+  const stops = [
+    { name: 'a SIGTERM then a Ctrl-C', wrap: [] as string[], signals: ['SIGTERM', 'SIGINT'] as const, code: 130 },
+    ...(asPid1 ? [{ name: 'two SIGTERMs to PID 1', wrap: ['--pid', '--fork', '--kill-child'], signals: ['SIGTERM', 'SIGTERM'] as const, code: 143 }] : []),
+  ];
+  for (const { name, wrap, signals, code } of stops) {
+    it(`a worker stopped gently is stopped at once by a second signal: ${name}`, { timeout: 60_000 }, async () => {
+      const effects = join(db.path, '..', `effects-${code}.db`);
+      const env = { STEPWISE_DB: db.path, EFFECTS_DB: effects, PROCESS_AGENT_ROWS: '2', PROCESS_AGENT_HOLD_AT: '1', PROCESS_AGENT_HOLD_MS: '30000', STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' };
+      const runId = `second-signal-${code}`;
+      expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 2 rows', '--run-id', runId], env)).code).toBe(0);
+      const worker = wrap.length
+        ? wrapped(['unshare', ...wrap, process.execPath, BIN, 'worker', '--agent', AGENT], env)
+        : runStepwise(['worker', '--agent', AGENT], env);
+      try {
+        await worker.line(/^worker \S+ ready: /);
+        // Inside step 1's effect, which holds 30 s: the first signal waits for it, the second does not.
+        const deadline = Date.now() + 20_000;
+        while (!received(effects, `${runId}/step-1`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        const pid = wrap.length ? childOf(worker.child.pid!) : worker.child.pid!;
+        process.kill(pid, signals[0]);
+        await worker.line(/ stopping \(SIG/);
+        const at = Date.now();
+        process.kill(pid, signals[1]);
+        const [exitCode] = await once(worker.child, 'exit') as [number | null];
+        expect(exitCode).toBe(code);
+        expect(Date.now() - at).toBeLessThan(5_000);
+        expect(worker.out()).not.toMatch(/stopping[^\n]*\n[^\n]*stopping/);
+      } finally {
+        worker.child.kill('SIGKILL');
+      }
+    });
+  }
 });
+
+const AGENT = join(ROOT, 'test/support/process-agent.ts');
+
+function received(path: string, key: string): boolean {
+  try {
+    const effects = new Database(path, { fileMustExist: true });
+    try {
+      return Boolean(effects.prepare('SELECT 1 FROM received WHERE key = ?').get(key));
+    } finally {
+      effects.close();
+    }
+  } catch {
+    return false; // not made yet
+  }
+}
+
+/** The worker's process under `unshare --fork`: the one child of unshare's. */
+function childOf(pid: number): number {
+  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).map(Number);
+  return children[0]!;
+}
+
+/** runStepwise's Running for a command line of any program. */
+function wrapped(command: string[], env: Record<string, string>): ReturnType<typeof runStepwise> {
+  const child = spawn(command[0]!, command.slice(1), { cwd: ROOT, env: { ...process.env, ...env } });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d: Buffer) => { out += d; });
+  child.stderr.on('data', (d: Buffer) => { err += d; });
+  return {
+    child, out: () => out, err: () => err,
+    line: async (pattern) => {
+      while (!out.split('\n').some((l) => pattern.test(l))) {
+        if (child.exitCode !== null) throw new Error(`exited before ${pattern}: ${out}\n${err}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return out.split('\n').find((l) => pattern.test(l))!;
+    },
+    stop: async () => { child.kill('SIGKILL'); },
+  };
+}

@@ -8,6 +8,7 @@ import { backendKind, storeFlags } from '../backend.ts';
 import { agentFlag, dbPath, requireAgent } from '../context.ts';
 import { answerCommand } from '../format.ts';
 import { progressLine } from '../progress.ts';
+import { onStopSignals } from '../stop-signals.ts';
 import { unappliedStartText, type StartOptions } from './start.ts';
 
 /**
@@ -41,8 +42,7 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
       interrupted = signal;
       stop.abort();
     };
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
+    const offSignals = onStopSignals(onSignal);
     let final;
     try {
       final = await engine.work(started.runId, {
@@ -54,8 +54,7 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
         },
       });
     } finally {
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
+      offSignals();
     }
     const { status } = final.state;
     const again = `\`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${started.runId}\``;

@@ -12,6 +12,7 @@ import { OutboxNotifier } from '../../waits/outbox-notifier.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
+import { onStopSignals } from '../stop-signals.ts';
 import { makeDir } from '../../make-dir.ts';
 
 export interface ServeOptions extends CliOptions {
@@ -54,11 +55,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const bound = typeof address === 'object' && address ? address.port : port;
   // Before the line a supervisor waits for: a SIGTERM sent on reading it found no handler yet and killed
   // the process outright, mid-way through its start lines, with no "stopped".
-  const stopped = new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-  });
+  const stopped = new Promise<void>((resolve) => onStopSignals(() => resolve()));
   out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails ${emailsGo(backend.waits.notifier)})`);
   if (backend.kind === 'local') {
     const elsewhere = linksElsewhere(host, bound);

@@ -6,6 +6,7 @@ import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { progressLine } from '../progress.ts';
+import { onStopSignals } from '../stop-signals.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
   visibilityMs?: number;
@@ -37,8 +38,7 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
     out(`worker ${id} stopping (${signal}): the steps in hand finish and are checkpointed first, what it received is handed back; ${signal} again stops it at once`);
     stop.abort();
   };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  const offSignals = onStopSignals(onSignal);
   if (runtime.local) (await import('../../local/prune.ts')).pruneAtStart(runtime.local, deps.log);
   // Locally, several agents share the file: this worker receives only its agent's messages. On AWS each
   // agent has its own queue; the engine hands back any other agent's message all the same.
@@ -83,8 +83,7 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
     deps.log.info({ event: 'worker-stopped', workerId: id, backend: runtime.kind }, 'worker stopped');
     return 0;
   } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    offSignals();
     runtime.close();
   }
 }
