@@ -1,9 +1,12 @@
 import Database from 'better-sqlite3';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
+import { Socket } from 'node:net';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { SERVE_STOP_GRACE_MS } from '../../lib/cli/commands/serve.ts';
+import { freePort } from '../support/aws-servers.ts';
 import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { runStepwise } from '../support/processes.ts';
@@ -78,6 +81,29 @@ describe('the stepwise command under the conditions of a real deployment', () =>
       }
     });
   }
+
+  it('serve, sent SIGTERM with a request in hand whose client never sends its body, stops within its grace', { timeout: 60_000 }, async () => {
+    const port = await freePort();
+    const server = runStepwise(['serve', '--agent', AGENT, '--port', String(port)], { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'a-token-long-enough-to-serve' });
+    const client = new Socket();
+    try {
+      await server.line(/^serving agent /);
+      // An authorized POST whose headers promise 100 bytes, of which one comes: the request stays in hand.
+      client.connect(port, '127.0.0.1');
+      await once(client, 'connect');
+      client.write(`POST /runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a-token-long-enough-to-serve\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
+      await new Promise((r) => setTimeout(r, 500));
+      const at = Date.now();
+      server.child.kill('SIGTERM');
+      const [code] = await once(server.child, 'exit') as [number | null];
+      expect(code).toBe(0);
+      expect(Date.now() - at).toBeLessThan(SERVE_STOP_GRACE_MS + 5_000);
+      expect(server.out().trim().split('\n').at(-1)).toBe('stopped');
+    } finally {
+      client.destroy();
+      server.child.kill('SIGKILL');
+    }
+  });
 });
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');

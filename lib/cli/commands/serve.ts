@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
+import type { Server } from 'node:http';
 import { dirname, join } from 'node:path';
 import { serve } from '@hono/node-server';
 import { InvalidInputError } from '../../core/errors.ts';
@@ -14,6 +15,9 @@ import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '..
 import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { onStopSignals } from '../stop-signals.ts';
 import { makeDir } from '../../make-dir.ts';
+
+/** How long serve, stopped, waits for the requests in hand before it cuts their connections. */
+export const SERVE_STOP_GRACE_MS = 5_000;
 
 export interface ServeOptions extends CliOptions {
   port?: number;
@@ -62,7 +66,12 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
     if (elsewhere) out(elsewhere);
   }
   await stopped;
+  // close() stops listening and ends idle keep-alive connections, then waits for each request in hand: a
+  // client that sent its headers and trickles (or never sends) its body held serve after SIGTERM for good.
+  // Requests get a few seconds to finish; then their connections are cut, as a second signal would.
+  const cut = setTimeout(() => (server as Server).closeAllConnections(), SERVE_STOP_GRACE_MS);
   await new Promise<void>((resolve) => server.close(() => resolve()));
+  clearTimeout(cut);
   backend.close();
   out('stopped');
   return 0;
