@@ -82,4 +82,17 @@ describe('stepwise backup, while a worker runs', { timeout: 240_000 }, () => {
       effects.close();
     }
   });
+
+  it('counts one run as one run', async () => {
+    const one = tempDb();
+    try {
+      const env = { ...ENV, STEPWISE_DB: one.path };
+      expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write rows', '--run-id', 'only'], env)).code).toBe(0);
+      const made = await stepwiseCli(['backup', join(one.path, '..', 'one-backup.db')], env);
+      expect(made.code, made.err).toBe(0);
+      expect(made.out).toMatch(/: 1 run, [\d.]+ MB, as they were at /);
+    } finally {
+      one.cleanup();
+    }
+  });
 });

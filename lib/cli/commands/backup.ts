@@ -15,7 +15,7 @@ export async function backupCommand(target: string | undefined, options: CliOpti
   const { backupDatabase } = await import('../../local/backup.ts');
   const made = await backupDatabase(source, target);
   const mb = (made.bytes / 2 ** 20).toFixed(1);
-  out(`backed up ${source} to ${target}: ${made.runs} runs, ${mb} MB, as they were at ${new Date(made.at).toISOString()}`);
+  out(`backed up ${source} to ${target}: ${made.runs} run${made.runs === 1 ? '' : 's'}, ${mb} MB, as they were at ${new Date(made.at).toISOString()}`);
   out(`restore it only with every process on ${source} stopped: see "Backing up and restoring" in the README (runs go back to that moment, and effects after it may apply again); to look inside: stepwise status --db ${shellWord(target)}`);
   return 0;
 }
