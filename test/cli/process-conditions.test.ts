@@ -5,7 +5,6 @@ import { Socket } from 'node:net';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { SERVE_STOP_GRACE_MS } from '../../lib/cli/commands/serve.ts';
 import { freePort } from '../support/aws-servers.ts';
 import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
@@ -70,11 +69,11 @@ describe('the stepwise command under the conditions of a real deployment', () =>
         const pid = wrap.length ? childOf(worker.child.pid!) : worker.child.pid!;
         process.kill(pid, signals[0]);
         await worker.line(/ stopping \(SIG/);
-        const at = Date.now();
         process.kill(pid, signals[1]);
+        // Not timed (tests assert no wall-clock times): a gentle stop, which waits out the 30 s effect, exits
+        // 0; only the second signal's exit is 128 + its number.
         const [exitCode] = await once(worker.child, 'exit') as [number | null];
         expect(exitCode).toBe(code);
-        expect(Date.now() - at).toBeLessThan(5_000);
         expect(worker.out()).not.toMatch(/stopping[^\n]*\n[^\n]*stopping/);
       } finally {
         worker.child.kill('SIGKILL');
@@ -93,11 +92,10 @@ describe('the stepwise command under the conditions of a real deployment', () =>
       await once(client, 'connect');
       client.write(`POST /runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a-token-long-enough-to-serve\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
       await new Promise((r) => setTimeout(r, 500));
-      const at = Date.now();
       server.child.kill('SIGTERM');
+      // Without the grace, serve waits for the body for good, and the test's own timeout ends it.
       const [code] = await once(server.child, 'exit') as [number | null];
       expect(code).toBe(0);
-      expect(Date.now() - at).toBeLessThan(SERVE_STOP_GRACE_MS + 5_000);
       expect(server.out().trim().split('\n').at(-1)).toBe('stopped');
     } finally {
       client.destroy();
