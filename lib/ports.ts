@@ -104,6 +104,12 @@ export interface RunSummary {
   reason?: string;
 }
 
+/** Where a page of due waits ended (its last wait's deadline and run id). */
+export interface WaitPosition {
+  deadline: number;
+  runId: string;
+}
+
 /** A waiting run's open wait, as the store indexes it. */
 export interface OpenWait {
   runId: string;
@@ -189,10 +195,13 @@ export interface CheckpointStore {
   /** Runs waiting now for an event of this type and correlation key (from the wait in their head). */
   waitingFor(type: string, key: string): Promise<OpenWait[]>;
   /**
-   * Waiting runs whose deadline is at or before `before`, soonest first: their timers are due. With
-   * `agents`, only their runs, up to `limit` of them however many of other agents' come first.
+   * Waiting runs whose deadline is at or before `before`, soonest first and waits due in the same
+   * millisecond by run id: their timers are due. With `agents`, only their runs, up to `limit` of them
+   * however many of other agents' come first. `after` is the last wait of the page before: the next page
+   * starts after it, so the sweep reaches every due wait however many share a deadline (a fan-out of
+   * runs sleeping until one instant), not the same first page on every sweep.
    */
-  dueWaits(before: number, limit?: number, agents?: readonly string[]): Promise<OpenWait[]>;
+  dueWaits(before: number, limit?: number, agents?: readonly string[], after?: WaitPosition): Promise<OpenWait[]>;
   list(query?: ListRunsQuery): Promise<RunSummary[]>;
 }
 

@@ -9,10 +9,10 @@ import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { excerpt } from '../core/prompt.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
-import { byListOrder, isAfter } from '../core/run-order.ts';
+import { byDeadline, byListOrder, isAfter } from '../core/run-order.ts';
 import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
-  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
+  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WaitPosition, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { DEFAULT_RETENTION_DAYS } from '../settings.ts';
@@ -460,28 +460,53 @@ export class DynamoCheckpointStore implements CheckpointStore {
     }));
   }
 
-  async dueWaits(before: number, limit = 100, agents?: readonly string[]): Promise<OpenWait[]> {
+  async dueWaits(before: number, limit = 100, agents?: readonly string[], after?: WaitPosition): Promise<OpenWait[]> {
     if (agents?.length === 0) return [];
-    const pages = await Promise.all(waitShards().map(async (shard) => {
-      const e = new Expression();
-      const key = `${e.name(WAIT_SHARD)} = ${e.value(shard)} AND ${e.name(WAIT_DEADLINE)} <= ${e.value(before)}`;
-      const filter = agents ? `${e.name('agent')} IN (${agents.map((agent) => e.value(agent)).join(', ')})` : undefined;
-      const waits: OpenWait[] = [];
-      let start: Record<string, unknown> | undefined;
-      do {
-        // A filter is applied after Limit: a page of other agents' waits is read past, not taken as the end.
-        const page = await this.options.doc.send(new QueryCommand({
-          TableName: this.table, IndexName: WAIT_INDEX, KeyConditionExpression: key, ...(filter ? { FilterExpression: filter } : {}),
-          ...e.params(), Limit: limit, ...(start ? { ExclusiveStartKey: start } : {}),
-        }));
-        for (const item of page.Items ?? []) {
-          waits.push({ runId: String(item.runId), agent: String(item.agent), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]) });
-        }
-        start = page.LastEvaluatedKey;
-      } while (filter && start && waits.length < limit);
-      return waits;
-    }));
-    return pages.flat().sort((a, b) => a.deadline - b.deadline).slice(0, limit);
+    const pages = await Promise.all(waitShards().map((shard) => this.shardDueWaits(shard, before, limit, agents, after)));
+    return pages.flat().sort(byDeadline).slice(0, limit);
+  }
+
+  /**
+   * One shard's first `limit` due waits after `after`. The index sorts by deadline only, so waits due in
+   * the same millisecond come in no set order: a full page also reads every other wait of its last
+   * millisecond, or the merged page could keep one of them and leave out one that precedes it by run id,
+   * which the next page (after the kept one) would then skip.
+   */
+  private async shardDueWaits(shard: string, before: number, limit: number, agents: readonly string[] | undefined, after: WaitPosition | undefined): Promise<OpenWait[]> {
+    const keep = (wait: OpenWait) => !after || byDeadline(wait, after) > 0;
+    const waits = await this.queryDueWaits(shard, after ? { from: after.deadline, to: before } : { to: before }, agents, keep, limit);
+    const last = waits[waits.length - 1];
+    if (waits.length < limit || !last) return waits;
+    const seen = new Set(waits.map((wait) => wait.runId));
+    const ties = await this.queryDueWaits(shard, { from: last.deadline, to: last.deadline }, agents, (wait) => keep(wait) && !seen.has(wait.runId), Infinity);
+    return [...waits, ...ties];
+  }
+
+  private async queryDueWaits(
+    shard: string, deadlines: { from?: number; to: number }, agents: readonly string[] | undefined, keep: (wait: OpenWait) => boolean, limit: number,
+  ): Promise<OpenWait[]> {
+    const e = new Expression();
+    const range = deadlines.from === undefined
+      ? `${e.name(WAIT_DEADLINE)} <= ${e.value(deadlines.to)}`
+      : `${e.name(WAIT_DEADLINE)} BETWEEN ${e.value(deadlines.from)} AND ${e.value(deadlines.to)}`;
+    const key = `${e.name(WAIT_SHARD)} = ${e.value(shard)} AND ${range}`;
+    const filter = agents ? `${e.name('agent')} IN (${agents.map((agent) => e.value(agent)).join(', ')})` : undefined;
+    const waits: OpenWait[] = [];
+    let start: Record<string, unknown> | undefined;
+    do {
+      // A filter is applied after Limit: a page of other agents' waits is read past, not taken as the end;
+      // so is a page of waits at or before `after`.
+      const page = await this.options.doc.send(new QueryCommand({
+        TableName: this.table, IndexName: WAIT_INDEX, KeyConditionExpression: key, ...(filter ? { FilterExpression: filter } : {}),
+        ...e.params(), ...(Number.isFinite(limit) ? { Limit: limit } : {}), ...(start ? { ExclusiveStartKey: start } : {}),
+      }));
+      for (const item of page.Items ?? []) {
+        const wait = { runId: String(item.runId), agent: String(item.agent), waitId: String(item.waitId), version: Number(item.version), deadline: Number(item[WAIT_DEADLINE]) };
+        if (keep(wait) && waits.length < limit) waits.push(wait);
+      }
+      start = page.LastEvaluatedKey;
+    } while (start && waits.length < limit);
+    return waits;
   }
 
   async list(query: ListRunsQuery = {}): Promise<RunSummary[]> {

@@ -16,3 +16,8 @@ export function byListOrder(a: RunPosition, b: RunPosition): number {
 export function isAfter(run: RunPosition, position: RunPosition): boolean {
   return run.updatedAt < position.updatedAt || (run.updatedAt === position.updatedAt && run.runId < position.runId);
 }
+
+/** The order due waits come in (a store's dueWaits): the soonest deadline first, then by run id, ascending. */
+export function byDeadline(a: { deadline: number; runId: string }, b: { deadline: number; runId: string }): number {
+  return a.deadline - b.deadline || (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0);
+}

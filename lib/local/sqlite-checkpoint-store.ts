@@ -6,7 +6,7 @@ import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
 import { isTerminal, type RunStatus } from '../core/statuses.ts';
 import type {
-  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, Delivery, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WriteMeta,
+  CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, Delivery, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WaitPosition, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
@@ -349,10 +349,11 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return rows.map(openWait);
   }
 
-  async dueWaits(before: number, limit = 100, agents?: readonly string[]): Promise<OpenWait[]> {
+  async dueWaits(before: number, limit = 100, agents?: readonly string[], after?: WaitPosition): Promise<OpenWait[]> {
     const only = agents ? ` AND agent IN (SELECT value FROM json_each(?))` : '';
-    const rows = this.sql(`SELECT run_id, agent, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting'${only} ORDER BY wait_deadline LIMIT ?`)
-      .all(before, ...(agents ? [JSON.stringify(agents)] : []), limit) as WaitRow[];
+    const past = after ? ' AND (wait_deadline > ? OR (wait_deadline = ? AND run_id > ?))' : '';
+    const rows = this.sql(`SELECT run_id, agent, version, wait_id, wait_deadline FROM runs WHERE wait_deadline <= ? AND status = 'waiting'${past}${only} ORDER BY wait_deadline, run_id LIMIT ?`)
+      .all(before, ...(after ? [after.deadline, after.deadline, after.runId] : []), ...(agents ? [JSON.stringify(agents)] : []), limit) as WaitRow[];
     return rows.map(openWait);
   }
 

@@ -96,6 +96,25 @@ describe('the sweeper of one agent on a shared table', () => {
   });
 });
 
+describe('the sweeper at fan-out: more waits due together than a page of the store holds', () => {
+  it('sends every timer in one sweep, where each sweep sent the same first page until those runs had woken', async () => {
+    resources = await createTestResources('timers-fanout');
+    const runtime = resources.runtime();
+    // Five runs sleeping until one instant, a page of two: the first page's waits stay open (and first)
+    // until their timers fire, so the other three got theirs only in the sweeps after that, a page a sweep.
+    const deadline = Date.now() + 10 * MINUTE;
+    const runIds = ['fan-a', 'fan-b', 'fan-c', 'fan-d', 'fan-e'];
+    for (const runId of runIds) {
+      const decision = { step: 1, tool: 'sleep_until', input: {}, at: deadline - 60 * MINUTE };
+      const wait = waitRecordFor({ kind: 'sleep', until: deadline }, decision, `wait-${runId}`, deadline - 60 * MINUTE);
+      await runtime.store.create(beginWait({ ...newState(runId), agent: 'mine' }, wait, deadline - 60 * MINUTE), META);
+    }
+    const deps = { store: runtime.store, queue: runtime.queue, clock: systemClock, log: silentLogger };
+    expect((await sendDueTimers(deps, { limit: 2, agents: ['mine'] })).map((w) => w.runId).sort()).toEqual(runIds);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(5);
+  });
+});
+
 describe('functions/sweeper.ts', () => {
   const saved = { ...process.env };
   afterEach(() => {

@@ -397,5 +397,40 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(after.status).toBe('running');
       expect(after.steps[1]).toMatchObject({ step: 2, waitId: wait.id, result: { ok: false } });
     });
+
+    it('pages through due waits that share a deadline, soonest first then by run id, each once', async () => {
+      // More runs sleeping until one instant than a page holds: the sweep pages on after the last wait it
+      // sent, where it was given the same first page every time and the rest waited for those to resolve.
+      const due = 4e15 + Date.now() * 10;
+      const label = uniqueRunId('due');
+      const sleeping = async (suffix: string, deadline: number) => {
+        const runId = `${label}-${suffix}`;
+        const decision = { step: 1, tool: 'sleep_until', input: {}, at: due - 60_000 };
+        const wait = waitRecordFor({ kind: 'sleep', until: deadline }, decision, `wait-${runId}`, due - 60_000);
+        await s().create(newState(runId), META);
+        await s().commit({ runId, expectedVersion: 1, state: beginWait(newState(runId), wait, due - 60_000), ...META });
+        return runId;
+      };
+      const tied = await Promise.all(['g', 'c', 'a', 'i', 'e', 'b', 'h', 'd', 'f'].map((suffix) => sleeping(suffix, due)));
+      const later = await sleeping('0', due + 1);
+      const earlier = await sleeping('z', due - 1);
+      const order = [earlier, ...tied.sort(), later];
+
+      const seen: string[] = [];
+      let after: { deadline: number; runId: string } | undefined = { deadline: due - 2, runId: '' };
+      for (let pages = 0; pages < 20; pages++) {
+        const page = await s().dueWaits(due + 1, 2, undefined, after);
+        expect(page.length).toBeLessThanOrEqual(2);
+        seen.push(...page.map((w) => w.runId));
+        const last = page[page.length - 1];
+        if (page.length < 2 || !last) break;
+        after = { deadline: last.deadline, runId: last.runId };
+      }
+      expect(seen).toEqual(order);
+      // A page that ends inside a millisecond goes on with the rest of it, for one agent's runs too.
+      const page = await s().dueWaits(due + 1, 3, ['other-agent', 'test-agent'], { deadline: due, runId: order[3]! });
+      expect(page.map((w) => w.runId)).toEqual(order.slice(4, 7));
+      expect(page[0]).toMatchObject({ agent: 'test-agent', deadline: due, version: 2, waitId: `wait-${order[4]}` });
+    });
   });
 }
