@@ -23,6 +23,9 @@ function nestingDepth(value: unknown): number {
   return deepest;
 }
 
+/** Runs one event answers at once. */
+const ANSWER_CONCURRENCY = 16;
+
 /** The largest event payload kept (EventBridge's own limit for an event). */
 export const MAX_EVENT_BYTES = 256 * 1024;
 
@@ -92,14 +95,16 @@ export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string
   checkEventPayload(input.payload);
   const event: RunEvent = { id: input.id, type: input.type, key: input.key, payload: input.payload ?? null, receivedAt: deps.clock.now() };
   const fresh = await deps.events.put(event);
-  const resumed: AnswerOutcome[] = [];
   let retry: { error: unknown } | undefined;
   // A redelivered event is matched again: the first delivery may have died before resuming anyone, and a
   // wait it did resume answers "already answered".
-  for (const { runId, waitId, agent } of await deps.waitingFor(event.type, event.key)) {
-    if (deps.agents && agent !== undefined && !deps.agents.includes(agent)) continue;
+  const waiting = (await deps.waitingFor(event.type, event.key))
+    .filter(({ agent }) => !deps.agents || agent === undefined || deps.agents.includes(agent));
+  const outcomes: (AnswerOutcome | undefined)[] = [];
+  const answer = async (index: number) => {
+    const { runId, waitId } = waiting[index]!;
     try {
-      resumed.push(await answerWait(deps, { runId, waitId, answer: eventAnswer(event) }));
+      outcomes[index] = await answerWait(deps, { runId, waitId, answer: eventAnswer(event) });
     } catch (error) {
       // One run the event cannot resume (its checkpoint unreadable, written by newer code, its write
       // refused) kept it from every run after it, on every delivery: each is answered, then the first
@@ -107,7 +112,15 @@ export async function emitEvent(deps: EmitDeps, input: EventInput & { id: string
       deps.log.error({ event: 'event-answer-error', type: event.type, key: event.key, eventId: event.id, runId, waitId, error: errorMessage(error) }, 'the event could not resume a run waiting for it');
       if (!(error instanceof UnreadableCheckpointError)) retry ??= { error };
     }
-  }
+  };
+  // Several runs at a time: each answer is a read, a fenced write and a send of its own run, some 50 ms on
+  // AWS, so one by one an event that hundreds of runs wait for outlasted the events function's minute, and
+  // each retry, reading the runs it had answered again first, got less far than the one before.
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(ANSWER_CONCURRENCY, waiting.length) }, async () => {
+    while (next < waiting.length) await answer(next++);
+  }));
+  const resumed = outcomes.filter((outcome) => outcome !== undefined);
   deps.log.info({ event: 'event-received', type: event.type, key: event.key, eventId: event.id, fresh, resumed: resumed.filter((r) => r.outcome === 'resumed').map((r) => r.runId) }, 'event received');
   if (retry) throw retry.error;
   return { event, fresh, resumed };

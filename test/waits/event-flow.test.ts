@@ -236,6 +236,40 @@ describe('a run that waits for an event (SQLite)', () => {
   });
 });
 
+describe('one event that many runs wait for', () => {
+  it('answers them several at a time, each once: one by one, hundreds outlasted the events function\'s minute on AWS', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = worker(clock, 'worker-A', waitFor('order-fan'));
+    const runIds = Array.from({ length: 40 }, (_, i) => `fan-${i}`);
+    for (const runId of runIds) await start(w.deps, 'write the rows', runId);
+    await workVisible(w.deps, w.runtime, 1000);
+    // Each answer's read takes a network round trip, as DynamoDB's does: counted while in flight.
+    const store = w.runtime.store;
+    let inFlight = 0;
+    let most = 0;
+    const slowStore = Object.assign(Object.create(store) as typeof store, {
+      load: async (...args: Parameters<typeof store.load>) => {
+        most = Math.max(most, ++inFlight);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        inFlight--;
+        return store.load(...args);
+      },
+    });
+    const emitted = await emitEvent({ ...w.deps, store: slowStore, events: w.deps.waits!.events!, waitingFor: (t, k) => store.waitingFor(t, k) },
+      { type: 'order.paid', key: 'order-fan', id: 'evt-fan', payload: { amount: 3 } });
+    expect(most).toBeGreaterThan(1);
+    expect(emitted.resumed.map((r) => [r.runId, r.outcome]).sort()).toEqual(runIds.map((runId) => [runId, 'resumed']).sort());
+    await workVisible(w.deps, w.runtime, 1000);
+    for (const runId of runIds) {
+      const done = decodeState((await store.load(runId))!);
+      expect(done.status).toBe('completed');
+      expect(done.steps.filter((step) => step.result.text.includes('evt-fan'))).toHaveLength(1);
+    }
+    w.runtime.close();
+  });
+});
+
 describe('runs started by events', () => {
   it('an event that matches a trigger starts one run, however often it is delivered', async () => {
     db = tempDb();
