@@ -2,6 +2,7 @@ import { html, raw } from 'hono/html';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
+import { RUN_STATUSES, type RunStatus } from '../core/statuses.ts';
 import { costText, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo, RunSummary } from '../ports.ts';
 import { layout } from './pages.ts';
@@ -25,9 +26,10 @@ const tokensOf = (s?: { usage?: StepRecord['usage'] }) => (s?.usage ? s.usage.in
 /** A step's cost, 'no price' for a model with none: it showed $0.0000, as though the step were free. */
 const costOf = (s: StepRecord, model: string) => stepCostText(s.usage, s.model ?? model);
 
-export function runsPage(input: { runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string }) {
+export function runsPage(input: { runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string; status?: RunStatus }) {
   return layout('Runs', html`
 <h1>Runs</h1>
+<p id="statuses">${[undefined, ...RUN_STATUSES].map((status, i) => html`${i ? ' · ' : ''}${status === input.status ? html`<b>${status ?? 'all'}</b>` : html`<a href="/inspect${status ? `?status=${status}` : ''}">${status ?? 'all'}</a>`}`)}</p>
 <table id="runs"><tr><th>run</th><th>agent</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
 <td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="agent">${summary.agent}</td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>

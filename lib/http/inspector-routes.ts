@@ -4,7 +4,7 @@ import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { NewerFormatError, StepwiseError, UnreadableCheckpointError, isPermanent } from '../core/errors.ts';
-import { isTerminal } from '../core/statuses.ts';
+import { RUN_STATUSES, isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { historyPage } from '../engine/operate/history.ts';
@@ -20,6 +20,8 @@ import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 import { readForm } from './read-form.ts';
 
 const COOKIE = 'stepwise_token';
+/** The list's query: a page, and the one status it shows (as GET /runs?status=), such as the runs waiting for an answer. */
+const listQuery = pageQuery.extend({ status: z.enum(RUN_STATUSES).optional() });
 const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
 
 /**
@@ -43,12 +45,17 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   });
 
   app.get('/', async (c) => {
-    const query = pageQuery.safeParse(c.req.query());
-    if (!query.success) return c.html(messagePage('Invalid page', `limit is a whole number from 1 to ${MAX_PAGE}`), 400);
-    const { cursor, limit } = query.data;
+    const query = listQuery.safeParse(c.req.query());
+    if (!query.success) {
+      const status = c.req.query('status');
+      return c.html(status !== undefined && !(RUN_STATUSES as readonly string[]).includes(status)
+        ? messagePage('Invalid page', `status is one of ${RUN_STATUSES.join(', ')}`)
+        : messagePage('Invalid page', `limit is a whole number from 1 to ${MAX_PAGE}`), 400);
+    }
+    const { cursor, limit, status } = query.data;
     let page;
     try {
-      page = await listRunsPage(deps.store, { limit: limit ?? 100, ...(cursor ? { cursor } : {}) });
+      page = await listRunsPage(deps.store, { limit: limit ?? 100, ...(cursor ? { cursor } : {}), ...(status ? { status } : {}) });
     } catch (error) {
       if (error instanceof StepwiseError && isPermanent(error)) return c.html(messagePage('Invalid page', error.message), 400);
       throw error;
@@ -64,8 +71,8 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
         return { summary, ...(error instanceof NewerFormatError && !isTerminal(summary.status) ? { needs: error.needs } : {}) };
       }
     }));
-    const older = page.next ? `/inspect?cursor=${page.next}${limit ? `&limit=${limit}` : ''}` : undefined;
-    return c.html(runsPage({ runs, now: deps.clock.now(), model: model(), ...(older ? { older } : {}) }));
+    const older = page.next ? `/inspect?cursor=${page.next}${limit ? `&limit=${limit}` : ''}${status ? `&status=${status}` : ''}` : undefined;
+    return c.html(runsPage({ runs, now: deps.clock.now(), model: model(), ...(older ? { older } : {}), ...(status ? { status } : {}) }));
   });
 
   app.get('/runs/:runId', async (c) => {

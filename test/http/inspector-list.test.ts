@@ -48,4 +48,24 @@ describe("the inspector's list of runs", () => {
     expect(page).toContain('cleanup-run</a></td><td class="agent">cleanup-tables</td>');
     expect(page).toContain(`own-run</a></td><td class="agent">${app.deps.agent.name}</td>`);
   });
+
+  it('shows the runs of one status (?status=waiting: those waiting for an answer), paging within it, and refuses an unknown one', async () => {
+    const store = app.runtime.store;
+    for (const n of [1, 2, 3]) await store.create({ ...newState(`waiting-${n}`), status: 'waiting' }, META);
+    await store.create({ ...newState('done-run'), status: 'completed' }, META);
+    const page = await (await app.api('/inspect?status=waiting')).text();
+    const listed = [...page.matchAll(/<a href="\/inspect\/runs\/([^"]+)">/g)].map((m) => m[1]);
+    expect(listed.sort()).toEqual(['waiting-1', 'waiting-2', 'waiting-3']);
+    // The filter is a link per status, the one shown in bold.
+    expect(page).toContain('<a href="/inspect">all</a> · <a href="/inspect?status=running">running</a> · <b>waiting</b>');
+    // A page of two: the link to the rest keeps the status.
+    const first = await (await app.api('/inspect?status=waiting&limit=2')).text();
+    const older = /<a id="older" href="([^"]+)">/.exec(first)?.[1]?.replaceAll('&amp;', '&');
+    expect(older).toMatch(/&status=waiting$/);
+    const rest = await (await app.api(older!)).text();
+    expect([...rest.matchAll(/<a href="\/inspect\/runs\/([^"]+)">/g)]).toHaveLength(1);
+    const unknown = await app.api('/inspect?status=pending');
+    expect(unknown.status).toBe(400);
+    expect(await unknown.text()).toContain('status is one of running, waiting, completed, failed, capped, over-budget, cancelled');
+  });
 });
