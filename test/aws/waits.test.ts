@@ -177,6 +177,37 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     expect(done.summary).toContain(`"id":"${event.id}"`);
   });
 
+  it('an event whose resume SQS refused to send is sent again by its redelivery, where the run waited for the sweeper', { timeout: 120_000 }, async () => {
+    const runId = `aws-event-refused-${randomUUID().slice(0, 6)}`;
+    const key = `order-${randomUUID().slice(0, 6)}`;
+    const a = container(new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } }));
+    await startTestRun(a.runtime, waitAgent(new FakeRows(), []), runId);
+    await pollUntil(a, runId, ['waiting']);
+    // The resume's send is refused once (throttled past the SDK's retries): the answer is written, its message is not.
+    let refuse = true;
+    const queue = Object.create(a.runtime.queue) as typeof a.runtime.queue;
+    queue.send = async (message, options) => {
+      if (refuse) { refuse = false; throw Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException' }); }
+      return a.runtime.queue.send(message, options);
+    };
+    const handler = createEventHandler({ runtime: { ...a.runtime, queue }, events: events(a.runtime), agent: waitAgent(new FakeRows(), []), log: silentLogger, codeVersion: 'test' });
+    const event = eventBridge('order.paid', { key });
+    // The wait's timer (its deadline is within what SQS holds) is in the queue already.
+    const before = await queueDepth(resources.clients, resources.queueUrl);
+    // Thrown, so that EventBridge delivers the event again.
+    await expect(handler(event, { awsRequestId: 'r1' })).rejects.toThrow('Rate exceeded');
+    expect((await state(runId)).status).toBe('running');
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(before);
+    // The redelivery finds the run it answered (its wait's entry stays until its TTL): already answered,
+    // so it resumes none, and sends the run's message again.
+    expect(await handler(event, { awsRequestId: 'r2' })).toEqual({ started: [], resumed: [] });
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(before + 1);
+    const done = await pollUntil(a, runId, ['completed', 'failed']);
+    a.close();
+    expect(done.status).toBe('completed');
+    expect(done.summary).toContain(`"id":"${event.id}"`);
+  });
+
   it('an event whose payload no wait may take (nested past 64 levels) is logged and resumes nothing, not thrown for EventBridge to retry a day', { timeout: 120_000 }, async () => {
     const runId = `aws-deep-${randomUUID().slice(0, 6)}`;
     const key = `order-${randomUUID().slice(0, 6)}`;
