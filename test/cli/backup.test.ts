@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
-import { copyFileSync, existsSync, rmSync } from 'node:fs';
+import { once } from 'node:events';
+import { copyFileSync, existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
@@ -10,7 +11,10 @@ const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const db = tempDb();
 const EFFECTS = db.path.replace(/stepwise\.db$/, 'effects.db');
 afterAll(() => db.cleanup());
-const ENV = { STEPWISE_DB: db.path, EFFECTS_DB: EFFECTS, PROCESS_AGENT_ROWS: '30', STEPWISE_LOG_FORMAT: 'json' };
+// Each run's last step waits for GATE: every backup is taken with the runs still moving, however fast the
+// worker is (a backup's own process may take a second to start, in which the runs once all finished).
+const GATE = db.path.replace(/stepwise\.db$/, 'gate');
+const ENV = { STEPWISE_DB: db.path, EFFECTS_DB: EFFECTS, PROCESS_AGENT_ROWS: '30', PROCESS_AGENT_GATE: GATE, STEPWISE_LOG_FORMAT: 'json' };
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -48,7 +52,9 @@ describe('stepwise backup, while a worker runs', { timeout: 240_000 }, () => {
     const again = await stepwiseCli(['backup', backups[0]!], ENV);
     expect(again.code).toBe(2);
     expect(again.err).toContain('already exists, and a backup never overwrites');
-    await worker.stop();
+    // The runs finish, and the worker stops once it has had no step for its idle time.
+    writeFileSync(GATE, '');
+    if (worker.child.exitCode === null) await once(worker.child, 'exit');
     expect(worker.child.exitCode).toBe(0);
 
     const done = await stepwiseCli(['status', '--json'], ENV);
