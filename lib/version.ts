@@ -7,14 +7,12 @@ import { CODE_VERSION_ENV } from './settings.ts';
  */
 export const CODE_VERSION: string = process.env[CODE_VERSION_ENV] ?? packageVersion();
 
-/** The version in stepwise's own package.json, whatever STEPWISE_CODE_VERSION says (`stepwise --version`). */
-export const PACKAGE_VERSION: string = packageVersion();
-
 /**
- * The version in stepwise's own package.json: one directory up from the sources (lib/), two from the
- * build (dist/lib/). A bundle without it (a Lambda asset) says so instead of failing to load.
+ * The version in stepwise's own package.json, whatever STEPWISE_CODE_VERSION says (`stepwise --version`):
+ * one directory up from the sources (lib/), two from the build (dist/lib/). A bundle without it (a Lambda
+ * asset) says so instead of failing to load.
  */
-function packageVersion(): string {
+export function packageVersion(): string {
   for (const path of ['../package.json', '../../package.json']) {
     try {
       const pkg = JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as { name?: string; version?: string };

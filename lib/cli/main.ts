@@ -228,7 +228,7 @@ export async function main(
   // exit 2, so `stepwise $CMD` with CMD unset does not print 40 lines into what a script reads.
   if (values.help || command === 'help') { out(USAGE); return 0; }
   // The package's version, which each checkpoint records as its code version unless STEPWISE_CODE_VERSION is set.
-  if (values.version) { out(`stepwise ${(await import('../version.ts')).PACKAGE_VERSION}`); return 0; }
+  if (values.version) { out(`stepwise ${(await import('../version.ts')).packageVersion()}`); return 0; }
   if (!command) { writeError(printable(USAGE)); return 2; }
   const takes = Object.hasOwn(ARGUMENTS, command) ? ARGUMENTS[command] : undefined;
   if (!takes) throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);

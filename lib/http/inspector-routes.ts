@@ -47,10 +47,8 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   app.get('/', async (c) => {
     const query = listQuery.safeParse(c.req.query());
     if (!query.success) {
-      const status = c.req.query('status');
-      return c.html(status !== undefined && !(RUN_STATUSES as readonly string[]).includes(status)
-        ? messagePage('Invalid page', `status is one of ${RUN_STATUSES.join(', ')}`)
-        : messagePage('Invalid page', `limit is a whole number from 1 to ${MAX_PAGE}`), 400);
+      const badStatus = query.error.issues.some((issue) => issue.path[0] === 'status');
+      return c.html(messagePage('Invalid page', badStatus ? `status is one of ${RUN_STATUSES.join(', ')}` : `limit is a whole number from 1 to ${MAX_PAGE}`), 400);
     }
     const { cursor, limit, status } = query.data;
     let page;

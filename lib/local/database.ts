@@ -233,7 +233,8 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
   try {
     bringToLayout(db, path);
-    refuseReadOnly(db);
+    // Once a runtime: its queue's connection ('process') opens the same file just after this one.
+    if (durability === 'full') refuseReadOnly(db);
   } catch (error) {
     db.close();
     throw error;

@@ -223,3 +223,19 @@ describe('worker loop: the next delivery comes with the step\'s checkpoint', () 
     });
   }
 });
+
+describe('worker loop: an error no retry mends (stopOn)', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('from its sweep, stops the worker with that error, where any other sweep failure is logged and the worker goes on', async () => {
+    db = tempDb();
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock: new ManualClock(), workerId: 'A' });
+    const damaged = Object.assign(new Error('database disk image is malformed'), { code: 'SQLITE_CORRUPT' });
+    const stopOn = (error: unknown) => (error as { code?: string }).code === 'SQLITE_CORRUPT';
+    await expect(runWorker(w.deps, w.runtime.queue, drainOptions({ sweepEveryMs: 1, sweep: async () => { throw damaged; }, stopOn }))).rejects.toBe(damaged);
+    // Another error from the sweep is the next sweep's to retry: the worker drains the queue and returns.
+    await expect(runWorker(w.deps, w.runtime.queue, drainOptions({ sweepEveryMs: 1, sweep: async () => { throw new Error('throttled'); }, stopOn }))).resolves.toBeUndefined();
+    w.runtime.close();
+  });
+});
