@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { Socket } from 'node:net';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../support/aws-servers.ts';
@@ -81,6 +81,43 @@ describe('the stepwise command under the conditions of a real deployment', () =>
     });
   }
 
+  const loads = [
+    { name: 'a worker', wrap: [] as string[], command: ['worker'], said: /^worker \S+ stopped before it was ready$/m, unsaid: / ready: / },
+    { name: '`run`', wrap: [] as string[], command: ['run', '--goal', 'never started', '--run-id', 'stopped-loading'], said: /^stopped \(SIGTERM\) before the run was started or worked$/m, unsaid: /^run / },
+    { name: 'serve', wrap: [] as string[], command: ['serve', '--port', '0'], said: /^stopped before it served$/m, unsaid: /^serving / },
+    ...(asPid1 ? [
+      { name: 'serve as PID 1', wrap: ['--pid', '--fork', '--kill-child'], command: ['serve', '--port', '0'], said: /^stopped before it served$/m, unsaid: /^serving / },
+      { name: 'a worker that is PID 1', wrap: ['--pid', '--fork', '--kill-child'], command: ['worker'], said: /^worker \S+ stopped before it was ready$/m, unsaid: / ready: / },
+      { name: '`run` as PID 1', wrap: ['--pid', '--fork', '--kill-child'], command: ['run', '--goal', 'never started', '--run-id', 'stopped-loading-1'], said: /^stopped \(SIGTERM\) before the run was started or worked$/m, unsaid: /^run / },
+    ] : []),
+  ];
+  for (const [i, { name, wrap, command, said, unsaid }] of loads.entries()) {
+    it(`${name} sent SIGTERM while its agent loads stops once loaded, before it does any work`, { timeout: 60_000 }, async () => {
+      const dir = join(db.path, '..');
+      const gate = join(dir, `load-gate-${i}`);
+      const loading = join(dir, `loading-${i}`);
+      const env = { STEPWISE_DB: db.path, SLOW_AGENT_GATE: gate, SLOW_AGENT_LOADING: loading, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'a-token-long-enough-to-serve' };
+      const line = [process.execPath, BIN, ...command, '--agent', SLOW_AGENT];
+      const child = wrap.length ? wrapped(['unshare', ...wrap, ...line], env) : wrapped(line, env);
+      try {
+        const deadline = Date.now() + 30_000;
+        while (!existsSync(loading) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        const pid = wrap.length ? childOf(child.child.pid!) : child.child.pid!;
+        process.kill(pid, 'SIGTERM');
+        await child.line(/stopping \(SIGTERM\)/);
+        writeFileSync(gate, '');
+        // Taken after the load, the signal killed the process (a signal's exit, no line) and, sent to PID 1,
+        // was lost: the worker went on to be ready and work the queue, `run` to start and work its run.
+        const [code, signal] = await once(child.child, 'exit') as [number | null, string | null];
+        expect({ code, signal }).toEqual({ code: 0, signal: null });
+        expect(child.out()).toMatch(said);
+        expect(child.out()).not.toMatch(unsaid);
+      } finally {
+        child.child.kill('SIGKILL');
+      }
+    });
+  }
+
   it('serve, sent SIGTERM with a request in hand whose client never sends its body, stops within its grace', { timeout: 60_000 }, async () => {
     const port = await freePort();
     const server = runStepwise(['serve', '--agent', AGENT, '--port', String(port)], { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'a-token-long-enough-to-serve' });
@@ -105,6 +142,7 @@ describe('the stepwise command under the conditions of a real deployment', () =>
 });
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
+const SLOW_AGENT = join(ROOT, 'test/support/slow-import-agent.ts');
 
 function received(path: string, key: string): boolean {
   try {
@@ -136,7 +174,7 @@ function wrapped(command: string[], env: Record<string, string>): ReturnType<typ
     child, out: () => out, err: () => err,
     line: async (pattern) => {
       while (!out.split('\n').some((l) => pattern.test(l))) {
-        if (child.exitCode !== null) throw new Error(`exited before ${pattern}: ${out}\n${err}`);
+        if (child.exitCode !== null || child.signalCode !== null) throw new Error(`exited before ${pattern}: ${out}\n${err}`);
         await new Promise((r) => setTimeout(r, 20));
       }
       return out.split('\n').find((l) => pattern.test(l))!;

@@ -31,13 +31,13 @@ describe('stepwise serve on a port its approval links do not name', () => {
     const { port, lines } = await serveSays({ STEPWISE_PUBLIC_URL: undefined });
     expect(lines[0]).toMatch(new RegExp(`^serving agent approval-e2e on http://127\\.0\\.0\\.1:${port} `));
     expect(lines[1]).toBe(`approval links point at http://127.0.0.1:8787 (STEPWISE_PUBLIC_URL is not set), not here: start the workers and \`stepwise run\` with STEPWISE_PUBLIC_URL=http://127.0.0.1:${port}, or serve on --port 8787`);
-    expect(lines.slice(2)).toEqual(['stopped']);
+    expect(lines.slice(2)).toEqual(['stopping (SIGTERM): requests in hand get 5 s to finish; SIGTERM again stops at once', 'stopped']);
   });
 
   it('says nothing more when STEPWISE_PUBLIC_URL is set, which the links then follow', async () => {
     const { port, lines } = await serveSays({ STEPWISE_PUBLIC_URL: 'http://127.0.0.1:9' });
-    expect(lines).toHaveLength(2);
+    expect(lines).toHaveLength(3);
     expect(lines[0]).toMatch(new RegExp(`^serving agent approval-e2e on http://127\\.0\\.0\\.1:${port} `));
-    expect(lines[1]).toBe('stopped');
+    expect(lines.slice(1)).toEqual(['stopping (SIGTERM): requests in hand get 5 s to finish; SIGTERM again stops at once', 'stopped']);
   });
 });

@@ -21,9 +21,35 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
   }
   // As for start: without either, "the goal is empty" named a --goal "" never typed.
   if (options.goal === undefined && !options.runId) throw new InvalidInputError('--goal "what the run should achieve" is required, or --run-id of a run to work on');
+  // Ctrl-C or a supervisor's SIGTERM: the step in hand finishes and is checkpointed, as a worker's does.
+  // Taken before the agent loads, as the worker's are: after, one sent meanwhile to a `run` that is PID 1
+  // was lost, and the run was worked on as if never stopped.
+  const stop = new AbortController();
+  let interrupted: string | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    // Said at once: the step in hand may take minutes (a tool's limit is 15), and silence reads as a hang.
+    out(`stopping (${signal}): the step in hand finishes and is checkpointed first; ${signal} again stops at once`);
+    interrupted = signal;
+    stop.abort();
+  };
+  const offSignals = onStopSignals(onSignal);
+  try {
+    return await runAfterSignals(options, out, stop.signal, () => interrupted);
+  } finally {
+    offSignals();
+  }
+}
+
+async function runAfterSignals(
+  options: StartOptions & { visibilityMs?: number }, out: (line: string) => void, signal: AbortSignal, interrupted: () => string | undefined,
+): Promise<number> {
   const agent = await requireAgent(options);
   const engine = await openLocalEngine(agent, { dbPath: dbPath(options) });
   try {
+    if (signal.aborted) {
+      out(`stopped (${interrupted()}) before the run was started or worked`);
+      return 0;
+    }
     out(`model: ${engine.modelLabel}`);
     const started = await startRun(engine.deps, { goal: await goalOf(engine.runtime.store, options), ...(options.runId ? { runId: options.runId } : {}), ...(options.stepCap ? { stepCap: options.stepCap } : {}), ...(options.budget ? { budget: options.budget } : {}) });
     if (!started.created) {
@@ -33,32 +59,17 @@ export async function runCommand(options: StartOptions & { visibilityMs?: number
       if (unapplied) throw new InvalidInputError(`run ${started.runId} exists, so it was not worked: ${unapplied}; leave them out to work it on as it is`);
     }
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
-    // Ctrl-C or a supervisor's SIGTERM: the step in hand finishes and is checkpointed, as a worker's does.
-    const stop = new AbortController();
-    let interrupted: string | undefined;
-    const onSignal = (signal: NodeJS.Signals) => {
-      // Said at once: the step in hand may take minutes (a tool's limit is 15), and silence reads as a hang.
-      out(`stopping (${signal}): the step in hand finishes and is checkpointed first; ${signal} again stops at once`);
-      interrupted = signal;
-      stop.abort();
-    };
-    const offSignals = onStopSignals(onSignal);
-    let final;
-    try {
-      final = await engine.work(started.runId, {
-        signal: stop.signal,
-        ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
-        onHandled: (handled) => {
-          const line = progressLine(handled);
-          if (line) out(line);
-        },
-      });
-    } finally {
-      offSignals();
-    }
+    const final = await engine.work(started.runId, {
+      signal,
+      ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
+      onHandled: (handled) => {
+        const line = progressLine(handled);
+        if (line) out(line);
+      },
+    });
     const { status } = final.state;
     const again = `\`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${started.runId}\``;
-    const resume = interrupted && status === 'running' ? ` (stopped by ${interrupted} after the step in hand; ${again} or a worker continues it)`
+    const resume = interrupted() && status === 'running' ? ` (stopped by ${interrupted()} after the step in hand; ${again} or a worker continues it)`
       : status === 'waiting' && final.state.wait ? ` (${waitingHint(final.state.wait, started.runId, agentFlag(options), storeFlags(options))}; then ${again} or a worker continues it)` : '';
     out(`run ${started.runId}: ${status} at version ${final.version}${resume}`);
     // 3, as drift's "runs it cannot resume": the run ended without completing, which a script tells

@@ -31,6 +31,16 @@ export interface ServeOptions extends CliOptions {
  */
 export async function serveCommand(options: ServeOptions, out: (line: string) => void): Promise<number> {
   const givenToken = givenApiToken(process.env);
+  // Before the agent loads, and so before the line a supervisor waits for: a SIGTERM sent on reading that
+  // line found no handler yet and killed the process outright, mid-way through its start lines, with no
+  // "stopped"; one sent while the agent loaded to a serve that is PID 1 was lost, and it served on.
+  let stopAsked = false;
+  const stopped = new Promise<void>((resolve) => onStopSignals((signal) => {
+    // Said at once, as worker and run say it: a request in hand may hold serve for its grace.
+    out(`stopping (${signal}): requests in hand get ${SERVE_STOP_GRACE_MS / 1000} s to finish; ${signal} again stops at once`);
+    stopAsked = true;
+    resolve();
+  }));
   const agent = await requireAgent(options);
   const backend = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
   try {
@@ -38,6 +48,11 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   } catch (error) {
     backend.close();
     throw error;
+  }
+  if (stopAsked) {
+    backend.close();
+    out('stopped before it served');
+    return 0;
   }
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORT;
@@ -57,9 +72,6 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   });
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
-  // Before the line a supervisor waits for: a SIGTERM sent on reading it found no handler yet and killed
-  // the process outright, mid-way through its start lines, with no "stopped".
-  const stopped = new Promise<void>((resolve) => onStopSignals(() => resolve()));
   out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails ${emailsGo(backend.waits.notifier)})`);
   if (backend.kind === 'local') {
     const elsewhere = linksElsewhere(host, bound);

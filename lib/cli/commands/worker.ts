@@ -18,6 +18,25 @@ export interface WorkerCommandOptions extends CliOptions {
 
 /** Works every run on the queue, one step per message, until SIGINT/SIGTERM (or idle, if asked). */
 export async function workerCommand(options: WorkerCommandOptions, out: (line: string) => void): Promise<number> {
+  const id = workerId();
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => {
+    // Said at once: the steps in hand may take minutes (a tool's limit is 15), and silence reads as a hang.
+    out(`worker ${id} stopping (${signal}): the steps in hand finish and are checkpointed first, what it received is handed back; ${signal} again stops it at once`);
+    stop.abort();
+  };
+  // Before the agent loads, which may take seconds (a large agent, a slow disk): taken after, a SIGTERM
+  // sent meanwhile to a worker that is PID 1 (a container with no init) was lost, as the kernel never takes
+  // a signal's default action there, and the worker then ran on as if never told to stop.
+  const offSignals = onStopSignals(onSignal);
+  try {
+    return await workAfterSignals(options, out, id, stop);
+  } finally {
+    offSignals();
+  }
+}
+
+async function workAfterSignals(options: WorkerCommandOptions, out: (line: string) => void, id: string, stop: AbortController): Promise<number> {
   const agent = await requireAgent(options);
   const { model, label } = await chooseModel(agent);
   const runtime = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
@@ -30,15 +49,13 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
     runtime.close();
     throw error;
   }
-  const id = workerId();
+  if (stop.signal.aborted) {
+    // Told to stop while it loaded: it has received nothing, so nothing is finished or handed back.
+    runtime.close();
+    out(`worker ${id} stopped before it was ready`);
+    return 0;
+  }
   const deps = engineDeps(runtime, agent, model, id);
-  const stop = new AbortController();
-  const onSignal = (signal: NodeJS.Signals) => {
-    // Said at once: the steps in hand may take minutes (a tool's limit is 15), and silence reads as a hang.
-    out(`worker ${id} stopping (${signal}): the steps in hand finish and are checkpointed first, what it received is handed back; ${signal} again stops it at once`);
-    stop.abort();
-  };
-  const offSignals = onStopSignals(onSignal);
   if (runtime.local) (await import('../../local/prune.ts')).pruneAtStart(runtime.local, deps.log);
   // Locally, several agents share the file: this worker receives only its agent's messages. On AWS each
   // agent has its own queue; the engine hands back any other agent's message all the same.
@@ -83,7 +100,6 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
     deps.log.info({ event: 'worker-stopped', workerId: id, backend: runtime.kind }, 'worker stopped');
     return 0;
   } finally {
-    offSignals();
     runtime.close();
   }
 }
