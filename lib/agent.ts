@@ -168,8 +168,9 @@ function checkSettings(definition: AgentDefinition): void {
   if (temperature !== undefined && !(typeof temperature === 'number' && Number.isFinite(temperature) && temperature >= 0)) {
     throw new InvalidInputError(`agent ${definition.name}: settings.temperature must be a number from 0, got ${JSON.stringify(temperature)}`);
   }
-  if (stepCap !== undefined && !(Number.isInteger(stepCap) && stepCap >= 1)) {
-    throw new InvalidInputError(`agent ${definition.name}: settings.stepCap must be a whole number from 1, got ${stepCap}`);
+  // Safe: a larger cap (1e308 for "no limit") is written in the run's head, which no load can then read.
+  if (stepCap !== undefined && !(Number.isSafeInteger(stepCap) && stepCap >= 1)) {
+    throw new InvalidInputError(`agent ${definition.name}: settings.stepCap must be a whole number from 1 to ${Number.MAX_SAFE_INTEGER}, got ${stepCap}`);
   }
   if (inlineLimit !== undefined && !(Number.isInteger(inlineLimit) && inlineLimit >= 0 && inlineLimit <= MAX_INLINE_LIMIT)) {
     throw new InvalidInputError(`agent ${definition.name}: settings.inlineLimit must be a whole number of bytes from 0 to ${MAX_INLINE_LIMIT}, got ${inlineLimit}`);

@@ -166,6 +166,11 @@ export function checkBudget(budget: Budget): Budget {
   return parsed.data;
 }
 
-function checkStepCap(stepCap: number): void {
-  if (!Number.isInteger(stepCap) || stepCap < 1) throw new InvalidInputError(`step cap must be a positive integer, got ${stepCap}`);
+/**
+ * A whole number JavaScript holds exactly, as the run head's schema reads it back: a cap such as 1e308
+ * ("no limit") is an integer to Number.isInteger, was written, and made the run's first load fail it as
+ * unreadable, a state no retry or fork can leave.
+ */
+export function checkStepCap(stepCap: number): void {
+  if (!Number.isSafeInteger(stepCap) || stepCap < 1) throw new InvalidInputError(`step cap must be a whole number from 1 to ${Number.MAX_SAFE_INTEGER}, got ${stepCap}`);
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { worksRunsOf } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { InvalidInputError, RunIdTakenError } from '../core/errors.ts';
-import { checkBudget } from '../core/operate.ts';
+import { checkBudget, checkStepCap } from '../core/operate.ts';
 import { MAX_GOAL_BYTES, type Budget, type RunState } from '../core/state.ts';
 import { initialState } from '../core/transitions.ts';
 import type { EngineDeps } from './deps.ts';
@@ -63,7 +63,7 @@ export async function startRun(
   const goal = validateGoal(input.goal);
   const runId = validateRunId(input.runId ?? randomUUID());
   const stepCap = input.stepCap ?? deps.agent.settings?.stepCap;
-  if (stepCap !== undefined && (!Number.isInteger(stepCap) || stepCap < 1)) throw new InvalidInputError(`step cap must be a positive integer, got ${stepCap}`);
+  if (stepCap !== undefined) checkStepCap(stepCap);
   const budget = input.budget ?? deps.agent.settings?.budget;
   const state = initialState({
     runId, agent: deps.agent.name, goal, now: deps.clock.now(), ...(stepCap ? { stepCap } : {}), ...(budget ? { budget: checkBudget(budget) } : {}),

@@ -16,8 +16,10 @@ describe('defineAgent refuses, when the agent loads, what would fail every run',
     ['a tool input that is not an object', { tools: [{ ...echo, input: z.string() }] }, 'tool echo: its input must be an object schema (z.object), not "string"'],
     ['a tool without run', { tools: [{ ...echo, run: 'echo' }] }, 'tool echo: run must be a function'],
     ['a tool that does not say whether it has a side effect (JavaScript)', { tools: [{ ...echo, sideEffect: undefined }] }, 'tool echo: sideEffect must be true (it changes something'],
-    ['a step cap of 0', { settings: { stepCap: 0 } }, 'agent a: settings.stepCap must be a whole number from 1, got 0'],
-    ['a fractional step cap', { settings: { stepCap: 2.5 } }, 'agent a: settings.stepCap must be a whole number from 1, got 2.5'],
+    ['a step cap of 0', { settings: { stepCap: 0 } }, 'agent a: settings.stepCap must be a whole number from 1 to 9007199254740991, got 0'],
+    ['a fractional step cap', { settings: { stepCap: 2.5 } }, 'agent a: settings.stepCap must be a whole number from 1 to 9007199254740991, got 2.5'],
+    // An integer to Number.isInteger, written in each run's head, which the head's schema then refused: the run failed as unreadable at its first step.
+    ['a step cap of 1e308 for "no limit"', { settings: { stepCap: 1e308 } }, 'agent a: settings.stepCap must be a whole number from 1 to 9007199254740991, got 1e+308'],
     ['a negative inline limit', { settings: { inlineLimit: -1 } }, 'agent a: settings.inlineLimit must be a whole number of bytes from 0 to 262144, got -1'],
     ['an inline limit that puts outputs of megabytes in every prompt', { settings: { inlineLimit: 10_000_000 } }, 'agent a: settings.inlineLimit must be a whole number of bytes from 0 to 262144, got 10000000'],
     // Each would fail every start, or start every run without the limit it meant.

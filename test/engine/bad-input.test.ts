@@ -7,6 +7,7 @@ import { MAX_GOAL_BYTES } from '../../lib/core/state.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { startRun } from '../../lib/engine/start.ts';
+import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { showRun } from '../../lib/engine/operate/show.ts';
 import type { ModelReply } from '../../lib/ports.ts';
@@ -58,6 +59,25 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(second).toEqual({ runId: 'same', created: false, version: 1, unapplied: ['goal'] });
     expect((await loadState(runtime, 'same')).goal).toBe('first');
     expect(runtime.queue.depth()).toBe(1);
+  });
+
+  it('a step cap past what JavaScript holds exactly (1e308 for "no limit") is refused at start, fork and retry, where the run was written and its first load failed it as unreadable', async () => {
+    const { deps, runtime, clock } = setup();
+    for (const stepCap of [1e308, 2 ** 53]) {
+      await expect(startRun(deps, { goal: 'go', runId: 'huge', stepCap })).rejects.toThrow(`step cap must be a whole number from 1 to ${Number.MAX_SAFE_INTEGER}, got ${stepCap}`);
+    }
+    expect(await runtime.store.load('huge')).toBeUndefined();
+    // The largest it takes is stepped and read back.
+    await startRun(deps, { goal: 'go', runId: 'run', stepCap: Number.MAX_SAFE_INTEGER });
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', stepCap: Number.MAX_SAFE_INTEGER });
+    await expect(forkRun(deps, 'run', { fromStep: 1, runId: 'run-fork', stepCap: 1e308 })).rejects.toThrow(InvalidInputError);
+    expect(await runtime.store.load('run-fork')).toBeUndefined();
+    await startRun(deps, { goal: 'go', runId: 'capped', stepCap: 1 });
+    await drain(deps, runtime, clock);
+    expect((await loadState(runtime, 'capped')).status).toBe('capped');
+    await expect(retryRun(deps, 'capped', { stepCap: 1e308 })).rejects.toThrow(InvalidInputError);
+    expect((await loadState(runtime, 'capped')).status).toBe('capped');
   });
 
   it('a reply naming an unknown tool becomes an error result the model sees and can correct', async () => {
