@@ -23,9 +23,18 @@ export function retentionMsFromEnv(env: NodeJS.ProcessEnv): number | undefined {
   return daysToMs(RETENTION_DAYS_ENV, days);
 }
 
+/**
+ * The most days a window may be: its milliseconds a number JavaScript holds exactly (about 285,000 years).
+ * Past it, DynamoDB's document client refused every checkpoint's TTL ("greater than
+ * Number.MAX_SAFE_INTEGER"), so `STEPWISE_RETENTION_DAYS=999999999999` for "keep forever" failed every
+ * start and step on AWS.
+ */
+export const MAX_RETENTION_DAYS = Math.floor(Number.MAX_SAFE_INTEGER / DAY_MS);
+
 /** A number of days (a command-line flag, an environment variable) as milliseconds. */
 export function daysToMs(name: string, days: string): number {
   const n = Number(days);
   if (!(n >= 0) || !Number.isFinite(n) || days.trim() === '') throw new InvalidInputError(`${name} must be a number of days (0 or more), got ${JSON.stringify(days)}`);
+  if (n > MAX_RETENTION_DAYS) throw new InvalidInputError(`${name} must be at most ${MAX_RETENTION_DAYS} days, got ${JSON.stringify(days)}`);
   return n * DAY_MS;
 }

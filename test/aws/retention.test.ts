@@ -4,7 +4,11 @@ import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { DeleteCommand, QueryCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sweepBlobs } from '../../lib/aws/blob-sweep.ts';
+import { openAwsRuntime } from '../../lib/aws/runtime.ts';
 import { PK, SK, TTL_ATTRIBUTE, checkpointSk, runPk } from '../../lib/aws/table-layout.ts';
+import { InvalidInputError } from '../../lib/core/errors.ts';
+import { MAX_RETENTION_DAYS } from '../../lib/core/retention.ts';
+import { RETENTION_DAYS_ENV } from '../../lib/settings.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { blobRef } from '../../lib/core/result.ts';
 import { FIXTURE_EPOCH, fixturePath, loadResumeComplete } from '../fixtures/formats/resume.ts';
@@ -31,6 +35,18 @@ describe('retention on AWS', () => {
     expect(bySk.get(checkpointSk(1))?.[TTL_ATTRIBUTE]).toBe(Math.ceil((now + 14 * DAY) / 1000));
     expect(bySk.get(checkpointSk(2))?.[TTL_ATTRIBUTE]).toBe(Math.ceil((now + 14 * DAY) / 1000));
     expect(bySk.get('h')?.[TTL_ATTRIBUTE]).toBeUndefined();
+  });
+
+  it('a window past what a TTL can hold ("keep forever" as 999999999999 days) is refused when the runtime opens, where every write failed', async () => {
+    resources = await createTestResources('retention-huge');
+    const { tableName, bucketName, queueUrl, clients } = resources;
+    const open = (days: string) => openAwsRuntime({ tableName, bucketName, queueUrl, clients }, { [RETENTION_DAYS_ENV]: days });
+    expect(() => open('999999999999')).toThrow(new InvalidInputError(`${RETENTION_DAYS_ENV} must be at most ${MAX_RETENTION_DAYS} days, got "999999999999"`));
+    // The longest it takes is written and read back.
+    const store = open(String(MAX_RETENTION_DAYS)).store;
+    await store.create(newState('r'), META);
+    await store.commit({ runId: 'r', expectedVersion: 1, state: stateAfter('r', 1), appended: recordFor('r', 1), ...META });
+    expect((await store.load('r'))!.version).toBe(2);
   });
 
   it('never removes what a live run needs: after TTL and a blob sweep, a waiting run older than the window resumes, and so does every other', async () => {
