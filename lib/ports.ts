@@ -270,6 +270,8 @@ export interface RedriveOptions {
 export interface ReceiveOptions {
   /** Wait up to this long for a message (long polling). */
   waitMs?: number;
+  /** Stop waiting when this aborts (the worker stopping): nothing is received after it. */
+  signal?: AbortSignal;
   /** A received message is hidden from other workers this long, then delivered again unless acked. */
   visibilityMs?: number;
   max?: number;

@@ -154,7 +154,7 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
         });
       }
       if (!held.length) {
-        held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs });
+        held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs, ...(options.signal ? { signal: options.signal } : {}) });
         // Stopped while it waited: what came is handed back (below), not started.
         if (options.signal?.aborted) break;
       }

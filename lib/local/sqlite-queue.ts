@@ -145,7 +145,9 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const deadline = Date.now() + (options.waitMs ?? 0);
     for (;;) {
       const deliveries = this.takeUnlessLocked(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
-      if (deliveries.length || Date.now() >= deadline) return deliveries;
+      // A stopped worker's wait ends at its next poll: it polled on for the whole waitMs (a minute's long
+      // poll, a minute to stop an idle worker).
+      if (deliveries.length || Date.now() >= deadline || options.signal?.aborted) return deliveries;
       await sleep(POLL_MS);
     }
   }

@@ -239,3 +239,19 @@ describe('worker loop: an error no retry mends (stopOn)', () => {
     w.runtime.close();
   });
 });
+
+describe('worker loop: a long receive wait', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('an idle worker stopped in a long poll (waitMs a minute) stops at once, where it polled on for the whole minute', async () => {
+    db = tempDb();
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock: new ManualClock(), workerId: 'A' });
+    const stop = new AbortController();
+    const began = Date.now();
+    setTimeout(() => stop.abort(), 100);
+    await runWorker(w.deps, w.runtime.queue, { waitMs: 60_000, sweepEveryMs: 0, signal: stop.signal });
+    expect(Date.now() - began).toBeLessThan(5_000);
+    w.runtime.close();
+  });
+});
