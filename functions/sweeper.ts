@@ -31,7 +31,9 @@ export function sweeperHandlerFor(agent: AgentDefinition | (() => Promise<AgentD
     runtime ??= openAwsRuntime();
     const seconds = process.env[STALL_SECONDS_ENV];
     const stallMs = seconds === undefined ? DEFAULT_STALL_MS : Number(seconds) * 1000;
-    if (!(stallMs > 0)) throw new InvalidInputError(`${STALL_SECONDS_ENV} must be a positive number, got ${seconds}`);
+    // Finite too: "Infinity" passed a check of > 0 alone, and every sweep then threw sweepRuns' "stallMs must
+    // be...", naming neither the setting nor that no timer went out either.
+    if (!(stallMs > 0 && Number.isFinite(stallMs))) throw new InvalidInputError(`${STALL_SECONDS_ENV} must be a positive number of seconds, got ${seconds}`);
     loaded ??= (typeof agent === 'function' ? agent() : Promise.resolve(agent))
       .catch((error: unknown) => { loaded = undefined; throw error; });
     const only = await loaded;

@@ -138,4 +138,18 @@ describe('functions/sweeper.ts', () => {
     expect(result.requeued.map((m) => m.runId).sort()).toEqual(['idle-run-1', 'idle-run-2']);
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
   });
+
+  it('refuses a STEPWISE_STALL_SECONDS that is not a finite positive number, naming it', async () => {
+    resources = await createTestResources('sweep-fn-bad');
+    Object.assign(process.env, {
+      TABLE_NAME: resources.tableName, BUCKET_NAME: resources.bucketName, QUEUE_URL: resources.queueUrl, STEPWISE_LOG_LEVEL: 'silent',
+    });
+    for (const seconds of ['Infinity', '0', '-5', 'ten']) {
+      process.env.STEPWISE_STALL_SECONDS = seconds;
+      vi.resetModules();
+      const { handler } = await import('../../functions/sweeper.ts');
+      // "Infinity" reached sweepRuns, whose "stallMs must be..." named no setting.
+      await expect(handler()).rejects.toThrow(`STEPWISE_STALL_SECONDS must be a positive number of seconds, got ${seconds}`);
+    }
+  });
 });
