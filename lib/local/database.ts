@@ -192,6 +192,13 @@ export const newestCheckpointOf = (runNo: string): string => `(SELECT n.id FROM 
 /** The latest version of the run numbered `runNo` (an SQL expression), from its newest checkpoint row. */
 export const latestVersionOf = (runNo: string): string => `(SELECT n.version FROM checkpoints n WHERE ${checkpointsOfRun('n', runNo)} ORDER BY n.id DESC LIMIT 1)`;
 
+/**
+ * The size a -wal is cut back to once a WAL checkpoint has copied all of it. Above what steps leave it at between
+ * SQLite's automatic WAL checkpoints (1,000 pages, 4.4 MB under busy workers), so a steady -wal is never cut
+ * and its commits keep overwriting pages the file already has.
+ */
+export const WAL_SIZE_LIMIT_BYTES = 16 * 2 ** 20;
+
 /** A statement by its text. */
 export type Prepare = (text: string) => Database.Statement;
 
@@ -231,6 +238,11 @@ export function openDatabase(path: string, durability: 'full' | 'process' = 'ful
   db.pragma(durability === 'full' ? 'synchronous = FULL' : 'synchronous = NORMAL');
   // Several worker processes share the file; a writer waits for the lock instead of failing.
   db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+  // A worker keeps the file open for weeks, so SQLite's removal of the -wal at the last close never comes:
+  // without a limit the -wal kept the largest size it ever reached (a reader holding a snapshot while
+  // workers ran, a step's large output) until every process on the file stopped. With it, the commit that
+  // starts the -wal again, once a WAL checkpoint has copied all of it into the file, cuts it back to this size.
+  db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
   try {
     bringToLayout(db, path);
     // Once a runtime: its queue's connection ('process') opens the same file just after this one.
