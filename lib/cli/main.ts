@@ -8,6 +8,7 @@ import { printable } from '../core/printable.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { damagedDatabaseHint, isDamaged } from '../local/damaged.ts';
 import { isDiskFull } from '../local/disk-full.ts';
+import { awsRefusal, refusalFix } from '../aws/refusal.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -55,8 +56,9 @@ common options:
   --help, -h           this text;   --version, -V   the package's version
 
 exit codes: 0 done; 1 a failure of stepwise or its environment (the database, AWS, a crash); 2 bad input
-(a usage error, an unknown run, a file that cannot hold a database); run: 3 the run failed, was cancelled
-or stopped at its step cap or budget; drift: 3 runs this code cannot resume
+(a usage error, an unknown run, a file that cannot hold a database, AWS credentials, permissions or KMS key
+refused); run: 3 the run failed, was cancelled or stopped at its step cap or budget; drift: 3 runs this code
+cannot resume
 `;
 
 const OPTIONS = {
@@ -324,12 +326,16 @@ export async function runCli(): Promise<void> {
   try {
     process.exitCode = await main(process.argv.slice(2));
   } catch (error) {
-    // Bad input is the user's to fix: a one-line message and exit code 2. Anything else is ours: exit 1.
-    const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
-    const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
     process.stderr.write(`stepwise: ${printable(cliErrorLine(error))}\n`);
-    process.exitCode = userError || parseError || readOnlyDatabase(error) || isDamaged(error) ? 2 : 1;
+    process.exitCode = cliExitCode(error);
   }
+}
+
+/** Bad input is the user's to fix: exit code 2, its line saying what to fix. Anything else is ours: exit 1. */
+export function cliExitCode(error: unknown): 1 | 2 {
+  const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
+  const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
+  return userError || parseError || readOnlyDatabase(error) || isDamaged(error) || awsRefusal(error) ? 2 : 1;
 }
 
 /**
@@ -354,6 +360,11 @@ export function cliErrorLine(error: unknown): string {
   if (isBusy(error)) return `${line}: ${lockedDatabaseHint('the database (--db, STEPWISE_DB)')}`;
   // Found past the open (a page a query reads): the same file to mend, which running again will not.
   if (isDamaged(error)) return `${line}: ${damagedDatabaseHint('the database (--db, STEPWISE_DB)')}`;
+  // AWS refused the credentials, the permission or the KMS key: the same on every try, and the user's to fix,
+  // like credentials not set at all (exit 2). Its own words are often bare ("The security token included in
+  // the request is invalid.") and said neither that nor what to do.
+  const refusal = awsRefusal(error);
+  if (refusal) return `${(error as Error).name}: ${line.replace(/\.$/, '')}: ${refusalFix(refusal)}`;
   if (readOnlyDatabase(error)) {
     return `${line}: this user cannot write the database (--db, STEPWISE_DB) or the directory that holds it, where SQLite keeps its -wal and -shm files; give write access to both, or pick another --db`;
   }
