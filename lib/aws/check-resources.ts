@@ -47,6 +47,12 @@ const NOT_FOUND: Record<AwsResource, readonly string[]> = {
   bucket: ['NoSuchBucket', 'NotFound'],
 };
 
+/** The resource a not-found answer is about: a table, queue or bucket that is not there (in this region). */
+export function missingResource(error: unknown): AwsResource | undefined {
+  const name = errorName(error);
+  return (Object.keys(NOT_FOUND) as AwsResource[]).find((resource) => NOT_FOUND[resource].includes(name));
+}
+
 /** The SDK's own variables for an endpoint of each service's, the most specific first. */
 const ENDPOINT_ENV: Record<AwsResource, readonly string[]> = {
   table: ['AWS_ENDPOINT_URL_DYNAMODB', 'AWS_ENDPOINT_URL'],
