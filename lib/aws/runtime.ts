@@ -50,9 +50,13 @@ export interface AwsRuntime {
  * queue on SQS FIFO. Options win over the environment; the Lambda handlers pass none.
  */
 export function openAwsRuntime(options: AwsRuntimeOptions = {}, env: NodeJS.ProcessEnv = process.env): AwsRuntime {
-  const tableName = options.tableName ?? env[TABLE_NAME_ENV];
-  const bucketName = options.bucketName ?? env[BUCKET_NAME_ENV];
-  const queueUrl = options.queueUrl ?? env[QUEUE_URL_ENV];
+  // Trimmed, as the other settings are: a name pasted with a space or a newline (a function's console, an
+  // env file) was taken as it was, a queue URL then refused as 'not a FIFO queue' and a blank table name
+  // sent to DynamoDB, where a blank one is not set at all and is said to be missing by its variable.
+  const fromEnv = (name: string) => env[name]?.trim() || undefined;
+  const tableName = options.tableName ?? fromEnv(TABLE_NAME_ENV);
+  const bucketName = options.bucketName ?? fromEnv(BUCKET_NAME_ENV);
+  const queueUrl = options.queueUrl ?? fromEnv(QUEUE_URL_ENV);
   const needs = options.needs ?? ['table', 'bucket', 'queue'];
   const missing = [
     !tableName && TABLE_NAME_ENV,

@@ -129,4 +129,13 @@ describe('missing AWS resources', () => {
     expect(`${String(runtime.blobs)} ${JSON.stringify({ queue: runtime.queue })}`).toBe('[object Object] {"queue":{}}');
     expect(() => openAwsRuntime({ clients: aws.clients, needs: ['table'] }, {})).toThrow('the AWS backend needs TABLE_NAME (environment)');
   });
+
+  it('names pasted with spaces or a newline into a function\'s environment: taken trimmed, and a blank one is missing', async () => {
+    expect(() => openAwsRuntime({ clients: aws.clients }, { TABLE_NAME: ' ', BUCKET_NAME: aws.bucketName, QUEUE_URL: aws.queueUrl }))
+      .toThrow('the AWS backend needs TABLE_NAME (environment)');
+    // The queue URL was refused as 'not a FIFO queue', and the table name sent to DynamoDB with its space.
+    const runtime = openAwsRuntime({ clients: aws.clients }, { TABLE_NAME: ` ${aws.tableName} `, BUCKET_NAME: `${aws.bucketName}\n`, QUEUE_URL: `${aws.queueUrl} \n` });
+    expect([runtime.tableName, runtime.bucketName, runtime.queueUrl]).toEqual([aws.tableName, aws.bucketName, aws.queueUrl]);
+    expect(await runtime.store.load('no-such-run')).toBeUndefined();
+  });
 });
