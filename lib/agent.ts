@@ -30,7 +30,8 @@ export interface ToolContext {
    * column in the same transaction, an idempotency header) stays exact then. `signal` aborts if this
    * worker lost the claim (it froze past its lease and another attempt took the key). One effect per
    * step: a second `once` in the same try, after the first was applied or while it runs (nested, or not
-   * awaited), fails the run with a PermanentError; once more after a failed effect is a retry of it. Only
+   * awaited), fails the run with a PermanentError; once more after a failed effect is a retry of it. A tool
+   * that returns before its `once` settles fails the run too, and `once` after the tool returned is refused. Only
    * in a tool with `sideEffect: true`: elsewhere it fails the run at once, saying so. `effect` may return
    * its result or a promise of it: a synchronous one (better-sqlite3's transactions) is applied the same
    * way, and its throw is a failed effect, but the claim is renewed only while the effect awaits.

@@ -20,7 +20,7 @@ import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../co
 import { cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
-import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, QueueWork } from '../ports.ts';
+import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, OnceOptions, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
 import { ToolTime } from './tool-time.ts';
@@ -211,8 +211,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   try {
     // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
     const time = new ToolTime(tool, deps.signal);
-    const context = toolContext(deps, state, n, state.failures + tries, decision, time);
-    const ran = time.run(() => tool.run(input, context));
+    const attempt = toolContext(deps, state, n, state.failures + tries, decision, time);
+    const ran = time.run(() => attempt.ended(tool.run(input, attempt.context)));
     output = ran instanceof Promise ? await ran : ran;
   } catch (error) {
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
@@ -296,34 +296,82 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
   return commit(deps, base, beginWait(state, wait, deps.clock.now()));
 }
 
-function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: number, decision: Decision, time: ToolTime): ToolContext {
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+/** One try's context, and `ended`, which the tool's outcome passes through when the tool settles. */
+interface ToolTry {
+  context: ToolContext;
+  /**
+   * The tool's return value (or promise of it) as the step takes it. A ctx.once still running then (not
+   * awaited) is waited for, within the try's time, and the try fails; after it, ctx.once is refused.
+   */
+  ended(result: unknown): unknown;
+}
+
+function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: number, decision: Decision, time: ToolTime): ToolTry {
   const { runId } = state;
   const key = decision.idempotencyKey ?? idempotencyKey(runId, step);
   // One effect per key. A second once after the first was applied got the first's result, its own effect
   // never run; one while the first still ran (nested, or not awaited) found the key held and was handed
   // back as though another try held it, for good when nested. Once more after a failed effect is a retry.
   let onceState: 'none' | 'running' | 'applied' = 'none';
-  return {
+  let running: Promise<unknown> | undefined;
+  // Set when the tool has returned or thrown: a once called later (from a timer, a callback kept past the
+  // return) ran its effect outside the step, after the checkpoint that told the model the step's result.
+  let over = false;
+  const applyOnce = async <T>(effect: (signal: AbortSignal) => T | Promise<T>, options: OnceOptions | undefined): Promise<T> => {
+    // After a timeout too: the try has failed, and the next one is the effect's to apply.
+    if (over || time.signal.aborted) throw new PermanentError(`tool ${decision.tool} called ctx.once under ${key} after its try had ended (it had returned or run out of time; a timer or a callback it kept): the effect would run outside the step, after its outcome was taken, and a failure of it would never be tried again; call ctx.once before the tool returns, and await it`);
+    // A call that is not recorded (a tool without side effects) is asked for again after a failed try,
+    // and the model's next call under the same key was refused as a reused key, failing the run then.
+    if (decision.idempotencyKey === undefined) throw new PermanentError(`tool ${decision.tool} called ctx.once, but it is not sideEffect: true: its call is not recorded, so a retry asks the model again, whose next call would find the key ${key} taken; mark the tool sideEffect: true`);
+    if (onceState !== 'none') throw onceAgainError(decision.tool, key, onceState);
+    onceState = 'running';
+    try {
+      // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
+      // the key from every later try for as long as its worker lives.
+      const result = await deps.ledger.once(key, decision.input, effect, { ...options, signal: time.onceSignal(options?.signal) });
+      onceState = 'applied';
+      return result;
+    } catch (error) {
+      onceState = 'none';
+      throw error;
+    }
+  };
+  const context: ToolContext = {
     runId, step, attempt, idempotencyKey: key,
-    once: async (effect, options) => {
-      // A call that is not recorded (a tool without side effects) is asked for again after a failed try,
-      // and the model's next call under the same key was refused as a reused key, failing the run then.
-      if (decision.idempotencyKey === undefined) throw new PermanentError(`tool ${decision.tool} called ctx.once, but it is not sideEffect: true: its call is not recorded, so a retry asks the model again, whose next call would find the key ${key} taken; mark the tool sideEffect: true`);
-      if (onceState !== 'none') throw onceAgainError(decision.tool, key, onceState);
-      onceState = 'running';
-      try {
-        // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
-        // the key from every later try for as long as its worker lives.
-        const result = await deps.ledger.once(key, decision.input, effect, { ...options, signal: time.onceSignal(options?.signal) });
-        onceState = 'applied';
-        return result;
-      } catch (error) {
-        onceState = 'none';
-        throw error;
-      }
+    once: (effect, options) => {
+      const before = onceState;
+      const handed = applyOnce(effect, options);
+      // The promise the tool holds, so that one it left running is waited for and its failure handled.
+      if (before === 'none' && onceState === 'running') running = handed;
+      return handed;
     },
     get signal() { return time.signal; },
     readOutput: (ref) => readRunOutput(deps, state, ref),
+  };
+  /** Waits for a once the tool left running, its outcome (on record under the key) not the step's: what it was. */
+  const unawaited = (): Promise<string> | undefined => {
+    over = true;
+    return onceState === 'running' ? running!.then(() => 'it then completed', (error: unknown) => `it then failed: ${failureText(error)}`) : undefined;
+  };
+  const returnedEarly = (outcome: string) => new PermanentError(`tool ${decision.tool} returned while its ctx.once under ${key} was still running (it was not awaited; ${outcome}): its output was made without the effect's outcome, and the step would be checkpointed before the effect was applied, so a failed effect would never be tried again; await it (return await ctx.once(...)). The outcome is kept under the key: a retry after the fix gets its result, or runs a failed effect again`);
+  const returned = (value: unknown) => {
+    const left = unawaited();
+    return left ? left.then((outcome) => { throw returnedEarly(outcome); }) : value;
+  };
+  return {
+    context,
+    ended: (result) => isPromiseLike(result)
+      ? Promise.resolve(result).then(returned, (error: unknown) => {
+        // A failed try whose effect still runs (a Promise.all one of whose parts failed first) is retried
+        // once the effect's outcome is on record: the retry then gets its result, or runs it again.
+        const left = unawaited();
+        return left ? left.then(() => { throw error; }) : Promise.reject(error);
+      })
+      : returned(result),
   };
 }
 

@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
+import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { handleDelivery, type Handled } from '../../lib/engine/handle-message.ts';
 import type { LocalRuntime } from '../../lib/local/runtime.ts';
 import { HeldEffect } from '../contract/idempotency-ledger-contract.ts';
@@ -257,6 +258,75 @@ describe('ctx.once in a step: one effect per key', () => {
     expect(state).toMatchObject({ status: 'completed', step: 1 });
     expect(state.steps[0]!.result.text).toBe('written');
     expect(tries).toBe(2);
+    runtime.close();
+  });
+});
+
+describe('ctx.once the tool does not wait for', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  const later = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+  it.each([
+    ['completes', async () => { await later(); return 'sent'; }, 'it then completed'],
+    ['fails', async () => { await later(); throw new Error('smtp down'); }, 'it then failed: smtp down'],
+  ])('a tool that returns while its ctx.once still runs, whose effect then %s, fails its run once the effect has settled, where the step was checkpointed first and a failed effect was never tried again (or crashed the worker unhandled)', async (_how, send, outcome) => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const applied: string[] = [];
+    let fixed = false;
+    const agent = defineAgent({
+      name: 'once-unawaited', tools: [tool({
+        name: 'notify', description: 'sends a notice', input: z.object({ row: z.number() }), sideEffect: true,
+        run: async (_input, ctx) => {
+          const effect = async () => { applied.push('notify'); return fixed ? 'sent' : send(); };
+          if (fixed) return ctx.once(effect);
+          void ctx.once(effect);
+          return 'sent';
+        },
+      })],
+    });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'notify', input: { row: 1 } } : { kind: 'done', summary: 'done' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({
+      status: 'failed', step: 0,
+      reason: `step 1: tool notify returned while its ctx.once under run/step-1 was still running (it was not awaited; ${outcome}): its output was made without the effect's outcome, and the step would be checkpointed before the effect was applied, so a failed effect would never be tried again; await it (return await ctx.once(...)). The outcome is kept under the key: a retry after the fix gets its result, or runs a failed effect again`,
+    });
+    expect(applied).toEqual(['notify']);
+    // Fixed and retried: a completed effect is not applied again, a failed one is.
+    fixed = true;
+    await retryRun(deps, 'run', {});
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 1 });
+    expect(state.steps[0]!.result.text).toBe('sent');
+    expect(applied).toEqual(outcome === 'it then completed' ? ['notify'] : ['notify', 'notify']);
+    runtime.close();
+  });
+
+  it('a ctx.once the tool calls after it returned (from a timer) is refused, its effect not run outside the step', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const applied: string[] = [];
+    let late: Promise<unknown> | undefined;
+    const agent = defineAgent({
+      name: 'once-late', tools: [tool({
+        name: 'notify', description: 'sends a notice later', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (_input, ctx) => {
+          late = later().then(() => ctx.once(async () => { applied.push('notify'); return 'sent'; }));
+          return 'scheduled';
+        },
+      })],
+    });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'notify', input: { row: 1 } } : { kind: 'done', summary: 'done' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    await expect(late).rejects.toThrow("tool notify called ctx.once under run/step-1 after its try had ended (it had returned or run out of time; a timer or a callback it kept): the effect would run outside the step, after its outcome was taken, and a failure of it would never be tried again; call ctx.once before the tool returns, and await it");
+    expect(applied).toEqual([]);
     runtime.close();
   });
 });
