@@ -45,6 +45,11 @@ export interface WorkerOptions {
    * for as long as the worker ran, its log the only sign. A sweep that fails so stops it too.
    */
   stopOn?: (error: unknown) => boolean;
+  /**
+   * Kept filled with the deliveries whose steps are in progress, if given: what a process that ends in
+   * the middle of one (a tool's process.exit, an uncaught exception) names as it goes (the CLI's worker).
+   */
+  inHand?: Set<Delivery>;
 }
 
 /**
@@ -73,7 +78,7 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
   checkDurations(options);
   const visibilityMs = options.visibilityMs ?? 30_000;
   /** The deliveries whose steps are in progress, for the heartbeat. */
-  const inFlight = new Set<Delivery>();
+  const inFlight = options.inHand ?? new Set<Delivery>();
   // One heartbeat for the worker's life, not a timer armed and cleared each step: that cost 10 us of a
   // 100 us step (fsync off). A tick renews every step in progress, so a step's delivery is renewed within
   // a third of the visibility of its start and every third after, however long the step runs.

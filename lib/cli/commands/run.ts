@@ -8,6 +8,7 @@ import { backendKind, storeFlags } from '../backend.ts';
 import { agentFlag, dbPath, requireAgent } from '../context.ts';
 import { answerCommand } from '../format.ts';
 import { progressLine } from '../progress.ts';
+import { onExitInStep } from '../exit-in-step.ts';
 import { onStopSignals } from '../stop-signals.ts';
 import { unappliedStartText, type StartOptions } from './start.ts';
 
@@ -59,14 +60,21 @@ async function runAfterSignals(
       if (unapplied) throw new InvalidInputError(`run ${started.runId} exists, so it was not worked: ${unapplied}; leave them out to work it on as it is`);
     }
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
-    const final = await engine.work(started.runId, {
-      signal,
-      ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
-      onHandled: (handled) => {
-        const line = progressLine(handled);
-        if (line) out(line);
-      },
-    });
+    const offExit = onExitInStep(engine.deps.log, {}, () => [started.runId], (code, runId) =>
+      `stepwise run exited (code ${code}) before run ${runId} had ended; \`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${runId}\` or a worker continues it once its message's visibility timeout has passed; a tool that calls process.exit, or throws from a timer or a promise nobody awaits, ends the process so`);
+    let final;
+    try {
+      final = await engine.work(started.runId, {
+        signal,
+        ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
+        onHandled: (handled) => {
+          const line = progressLine(handled);
+          if (line) out(line);
+        },
+      });
+    } finally {
+      offExit();
+    }
     const { status } = final.state;
     const again = `\`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${started.runId}\``;
     const resume = interrupted() && status === 'running' ? ` (stopped by ${interrupted()} after the step in hand; ${again} or a worker continues it)`

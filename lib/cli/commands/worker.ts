@@ -1,12 +1,15 @@
 import { agentNames } from '../../agent.ts';
 import { sweepRunsAndTimers } from '../../engine/sweep.ts';
+import { parseMessage } from '../../engine/handle-message.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
 import { isDamaged } from '../../local/damaged.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { progressLine } from '../progress.ts';
+import { onExitInStep } from '../exit-in-step.ts';
 import { onStopSignals } from '../stop-signals.ts';
+import type { Delivery } from '../../ports.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
   visibilityMs?: number;
@@ -73,6 +76,9 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
       `${count} queued message${count === 1 ? ' belongs' : 's belong'} to other agents (${list}); this worker (agent "${agent.name}") leaves them for their workers. If ${renamed} was renamed to "${agent.name}", add formerNames: ${former} to its defineAgent`,
     );
   }
+  const inHand = new Set<Delivery>();
+  const offExit = onExitInStep(deps.log, { workerId: id }, () => [...inHand].map(runOf), (code, runs) =>
+    `worker ${id} exited (code ${code}) in the middle of a step of run ${runs}, which is tried again once its message's visibility timeout has passed; a tool that calls process.exit, or throws from a timer or a promise nobody awaits, ends its worker so`);
   // The ready line is a stable, documented form (README): supervisors and scripts wait for it.
   out(`worker ${id} ready: agent ${agent.name}, model ${label}`);
   deps.log.info({ event: 'worker-ready', workerId: id, model: label, backend: runtime.kind, concurrency: options.concurrency ?? 1 }, 'worker ready');
@@ -83,6 +89,7 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
       ...(options.idleExitMs !== undefined ? { idleExitMs: options.idleExitMs } : {}),
       ...(options.stallMs ? { stallMs: options.stallMs } : {}),
       ...(options.concurrency ? { concurrency: options.concurrency } : {}),
+      inHand,
       // A damaged file stops the worker (exit 2, with what to do), where it retried each step for good.
       ...(runtime.kind === 'local' ? { stopOn: isDamaged } : {}),
       // SQS cannot show which runs have a message, nor hold a timer for days: without the sweeper
@@ -100,6 +107,14 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
     deps.log.info({ event: 'worker-stopped', workerId: id, backend: runtime.kind }, 'worker stopped');
     return 0;
   } finally {
+    offExit();
     runtime.close();
   }
+}
+
+/** The run a delivery is for, as the exit line names it. */
+function runOf(delivery: Delivery): string {
+  if (delivery.message) return delivery.message.runId;
+  const parsed = parseMessage(delivery.body);
+  return parsed.success ? parsed.data.runId : JSON.stringify(delivery.body.slice(0, 100));
 }
