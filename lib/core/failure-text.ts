@@ -26,6 +26,24 @@ export function failureText(thrown: unknown): string {
 }
 
 function ownText(value: unknown): string {
+  try {
+    return readText(value);
+  } catch (error) {
+    // An Error whose message is a getter that throws (a revoked Proxy's, a library's lazy one): the read
+    // escaped the step, whose message was delivered again until its worker counted as crashing.
+    return `${value instanceof Error ? 'an Error' : 'a value'} whose message could not be read (reading it threw ${safeText(error)}) was thrown`;
+  }
+}
+
+function safeText(value: unknown): string {
+  try {
+    return value instanceof Error ? `${value.name}: ${value.message}` : inspect(value, { depth: 1, breakLength: Infinity, maxStringLength: 200 });
+  } catch {
+    return 'something unreadable';
+  }
+}
+
+function readText(value: unknown): string {
   if (typeof value === 'string') return value;
   if (!(value instanceof Error)) return `${inspect(value, { depth: 2, breakLength: Infinity, maxStringLength: MAX_ERROR_CHARS })} was thrown, not an Error`;
   const message = value.message || `${value.name || 'Error'} (no message)`;
@@ -35,5 +53,9 @@ function ownText(value: unknown): string {
 }
 
 function causeOf(value: unknown): unknown {
-  return value instanceof Error ? value.cause : undefined;
+  try {
+    return value instanceof Error ? value.cause : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -293,6 +293,7 @@ describe('bad input gets a clear error and nothing is lost', () => {
     ['what Promise.any rejects with', () => new AggregateError([new Error('replica a is down'), 'replica b timed out'], 'All promises were rejected'), 'All promises were rejected: replica a is down; replica b timed out'],
     ['undefined', () => undefined, 'undefined was thrown, not an Error'],
     ['an object that refers to itself', () => circular, "<ref *1> { table: 'orders', self: [Circular *1] } was thrown, not an Error"],
+    ['an Error whose message getter throws', () => Object.defineProperty(new Error('x'), 'message', { get() { throw new Error('revoked'); } }), 'an Error whose message could not be read (reading it threw Error: revoked) was thrown'],
     ['an Error of 30 KB', () => new Error(`row ${'x'.repeat(30_000)}`), `row ${'x'.repeat(MAX_ERROR_CHARS - 4)}… (30004 characters in all)`],
   ])('a tool that throws %s fails its tries with a reason that says what went wrong', async (_what, thrown, text) => {
     const agent = defineAgent({
