@@ -39,7 +39,11 @@ export function sweeperHandlerFor(agent: AgentDefinition | (() => Promise<AgentD
     const only = await loaded;
     // Waits too long for SQS to hold their timer get it when they come due (lib/waits/timers.ts).
     const swept = await sweepRuns(runtime, { stallMs, log, ...(only ? { agent: only } : {}) });
-    log.info({ event: 'sweep', requeued: swept.requeued.length, timers: swept.timers, stallMs }, 'sweep finished');
+    log.info({ event: 'sweep', requeued: swept.requeued.length, timers: swept.timers, failed: swept.failed, stallMs }, 'sweep finished');
+    // The invocation fails, so the SweeperErrors alarm (and the function's Errors metric) shows it: a queue
+    // that refuses every send (a policy, its KMS key) left the sweep succeeding each time, with runs that
+    // lost their message and waits past their deadline stuck, and nothing but log lines to tell.
+    if (swept.failed) throw new Error(`the queue refused ${swept.failed} of this sweep's messages (requeue-failed and timer-send-failed lines say why): their runs wait for a sweep whose sends succeed`);
     return swept;
   };
 }

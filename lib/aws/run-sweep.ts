@@ -24,6 +24,8 @@ export interface RunSweep {
   requeued: RunMessage[];
   /** Timers sent for waits whose deadline comes within 15 minutes. */
   timers: number;
+  /** Messages of either kind the queue refused (each logged, as requeue-failed or timer-send-failed): the next sweep tries them again. */
+  failed: number;
 }
 
 /**

@@ -36,6 +36,11 @@ export interface SweepOptions {
  * if the original still exists, one of the two finds the run moved on and stops (a stale message is a no-op).
  */
 export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): Promise<RunMessage[]> {
+  return (await requeueStalledRuns(deps, options)).requeued;
+}
+
+/** sweepStalledRuns, with the count of runs whose message could not be sent (each logged as requeue-failed). */
+async function requeueStalledRuns(deps: SweepDeps, options: SweepOptions): Promise<{ requeued: RunMessage[]; failed: number }> {
   const now = deps.clock.now();
   const before = now - options.stallMs;
   const limit = options.limit ?? 500;
@@ -46,6 +51,7 @@ export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): 
   // window add no copy; a later one that still finds the run stalled sends another, which is harmless.
   const token = `sweep-${Math.floor(now / options.stallMs)}`;
   const requeued: RunMessage[] = [];
+  let failed = 0;
   for (const run of stalled) {
     if (options.agents && !options.agents.includes(run.agent)) continue;
     const message = { runId: run.runId, version: run.version };
@@ -54,10 +60,11 @@ export async function sweepStalledRuns(deps: SweepDeps, options: SweepOptions): 
       requeued.push(message);
       deps.log.warn({ event: 'run-requeued', runId: run.runId, version: run.version, step: run.step, idleMs: now - run.updatedAt }, 'stalled run re-enqueued');
     } catch (error) {
+      failed++;
       deps.log.error({ event: 'requeue-failed', runId: run.runId, version: run.version, error: errorMessage(error) }, 'could not re-enqueue a stalled run; the next sweep retries');
     }
   }
-  return requeued;
+  return { requeued, failed };
 }
 
 /**
@@ -87,8 +94,9 @@ async function stalledRunsOf(store: Pick<CheckpointStore, 'list'>, before: numbe
 export async function sweepRunsAndTimers(
   deps: { store: CheckpointStore; queue: RunQueue; clock: Clock; log: Logger },
   options: SweepOptions,
-): Promise<{ requeued: RunMessage[]; timers: number }> {
-  const requeued = await sweepStalledRuns(deps, options);
-  const timers = await sendDueTimers(deps, options.agents ? { agents: options.agents } : {});
-  return { requeued, timers: timers.length };
+): Promise<{ requeued: RunMessage[]; timers: number; failed: number }> {
+  const stalled = await requeueStalledRuns(deps, options);
+  let timersFailed = 0;
+  const timers = await sendDueTimers(deps, { ...(options.agents ? { agents: options.agents } : {}), onFailed: () => { timersFailed++; } });
+  return { requeued: stalled.requeued, timers: timers.length, failed: stalled.failed + timersFailed };
 }

@@ -23,7 +23,7 @@ const SEND_CONCURRENCY = 16;
  */
 export async function sendDueTimers(
   deps: { store: CheckpointStore; queue: RunQueue; clock: Clock; log: Logger },
-  options: { lookaheadMs?: number; limit?: number; agents?: readonly string[] } = {},
+  options: { lookaheadMs?: number; limit?: number; agents?: readonly string[]; onFailed?: (wait: OpenWait) => void } = {},
 ): Promise<OpenWait[]> {
   const now = deps.clock.now();
   const before = now + (options.lookaheadMs ?? DEFAULT_TIMER_LOOKAHEAD_MS);
@@ -41,6 +41,7 @@ export async function sendDueTimers(
           sent.push(wait);
         } catch (error) {
           deps.log.error({ event: 'timer-send-failed', runId: wait.runId, waitId: wait.waitId, error: errorMessage(error) }, 'could not send a wait timer; the next sweep retries');
+          options.onFailed?.(wait);
         }
       }));
     }

@@ -1,3 +1,4 @@
+import { DeleteQueueCommand } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
@@ -151,5 +152,22 @@ describe('functions/sweeper.ts', () => {
       // "Infinity" reached sweepRuns, whose "stallMs must be..." named no setting.
       await expect(handler()).rejects.toThrow(`STEPWISE_STALL_SECONDS must be a positive number of seconds, got ${seconds}`);
     }
+  });
+
+  it('fails its invocation, so its alarm fires, when the queue refuses the sweep\'s messages', async () => {
+    resources = await createTestResources('sweep-fn-refused');
+    const past = resources.runtime({ clock: { now: () => Date.now() - 60 * MINUTE } }).store;
+    await past.create(newState('lost-run-1'), META);
+    await past.create(newState('lost-run-2'), META);
+    // A queue that refuses every send, as one whose policy or KMS key does: here, one deleted.
+    await resources.clients.sqs.send(new DeleteQueueCommand({ QueueUrl: resources.queueUrl }));
+    Object.assign(process.env, {
+      TABLE_NAME: resources.tableName, BUCKET_NAME: resources.bucketName, QUEUE_URL: resources.queueUrl,
+      STEPWISE_STALL_SECONDS: '600', STEPWISE_LOG_LEVEL: 'silent',
+    });
+    vi.resetModules();
+    const { handler } = await import('../../functions/sweeper.ts');
+    // It returned as any good sweep did: the SweeperErrors alarm never fired, and the runs stayed lost.
+    await expect(handler()).rejects.toThrow("the queue refused 2 of this sweep's messages (requeue-failed and timer-send-failed lines say why)");
   });
 });
