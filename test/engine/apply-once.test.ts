@@ -262,6 +262,41 @@ describe('ctx.once in a step: one effect per key', () => {
   });
 });
 
+describe('a tool that changes its input', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('changes neither the call recorded nor its ctx.once key\'s input: a retry after a failed try gets the effect\'s result, where it was refused as a reused key', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    let tries = 0;
+    let applied = 0;
+    const agent = defineAgent({
+      name: 'input-changer', tools: [tool({
+        // z.any() hands back the model's own object: a change to it was a change to the call on record.
+        name: 'write_row', description: 'stamps its input', input: z.object({ row: z.number(), meta: z.any() }), sideEffect: true,
+        run: async (input, ctx) => {
+          tries += 1;
+          (input.meta as Record<string, unknown>).stamp = `try ${tries}`;
+          const result = await ctx.once(async () => { applied += 1; return 'written'; });
+          if (tries === 1) throw new Error('lost the reply after the effect');
+          return result;
+        },
+      })],
+    });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'write_row', input: { row: 1, meta: { by: 'model' } } } : { kind: 'done', summary: 'done' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'completed', step: 1 });
+    expect(state.steps[0]!.result.text).toBe('written');
+    expect(state.steps[0]!.input).toEqual({ row: 1, meta: { by: 'model' } });
+    expect({ tries, applied }).toEqual({ tries: 2, applied: 1 });
+    runtime.close();
+  });
+});
+
 describe('ctx.once the tool does not wait for', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
