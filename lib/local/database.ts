@@ -18,7 +18,7 @@ export type Db = Database.Database;
  * fail on a newer layout mid-step, after the model and the tool ran (an insert that leaves a new NOT NULL
  * column empty), or misread its rows, so code refuses a file of a newer layout when it opens it instead.
  */
-export const LAYOUT_VERSION = 1;
+export const LAYOUT_VERSION = 2;
 
 /** A run's checkpoint keys are its number times this, plus the version: 2^32 versions a run. */
 const RUN_KEYS = 4294967296;
@@ -68,6 +68,23 @@ const EVENTS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} (
   PRIMARY KEY (type_key, id)
 )`;
 
+/**
+ * The steps table, keyed as the checkpoints are, by one integer (stepKey: the run's number and the step),
+ * in a rowid table. Keyed (run_id, step) WITHOUT ROWID, as layouts before 2 were, a row past about 1,000
+ * bytes (an index b-tree's most on a leaf) took an overflow page of its own: a pruned version's record of
+ * 1 to 4 KB, moved here from its checkpoint row, grew the file by a page, and pruning 5,000 versions of 1 KB
+ * outputs took it from 9.9 to 23.3 MB. A rowid table keeps a row of up to about 4 KB on its leaf.
+ */
+const STEPS_TABLE = (name: string) => `CREATE TABLE IF NOT EXISTS ${name} (
+  id       INTEGER PRIMARY KEY,
+  run_no   INTEGER NOT NULL,
+  run_id   TEXT NOT NULL,
+  step     INTEGER NOT NULL,
+  decision TEXT,
+  record   TEXT,
+  CHECK (id = run_no * ${RUN_KEYS} + step)
+)`;
+
 const SCHEMA = `
 -- One row per run: what changes with its status. A running run's next steps are written to checkpoints
 -- alone, so version, step and updated_at here are those of the run's last commit that changed its status
@@ -110,13 +127,7 @@ ${CHECKPOINTS_TABLE('checkpoints')};
 
 -- One row per step, written once: the decision recorded before a side-effecting tool runs. The records of
 -- a fork's first steps, of checkpoint rows since pruned, and of files written by older code are here too.
-CREATE TABLE IF NOT EXISTS steps (
-  run_id   TEXT NOT NULL,
-  step     INTEGER NOT NULL,
-  decision TEXT,
-  record   TEXT,
-  PRIMARY KEY (run_id, step)
-) WITHOUT ROWID;
+${STEPS_TABLE('steps')};
 
 -- The summary of each condensed block of a run (lib/core/condensed.ts), by its last step, written once
 -- by the checkpoint that condensed it. A resume reads these and the records after them.
@@ -178,6 +189,12 @@ CREATE INDEX IF NOT EXISTS queue_live ON queue (visible_at) WHERE acked_at IS NU
  * JavaScript number arrives as a REAL, whose product would lose the version past 2^53.
  */
 export const checkpointKey = (runNo: string, version: string): string => `(CAST(${runNo} AS INTEGER) * ${RUN_KEYS} + CAST(${version} AS INTEGER))`;
+
+/** The steps table's key of a run's step (SQL expressions): as checkpointKey, the run's number and the step. */
+export const stepKey = checkpointKey;
+
+/** The condition on `alias`'s key that selects the steps rows of the run numbered `runNo` (as checkpointsOfRun). */
+export const stepsOfRun = (alias: string, runNo: string): string => checkpointsOfRun(alias, runNo);
 
 /** The condition on `alias`'s key that selects the checkpoint rows of the run numbered `runNo`: a range of the table's own b-tree. */
 export const checkpointsOfRun = (alias: string, runNo: string): string => `${alias}.id BETWEEN ${runNo} * ${RUN_KEYS} AND ${runNo} * ${RUN_KEYS} + ${RUN_KEYS - 1}`;
@@ -322,6 +339,7 @@ function bringToLayout(db: Db, path: string): void {
   }
   addMissingColumns(db);
   keyCheckpointsByNumber(db);
+  keyStepsByNumber(db);
   keyEventsByTypeKeyAndId(db);
   db.exec(INDEXES_ON_ADDED_COLUMNS);
   stampLayout(db, path);
@@ -490,6 +508,27 @@ function keyCheckpointsByNumber(db: Db): void {
         FROM checkpoints c JOIN runs r ON r.run_id = c.run_id ORDER BY r.run_no, c.version;
       DROP TABLE checkpoints;
       ALTER TABLE checkpoints_keyed RENAME TO checkpoints;`);
+  });
+}
+
+/**
+ * A file of layout 1's steps, keyed (run_id, step) WITHOUT ROWID, copied once into the table keyed by
+ * stepKey (STEPS_TABLE says why), under the write lock and checked again inside it, as the checkpoints were.
+ * After keyCheckpointsByNumber: every run has its number by then.
+ */
+function keyStepsByNumber(db: Db): void {
+  const keyed = () => db.prepare("SELECT 1 FROM pragma_table_info('steps') WHERE name = 'id'").get() !== undefined;
+  if (keyed()) return;
+  immediate(db, () => {
+    if (keyed()) return;
+    const orphans = db.prepare('SELECT count(*) AS n FROM steps s WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = s.run_id)').get() as { n: number };
+    if (orphans.n) throw new Error(`stepwise: ${orphans.n} step rows of runs this file has no runs row for; moving them to the new layout would lose them. Open this file with the release that wrote it.`);
+    db.exec(`${STEPS_TABLE('steps_keyed')};
+      INSERT INTO steps_keyed (id, run_no, run_id, step, decision, record)
+        SELECT ${stepKey('r.run_no', 's.step')}, r.run_no, s.run_id, s.step, s.decision, s.record
+        FROM steps s JOIN runs r ON r.run_id = s.run_id ORDER BY r.run_no, s.step;
+      DROP TABLE steps;
+      ALTER TABLE steps_keyed RENAME TO steps;`);
   });
 }
 

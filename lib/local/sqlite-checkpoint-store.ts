@@ -10,7 +10,7 @@ import type {
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { MAX_VERSIONS, checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, type Db } from './database.ts';
+import { MAX_VERSIONS, checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, stepKey, stepsOfRun, type Db } from './database.ts';
 import { refuseMovedFile } from './moved-file.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible, type HeldRow } from './sqlite-queue.ts';
@@ -121,7 +121,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       let bytes = Buffer.byteLength(head);
       for (const record of state.steps) {
         const text = encodeStep(record);
-        this.sql('INSERT INTO steps (run_id, step, record) VALUES (?, ?, ?)').run(state.runId, record.step, text);
+        this.sql(`INSERT INTO steps (id, run_no, run_id, step, record) VALUES (${stepKey('?', '?')}, ?, ?, ?, ?)`).run(runNo, record.step, runNo, state.runId, record.step, text);
         bytes += Buffer.byteLength(text);
       }
       this.insertCheckpoint(runNo, state.runId, 1, state, head, bytes, meta, undefined, undefined, now);
@@ -158,7 +158,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
   private headRow(runId: string): HeadRow | undefined {
     return this.sql(
       'SELECT c.version, r.status, c.step, r.reason, c.created_at AS updated_at, r.restarts, r.restarts_at, r.cancel_requested, c.head, c.worker_id, '
-      + '(SELECT s.decision FROM steps s WHERE s.run_id = r.run_id AND s.step = c.step + 1 AND s.record IS NULL) AS pending '
+      + `(SELECT s.decision FROM steps s WHERE s.id = ${stepKey('r.run_no', 'c.step + 1')} AND s.record IS NULL) AS pending `
       + `FROM ${ROWS_OF_RUN} ORDER BY c.id DESC LIMIT 1`,
     ).get(runId) as HeadRow | undefined;
   }
@@ -184,7 +184,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       if (row.step <= after) break;
       if (row.record !== null) found.push({ step: row.step, record: row.record });
     }
-    found.push(...this.sql('SELECT step, record FROM steps WHERE run_id = ? AND step > ? AND record IS NOT NULL').all(runId, after) as { step: number; record: string }[]);
+    found.push(...this.sql(`SELECT s.step, s.record FROM runs r JOIN steps s ON ${stepsOfRun('s', 'r.run_no')} AND s.step > ? WHERE r.run_id = ? AND s.record IS NOT NULL`).all(after, runId) as { step: number; record: string }[]);
     return found.sort((a, b) => a.step - b.step).map((r) => r.record);
   }
 
@@ -220,8 +220,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
       // Its side-effecting tool runs once this is written: never on a file no longer at its path (moved-file.ts).
       refuseMovedFile(this.db, true);
       this.assertVersion(runId, expectedVersion);
-      const inserted = this.sql('INSERT INTO steps (run_id, step, decision) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
-        .run(runId, decision.step, encodeDecision(decision));
+      const inserted = this.sql(`INSERT INTO steps (id, run_no, run_id, step, decision) SELECT ${stepKey('run_no', ':step')}, run_no, run_id, :step, :decision FROM runs WHERE run_id = :runId ON CONFLICT DO NOTHING`)
+        .run({ step: decision.step, decision: encodeDecision(decision), runId });
       if (inserted.changes === 0) throw new StaleVersionError(runId, expectedVersion, `step ${decision.step} already has a decision`);
     });
   }
@@ -413,8 +413,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const list = `[${ids.join(',')}]`;
       const deleted = immediate(this.db, () => {
         this.sql(
-          `INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE record IS NOT NULL AND ${chosen}
-           ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record WHERE steps.record IS NULL`,
+          `INSERT INTO steps (id, run_no, run_id, step, record) SELECT ${stepKey('run_no', 'step')}, run_no, run_id, step, record FROM checkpoints WHERE record IS NOT NULL AND ${chosen}
+           ON CONFLICT (id) DO UPDATE SET record = excluded.record WHERE steps.record IS NULL`,
         ).run({ before, ids: list });
         return this.sql(`DELETE FROM checkpoints WHERE ${chosen}`).run({ before, ids: list }).changes;
       });

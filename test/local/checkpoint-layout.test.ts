@@ -9,7 +9,8 @@ import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts'
 import { fixturePath, FIXTURE_EPOCH } from '../fixtures/formats/resume.ts';
 import { emptiedWal, framesByTree } from '../../bench/wal-support.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
-import { keyCheckpointsAsBefore } from '../support/old-files.ts';
+import { keyCheckpointsAsBefore, keyStepsAsBefore } from '../support/old-files.ts';
+import { pruneCheckpointRow } from '../support/local-records.ts';
 import { decisionFor, META, newState, recordFor, stateAfter } from '../support/states.ts';
 
 const rows = (runtime: LocalRuntime, table: string, runId: string) => runtime.db.prepare(`SELECT * FROM ${table} WHERE run_id = ? ORDER BY 2`).all(runId);
@@ -181,6 +182,58 @@ describe('the SQLite checkpoint layout', () => {
     const d = runtime.db.prepare("SELECT run_no FROM runs WHERE run_id = 'd'").get() as { run_no: number };
     expect(d.run_no).toBe(Math.max(...numbers.map((n) => n.run_no)) + 1);
     expect((await runtime.store.list({ status: 'running' })).map((s) => [s.runId, s.version]).sort()).toEqual([['a', 5], ['b', 2], ['c', 1], ['d', 1]]);
+  });
+
+  it('re-keys the steps of a layout 1 file on open: decisions and moved records kept, the pending decision found, the run goes on', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    runtime = openLocalRuntime({ dbPath: db.path, clock });
+    await runtime.store.create(newState('older'), META);
+    await runtime.store.create(newState('a'), META);
+    for (let n = 1; n <= 3; n++) await runtime.store.commit({ runId: 'a', expectedVersion: n, state: stateAfter('a', n), appended: recordFor('a', n), ...META });
+    await runtime.store.recordDecision('a', 4, decisionFor('a', 4));
+    // Versions 2 and 3 pruned: the records of steps 1 and 2 are in the steps table.
+    pruneCheckpointRow(runtime.db, 'a', 2);
+    pruneCheckpointRow(runtime.db, 'a', 3);
+    const loaded = (await runtime.store.load('a'))!;
+    const steps = (r: LocalRuntime | Database.Database) => ('db' in r ? r.db : r).prepare('SELECT run_id, step, decision, record FROM steps ORDER BY run_id, step').all();
+    const before = steps(runtime);
+    expect(before).toHaveLength(3);
+    runtime.close();
+    keyStepsAsBefore(db.path);
+    const old = new Database(db.path);
+    expect(old.prepare("SELECT count(*) AS n FROM pragma_table_info('steps') WHERE name = 'id'").get()).toEqual({ n: 0 });
+    old.close();
+
+    runtime = openLocalRuntime({ dbPath: db.path, clock });
+    expect(runtime.db.pragma('user_version', { simple: true })).toBe(2);
+    expect(steps(runtime)).toEqual(before);
+    const misplaced = runtime.db.prepare('SELECT count(*) AS n FROM steps s JOIN runs r USING (run_id) WHERE s.id <> r.run_no * 4294967296 + s.step').get();
+    expect(misplaced).toEqual({ n: 0 });
+    const again = (await runtime.store.load('a'))!;
+    expect(again).toEqual(loaded);
+    expect(again.pending).toBeDefined();
+    expect(decodeState(again).steps.map((s) => s.step)).toEqual([1, 2, 3]);
+    // A decision for a step that has one is still refused, and the run goes on.
+    await expect(runtime.store.recordDecision('a', 4, decisionFor('a', 4))).rejects.toBeInstanceOf(StaleVersionError);
+    await runtime.store.commit({ runId: 'a', expectedVersion: 4, state: stateAfter('a', 4), appended: recordFor('a', 4), ...META });
+    expect(decodeState((await runtime.store.load('a'))!).steps.map((s) => s.step)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('prunes versions of 1 KB records without growing the file: each moved record stays on its leaf, where keyed (run_id, step) it took an overflow page', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    runtime = openLocalRuntime({ dbPath: db.path, clock, retentionMs: 1000 });
+    await runtime.store.create(newState('r'), META);
+    const big = (n: number) => ({ ...recordFor('r', n), input: { pad: 'x'.repeat(1100) } });
+    for (let n = 1; n <= 300; n++) await runtime.store.commit({ runId: 'r', expectedVersion: n, state: stateAfter('r', n), appended: big(n), ...META });
+    const used = () => (runtime.db.pragma('page_count', { simple: true }) as number) - (runtime.db.pragma('freelist_count', { simple: true }) as number);
+    const before = used();
+    clock.advance(2000);
+    expect(runtime.store.prune()).toBe(300);
+    // Keyed (run_id, step) WITHOUT ROWID, the 300 records took 300 overflow pages more than they freed.
+    expect(used()).toBeLessThanOrEqual(before);
+    expect(decodeState((await runtime.store.load('r'))!).steps).toHaveLength(300);
   });
 
   it('refuses to open an older file holding a checkpoint row of no run, and loses none of its rows', async () => {

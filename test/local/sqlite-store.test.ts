@@ -65,7 +65,7 @@ describe('SQLite load of a run whose records the caller holds', () => {
     expect(held?.steps).toEqual([]);
     expect(held?.pending).toBeUndefined();
     // A record the fence never lets a commit write: step 5 with the head at step 3.
-    runtime.db.prepare('INSERT INTO steps (run_id, step, record) VALUES (?, 5, ?)').run(runId, JSON.stringify(recordFor(runId, 5)));
+    runtime.db.prepare(`INSERT INTO steps (id, run_no, run_id, step, record) SELECT run_no * ${2 ** 32} + 5, run_no, run_id, 5, ? FROM runs WHERE run_id = ?`).run(JSON.stringify(recordFor(runId, 5)), runId);
     const full = (await runtime.store.load(runId))!;
     expect(full.steps).toHaveLength(4);
     expect(() => decodeState(full)).toThrow(UnreadableCheckpointError);

@@ -25,7 +25,7 @@ export function latestStep(db: Db, runId: string): number | undefined {
 
 /** Deletes one checkpoint row as pruning would: its step's record moved to the steps table first. */
 export function pruneCheckpointRow(db: Db, runId: string, version: number): void {
-  db.prepare(`INSERT INTO steps (run_id, step, record) SELECT run_id, step, record FROM checkpoints WHERE run_id = ? AND version = ? AND record IS NOT NULL
-    ON CONFLICT (run_id, step) DO UPDATE SET record = excluded.record`).run(runId, version);
+  db.prepare(`INSERT INTO steps (id, run_no, run_id, step, record) SELECT run_no * ${2 ** 32} + step, run_no, run_id, step, record FROM checkpoints WHERE run_id = ? AND version = ? AND record IS NOT NULL
+    ON CONFLICT (id) DO UPDATE SET record = excluded.record`).run(runId, version);
   db.prepare('DELETE FROM checkpoints WHERE run_id = ? AND version = ?').run(runId, version);
 }

@@ -35,4 +35,23 @@ export function keyCheckpointsAsBefore(path: string): void {
   } finally {
     old.close();
   }
+  // Those releases keyed their steps (run_id, step) too.
+  keyStepsAsBefore(path);
+}
+
+/**
+ * Rewrites a file of today's layout as layout 1 held it: the steps in a WITHOUT ROWID table keyed
+ * (run_id, step), stamped 1. Rows and their values stay.
+ */
+export function keyStepsAsBefore(path: string): void {
+  const old = new Database(path);
+  try {
+    old.exec(`CREATE TABLE steps_before (run_id TEXT NOT NULL, step INTEGER NOT NULL, decision TEXT, record TEXT, PRIMARY KEY (run_id, step)) WITHOUT ROWID;
+      INSERT INTO steps_before SELECT run_id, step, decision, record FROM steps;
+      DROP TABLE steps;
+      ALTER TABLE steps_before RENAME TO steps;
+      PRAGMA user_version = 1;`);
+  } finally {
+    old.close();
+  }
 }
