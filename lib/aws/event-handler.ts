@@ -1,7 +1,7 @@
 import type { EventBridgeEvent } from 'aws-lambda';
 import { agentNames, type AgentDefinition } from '../agent.ts';
 import { InvalidInputError, errorMessage } from '../core/errors.ts';
-import { startFromEvent } from '../engine/start-from-event.ts';
+import { startFromEvent, triggerMatches } from '../engine/start-from-event.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
 import { systemClock } from '../ports.ts';
@@ -48,8 +48,10 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
       const read = readWaitEvent(options.agent, incoming);
       if (!('unmatched' in read)) forWaits = read;
       // Routed here by the agent's rules, yet it starts no run and can answer no wait: said, or an
-      // operator sees nothing of why a run waiting for it never resumes.
-      else if (!started.length) deps.log.warn({ event: 'event-unmatched', eventId: event.id, source: event.source, detailType: event['detail-type'], reason: read.unmatched }, `the event starts no run and resumes no wait: ${read.unmatched}`);
+      // operator sees nothing of why a run waiting for it never resumes. Not when a trigger is for it and
+      // its goal chose to start none (a bucket's other objects): a warning on each, naming the event's type
+      // as no wait's, sent the operator after a fault that is not there.
+      else if (!started.length && !(options.agent.startOn ?? []).some((trigger) => triggerMatches(trigger, incoming))) deps.log.warn({ event: 'event-unmatched', eventId: event.id, source: event.source, detailType: event['detail-type'], reason: read.unmatched }, `the event starts no run and resumes no wait: ${read.unmatched}`);
     } catch (error) {
       deps.log.error({ event: 'event-key-error', eventId: event.id, source: event.source, detailType: event['detail-type'], error: errorMessage(error) }, "the agent's eventKey failed on an event; it resumes no wait");
     }

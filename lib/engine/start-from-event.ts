@@ -14,6 +14,11 @@ export function runIdForEvent(agent: string, event: Pick<IncomingEvent, 'id' | '
   return `evt-${createHash('sha256').update(`${agent}\n${event.source}\n${event.id}\n${triggerIndex}`).digest('hex').slice(0, 40)}`;
 }
 
+/** Whether a trigger is for this event (its source and detail type): its goal then says whether a run starts. */
+export function triggerMatches(trigger: Pick<EventTrigger, 'source' | 'detailType'>, event: Pick<IncomingEvent, 'source' | 'detailType'>): boolean {
+  return (trigger.source === undefined || trigger.source === event.source) && (trigger.detailType === undefined || trigger.detailType === event.detailType);
+}
+
 export async function startFromEvent(
   deps: Pick<EngineDeps, 'store' | 'queue' | 'agent' | 'clock' | 'workerId' | 'codeVersion' | 'log'>,
   triggers: readonly EventTrigger[],
@@ -21,8 +26,7 @@ export async function startFromEvent(
 ): Promise<StartResult[]> {
   const started: StartResult[] = [];
   for (const [index, trigger] of triggers.entries()) {
-    if (trigger.source !== undefined && trigger.source !== event.source) continue;
-    if (trigger.detailType !== undefined && trigger.detailType !== event.detailType) continue;
+    if (!triggerMatches(trigger, event)) continue;
     let goal: string | undefined;
     try {
       const made = trigger.goal(event);
@@ -33,7 +37,11 @@ export async function startFromEvent(
       deps.log.error({ event: 'trigger-error', eventId: event.id, source: event.source, trigger: index, error: errorMessage(error) }, 'a run trigger failed on an event; no run started for it');
       continue;
     }
-    if (goal === undefined) continue;
+    if (goal === undefined) {
+      // The agent's own choice (an S3 object it does not handle): said at debug, as nothing went wrong.
+      deps.log.debug({ event: 'trigger-declined', eventId: event.id, source: event.source, trigger: index }, 'a run trigger started no run for this event: its goal returned undefined');
+      continue;
+    }
     const result = await startRun(deps, { goal, runId: runIdForEvent(deps.agent.name, event, index) });
     deps.log.info({ event: 'run-triggered', eventId: event.id, source: event.source, detailType: event.detailType, runId: result.runId, created: result.created }, result.created ? 'event started a run' : 'event already started this run');
     started.push(result);

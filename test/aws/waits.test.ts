@@ -388,6 +388,27 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     expect(lines.filter((l) => l.event === 'event-unmatched')).toHaveLength(2);
   });
 
+  it('an event a trigger is for, whose goal starts no run (an object it does not handle), is no warning that it names no wait', { timeout: 60_000 }, async () => {
+    const runtime = resources.runtime();
+    const { log, lines } = captureLogs();
+    const agent = defineAgent({
+      ...waitAgent(new FakeRows(), []),
+      startOn: [{ source: 'aws.s3', detailType: 'Object Created', goal: (e) => {
+        const key = (e.detail as { object: { key: string } }).object.key;
+        return key.endsWith('.csv') ? `Process ${key}` : undefined;
+      } }],
+    });
+    const handler = createEventHandler({ runtime, events: events(runtime), agent, log, codeVersion: 'test' });
+    const png = eventBridge('Object Created', { bucket: { name: 'inbox' }, object: { key: `in/${randomUUID()}.png` } }, randomUUID(), 'aws.s3');
+    expect(await handler(png, { awsRequestId: 'p1' })).toEqual({ started: [], resumed: [] });
+    expect(lines.filter((l) => l.level as number >= 40)).toEqual([]);
+    expect(lines.filter((l) => l.event === 'trigger-declined')).toMatchObject([{ level: 20, eventId: png.id, trigger: 0 }]);
+    // An event no trigger is for, and no wait can take, is still said.
+    const deleted = eventBridge('Object Deleted', { bucket: { name: 'inbox' }, object: { key: 'in/a.csv' } }, randomUUID(), 'aws.s3');
+    await handler(deleted, { awsRequestId: 'p2' });
+    expect(lines.filter((l) => l.event === 'event-unmatched').map((l) => l.eventId)).toEqual([deleted.id]);
+  });
+
   it('an event matching a trigger starts one run, however often EventBridge delivers it', { timeout: 60_000 }, async () => {
     const runtime = resources.runtime();
     const agent = defineAgent({
