@@ -161,8 +161,15 @@ export function readWaitEvent(agent: Pick<AgentDefinition, 'eventKey'>, event: I
   const type = named?.type ?? event.detailType;
   const key = named?.key ?? (typeof detail.key === 'string' ? detail.key : typeof detail.correlationKey === 'string' ? detail.correlationKey : undefined);
   const rule = '1-256 letters, digits or ._:/@+-';
-  if (typeof type !== 'string' || !EVENT_NAME.test(type)) return { unmatched: `its type ${JSON.stringify(String(type).slice(0, 100))} is not ${rule}` };
-  if (!key) return { unmatched: `it has no key (detail.key or detail.correlationKey${agent.eventKey ? ", or the agent's eventKey" : ''})` };
+  // AWS's own events have detail-types with spaces ("Object Created"): only the agent's eventKey names those.
+  const rename = agent.eventKey ? '' : "; the agent's eventKey can name the wait it resumes";
+  if (typeof type !== 'string' || !EVENT_NAME.test(type)) return { unmatched: `its type ${JSON.stringify(String(type).slice(0, 100))} is not ${rule}${rename}` };
+  if (!key) {
+    // An order number sent as a JSON number was told "no key", where the key is there in another type.
+    const field = named?.key === undefined ? (['key', 'correlationKey'] as const).find((name) => detail[name] != null && typeof detail[name] !== 'string') : undefined;
+    if (field) return { unmatched: `its detail.${field} is a ${Array.isArray(detail[field]) ? 'list' : typeof detail[field]} (${String(JSON.stringify(detail[field])).slice(0, 100)}), not text: send it as a string${rename}` };
+    return { unmatched: `it has no key (detail.key or detail.correlationKey${agent.eventKey ? ", or the agent's eventKey" : ''})` };
+  }
   if (!EVENT_NAME.test(key)) return { unmatched: `its key ${JSON.stringify(key.slice(0, 100))} is not ${rule}` };
   return { type, key, id: event.id, payload: event.detail ?? null };
 }

@@ -8,7 +8,7 @@ import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
 import type { AgentDefinition } from '../../lib/agent.ts';
 import type { ModelReply } from '../../lib/ports.ts';
 import { driveWait } from '../../lib/waits/drive.ts';
-import { emitEvent, eventAnswer, waitEventOf } from '../../lib/waits/events.ts';
+import { emitEvent, eventAnswer, readWaitEvent, waitEventOf } from '../../lib/waits/events.ts';
 import { runIdForEvent, startFromEvent } from '../../lib/engine/start-from-event.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -300,6 +300,19 @@ describe('runs started by events', () => {
     expect(waitEventOf({ eventKey: (e) => ({ type: `${e.source}.paid`, key: String((e.detail as { orderId: string }).orderId) }) }, { ...event, detail: { orderId: 'o-9' } }))
       .toMatchObject({ type: 'shop.paid', key: 'o-9' });
     expect(waitEventOf({}, { ...event, detail: { key: 'has space' } })).toBeUndefined();
+  });
+
+  it('an event that names no wait says why: a key sent as a number, a detail-type with spaces (AWS\'s own), each with what to do', () => {
+    const event = { id: 'e-1', source: 'shop', detailType: 'order.paid', detail: { key: 12345 } };
+    expect(readWaitEvent({}, event)).toEqual({ unmatched: 'its detail.key is a number (12345), not text: send it as a string; the agent\'s eventKey can name the wait it resumes' });
+    expect(readWaitEvent({}, { ...event, detail: { correlationKey: ['o', 7] } })).toEqual({ unmatched: 'its detail.correlationKey is a list (["o",7]), not text: send it as a string; the agent\'s eventKey can name the wait it resumes' });
+    // A string key wins over the other field's number; an empty one is no key.
+    expect(readWaitEvent({}, { ...event, detail: { key: 5, correlationKey: 'o-5' } })).toMatchObject({ key: 'o-5' });
+    expect(readWaitEvent({}, { ...event, detail: { key: '' } })).toEqual({ unmatched: 'it has no key (detail.key or detail.correlationKey)' });
+    expect(readWaitEvent({}, { ...event, source: 'aws.s3', detailType: 'Object Created', detail: { object: { key: 'a.csv' } } }))
+      .toEqual({ unmatched: 'its type "Object Created" is not 1-256 letters, digits or ._:/@+-; the agent\'s eventKey can name the wait it resumes' });
+    // An agent with an eventKey is not told to write one.
+    expect(readWaitEvent({ eventKey: () => undefined }, { ...event, detailType: 'Object Created' })).toEqual({ unmatched: 'its type "Object Created" is not 1-256 letters, digits or ._:/@+-' });
   });
 
   it('an agent\'s eventKey that returns no strings is refused with what it returned; one that throws, throws for the handler to log', () => {
