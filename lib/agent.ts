@@ -134,7 +134,38 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
     // Here, not at every step of every run: an input the model cannot be sent would fail them all.
     toolSpec(t);
   }
+  checkEventOptions(definition);
   return definition;
+}
+
+const TRIGGER_FIELDS = new Set(['source', 'detailType', 'goal']);
+
+/**
+ * The triggers and eventKey, refused when the agent loads: a wrong one was deployed all the same (its rule
+ * made from it at synth) and failed, or never matched, every event, one log line each. A trigger written as
+ * an EventBridge pattern (`source: ['aws.s3']`, `'detail-type'`) is the likely slip.
+ */
+function checkEventOptions(definition: AgentDefinition): void {
+  const { name, startOn, eventKey } = definition;
+  if (eventKey !== undefined && typeof eventKey !== 'function') throw new InvalidInputError(`agent ${name}: eventKey must be a function (event) => ({ type, key }) or undefined`);
+  if (startOn === undefined) return;
+  if (!Array.isArray(startOn)) throw new InvalidInputError(`agent ${name}: startOn must be an array of triggers ({ source?, detailType?, goal(event) })`);
+  startOn.forEach((trigger: unknown, i) => {
+    const what = `agent ${name}: startOn trigger ${i}`;
+    if (!trigger || typeof trigger !== 'object') throw new InvalidInputError(`${what} must be { source?, detailType?, goal(event) }, not ${JSON.stringify(trigger)}`);
+    const fields = trigger as Record<string, unknown>;
+    const unknown = Object.keys(fields).find((field) => !TRIGGER_FIELDS.has(field));
+    if (unknown !== undefined) {
+      throw new InvalidInputError(`${what} has a field ${JSON.stringify(unknown)}${unknown === 'detail-type' ? ' (written detailType here)' : ''}: a trigger has source, detailType and goal`);
+    }
+    for (const field of ['source', 'detailType'] as const) {
+      const value = fields[field];
+      if (value !== undefined && !(typeof value === 'string' && value !== '')) {
+        throw new InvalidInputError(`${what}: ${field} must be one string, matched exactly, not ${JSON.stringify(value)}${Array.isArray(value) ? ': give a trigger for each' : ''}`);
+      }
+    }
+    if (typeof fields.goal !== 'function') throw new InvalidInputError(`${what}: goal must be a function (event) => the run's goal, or undefined to start none`);
+  });
 }
 
 /**

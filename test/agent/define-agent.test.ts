@@ -32,6 +32,13 @@ describe('defineAgent refuses, when the agent loads, what would fail every run',
     ['a max tokens of 0', { settings: { maxTokens: 0 } }, 'agent a: settings.maxTokens must be a whole number from 1, got 0'],
     ['max tokens as text', { settings: { maxTokens: '4096' } }, 'agent a: settings.maxTokens must be a whole number from 1, got "4096"'],
     ['a negative temperature', { settings: { temperature: -0.5 } }, 'agent a: settings.temperature must be a number from 0, got -0.5'],
+    // Deployed all the same (a rule made from each trigger at synth), each failed or never matched every event, a log line apiece.
+    ['a trigger written as an EventBridge pattern (JavaScript)', { startOn: [{ source: ['aws.s3'], goal: (): string => 'x' }] }, 'agent a: startOn trigger 0: source must be one string, matched exactly, not ["aws.s3"]: give a trigger for each'],
+    ['a trigger with detail-type (JavaScript)', { startOn: [{ source: 'aws.s3', 'detail-type': 'Object Created', goal: (): string => 'x' }] }, 'agent a: startOn trigger 0 has a field "detail-type" (written detailType here): a trigger has source, detailType and goal'],
+    ['a trigger with an empty detail type', { startOn: [{ source: 'aws.s3', detailType: '' }] }, 'agent a: startOn trigger 0: detailType must be one string, matched exactly, not ""'],
+    ['a trigger whose goal is text', { startOn: [{ source: 'aws.s3', goal: 'Process the file' }] }, "agent a: startOn trigger 0: goal must be a function (event) => the run's goal, or undefined to start none"],
+    ['triggers that are not an array', { startOn: { source: 'aws.s3', goal: (): string => 'x' } }, 'agent a: startOn must be an array of triggers'],
+    ['an eventKey that is not a function', { eventKey: { type: 'order.paid' } }, 'agent a: eventKey must be a function (event) => ({ type, key }) or undefined'],
   ])('%s', (_what, overrides, message) => {
     expect(agentWith(overrides)).toThrow(InvalidInputError);
     expect(agentWith(overrides)).toThrow(message);
