@@ -17,6 +17,7 @@ export type Db = Database.Database;
  * tables below (a column, a re-keyed table, an index older code would make again): older code's statements
  * fail on a newer layout mid-step, after the model and the tool ran (an insert that leaves a new NOT NULL
  * column empty), or misread its rows, so code refuses a file of a newer layout when it opens it instead.
+ * 1: the first stamped; 2: the steps table keyed by run number and step (keyStepsByNumber).
  */
 export const LAYOUT_VERSION = 2;
 
