@@ -7,6 +7,7 @@ import { InvalidInputError } from '../../core/errors.ts';
 import { createHttpApp } from '../../http/app.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
+import { databaseDir } from '../../local/paths.ts';
 import { systemClock, type Notifier } from '../../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV, SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../../settings.ts';
 import { OutboxNotifier } from '../../waits/outbox-notifier.ts';
@@ -56,7 +57,9 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   }
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORT;
-  const apiToken = givenToken ?? localApiToken(join(dirname(dbPath(options)), 'api-token'));
+  // Beside the database file itself, as the signing key is: the same token whichever path names the file.
+  const tokenFile = join(databaseDir(dbPath(options)), 'api-token');
+  const apiToken = givenToken ?? localApiToken(tokenFile);
   if (!backend.waits.signingKey) throw new InvalidInputError(`no approval signing key is configured: on the AWS backend set ${SIGNING_KEY_SECRET_ENV} (a Secrets Manager secret) or ${SIGNING_KEY_FILE_ENV} (a file)`);
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
@@ -72,7 +75,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   });
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
-  out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : join(dirname(dbPath(options)), 'api-token')}; approval emails ${emailsGo(backend.waits.notifier)})`);
+  out(`serving agent ${agent.name} on http://${host}:${bound} (API token in ${process.env.STEPWISE_API_TOKEN ? 'STEPWISE_API_TOKEN' : tokenFile}; approval emails ${emailsGo(backend.waits.notifier)})`);
   if (backend.kind === 'local') {
     const elsewhere = linksElsewhere(host, bound);
     if (elsewhere) out(elsewhere);
