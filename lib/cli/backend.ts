@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { shellWord } from './format.ts';
 import type { BlobStore, CheckpointStore, EventBuffer, IdempotencyLedger, RunQueue, RunQueueConsumer } from '../ports.ts';
-import { DEFAULT_DB_PATH } from '../local/paths.ts';
+import { DEFAULT_DB_PATH, expandHome } from '../local/paths.ts';
 import type { LocalRuntime } from '../local/runtime.ts';
 import type { WaitServices } from '../waits/services.ts';
 import type { AwsResource } from '../aws/check-resources.ts';
@@ -60,7 +60,7 @@ export function storeFlags(options: CliOptions): string {
 export function dbPath(options: CliOptions): string {
   // An empty STEPWISE_DB (exported but unset) names no file, as an empty STEPWISE_BACKEND names no backend:
   // SQLite would open "" as a private temporary database, deleted on close, so a run started in it is lost.
-  return options.db ?? (process.env.STEPWISE_DB?.trim() || DEFAULT_DB_PATH);
+  return expandHome(options.db ?? (process.env.STEPWISE_DB?.trim() || DEFAULT_DB_PATH));
 }
 
 /**

@@ -14,7 +14,7 @@ import { createLogger, type Logger } from '../log.ts';
 import { systemClock, type Model } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
 import { isDamaged } from './damaged.ts';
-import { DEFAULT_DB_PATH } from './paths.ts';
+import { DEFAULT_DB_PATH, expandHome } from './paths.ts';
 import { openLocalRuntime, type LocalRuntime } from './runtime.ts';
 import { answerApproval, type AnswerOutcome } from '../waits/answer.ts';
 import { checkEvent, emitEvent } from '../waits/events.ts';
@@ -63,7 +63,7 @@ export async function openLocalEngine(given: ImportedAgent, options: LocalEngine
   // as it came, it was refused as "an agent needs a name".
   const agent = defineAgent(importedAgent(given) as AgentDefinition);
   const { model, label } = options.model ? { model: options.model, label: `model "${options.model.name}" given by the program` } : await chooseModel(agent);
-  const dbPath = options.dbPath ?? DEFAULT_DB_PATH;
+  const dbPath = expandHome(options.dbPath ?? DEFAULT_DB_PATH);
   const runtime = openLocalRuntime({ dbPath });
   const deps: EngineDeps = {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,

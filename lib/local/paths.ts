@@ -1,5 +1,6 @@
 import { realpathSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
 
 /** The SQLite file of the embedded runtime, relative to the working directory (STEPWISE_DB or --db move it). */
 export const DEFAULT_DB_PATH = '.stepwise/stepwise.db';
@@ -17,4 +18,15 @@ export function databaseDir(dbPath: string): string {
   } catch {
     return dirname(dbPath);
   }
+}
+
+/**
+ * `~` or `~/...` as the home directory. No shell expands it inside quotes, after `--db=`, or in an env
+ * file (docker --env-file, systemd's EnvironmentFile, .env): STEPWISE_DB=~/runs.db made a directory named
+ * `~` in the working directory and a new, empty database in it, and each working directory got its own.
+ * `~user/...` is left as written.
+ */
+export function expandHome(path: string): string {
+  if (path === '~') return homedir();
+  return path.startsWith('~/') ? join(homedir(), path.slice(2)) : path;
 }

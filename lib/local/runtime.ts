@@ -8,7 +8,7 @@ import { SqliteEventBuffer } from './sqlite-event-buffer.ts';
 import { SqliteLedger } from './sqlite-ledger.ts';
 import { SqliteQueue } from './sqlite-queue.ts';
 
-import { DEFAULT_DB_PATH } from './paths.ts';
+import { DEFAULT_DB_PATH, expandHome } from './paths.ts';
 
 export { DEFAULT_DB_PATH };
 
@@ -27,7 +27,7 @@ export interface LocalRuntime {
 /** `retentionMs`: how long older checkpoint versions stay (default STEPWISE_RETENTION_DAYS, else 14 days). */
 /** `readOnly`: for a command that only reads; the file is neither written nor brought to this layout (openDatabaseToRead). */
 export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number; readOnly?: boolean } = {}): LocalRuntime {
-  const path = options.dbPath ?? DEFAULT_DB_PATH;
+  const path = expandHome(options.dbPath ?? DEFAULT_DB_PATH);
   const retentionMs = options.retentionMs ?? retentionMsFromEnv(process.env);
   const db = options.readOnly ? openDatabaseToRead(path) : openDatabase(path);
   // The queue and the blobs get a connection without per-commit fsync (see openDatabase for why that is

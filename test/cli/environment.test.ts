@@ -19,6 +19,20 @@ describe('the environment variables the CLI reads', () => {
     expect(status.out).toContain('status   running');
   });
 
+  it('a STEPWISE_DB or --db that starts with ~/ (no shell expanded it) is in the home directory, not in a folder named ~ here', async () => {
+    const home = tempDir('stepwise-home-');
+    const cwd = tempDir('stepwise-env-');
+    const env = { HOME: home, STEPWISE_LOG_LEVEL: 'warn' };
+    const started = await stepwiseCli(['start', '--agent', AGENT, '--goal', 'echo', '--run-id', 'home-1'], { ...env, STEPWISE_DB: '~/runs.db' }, cwd);
+    expect(started.code, started.err).toBe(0);
+    expect(existsSync(join(home, 'runs.db'))).toBe(true);
+    expect(existsSync(join(cwd, '~'))).toBe(false);
+    // From any other directory, by the flag as by the variable: the same file.
+    const status = await stepwiseCli(['status', 'home-1', '--db=~/runs.db'], { ...env, STEPWISE_DB: undefined }, tempDir('stepwise-env-'));
+    expect(status.err).toBe('');
+    expect(status.out).toContain('status   running');
+  });
+
   it('a wrong STEPWISE_BACKEND or STEPWISE_LOG_FORMAT is refused by its own name, not as the flag that was not given', async () => {
     const env = { STEPWISE_DB: join(tempDir('stepwise-env-'), 'runs.db'), STEPWISE_LOG_LEVEL: 'warn' };
     expect(await stepwiseCli(['status'], { ...env, STEPWISE_BACKEND: 'sqlite' })).toEqual({ code: 2, out: '', err: 'stepwise: STEPWISE_BACKEND must be local or aws, got "sqlite"\n' });
