@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
-import { dirname } from 'node:path';
+import { accessSync, constants, realpathSync, statSync, type Stats } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { makeDir } from '../make-dir.ts';
 import { BUSY_TIMEOUT_MS } from './busy.ts';
@@ -394,8 +395,42 @@ function openFile(path: string, { wal = true } = {}): Db {
     if (isDamaged(error)) throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}: ${damagedDatabaseHint('the file', path)}`, { cause: error });
     const unusable = !(error instanceof Database.SqliteError) || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB';
     if (!unusable) throw error;
-    throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}`, { cause: error });
+    const why = code === 'SQLITE_CANTOPEN' ? whyCannotOpen(path) : undefined;
+    throw new InvalidInputError(`cannot open the database ${path}: ${(error as Error).message}${why ? `: ${why}` : ''}`, { cause: error });
   }
+}
+
+/** The longest full path, in bytes, SQLite opens a file at: its journal's name (the path and -journal) must fit in 512. */
+export const MAX_SQLITE_PATH_BYTES = 504;
+
+/**
+ * What SQLite's "unable to open database file" does not say, which sent users looking at the wrong thing:
+ * a full path past SQLite's limit (a deep working directory under the default relative path: Node makes
+ * every directory of it, SQLite opens none), a file this user may not read or write (made under umask 077
+ * by another user), or a directory at the path.
+ */
+function whyCannotOpen(path: string): string | undefined {
+  let full = resolve(path);
+  try {
+    // SQLite follows symlinks, so the length that counts is the target's.
+    full = join(realpathSync(dirname(full)), basename(full));
+  } catch {
+    // The directory is not there or not readable: the checks below say which.
+  }
+  const bytes = Buffer.byteLength(full);
+  if (bytes > MAX_SQLITE_PATH_BYTES) return `its full path, ${bytes} bytes, is longer than the ${MAX_SQLITE_PATH_BYTES} SQLite can open: pick a shorter --db`;
+  let stat: Stats | undefined;
+  try {
+    stat = statSync(path, { throwIfNoEntry: false });
+    if (stat?.isDirectory()) return 'it is a directory: give the path of a file in it';
+    accessSync(stat ? path : dirname(path), stat ? constants.R_OK | constants.W_OK : constants.W_OK | constants.X_OK);
+  } catch (error) {
+    const refused = (error as NodeJS.ErrnoException).code === 'EACCES' || (error as NodeJS.ErrnoException).code === 'EPERM';
+    if (refused) return stat
+      ? `this user may not read and write it (mode ${(stat.mode & 0o777).toString(8)}, owner uid ${stat.uid}): give this user read and write access to it, or run as its owner`
+      : `this user may not make a file in ${dirname(path)}: give write access to it, or pick another --db`;
+  }
+  return undefined;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -42,5 +42,21 @@ describe('a database file this user may not write', () => {
     const status = stepwise('status');
     expect(status.code, status.err).toBe(0);
     expect(status.out.trim()).toBe('no runs');
+  });
+
+  it('says so when this user may not read the file (made under umask 077 by another user), where SQLite said only "unable to open"', () => {
+    const own = join(dir, 'private');
+    mkdirSync(own, { mode: 0o777 });
+    chmodSync(own, 0o777);
+    const file = join(own, 'runs.db');
+    expect(spawnSync(process.execPath, [BIN, 'init', '--db', file], { cwd: ROOT, encoding: 'utf8' }).status).toBe(0);
+    chmodSync(file, asRoot ? 0o600 : 0o000);
+    for (const args of [['status'], ['start', '--agent', AGENT, '--goal', 'echo']]) {
+      const r = spawnSync(process.execPath, [BIN, ...args, '--db', file], {
+        cwd: ROOT, encoding: 'utf8', timeout: 60_000, env: { ...process.env, STEPWISE_DB: '' }, ...(asRoot ? { uid: NOBODY, gid: NOBODY } : {}),
+      });
+      expect(r.stderr, args[0]).toMatch(new RegExp(`^stepwise: cannot open the database ${file}: unable to open database file: this user may not read and write it \\(mode ${asRoot ? 600 : 0}, owner uid \\d+\\): give this user read and write access to it, or run as its owner\n$`));
+      expect(r.status, args[0]).toBe(2);
+    }
   });
 });
