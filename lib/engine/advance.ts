@@ -126,7 +126,9 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   const now = () => deps.clock.now();
   const pendingUsage = uncountedUsage(state.pending, version);
   if (options.maxTries !== undefined && tries > options.maxTries) {
-    const error = new PermanentError(`it was started ${tries} times without finishing (its worker keeps crashing)`);
+    // A recorded call says where it crashed: in or after that tool (a side-effecting one), not the model.
+    const during = state.pending ? `, in or after its recorded call of tool ${state.pending.tool}` : '';
+    const error = new PermanentError(`it was started ${tries} times without finishing (its worker keeps crashing${during})`);
     return commit(deps, base, recordFailure(state, error, now(), usageOnly(pendingUsage)));
   }
 

@@ -119,7 +119,7 @@ describe('only a step that was really tried counts', () => {
     expect(tries).toHaveLength(DEFAULT_MAX_RECEIVES);
     expect(await loadState(runtime)).toMatchObject({
       status: 'failed', step: 0, failures: 1,
-      reason: `step 1: it was started ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing)`,
+      reason: `step 1: it was started ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing, in or after its recorded call of tool write_row)`,
     });
   });
 

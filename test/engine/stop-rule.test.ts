@@ -118,7 +118,7 @@ describe('the stop rule, end to end', () => {
     expect(handled?.action).toBe('ack');
     expect(await loadState(runtime)).toMatchObject({
       status: 'failed', step: 0,
-      reason: `step 1: it was started ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing)`,
+      reason: `step 1: it was started ${DEFAULT_MAX_RECEIVES + 1} times without finishing (its worker keeps crashing, in or after its recorded call of tool write_row)`,
     });
   });
 });
