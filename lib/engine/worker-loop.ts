@@ -138,6 +138,19 @@ function checkDurations(options: WorkerOptions): void {
 /** A step loop's options: the worker's, with the visibility resolved once for the loops and the heartbeat. */
 type LoopOptions = WorkerOptions & { visibilityMs: number };
 
+/**
+ * A receive's wait, cut short by the next sweep and by the idle exit: with a long waitMs (a minute, as
+ * for SQS's long poll) both came only once the wait was over, a sweep late by up to the wait and an idle
+ * worker left waiting it out.
+ */
+function receiveWaitMs(deps: EngineDeps, options: LoopOptions, shared: Shared, sweeps: boolean): number {
+  let wait = options.waitMs ?? 1000;
+  if (sweeps) wait = Math.min(wait, Math.max(0, shared.nextSweepAt - deps.clock.now()));
+  // Only while no loop has a step in hand: the worker is not idle then, and a wait cut to 0 would spin.
+  if (options.idleExitMs !== undefined && !shared.inFlight.size) wait = Math.min(wait, Math.max(0, shared.lastActivity + options.idleExitMs - Date.now()));
+  return wait;
+}
+
 async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: LoopOptions, shared: Shared): Promise<void> {
   const { visibilityMs } = options;
   const sweepEveryMs = options.sweepEveryMs ?? DEFAULT_SWEEP_EVERY_MS;
@@ -159,7 +172,7 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
         });
       }
       if (!held.length) {
-        held = await consumer.receive({ waitMs: options.waitMs ?? 1000, visibilityMs, ...(options.signal ? { signal: options.signal } : {}) });
+        held = await consumer.receive({ waitMs: receiveWaitMs(deps, options, shared, sweep !== undefined), visibilityMs, ...(options.signal ? { signal: options.signal } : {}) });
         // Stopped while it waited: what came is handed back (below), not started.
         if (options.signal?.aborted) break;
       }
