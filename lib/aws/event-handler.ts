@@ -3,6 +3,7 @@ import { agentNames, type AgentDefinition } from '../agent.ts';
 import { InvalidInputError, errorMessage } from '../core/errors.ts';
 import { startFromEvent, triggerMatches } from '../engine/start-from-event.ts';
 import type { Logger } from '../log.ts';
+import type { IncomingEvent } from '../core/waits.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { checkEventPayload, emitEvent, readWaitEvent, type waitEventOf } from '../waits/events.ts';
@@ -39,7 +40,7 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
       ...options.runtime, agent: options.agent, clock: options.clock ?? systemClock, workerId: context.awsRequestId,
       codeVersion: options.codeVersion, log: options.log.child({ workerId: context.awsRequestId, eventId: event.id }),
     };
-    const incoming = { id: event.id, source: event.source, detailType: event['detail-type'], ...(event.time ? { time: event.time } : {}), detail: event.detail };
+    const incoming = incomingEvent(event);
     const started = await startFromEvent(deps, options.agent.startOn ?? [], incoming);
     // Like a run trigger's goal, the agent's eventKey runs on any event: when it throws, the event resumes
     // no wait and says why. Thrown on, EventBridge would retry a failure that repeats for a day.
@@ -82,4 +83,16 @@ function isEventBridgeEvent(event: unknown): event is EventBridgeEvent<string, u
   if (!event || typeof event !== 'object') return false;
   const { id, source, 'detail-type': detailType } = event as Record<string, unknown>;
   return typeof id === 'string' && id !== '' && typeof source === 'string' && typeof detailType === 'string';
+}
+
+/** The event as a trigger's goal and the agent's eventKey see it: EventBridge's fields by their own names, those it has. */
+function incomingEvent(event: EventBridgeEvent<string, unknown>): IncomingEvent {
+  const incoming: IncomingEvent = { id: event.id, source: event.source, detailType: event['detail-type'], detail: event.detail };
+  if (typeof event.time === 'string') incoming.time = event.time;
+  if (typeof event.account === 'string') incoming.account = event.account;
+  if (typeof event.region === 'string') incoming.region = event.region;
+  if (Array.isArray(event.resources) && event.resources.every((r) => typeof r === 'string')) incoming.resources = [...event.resources];
+  const replay = (event as { 'replay-name'?: unknown })['replay-name'];
+  if (typeof replay === 'string') incoming.replayName = replay;
+  return incoming;
 }

@@ -229,6 +229,16 @@ export interface IncomingEvent {
   detailType: string;
   time?: string;
   detail: unknown;
+  /** EventBridge's own fields, when the event has them: a trigger may tell an account, a region or a resource apart. */
+  account?: string;
+  region?: string;
+  /** The ARNs of the resources the event is about (an S3 bucket's, an instance's). */
+  resources?: string[];
+  /**
+   * Set when EventBridge replays the event from an archive: it keeps its id, so its run id is the first
+   * delivery's and it starts no second run (`retry` or `fork` that run instead).
+   */
+  replayName?: string;
 }
 
 /** Starts a run for each event that matches: an S3 object created, an application's own event. */

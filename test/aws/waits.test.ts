@@ -15,6 +15,7 @@ import { decodeState } from '../../lib/core/codec.ts';
 import type { RunState } from '../../lib/core/state.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
 import { silentLogger } from '../../lib/log.ts';
+import type { IncomingEvent } from '../../lib/core/waits.ts';
 import { captureLogs } from './log-capture.ts';
 import type { Model, ModelReply } from '../../lib/ports.ts';
 import { sendDueTimers } from '../../lib/waits/timers.ts';
@@ -407,6 +408,26 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     const deleted = eventBridge('Object Deleted', { bucket: { name: 'inbox' }, object: { key: 'in/a.csv' } }, randomUUID(), 'aws.s3');
     await handler(deleted, { awsRequestId: 'p2' });
     expect(lines.filter((l) => l.event === 'event-unmatched').map((l) => l.eventId)).toEqual([deleted.id]);
+  });
+
+  it('a trigger sees the event\'s account, region, resources and replay name, and a replayed event starts no second run', { timeout: 60_000 }, async () => {
+    const runtime = resources.runtime();
+    const seen: IncomingEvent[] = [];
+    const agent = defineAgent({
+      ...waitAgent(new FakeRows(), []),
+      startOn: [{ source: 'aws.s3', detailType: 'Object Created', goal: (e) => { seen.push(e); return `Process ${(e.detail as { object: { key: string } }).object.key}`; } }],
+    });
+    const handler = createEventHandler({ runtime, events: events(runtime), agent, log: silentLogger, codeVersion: 'test' });
+    const created = { ...eventBridge('Object Created', { bucket: { name: 'inbox' }, object: { key: 'in/a.csv' } }, randomUUID(), 'aws.s3'), resources: ['arn:aws:s3:::inbox'] };
+    const first = await handler(created, { awsRequestId: 'r1' });
+    const replayed = await handler({ ...created, 'replay-name': 'monday-replay' } as typeof created, { awsRequestId: 'r2' });
+    // Only id, source, detail-type, time and detail came through: a goal could not tell a bucket by its ARN, nor a replay.
+    expect(seen.map((e) => [e.account, e.region, e.resources, e.replayName])).toEqual([
+      ['000000000000', 'us-east-1', ['arn:aws:s3:::inbox'], undefined],
+      ['000000000000', 'us-east-1', ['arn:aws:s3:::inbox'], 'monday-replay'],
+    ]);
+    expect(first.started).toMatchObject([{ created: true }]);
+    expect(replayed.started).toEqual([{ runId: first.started[0]!.runId, created: false }]);
   });
 
   it('an event matching a trigger starts one run, however often EventBridge delivers it', { timeout: 60_000 }, async () => {
