@@ -14,6 +14,8 @@ export const DEFAULT_STALL_MS = 60_000;
 const MAX_TIMER_MS = 2_147_483_647;
 /** How often a worker loop looks for such runs, give or take a fifth so that workers spread out. */
 export const DEFAULT_SWEEP_EVERY_MS = 30_000;
+/** The longest a worker's loops go on stepping without letting the event loop turn (see stepLoop). */
+const TURN_EVERY_MS = 10;
 
 export interface WorkerOptions {
   visibilityMs?: number;
@@ -87,7 +89,7 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
       consumer.release(delivery, visibilityMs).catch((error: unknown) => deps.log.warn({ event: 'heartbeat-failed', error: errorMessage(error) }, 'heartbeat failed'));
     }
   }, Math.min(Math.max(50, visibilityMs / 3), MAX_TIMER_MS));
-  const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: Date.now(), inFlight };
+  const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: Date.now(), turnAt: Date.now(), inFlight };
   try {
     // The loops take the visibility the heartbeat renews, not a default of their own.
     const resolved: LoopOptions = { ...options, visibilityMs };
@@ -116,9 +118,9 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
 
 /**
  * What a worker's loops share: when the next sweep is due (one loop does it), when a loop last started a
- * step, and the steps in progress.
+ * step, when one last let the event loop turn, and the steps in progress.
  */
-interface Shared { nextSweepAt: number; lastActivity: number; inFlight: Set<Delivery> }
+interface Shared { nextSweepAt: number; lastActivity: number; turnAt: number; inFlight: Set<Delivery> }
 
 /**
  * A program's options are checked as the CLI checks its flags: a NaN visibility failed the first receive
@@ -213,6 +215,15 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
         `a message was not ${handled.action === 'ack' ? 'acked' : 'released'}: it comes back after its visibility timeout`,
       ));
       if (options.onHandled?.(handled)) return;
+      // A step that awaits no I/O (a model or tool that answers at once, a wait's timer, its next message
+      // handed over in its commit) ends in microtasks alone: a run of such steps never let the event loop
+      // turn, so the process's timers (the heartbeat, a tool's timeout, the other loops' polls), its I/O
+      // (the other loops' model calls) and its signals (SIGTERM) waited until the run stopped, or until a
+      // thousand due waits had all been woken. One turn every TURN_EVERY_MS costs a step nothing measurable.
+      if (Date.now() - shared.turnAt >= TURN_EVERY_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        shared.turnAt = Date.now();
+      }
     }
   } finally {
     // Not started, so not a try of its step: another worker takes it now, and its step counts no restart.

@@ -127,6 +127,49 @@ describe('a worker running several steps at once (concurrency)', () => {
     w.runtime.close();
   });
 
+  it('steps that await nothing (a model and tool that answer at once) still let the process turn: another loop\'s run moves on meanwhile, and a stop asked for by a timer ends the worker at once', async () => {
+    db = tempDb();
+    const rows = new FakeRows();
+    const CAP = 3000;
+    // The run `busy` is answered at once and counts rows (a read-only tool that returns a value): its steps,
+    // each with its next message handed over in its commit, never await I/O. `timed` awaits a 5 ms timer.
+    const model: Model = {
+      name: 'mixed',
+      decide: async (request) => {
+        if (request.runId === 'busy') return { kind: 'tool', tool: 'count_rows', input: {} };
+        await sleep(5);
+        return writeRowsScript(ROWS)(request.step);
+      },
+    };
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows, { stepCap: CAP }), model, clock: new ManualClock(), workerId: 'A' });
+    await start(w.deps, 'count the rows again and again', 'busy');
+    await start(w.deps, `write ${ROWS} rows`, 'timed');
+    const stop = new AbortController();
+    let busySteps = 0;
+    let busyStepsWhenTimedCompleted: number | undefined;
+    let stopArmedAt = 0;
+    await runWorker(w.deps, w.runtime.queue, drainOptions({
+      concurrency: 2, signal: stop.signal,
+      onHandled: (h) => {
+        if (h.action !== 'ack' || h.outcome?.kind !== 'advanced') return;
+        if (h.runId === 'busy') busySteps++;
+        if (h.runId === 'timed' && h.outcome.state.status === 'completed') {
+          busyStepsWhenTimedCompleted = busySteps;
+          stopArmedAt = Date.now();
+          setTimeout(() => stop.abort(), 5);
+        }
+      },
+    }));
+    // The timer-bound run finished while the other was still stepping, where its 5 ms timer fired only
+    // once the busy run had reached its cap; and the stop came within a few steps of being asked for.
+    expect(busyStepsWhenTimedCompleted).toBeDefined();
+    expect(busyStepsWhenTimedCompleted!).toBeLessThan(CAP / 2);
+    expect(Date.now() - stopArmedAt).toBeLessThan(1000);
+    expect((await loadState(w.runtime, 'busy')).status).toBe('running');
+    expect((await loadState(w.runtime, 'timed')).status).toBe('completed');
+    w.runtime.close();
+  });
+
   it.each([0, 1.5, -1, MAX_WORKER_CONCURRENCY + 1, Number.NaN])('refuses concurrency %s with a clear error, before it receives anything', async (concurrency) => {
     const { w } = await setUp(1);
     const refused = runWorker(w.deps, w.runtime.queue, drainOptions({ concurrency }));
