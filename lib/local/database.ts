@@ -526,45 +526,42 @@ function addMissingColumns(db: Db): void {
   }
 }
 
-/**
- * An older file's checkpoints, keyed by (run_id, version) WITHOUT ROWID, copied once into the table keyed by
- * checkpointKey, under the write lock and checked again inside it (several processes open one file). A row
- * of no run has no number to be keyed by; no release wrote one, and the copy refuses rather than drop it.
- */
+/** An older file's checkpoints, keyed by (run_id, version) WITHOUT ROWID, copied once into the table keyed by checkpointKey. */
 function keyCheckpointsByNumber(db: Db): void {
-  const keyed = () => db.prepare("SELECT 1 FROM pragma_table_info('checkpoints') WHERE name = 'id'").get() !== undefined;
-  if (keyed()) return;
-  immediate(db, () => {
-    if (keyed()) return;
-    const orphans = db.prepare('SELECT count(*) AS n FROM checkpoints c WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = c.run_id)').get() as { n: number };
-    if (orphans.n) throw new Error(`stepwise: ${orphans.n} checkpoint rows of runs this file has no runs row for; moving them to the new layout would lose them. Open this file with the release that wrote it.`);
-    db.exec(`${CHECKPOINTS_TABLE('checkpoints_keyed')};
-      INSERT INTO checkpoints_keyed (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at)
-        SELECT ${checkpointKey('r.run_no', 'c.version')}, r.run_no, c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.record, c.head, c.reason, c.created_at, c.expires_at
-        FROM checkpoints c JOIN runs r ON r.run_id = c.run_id ORDER BY r.run_no, c.version;
-      DROP TABLE checkpoints;
-      ALTER TABLE checkpoints_keyed RENAME TO checkpoints;`);
-  });
+  keyByRunNumber(db, 'checkpoints', 'checkpoint', CHECKPOINTS_TABLE, `
+    INSERT INTO checkpoints_keyed (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, record, head, reason, created_at, expires_at)
+      SELECT ${checkpointKey('r.run_no', 'c.version')}, r.run_no, c.run_id, c.version, c.step, c.status, c.tool, c.idempotency_key, c.worker_id, c.code_version, c.bytes, c.record, c.head, c.reason, c.created_at, c.expires_at
+      FROM checkpoints c JOIN runs r ON r.run_id = c.run_id ORDER BY r.run_no, c.version`);
 }
 
 /**
  * A file of layout 1's steps, keyed (run_id, step) WITHOUT ROWID, copied once into the table keyed by
- * stepKey (STEPS_TABLE says why), under the write lock and checked again inside it, as the checkpoints were.
- * After keyCheckpointsByNumber: every run has its number by then.
+ * stepKey (STEPS_TABLE says why), as the checkpoints were. After keyCheckpointsByNumber: every run has
+ * its number by then.
  */
 function keyStepsByNumber(db: Db): void {
-  const keyed = () => db.prepare("SELECT 1 FROM pragma_table_info('steps') WHERE name = 'id'").get() !== undefined;
+  keyByRunNumber(db, 'steps', 'step', STEPS_TABLE, `
+    INSERT INTO steps_keyed (id, run_no, run_id, step, decision, record)
+      SELECT ${stepKey('r.run_no', 's.step')}, r.run_no, s.run_id, s.step, s.decision, s.record
+      FROM steps s JOIN runs r ON r.run_id = s.run_id ORDER BY r.run_no, s.step`);
+}
+
+/**
+ * `table` of an older file, keyed by run_id WITHOUT ROWID, copied once by `copy` into `<table>_keyed`,
+ * which `create` makes keyed by the run's number, then put in its place: under the write lock and checked
+ * again inside it (several processes open one file). A row of no run has no number to be keyed by; no
+ * release wrote one, and the copy refuses rather than drop it.
+ */
+function keyByRunNumber(db: Db, table: 'checkpoints' | 'steps', row: string, create: (name: string) => string, copy: string): void {
+  const keyed = () => db.prepare(`SELECT 1 FROM pragma_table_info('${table}') WHERE name = 'id'`).get() !== undefined;
   if (keyed()) return;
   immediate(db, () => {
     if (keyed()) return;
-    const orphans = db.prepare('SELECT count(*) AS n FROM steps s WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = s.run_id)').get() as { n: number };
-    if (orphans.n) throw new Error(`stepwise: ${orphans.n} step rows of runs this file has no runs row for; moving them to the new layout would lose them. Open this file with the release that wrote it.`);
-    db.exec(`${STEPS_TABLE('steps_keyed')};
-      INSERT INTO steps_keyed (id, run_no, run_id, step, decision, record)
-        SELECT ${stepKey('r.run_no', 's.step')}, r.run_no, s.run_id, s.step, s.decision, s.record
-        FROM steps s JOIN runs r ON r.run_id = s.run_id ORDER BY r.run_no, s.step;
-      DROP TABLE steps;
-      ALTER TABLE steps_keyed RENAME TO steps;`);
+    const orphans = db.prepare(`SELECT count(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)`).get() as { n: number };
+    if (orphans.n) throw new Error(`stepwise: ${orphans.n} ${row} rows of runs this file has no runs row for; moving them to the new layout would lose them. Open this file with the release that wrote it.`);
+    db.exec(`${create(`${table}_keyed`)};${copy};
+      DROP TABLE ${table};
+      ALTER TABLE ${table}_keyed RENAME TO ${table};`);
   });
 }
 

@@ -236,6 +236,22 @@ describe('the SQLite checkpoint layout', () => {
     expect(decodeState((await runtime.store.load('r'))!).steps).toHaveLength(300);
   });
 
+  it('refuses to open a layout 1 file holding a step row of no run, and loses none of its rows', async () => {
+    db = tempDb();
+    runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    await runtime.store.create(newState('a'), META);
+    await runtime.store.recordDecision('a', 1, decisionFor('a', 1));
+    runtime.close();
+    keyStepsAsBefore(db.path);
+    const old = new Database(db.path);
+    old.prepare("INSERT INTO steps SELECT 'ghost', step, decision, record FROM steps WHERE run_id = 'a'").run();
+    old.close();
+    expect(() => openLocalRuntime({ dbPath: db.path })).toThrow(/1 step rows of runs this file has no runs row for/);
+    const after = new Database(db.path);
+    expect(after.prepare('SELECT run_id, step FROM steps ORDER BY run_id').all()).toEqual([{ run_id: 'a', step: 1 }, { run_id: 'ghost', step: 1 }]);
+    after.close();
+  });
+
   it('refuses to open an older file holding a checkpoint row of no run, and loses none of its rows', async () => {
     db = tempDb();
     runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
