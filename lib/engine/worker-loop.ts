@@ -14,8 +14,14 @@ export const DEFAULT_STALL_MS = 60_000;
 const MAX_TIMER_MS = 2_147_483_647;
 /** How often a worker loop looks for such runs, give or take a fifth so that workers spread out. */
 export const DEFAULT_SWEEP_EVERY_MS = 30_000;
-/** The longest a worker's loops go on stepping without letting the event loop turn (see stepLoop). */
-const TURN_EVERY_MS = 10;
+/**
+ * The longest a worker's loops go on stepping without letting the event loop turn (see stepLoop). Not
+ * less: a turn runs what waited for it (V8's tasks among it), up to about 1 ms, and at 10 ms the worker
+ * path with the fsync on went from 1.37x to 1.54x the durable insert (bench/step-overhead.ts, slower in
+ * 11 of 14 pairs); at 100 ms it is one turn in about 500 steps. A signal, a timer, another loop's model
+ * reply waits at most this long.
+ */
+const TURN_EVERY_MS = 100;
 
 export interface WorkerOptions {
   visibilityMs?: number;
@@ -219,7 +225,7 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
       // handed over in its commit) ends in microtasks alone: a run of such steps never let the event loop
       // turn, so the process's timers (the heartbeat, a tool's timeout, the other loops' polls), its I/O
       // (the other loops' model calls) and its signals (SIGTERM) waited until the run stopped, or until a
-      // thousand due waits had all been woken. One turn every TURN_EVERY_MS costs a step nothing measurable.
+      // thousand due waits had all been woken. One turn every TURN_EVERY_MS (which says why not more often).
       if (Date.now() - shared.turnAt >= TURN_EVERY_MS) {
         await new Promise((resolve) => setImmediate(resolve));
         shared.turnAt = Date.now();
