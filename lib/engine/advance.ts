@@ -23,7 +23,7 @@ import { modelIdOf, overBudget } from './budget.ts';
 import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, OnceOptions, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
-import { ToolTime } from './tool-time.ts';
+import { ToolTime, isPromiseLike } from './tool-time.ts';
 
 export type Advance =
   /** A checkpoint was written: a step (`appended`: its record), a failed attempt, a wait, or the run's end. */
@@ -214,7 +214,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
     const time = new ToolTime(tool, deps.signal);
     const attempt = toolContext(deps, state, n, state.failures + tries, decision, time);
-    const ran = time.run(() => attempt.ended(tool.run(input, attempt.context)));
+    const ran = time.run(() => attempt.run(() => tool.run(input, attempt.context)));
     output = ran instanceof Promise ? await ran : ran;
   } catch (error) {
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
@@ -298,18 +298,15 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
   return commit(deps, base, beginWait(state, wait, deps.clock.now()));
 }
 
-function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
-}
-
-/** One try's context, and `ended`, which the tool's outcome passes through when the tool settles. */
+/** One try's context, and `run`, which calls the tool and takes its outcome when it settles. */
 interface ToolTry {
   context: ToolContext;
   /**
-   * The tool's return value (or promise of it) as the step takes it. A ctx.once still running then (not
-   * awaited) is waited for, within the try's time, and the try fails; after it, ctx.once is refused.
+   * The tool's return value (or promise of it) as the step takes it, a synchronous throw included. A
+   * ctx.once still running then (not awaited) is waited for, within the try's time, and the try fails;
+   * after it, ctx.once is refused.
    */
-  ended(result: unknown): unknown;
+  run(call: () => unknown): unknown;
 }
 
 function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: number, decision: Decision, time: ToolTime): ToolTry {
@@ -364,16 +361,28 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
     const left = unawaited();
     return left ? left.then((outcome) => { throw returnedEarly(outcome); }) : value;
   };
+  // A failed try whose effect still runs (a Promise.all one of whose parts failed first, a throw after an
+  // unawaited once) is retried once the effect's outcome is on record: the retry then gets its result, or
+  // runs it again.
+  const failed = (error: unknown) => {
+    const left = unawaited();
+    return left ? left.then(() => { throw error; }) : Promise.reject(error);
+  };
   return {
     context,
-    ended: (result) => isPromiseLike(result)
-      ? Promise.resolve(result).then(returned, (error: unknown) => {
-        // A failed try whose effect still runs (a Promise.all one of whose parts failed first) is retried
-        // once the effect's outcome is on record: the retry then gets its result, or runs it again.
+    run: (call) => {
+      let result: unknown;
+      try {
+        result = call();
+      } catch (error) {
+        // Thrown at once, the try had not ended for ctx.once: one kept in a timer still ran its effect,
+        // and one left running rejected unhandled.
         const left = unawaited();
-        return left ? left.then(() => { throw error; }) : Promise.reject(error);
-      })
-      : returned(result),
+        if (!left) throw error;
+        return left.then(() => { throw error; });
+      }
+      return isPromiseLike(result) ? Promise.resolve(result).then(returned, failed) : returned(result);
+    },
   };
 }
 

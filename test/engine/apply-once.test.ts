@@ -366,6 +366,39 @@ describe('ctx.once the tool does not wait for', () => {
   });
 });
 
+describe('ctx.once after a tool that threw at once', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('is refused when called later (from a timer), its effect not run outside the step', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const applied: string[] = [];
+    let late: Promise<unknown> | undefined;
+    const agent = defineAgent({
+      name: 'once-after-throw', tools: [tool({
+        name: 'notify', description: 'throws, and sends a notice later', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (_input, ctx) => {
+          if (!late) {
+            late = new Promise((resolve) => setTimeout(resolve, 20)).then(() => ctx.once(async () => { applied.push('late'); return 'sent'; }));
+            throw new Error('bad row');
+          }
+          return ctx.once(async () => { applied.push('retry'); return 'sent'; });
+        },
+      })],
+    });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'notify', input: { row: 1 } } : { kind: 'done', summary: 'done' });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A' });
+    await start(deps);
+    await work(deps, runtime, clock);
+    // A tool that threw synchronously left its try open to ctx.once: the timer's effect ran after it.
+    await expect(late).rejects.toThrow('tool notify called ctx.once under run/step-1 after its try had ended');
+    expect(applied).toEqual(['retry']);
+    expect(await loadState(runtime)).toMatchObject({ status: 'completed', step: 1 });
+    runtime.close();
+  });
+});
+
 describe('ctx.once in a tool without side effects', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());

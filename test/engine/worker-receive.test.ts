@@ -255,6 +255,21 @@ describe('worker loop: a long receive wait', () => {
     w.runtime.close();
   });
 
+  it('an idle worker with a long poll (waitMs ten minutes) sweeps on time, where its next sweep came only once the wait was over', { timeout: 60_000 }, async () => {
+    db = tempDb();
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock: new ManualClock(), workerId: 'A' });
+    // The sweep's time is the engine's clock: the real one here, so that sweeps come due as time passes.
+    const deps = { ...w.deps, clock: { now: () => Date.now() } };
+    const stop = new AbortController();
+    let sweeps = 0;
+    await runWorker(deps, w.runtime.queue, {
+      waitMs: 600_000, sweepEveryMs: 200, signal: stop.signal,
+      sweep: async () => { if (++sweeps === 2) stop.abort(); },
+    });
+    expect(sweeps).toBe(2);
+    w.runtime.close();
+  });
+
   it('an idle worker with a long poll (waitMs ten minutes) leaves at its idleExitMs, where it left only once the wait was over', { timeout: 60_000 }, async () => {
     db = tempDb();
     const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock: new ManualClock(), workerId: 'A' });
