@@ -28,6 +28,17 @@ function checkDuration(what: string, ms: number | undefined): void {
   }
 }
 
+/**
+ * A longest wait the model names in whole seconds. Under one second its `seconds` field could take no value
+ * at all (at most 0), and the tool's description told the model it may wait "at most 0 seconds".
+ */
+function checkSecondsCap(what: string, ms: number | undefined): void {
+  checkDuration(what, ms);
+  if (ms !== undefined && ms < 1000) {
+    throw new InvalidInputError(`${what} must be at least 1000 ms: the model asks for whole seconds, so under 1 s it could ask for none; got ${ms}`);
+  }
+}
+
 export function requestApproval(options: ApprovalToolOptions): ToolDefinition<{ request: string; details?: string }> {
   const approvers = [...(options.approvers ?? [])];
   if (!approvers.length) throw new InvalidInputError('requestApproval needs at least one approver (approvers: ["ops@example.com"])');
@@ -66,14 +77,14 @@ export interface EventToolOptions {
 export function waitForEvent(options: EventToolOptions = {}): ToolDefinition<{ type: string; key: string; timeoutSeconds?: number }> {
   const badType = options.types?.find((t) => typeof t !== 'string' || !EVENT_NAME.test(t));
   if (badType !== undefined) throw new InvalidInputError(`waitForEvent: event type ${JSON.stringify(badType)} must match ${EVENT_NAME}`);
-  checkDuration('waitForEvent maxTimeoutMs', options.maxTimeoutMs);
+  checkSecondsCap('waitForEvent maxTimeoutMs', options.maxTimeoutMs);
   const max = Math.min(options.maxTimeoutMs ?? DEFAULT_WAIT_MS.event, MAX_WAIT_MS);
   const type = options.types?.length
     ? z.enum(options.types as [string, ...string[]])
     : z.string().regex(EVENT_NAME);
   return {
     name: options.name ?? 'wait_for_event',
-    description: options.description ?? `Pause the run until an event of this type with this correlation key arrives (for example type "order.paid", key the order id), or until the timeout (at most ${Math.round(max / 1000)} seconds). You then see the event, or "timed out", as this step's result.`,
+    description: options.description ?? `Pause the run until an event of this type with this correlation key arrives (for example type "order.paid", key the order id), or until the timeout (at most ${Math.floor(max / 1000)} seconds). You then see the event, or "timed out", as this step's result.`,
     input: z.object({
       type: type.describe('The event type to wait for'),
       key: z.string().regex(EVENT_NAME).describe('The correlation key: which instance of the event (an order id, a ticket number)'),
@@ -92,11 +103,11 @@ export interface SleepToolOptions {
 }
 
 export function sleepUntil(options: SleepToolOptions = {}): ToolDefinition<{ until?: string; seconds?: number }> {
-  checkDuration('sleepUntil maxMs', options.maxMs);
+  checkSecondsCap('sleepUntil maxMs', options.maxMs);
   const max = Math.min(options.maxMs ?? DEFAULT_WAIT_MS.sleep, MAX_WAIT_MS);
   return {
     name: options.name ?? 'sleep_until',
-    description: options.description ?? `Pause the run until a time (an ISO 8601 "until") or for a number of seconds, at most ${Math.round(max / 1000)} seconds ahead. Nothing runs meanwhile; the run continues after it.`,
+    description: options.description ?? `Pause the run until a time (an ISO 8601 "until") or for a number of seconds, at most ${Math.floor(max / 1000)} seconds ahead. Nothing runs meanwhile; the run continues after it.`,
     input: z.object({
       // Zod's own words, "Invalid ISO datetime", refused 2030-01-01T09:00:00 as though it were no date at all.
       until: z.iso.datetime({ offset: true, error: 'must be an ISO 8601 date and time with a time zone (Z or +hh:mm), such as 2030-01-01T09:00:00Z' })
