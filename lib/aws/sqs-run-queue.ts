@@ -85,14 +85,25 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
     if (options.visibilityMs !== undefined) assertSqsVisibility(options.visibilityMs);
     const waitSeconds = Math.min(20, Math.ceil((options.waitMs ?? 0) / 1000));
-    const received = await this.options.sqs.send(new ReceiveMessageCommand({
-      QueueUrl: this.options.queueUrl,
-      MaxNumberOfMessages: Math.min(10, Math.max(1, options.max ?? 1)),
-      WaitTimeSeconds: waitSeconds,
-      VisibilityTimeout: seconds(options.visibilityMs ?? DEFAULT_VISIBILITY_MS),
-      MessageSystemAttributeNames: ['ApproximateReceiveCount', 'ApproximateFirstReceiveTimestamp'],
-      MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE],
-    }), { requestTimeout: waitSeconds * 1000 + LONG_POLL_MARGIN_MS });
+    const signal = options.signal;
+    if (signal?.aborted) return [];
+    let received;
+    try {
+      received = await this.options.sqs.send(new ReceiveMessageCommand({
+        QueueUrl: this.options.queueUrl,
+        MaxNumberOfMessages: Math.min(10, Math.max(1, options.max ?? 1)),
+        WaitTimeSeconds: waitSeconds,
+        VisibilityTimeout: seconds(options.visibilityMs ?? DEFAULT_VISIBILITY_MS),
+        MessageSystemAttributeNames: ['ApproximateReceiveCount', 'ApproximateFirstReceiveTimestamp'],
+        MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE],
+      }), { requestTimeout: waitSeconds * 1000 + LONG_POLL_MARGIN_MS, ...(signal ? { abortSignal: signal } : {}) });
+    } catch (error) {
+      // The worker stopping (or its next sweep) cut the long poll, which held a SIGTERM'd `stepwise worker`
+      // up to 20 s. A message SQS handed out in the instant of the cut stays hidden for its visibility
+      // timeout and is then delivered again, as any delivery not acked is.
+      if (signal?.aborted) return [];
+      throw error;
+    }
     const deliveries: Delivery[] = [];
     for (const message of received.Messages ?? []) {
       if (!message.ReceiptHandle) continue;

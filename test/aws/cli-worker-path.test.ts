@@ -52,4 +52,20 @@ describe('runWorker on the AWS runtime', () => {
     expect(model.callsFor(2)).toBe(1);
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(0);
   });
+
+  it('stops while it long-polls an empty queue, where the poll held it up to 20 s', async () => {
+    resources = await createTestResources('cli-worker-stop');
+    const runtime = resources.runtime();
+    const deps: EngineDeps = {
+      store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
+      model: new ScriptedModel({ steps: 1 }), agent: writeRowsAgent(new FakeDatabase()),
+      clock: systemClock, workerId: 'cli-worker', codeVersion: 'test', log: silentLogger,
+    };
+    const stop = new AbortController();
+    const working = runWorker(deps, runtime.queue, { signal: stop.signal, waitMs: 20_000, visibilityMs: 10_000 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    stop.abort();
+    // The test's 12 s timeout fails it if the worker waits out its 20 s poll.
+    await working;
+  }, 12_000);
 });

@@ -97,6 +97,24 @@ describe('SQS FIFO run queue', () => {
     }
   });
 
+  it('ends a long poll when its signal aborts; a message the cut poll still took comes back after its visibility timeout', async () => {
+    resources = await createTestResources('queue-poll-abort');
+    const queue = resources.runtime().queue;
+    const stop = new AbortController();
+    // A 20 s poll on an empty queue: the test's 15 s timeout fails it if the abort does not end the poll.
+    const polling = queue.receive({ waitMs: 20_000, visibilityMs: 1_000, signal: stop.signal });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    stop.abort();
+    expect(await polling).toEqual([]);
+    // Aborted before it began, it asks SQS nothing.
+    expect(await queue.receive({ signal: stop.signal })).toEqual([]);
+    // The server may still hold the cut poll, and hand it a message sent now (fauxqs does, as SQS can):
+    // hidden for that poll's visibility timeout, then delivered again. Nothing is lost.
+    await queue.send({ runId: 'r', version: 1 });
+    const [delivery] = await queue.receive({ waitMs: 5_000 });
+    expect(JSON.parse(delivery!.body)).toEqual({ runId: 'r', version: 1 });
+  }, 15_000);
+
   it('keeps deduplication ids within SQS limits for the longest run ids', () => {
     const id = deduplicationId({ runId: 'x'.repeat(128), version: 123456 }, 'sweep-99');
     expect(id).toMatch(/^[0-9a-f]{64}$/);
