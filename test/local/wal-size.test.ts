@@ -4,6 +4,8 @@ import { statSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WAL_SIZE_LIMIT_BYTES } from '../../lib/local/database.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
+import { watchWal } from '../../lib/local/wal-watch.ts';
+import { captureLogs } from '../aws/log-capture.ts';
 import { ManualClock, tempDb } from '../support/harness.ts';
 
 /**
@@ -57,5 +59,54 @@ describe('the -wal of a file its workers keep open', () => {
     // The first commit after the reader ends copies the whole -wal into the file (a WAL checkpoint); the next ones start it again.
     await smallWrites(runtime, 3);
     expect(walBytes()).toBeLessThanOrEqual(WAL_SIZE_LIMIT_BYTES);
+  });
+});
+
+describe('the warning of a -wal that keeps growing', () => {
+  let db: ReturnType<typeof tempDb>;
+  const opened: { close(): void }[] = [];
+  afterEach(() => {
+    for (const c of opened.splice(0).reverse()) c.close();
+    db?.cleanup();
+  });
+
+  it('warns once past the threshold and again at each doubling, and says when the -wal is back', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    opened.push(runtime);
+    const { log, lines } = captureLogs();
+    // Just past the 16 MB the size limit leaves, so a -wal cut back to the limit is under it.
+    const warnBytes = WAL_SIZE_LIMIT_BYTES + 2 ** 20;
+    const watch = watchWal(db.path, log, { warnBytes, everyMs: 3_600_000 });
+    await runtime.blobs.put('first', randomBytes(100));
+    watch.look();
+    expect(lines).toEqual([]);
+    // A sqlite3 shell left inside BEGIN after a SELECT: no WAL checkpoint may pass its snapshot.
+    const reader = new Database(db.path);
+    opened.push(reader);
+    reader.exec('BEGIN');
+    reader.prepare('SELECT count(*) FROM runs').get();
+    const grow = async (mb: number) => { for (let i = 0; i < mb; i++) await runtime.blobs.put(`chunk-${Math.random()}`, randomBytes(2 ** 20)); };
+    await grow(18);
+    watch.look();
+    watch.look();
+    expect(lines.map((l) => l.event)).toEqual(['wal-large']);
+    expect(lines[0]!.msg).toContain(`the -wal beside ${db.path} has grown to`);
+    expect(lines[0]!.msg).toContain('a sqlite3 shell inside BEGIN');
+    expect(lines[0]!.walBytes).toBeGreaterThanOrEqual(warnBytes);
+    // Not yet twice the size warned of: no second line.
+    await grow(1);
+    watch.look();
+    expect(lines.map((l) => l.event)).toEqual(['wal-large']);
+    await grow(18);
+    watch.look();
+    expect(lines.map((l) => l.event)).toEqual(['wal-large', 'wal-large']);
+    expect(lines[1]!.walBytes as number).toBeGreaterThanOrEqual(2 * (lines[0]!.walBytes as number));
+    reader.exec('COMMIT');
+    // The first commit after the reader ends copies the whole -wal into the file; the next ones cut it back.
+    for (let i = 0; i < 3; i++) await runtime.blobs.put(`small-${i}`, randomBytes(100));
+    watch.look();
+    expect(lines.map((l) => l.event)).toEqual(['wal-large', 'wal-large', 'wal-shrunk']);
+    watch.stop();
   });
 });

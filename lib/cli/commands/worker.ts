@@ -60,6 +60,9 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
   }
   const deps = engineDeps(runtime, agent, model, id);
   if (runtime.local) (await import('../../local/prune.ts')).pruneAtStart(runtime.local, deps.log);
+  // A -wal another connection keeps from being copied back grows with every step, unseen until the disk fills.
+  const walWatch = runtime.local ? (await import('../../local/wal-watch.ts')).watchWal(runtime.local.db.name, deps.log) : undefined;
+  walWatch?.look();
   // Locally, several agents share the file: this worker receives only its agent's messages. On AWS each
   // agent has its own queue; the engine hands back any other agent's message all the same.
   const names = agentNames(agent);
@@ -108,6 +111,7 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
     return 0;
   } finally {
     offExit();
+    walWatch?.stop();
     runtime.close();
   }
 }
