@@ -50,9 +50,19 @@ describe('a worker that is ready', () => {
       // The ready event comes before the worker's first checkpoint.
       expect(events.findIndex((e) => e.event === 'worker-ready')).toBeLessThan(events.findIndex((e) => e.event === 'checkpoint'));
       // And its pair, last, for a supervisor that reads the logs.
-      expect(events.at(-1)).toMatchObject({ level: 'info', event: 'worker-stopped', workerId, agent: 'process-rows', backend: 'local', msg: 'worker stopped' });
+      expect(events.at(-1)).toMatchObject({ level: 'info', event: 'worker-stopped', workerId, agent: 'process-rows', backend: 'local', reason: 'signal', msg: 'worker stopped' });
     } finally {
       worker.kill('SIGKILL');
     }
+  });
+
+  it('says it stopped for having no step to work, with --idle-exit-ms, not as though it were told to', async () => {
+    const worker = await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '300'], env);
+    expect(worker.code).toBe(0);
+    const lines = worker.out.trim().split('\n');
+    const workerId = READY.exec(lines[0]!)![1];
+    expect(lines.at(-1)).toBe(`worker ${workerId} stopped: no step to work for 300 ms (--idle-exit-ms)`);
+    const events = worker.err.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(events.at(-1)).toMatchObject({ event: 'worker-stopped', workerId, reason: 'idle' });
   });
 });

@@ -105,9 +105,12 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
         if (line) out(line);
       },
     });
-    out(`worker ${id} stopped`);
+    // Not told to stop, it ended by --idle-exit-ms: a supervisor (or a person) that sees a worker gone
+    // without a signal reads why, where the same bare line as a stop left it to guess at a crash.
+    const idle = !stop.signal.aborted;
+    out(`worker ${id} stopped${idle ? `: no step to work for ${options.idleExitMs} ms (--idle-exit-ms)` : ''}`);
     // The ready line's pair, for a supervisor reading the JSON logs.
-    deps.log.info({ event: 'worker-stopped', workerId: id, backend: runtime.kind }, 'worker stopped');
+    deps.log.info({ event: 'worker-stopped', workerId: id, backend: runtime.kind, reason: idle ? 'idle' : 'signal' }, 'worker stopped');
     return 0;
   } finally {
     offExit();
