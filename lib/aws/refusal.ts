@@ -31,3 +31,9 @@ export function refusalFix(refusal: AwsRefusal): string {
     case 'kms': return 'the KMS key that encrypts the table, queue or bucket is disabled, deleted or not usable by this identity: check the key\'s state and its key policy';
   }
 }
+
+/** A refusal and what to do about it, for a worker's step-error line; undefined for a fault that may pass. */
+export function describeRefusal(error: unknown): { refused: AwsRefusal; fix: string } | undefined {
+  const refused = awsRefusal(error);
+  return refused ? { refused, fix: refusalFix(refused) } : undefined;
+}

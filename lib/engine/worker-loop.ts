@@ -54,6 +54,12 @@ export interface WorkerOptions {
    */
   stopOn?: (error: unknown) => boolean;
   /**
+   * The backend's reading of an error no retry mends but the worker does not stop on (AWS refusing a
+   * permission, a KMS key, the credentials): what was refused and what to change, for the step-error line,
+   * which otherwise says the step will simply be delivered again. The CLI's AWS worker gives it.
+   */
+  refusal?: (error: unknown) => { refused: string; fix: string } | undefined;
+  /**
    * Kept filled with the deliveries whose steps are in progress, if given: what a process that ends in
    * the middle of one (a tool's process.exit, an uncaught exception) names as it goes (the CLI's worker).
    */
@@ -205,7 +211,10 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
           held.unshift(delivery);
           throw error;
         }
-        deps.log.error({ event: 'step-error', workerId: deps.workerId, error: errorMessage(error), body: delivery.body }, 'step did not finish; the message will be delivered again');
+        const refused = options.refusal?.(error);
+        const line = { event: 'step-error', workerId: deps.workerId, error: errorMessage(error), body: delivery.body };
+        if (!refused) deps.log.error(line, 'step did not finish; the message will be delivered again');
+        else deps.log.error({ ...line, refused: refused.refused }, `step did not finish: ${refused.fix}; the message is delivered again until this is mended`);
         handled = { action: 'release', delayMs: retryDelayMs(Math.min(delivery.receiveCount, 6)) };
       } finally {
         shared.inFlight.delete(delivery);

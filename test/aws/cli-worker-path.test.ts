@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
@@ -6,6 +7,7 @@ import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { systemClock } from '../../lib/ports.ts';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { createTestResources, queueDepth, startTestRun, type TestResources } from './aws-fixtures.ts';
 import { FakeDatabase, ScriptedModel, writeRowsAgent } from './write-rows-agent.ts';
 
@@ -68,4 +70,27 @@ describe('runWorker on the AWS runtime', () => {
     // The test's 12 s timeout fails it if the worker waits out its 20 s poll.
     await working;
   }, 12_000);
+
+  it('`stepwise worker --backend aws` names a refused permission and what to change, then finishes the run once it passes', { timeout: 60_000 }, async () => {
+    resources = await createTestResources('cli-worker-refused');
+    const started = await stepwiseCli([
+      'start', '--agent', join(ROOT, 'test/aws/fixture-agent.ts'), '--goal', 'echo twice', '--run-id', 'refused-1',
+      '--backend', 'aws', '--table', resources.tableName, '--bucket', resources.bucketName, '--queue-url', resources.queueUrl,
+    ], { ANTHROPIC_API_KEY: '' });
+    expect(started.code, started.err).toBe(0);
+    const worker = await stepwiseCli([
+      'worker', '--agent', join(ROOT, 'test/aws/fixture-agent.ts'), '--idle-exit-ms', '8000', '--log', 'json',
+      '--backend', 'aws', '--table', resources.tableName, '--bucket', resources.bucketName, '--queue-url', resources.queueUrl,
+    ], { STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', NODE_OPTIONS: `--import ${join(ROOT, 'test/aws/refuse-first-commit.mjs')}` });
+    expect(worker.code, worker.err).toBe(0);
+    const errors = worker.err.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.event === 'step-error');
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({
+      refused: 'permission',
+      msg: 'step did not finish: the AWS identity may not make this call: allow it in the identity\'s IAM policy (or the resource\'s policy); the message is delivered again until this is mended',
+    });
+    expect(errors[0]!.error).toContain('is not authorized to perform: dynamodb:PutItem');
+    // The refusal passed (the preload refuses once): the run went on from its recorded step.
+    expect(worker.out).toMatch(/^run refused-1 v\d+ {2}completed after 2 steps: echoed twice$/m);
+  });
 });

@@ -2,6 +2,7 @@ import { agentNames } from '../../agent.ts';
 import { sweepRunsAndTimers } from '../../engine/sweep.ts';
 import { parseMessage } from '../../engine/handle-message.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
+import { describeRefusal } from '../../aws/refusal.ts';
 import { isDamaged } from '../../local/damaged.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
@@ -99,6 +100,8 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
       // function (off Lambda), this worker does its work, for its agent's runs.
       ...(runtime.kind === 'aws' ? {
         sweep: () => sweepRunsAndTimers(deps, { stallMs: options.stallMs ?? DEFAULT_SWEEPER_STALL_MS, agents: names }),
+        // A refused permission or KMS key was logged as a fault that passes, in AWS's often bare words.
+        refusal: describeRefusal,
       } : {}),
       onHandled: (handled) => {
         const line = progressLine(handled);
