@@ -67,6 +67,7 @@ ${state.forkedFrom ? html`<p id="forked-from">forked from <a href="/inspect/runs
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
+${attemptLines(state)}
 ${state.wait ? waitPanel(state, base, input.now, input.actions && input.cancelRequested === undefined) : ''}
 ${input.actions ? actionsPanel(state, base) : ''}
 ${input.notHere !== undefined ? html`<p id="not-here">${input.notHere}</p>` : ''}
@@ -84,6 +85,16 @@ ${history.map((h) => {
 <td>${h.workerId}</td><td>${h.bytes}</td><td>${record ? tokensOf(record) : ''}</td><td>${record ? costOf(record, model) : ''}</td><td>${time(h.at)}</td></tr>`;
   })}
 </table>`);
+}
+
+/**
+ * The failed attempts at the next step and the decision recorded for it, as `stepwise show` says them: a
+ * run retrying a failing tool showed as running with no word of why, the tool's error nowhere on the page.
+ */
+function attemptLines(state: RunState) {
+  const { failures, lastError, pending } = state;
+  return html`${failures ? html`<p id="failures">${failures} failed attempt${failures === 1 ? '' : 's'} at step ${state.step + 1}, the last: <bdi id="last-error">${lastError ?? ''}</bdi></p>` : ''}
+${pending ? html`<p id="pending">step ${pending.step}: ${pending.tool} <bdi><code>${excerpt(canonicalJson(pending.input ?? {}), 160)}</code></bdi>, decided and recorded before its tool ran (idempotency key <code>${pending.idempotencyKey ?? '-'}</code>); its result is not yet recorded</p>` : ''}`;
 }
 
 /**
