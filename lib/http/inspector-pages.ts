@@ -1,11 +1,12 @@
 import { html, raw } from 'hono/html';
 import { canonicalJson } from '../core/canonical-json.ts';
+import { cutAt } from '../core/cut.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
 import { RUN_STATUSES, type RunStatus } from '../core/statuses.ts';
 import { costText, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo, RunSummary } from '../ports.ts';
-import { layout } from './pages.ts';
+import { layout, type Page } from './pages.ts';
 
 /**
  * The run inspector: every run, and one run's checkpoint timeline with tokens and cost per step. All text
@@ -79,12 +80,40 @@ ${pages.newest || pages.older ? html`<p class="pages">checkpoints ${history[0]?.
 ${history.map((h) => {
     const record = h.tool ? byStep.get(h.step) : undefined;
     return html`<tr class="checkpoint" data-version="${h.version}">
-<td>${h.version}</td><td>${h.step}</td><td>${h.status}</td><td>${h.tool ?? ''}</td>
+<td>${h.version}</td><td>${record ? html`<a class="step" href="${base}/steps/${h.step}">${h.step}</a>` : h.step}</td><td>${h.status}</td><td>${h.tool ?? ''}</td>
 <td><code>${record ? excerpt(canonicalJson(record.input ?? {}), 160) : ''}</code></td>
 <td>${record ? `${record.result.ok ? 'ok' : 'error'}: ${excerpt(record.result.text, 200)}` : ''}</td>
 <td>${h.workerId}</td><td>${h.bytes}</td><td>${record ? tokensOf(record) : ''}</td><td>${record ? costOf(record, model) : ''}</td><td>${time(h.at)}</td></tr>`;
   })}
 </table>`);
+}
+
+/** The most of a step's output its page holds: the whole, however large, is at the page's output link. */
+export const STEP_PAGE_OUTPUT_CHARS = 1_000_000;
+
+/**
+ * One step whole: the timeline shows 160 characters of its arguments and 200 of its output, and an output
+ * stored by reference (over the inline limit, in the blob store) could be read only through the API or
+ * `stepwise show --full`. `output` is the blob's text; `outputMissing`, a ref the blob store no longer has.
+ */
+export function stepPage(input: { runId: string; record: StepRecord & { output?: string; outputMissing?: boolean }; model: string }) {
+  const { runId, record } = input;
+  const run = `/inspect/runs/${encodeURIComponent(runId)}`;
+  const whole = record.output ?? record.result.text;
+  const stored = record.result.ref ? html` from the blob store as <code>${record.result.ref}</code>` : '';
+  let note: Page | string = '';
+  if (record.outputMissing) note = html`<p id="output-missing">The whole output (${record.result.bytes} bytes) was stored as <code>${record.result.ref}</code>, which the blob store no longer has: this is its excerpt.</p>`;
+  else if (whole.length > STEP_PAGE_OUTPUT_CHARS) note = html`<p id="output-cut">The first ${STEP_PAGE_OUTPUT_CHARS.toLocaleString('en')} of its ${whole.length.toLocaleString('en')} characters; <a id="whole" href="${run}/steps/${record.step}/output">the whole output</a> as plain text.</p>`;
+  return layout(`Run ${runId}, step ${record.step}`, html`
+<p><a href="${run}">run ${runId}</a></p>
+<h1>Step ${record.step} of run <code>${runId}</code></h1>
+<p class="meta">tool <code id="tool">${record.tool}</code>, chosen ${time(record.at)}, by worker <code>${record.workerId}</code>${record.idempotencyKey ? html`, idempotency key <code>${record.idempotencyKey}</code>` : ''}; ${tokensOf(record)} tokens, ${costOf(record, input.model)}</p>
+<h2>Arguments</h2>
+<pre id="arguments">${JSON.stringify(record.input ?? {}, null, 2)}</pre>
+<h2>Result: ${record.result.ok ? 'ok' : 'error'}, ${record.result.bytes} bytes${stored}</h2>
+${note}
+<pre id="output">${whole.length > STEP_PAGE_OUTPUT_CHARS ? cutAt(whole, STEP_PAGE_OUTPUT_CHARS) : whole}</pre>
+<p><a id="raw" href="${run}/steps/${record.step}/output">as plain text</a></p>`);
 }
 
 /**

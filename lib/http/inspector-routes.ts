@@ -4,15 +4,17 @@ import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { NewerFormatError, StepwiseError, UnreadableCheckpointError, isPermanent } from '../core/errors.ts';
+import type { StepRecord } from '../core/state.ts';
 import { RUN_STATUSES, isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { historyPage } from '../engine/operate/history.ts';
 import { listRunsPage } from '../engine/operate/list.ts';
 import { retryRun } from '../engine/operate/retry.ts';
+import { withOutput } from '../engine/operate/show.ts';
 import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
-import { RUN_PAGE_CHECKPOINTS, runPage, runsPage } from './inspector-pages.ts';
+import { RUN_PAGE_CHECKPOINTS, runPage, runsPage, stepPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
@@ -103,6 +105,23 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     }));
   });
 
+  // One step whole, and its output as plain text: the timeline shows excerpts, and an output stored by
+  // reference was out of the inspector's reach.
+  app.get('/runs/:runId/steps/:step', async (c) => {
+    const found = await stepOf(c, deps);
+    if ('page' in found) return found.page;
+    return c.html(stepPage({ runId: c.req.param('runId'), record: await withOutput(deps.blobs, found.record), model: model() }));
+  });
+  app.get('/runs/:runId/steps/:step/output', async (c) => {
+    const found = await stepOf(c, deps);
+    if ('page' in found) return found.page;
+    const record = await withOutput(deps.blobs, found.record);
+    if (record.outputMissing) {
+      return c.html(messagePage('Output missing', `The whole output of step ${record.step} (${record.result.bytes} bytes) was stored as ${record.result.ref}, which the blob store no longer has.`), 404);
+    }
+    return c.text(record.output ?? record.result.text);
+  });
+
   app.post('/runs/:runId/waits/:waitId', async (c) => {
     const runId = c.req.param('runId');
     const form = answerForm.safeParse(await readForm(c));
@@ -165,6 +184,22 @@ function decoded(stored: Parameters<typeof decodeState>[0]): { ok: true; state: 
     }
     throw error;
   }
+}
+
+/** The record of the step a step page names, or the page that says why there is none. */
+async function stepOf(c: Context, deps: HttpDeps): Promise<{ record: StepRecord } | { page: Response }> {
+  const runId = c.req.param('runId')!;
+  const given = c.req.param('step')!;
+  // Digits only, as the fork form and GET /runs/:id/steps/:step read a step.
+  if (!/^\d{1,9}$/.test(given)) return { page: await c.html(messagePage('Invalid page', `The step is a whole number from 1, in digits only; got ${JSON.stringify(given)}.`), 400) };
+  const stored = await deps.store.load(runId);
+  if (!stored) return { page: await c.html(messagePage('Unknown run', `There is no run ${runId}.`), 404) };
+  const state = decoded(stored);
+  if (!state.ok) return { page: await c.html(state.page, state.status) };
+  const step = Number(given);
+  const record = state.state.steps.find((s) => s.step === step);
+  if (!record) return { page: await c.html(messagePage('No such step', `Run ${runId} has ${state.state.step} completed step${state.state.step === 1 ? '' : 's'}; step ${step} has no record.`), 404) };
+  return { record };
 }
 
 const back = (c: Context, runId: string) => c.redirect(`/inspect/runs/${encodeURIComponent(runId)}`, 303);
