@@ -61,4 +61,11 @@ describe("the inspector's approval form", () => {
     expect(after).toContain(`until ${utc}: its deadline passed 2 h ago, and the next worker to take the run resumes it with "timed out"</p>`);
     expect(after).not.toContain('value="approve"');
   });
+
+  it('labels its comment field, as the approval page does: a placeholder alone is gone once the operator types, and is no label', async () => {
+    await waiting('insp-l');
+    const page = await (await app.api('/inspect/runs/insp-l')).text();
+    expect(page).toMatch(/<label>comment \(the run's model sees it\) <input type="text" name="comment" maxlength="4000"><\/label>/);
+    expect(page).not.toContain('placeholder=');
+  });
 });
