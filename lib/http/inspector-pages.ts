@@ -141,6 +141,7 @@ function waitPanel(state: RunState, base: string, now: number, answerable: boole
 <p id="wait">for ${wait.kind === 'approval' ? `approval by ${(wait.approvers ?? []).join(', ')}` : wait.kind === 'event' ? `event ${wait.event?.type} ${wait.event?.key}` : 'its time'} (step ${wait.step}, ${wait.tool}), until ${time(wait.deadline)}${when}</p>
 ${wait.request ? html`<pre id="wait-request">${wait.request}</pre>` : ''}
 ${wait.kind === 'approval' && !passed && answerable ? html`<form method="post" action="${base}/waits/${encodeURIComponent(wait.id)}" class="actions">
+${(wait.approvers ?? []).length > 1 ? html`<label>answering as <select name="as">${(wait.approvers ?? []).map((a) => html`<option>${a}</option>`)}</select></label>` : ''}
 <label>comment (the run's model sees it) <input type="text" name="comment" maxlength="4000"></label>
 <button class="approve" type="submit" name="decision" value="approve">Approve</button>
 <button class="reject" type="submit" name="decision" value="reject">Reject</button></form>` : ''}`;

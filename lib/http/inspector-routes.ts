@@ -24,7 +24,7 @@ import { readForm } from './read-form.ts';
 const COOKIE = 'stepwise_token';
 /** The list's query: a page, and the one status it shows (as GET /runs?status=), such as the runs waiting for an answer. */
 const listQuery = pageQuery.extend({ status: z.enum(RUN_STATUSES).optional() });
-const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional() });
+const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: z.string().max(4000).optional(), as: z.string().max(320).optional() });
 
 /**
  * The run inspector pages under /inspect. Behind the same authorization as the API: locally the API
@@ -130,8 +130,10 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     const state = stored && decoded(stored);
     if (state && !state.ok) return c.html(state.page, state.status);
     const wait = state?.state.wait;
-    // The inspector answers as the operator who holds the API token: recorded as the wait's first approver.
-    const by = wait?.approvers?.[0] ?? 'operator';
+    // The inspector answers for the operator who holds the API token, as the approver they choose on the
+    // form (one of the wait's: the answer is refused otherwise), else its first: every answer was recorded
+    // under the first approver, whoever of several gave it.
+    const by = form.data.as || (wait?.approvers?.[0] ?? 'operator');
     const comment = form.data.comment?.trim();
     const outcome = await answerWait(deps, {
       runId, waitId: c.req.param('waitId'),

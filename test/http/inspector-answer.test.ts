@@ -68,4 +68,32 @@ describe("the inspector's approval form", () => {
     expect(page).toMatch(/<label>comment \(the run's model sees it\) <input type="text" name="comment" maxlength="4000"><\/label>/);
     expect(page).not.toContain('placeholder=');
   });
+
+  it('with several approvers, answers as the one the operator chooses, recorded so; one not among them is refused', async () => {
+    const approvers = ['ops@example.com', 'lead@example.com'];
+    const several = await startHttpApp({ approvers });
+    try {
+      expect((await several.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'insp-s' }) })).status).toBe(201);
+      await workVisible(several.deps, several.runtime);
+      const waitId = decodeState((await several.runtime.store.load('insp-s'))!).wait!.id;
+      const page = await (await several.api('/inspect/runs/insp-s')).text();
+      expect(page).toContain('<label>answering as <select name="as"><option>ops@example.com</option><option>lead@example.com</option></select></label>');
+      const post = (form: Record<string, string>) => several.api(`/inspect/runs/insp-s/waits/${waitId}`, {
+        method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(form).toString(),
+      });
+      const stranger = await post({ decision: 'approve', as: 'intruder@example.com' });
+      expect(stranger.status).toBe(403);
+      expect(decodeState((await several.runtime.store.load('insp-s'))!).status).toBe('waiting');
+      expect((await post({ decision: 'approve', as: 'lead@example.com' })).status).toBe(303);
+      await workVisible(several.deps, several.runtime);
+      const answered = decodeState((await several.runtime.store.load('insp-s'))!).steps.find((s) => s.waitId === waitId)!;
+      // Recorded under the approver who answered, where it was always the first.
+      expect(answered.result.text).toContain('"by":"lead@example.com"');
+    } finally {
+      await several.close();
+    }
+    // One approver: no choice to make, so no field.
+    await waiting('insp-one');
+    expect(await (await app.api('/inspect/runs/insp-one')).text()).not.toContain('name="as"');
+  });
 });

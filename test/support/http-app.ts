@@ -15,12 +15,12 @@ import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
 export const API_TOKEN = 'test-token-123';
 
 /** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
-export async function startHttpApp() {
+export async function startHttpApp(options: { approvers?: string[] } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
   const dropped: string[] = [];
-  const worker = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), dropped), model: new ApprovalFlowModel(), clock, workerId: 'worker-A' });
+  const worker = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), dropped, undefined, options.approvers), model: new ApprovalFlowModel(), clock, workerId: 'worker-A' });
   const signingKey = localSigningKey(join(dir, 'signing.key'));
   const deps: EngineDeps = {
     ...worker.deps,

@@ -12,7 +12,7 @@ export const APPROVER = 'ops@example.com';
  * An agent that asks before its risky step: copy rows, request approval, then drop the old table only
  * if approved. Plus an event wait and a sleep, for the other kinds.
  */
-export function waitAgent(rows: FakeRows, dropped: string[], settings?: AgentDefinition['settings']): AgentDefinition {
+export function waitAgent(rows: FakeRows, dropped: string[], settings?: AgentDefinition['settings'], approvers = [APPROVER]): AgentDefinition {
   return defineAgent({
     name: 'wait-agent',
     ...(settings ? { settings } : {}),
@@ -28,7 +28,7 @@ export function waitAgent(rows: FakeRows, dropped: string[], settings?: AgentDef
           return { dropped: input.table };
         },
       }),
-      requestApproval({ approvers: [APPROVER], timeoutMs: 3_600_000 }),
+      requestApproval({ approvers, timeoutMs: 3_600_000 }),
       waitForEvent({ maxTimeoutMs: 600_000 }),
       sleepUntil({ maxMs: 86_400_000 }),
     ],
