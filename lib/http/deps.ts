@@ -19,4 +19,9 @@ export interface HttpDeps extends AnswerDeps {
    * only this agent's runs, whose workers read it. Unset on SQLite, where each message carries its run's agent.
    */
   agentQueue?: boolean;
+  /**
+   * The path a proxy serves this app under, which it takes off before passing a request on (/stepwise for
+   * STEPWISE_PUBLIC_URL https://host/stepwise): the inspector's links, redirects and cookie carry it.
+   */
+  pathPrefix?: string;
 }

@@ -27,13 +27,13 @@ const tokensOf = (s?: { usage?: StepRecord['usage'] }) => (s?.usage ? s.usage.in
 /** A step's cost, 'no price' for a model with none: it showed $0.0000, as though the step were free. */
 const costOf = (s: StepRecord, model: string) => stepCostText(s.usage, s.model ?? model);
 
-export function runsPage(input: { runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string; status?: RunStatus }) {
+export function runsPage(input: { root: string; runs: { summary: RunSummary & { cancelRequested?: string }; state?: RunState; needs?: string }[]; now: number; model: string; older?: string; status?: RunStatus }) {
   return layout('Runs', html`
 <h1>Runs</h1>
-<p id="statuses">${[undefined, ...RUN_STATUSES].map((status, i) => html`${i ? ' · ' : ''}${status === input.status ? html`<b>${status ?? 'all'}</b>` : html`<a href="/inspect${status ? `?status=${status}` : ''}">${status ?? 'all'}</a>`}`)}</p>
+<p id="statuses">${[undefined, ...RUN_STATUSES].map((status, i) => html`${i ? ' · ' : ''}${status === input.status ? html`<b>${status ?? 'all'}</b>` : html`<a href="${input.root}${status ? `?status=${status}` : ''}">${status ?? 'all'}</a>`}`)}</p>
 <table id="runs"><tr><th>run</th><th>agent</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
-<td><a href="/inspect/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="agent">${summary.agent}</td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
+<td><a href="${input.root}/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="agent">${summary.agent}</td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
 <td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? `${state.stepsFrom ? '≈ ' : ''}${costText(runCost(state, input.model))}` : ''}</td>
 <td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
 </table>
@@ -49,6 +49,8 @@ export const RUN_PAGE_CHECKPOINTS = 200;
  * `actions`: the forms that answer, fork, retry and cancel; without them, `notHere` says why.
  */
 export function runPage(input: {
+  /** Where the inspector is, as the browser sees it: /inspect, behind any prefix a proxy serves the app under. */
+  root: string;
   state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string; notHere?: string;
   /** Links to the page of older checkpoints and back to the newest, when there are such pages. */
   pages?: { older?: string; newest?: string };
@@ -58,13 +60,13 @@ export function runPage(input: {
   // The chart covers the steps of the checkpoints shown, as the timeline does.
   const shown = new Set(history.map((h) => h.step));
   const pages = input.pages ?? {};
-  const base = `/inspect/runs/${encodeURIComponent(state.runId)}`;
+  const base = `${input.root}/runs/${encodeURIComponent(state.runId)}`;
   const cost = runCost(state, model);
   return layout(`Run ${state.runId}`, html`
-<p><a href="/inspect">all runs</a></p>
+<p><a href="${input.root}">all runs</a></p>
 <h1>Run <code id="run-id">${state.runId}</code></h1>
 <p class="meta">agent <code>${state.agent}</code>, status <b id="status">${state.status}</b>${state.reason ? html` (<bdi id="reason">${state.reason}</bdi>)` : ''}, step ${state.step} of at most ${state.stepCap}, version ${input.version}, estimated cost ${costText(cost)}</p>
-${state.forkedFrom ? html`<p id="forked-from">forked from <a href="/inspect/runs/${encodeURIComponent(state.forkedFrom.runId)}">${state.forkedFrom.runId}</a> after its step ${state.forkedFrom.step} (version ${state.forkedFrom.version})</p>` : ''}
+${state.forkedFrom ? html`<p id="forked-from">forked from <a href="${input.root}/runs/${encodeURIComponent(state.forkedFrom.runId)}">${state.forkedFrom.runId}</a> after its step ${state.forkedFrom.step} (version ${state.forkedFrom.version})</p>` : ''}
 <h2>Goal</h2><pre id="goal">${state.goal}</pre>
 ${input.cancelRequested !== undefined ? html`<p id="cancel-requested">cancel requested <bdi>${input.cancelRequested}</bdi>; applied at the next step boundary (a step running now finishes first), when a worker takes the run's next message</p>` : ''}
 ${state.summary ? html`<h2>Summary</h2><pre id="summary">${state.summary}</pre>` : ''}
@@ -96,9 +98,9 @@ export const STEP_PAGE_OUTPUT_CHARS = 1_000_000;
  * stored by reference (over the inline limit, in the blob store) could be read only through the API or
  * `stepwise show --full`. `output` is the blob's text; `outputMissing`, a ref the blob store no longer has.
  */
-export function stepPage(input: { runId: string; record: StepRecord & { output?: string; outputMissing?: boolean }; model: string }) {
+export function stepPage(input: { root: string; runId: string; record: StepRecord & { output?: string; outputMissing?: boolean }; model: string }) {
   const { runId, record } = input;
-  const run = `/inspect/runs/${encodeURIComponent(runId)}`;
+  const run = `${input.root}/runs/${encodeURIComponent(runId)}`;
   const whole = record.output ?? record.result.text;
   const stored = record.result.ref ? html` from the blob store as <code>${record.result.ref}</code>` : '';
   let note: Page | string = '';

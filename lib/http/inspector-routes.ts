@@ -36,9 +36,13 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   // The pages price as the API and the budget do: they priced by STEPWISE_MODEL alone, so a run of an agent
   // that names its model, ended by a DONE before any step, showed another figure than GET /runs/:id/steps/0.
   const model = () => pricingModelFor(deps);
+  // Its links, redirects and cookie as the browser sees the inspector: behind a proxy that serves the app
+  // under a path (STEPWISE_PUBLIC_URL https://host/stepwise), every absolute /inspect link went past it.
+  const root = `${deps.pathPrefix ?? ''}/inspect`;
+  const back = (c: Context, runId: string) => c.redirect(`${root}/runs/${encodeURIComponent(runId)}`, 303);
   app.use('*', pageHeaders());
   app.use('*', sameOriginForms);
-  if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken));
+  if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken, deps.pathPrefix ?? ''));
   // As the API refuses them (other-agent.ts): on AWS another agent's run is not this inspector's to operate.
   app.use('/runs/:runId/*', async (c, next) => {
     if (c.req.method !== 'POST') return next();
@@ -71,8 +75,8 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
         return { summary, ...(error instanceof NewerFormatError && !isTerminal(summary.status) ? { needs: error.needs } : {}) };
       }
     }));
-    const older = page.next ? `/inspect?cursor=${page.next}${limit ? `&limit=${limit}` : ''}${status ? `&status=${status}` : ''}` : undefined;
-    return c.html(runsPage({ runs, now: deps.clock.now(), model: model(), ...(older ? { older } : {}), ...(status ? { status } : {}) }));
+    const older = page.next ? `${root}?cursor=${page.next}${limit ? `&limit=${limit}` : ''}${status ? `&status=${status}` : ''}` : undefined;
+    return c.html(runsPage({ root, runs, now: deps.clock.now(), model: model(), ...(older ? { older } : {}), ...(status ? { status } : {}) }));
   });
 
   app.get('/runs/:runId', async (c) => {
@@ -92,7 +96,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       if (error instanceof StepwiseError && isPermanent(error)) return c.html(messagePage('Invalid page', error.message), 400);
       throw error;
     }
-    const self = `/inspect/runs/${encodeURIComponent(runId)}`;
+    const self = `${root}/runs/${encodeURIComponent(runId)}`;
     const pages = {
       ...(history.next ? { older: `${self}?cursor=${history.next}${limit ? `&limit=${limit}` : ''}` } : {}),
       ...(cursor ? { newest: self } : {}),
@@ -100,7 +104,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     // Another agent's run on AWS is shown without the forms this inspector would refuse.
     const notHere = await otherAgentsRun(deps, runId);
     return c.html(runPage({
-      state: state.state, version: stored.version, history: history.checkpoints, pages, model: model(), actions: notHere === undefined, now: deps.clock.now(),
+      root, state: state.state, version: stored.version, history: history.checkpoints, pages, model: model(), actions: notHere === undefined, now: deps.clock.now(),
       ...(notHere !== undefined ? { notHere } : {}), ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
     }));
   });
@@ -110,7 +114,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   app.get('/runs/:runId/steps/:step', async (c) => {
     const found = await stepOf(c, deps);
     if ('page' in found) return found.page;
-    return c.html(stepPage({ runId: c.req.param('runId'), record: await withOutput(deps.blobs, found.record), model: model() }));
+    return c.html(stepPage({ root, runId: c.req.param('runId'), record: await withOutput(deps.blobs, found.record), model: model() }));
   });
   app.get('/runs/:runId/steps/:step/output', async (c) => {
     const found = await stepOf(c, deps);
@@ -204,7 +208,6 @@ async function stepOf(c: Context, deps: HttpDeps): Promise<{ record: StepRecord 
   return { record };
 }
 
-const back = (c: Context, runId: string) => c.redirect(`/inspect/runs/${encodeURIComponent(runId)}`, 303);
 
 /** An operation the run's state refuses (retry a completed run, fork past its last step): a page that says why. */
 async function refusal(c: Context, operate: () => Promise<Response>): Promise<Response> {
@@ -247,7 +250,7 @@ const hostOf = (origin: string) => {
  * /inspect path is sent it, and the token itself would open the whole API. Marked Secure when the page came
  * over HTTPS (a TLS proxy in front of `stepwise serve` says so in X-Forwarded-Proto).
  */
-function tokenOrCookie(token: string): MiddlewareHandler {
+function tokenOrCookie(token: string, prefix: string): MiddlewareHandler {
   const session = createHmac('sha256', token).update('stepwise inspector session v1').digest('base64url');
   const matches = (given: string | undefined, expected: string) => {
     const a = Buffer.from(given ?? '');
@@ -258,13 +261,13 @@ function tokenOrCookie(token: string): MiddlewareHandler {
     const query = c.req.query('token');
     if (c.req.method === 'GET' && query !== undefined && matches(query, token)) {
       const secure = new URL(c.req.url).protocol === 'https:' || c.req.header('x-forwarded-proto') === 'https';
-      setCookie(c, COOKIE, session, { httpOnly: true, sameSite: 'Strict', path: '/inspect', secure });
+      setCookie(c, COOKIE, session, { httpOnly: true, sameSite: 'Strict', path: `${prefix}/inspect`, secure });
       // Out of the address bar (and its history) at once.
-      return c.redirect(c.req.path, 303);
+      return c.redirect(`${prefix}${c.req.path}`, 303);
     }
     const bearer = c.req.header('authorization')?.replace(/^Bearer /, '');
     if (!matches(getCookie(c, COOKIE), session) && !matches(bearer, token)) {
-      return c.html(messagePage('Sign in', 'Open /inspect?token=<the API token> (stepwise serve prints where it keeps it).'), 401);
+      return c.html(messagePage('Sign in', `Open ${prefix}/inspect?token=<the API token> (stepwise serve prints where it keeps it).`), 401);
     }
     await next();
   };

@@ -11,6 +11,7 @@ import { databaseDir } from '../../local/paths.ts';
 import { systemClock, type Notifier } from '../../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV, SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../../settings.ts';
 import { OutboxNotifier } from '../../waits/outbox-notifier.ts';
+import { publicUrlOf } from '../../waits/public-url.ts';
 import { CODE_VERSION } from '../../version.ts';
 import { dbPath, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
@@ -61,12 +62,15 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const tokenFile = join(databaseDir(dbPath(options)), 'api-token');
   const apiToken = givenToken ?? localApiToken(tokenFile);
   if (!backend.waits.signingKey) throw new InvalidInputError(`no approval signing key is configured: on the AWS backend set ${SIGNING_KEY_SECRET_ENV} (a Secrets Manager secret) or ${SIGNING_KEY_FILE_ENV} (a file)`);
+  // A proxy serving the app under STEPWISE_PUBLIC_URL's path takes it off: the inspector's links put it back.
+  const pathPrefix = new URL(publicUrlOf(process.env) ?? 'http://127.0.0.1').pathname.replace(/\/+$/, '');
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, signingKey: backend.waits.signingKey,
     events: backend.waits.events, apiToken,
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',
+    ...(pathPrefix ? { pathPrefix } : {}),
   });
   const server = serve({ fetch: app.fetch, port, hostname: host });
   await new Promise<void>((resolve, reject) => {
