@@ -476,10 +476,18 @@ export class Stepwise extends Construct {
         reason: 'The approval page is opened from an email by a person without AWS credentials: its signed, single-use, expiring token (bound to the approver) is the credential, checked by the handler; GET only shows the page, POST decides.',
       });
     }
+    const throttle = { rateLimit: props.apiThrottle?.rateLimit ?? 20, burstLimit: props.apiThrottle?.burstLimit ?? 40 };
+    // API Gateway refuses these at deploy; a deploy-time parameter is left to it.
+    if (!Token.isUnresolved(throttle.rateLimit) && !(Number.isFinite(throttle.rateLimit) && throttle.rateLimit >= 0)) {
+      throw new Error(`stepwise: apiThrottle.rateLimit must be a number of requests per second, 0 or more, got ${throttle.rateLimit}`);
+    }
+    if (!Token.isUnresolved(throttle.burstLimit) && !(Number.isInteger(throttle.burstLimit) && throttle.burstLimit >= 0)) {
+      throw new Error(`stepwise: apiThrottle.burstLimit must be a whole number of requests, 0 or more, got ${throttle.burstLimit}`);
+    }
     const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', { retention: logRetention, removalPolicy: RemovalPolicy.DESTROY });
     new apigwv2.HttpStage(this, 'ApiStage', {
       httpApi: api, stageName: '$default', autoDeploy: true,
-      throttle: { rateLimit: props.apiThrottle?.rateLimit ?? 20, burstLimit: props.apiThrottle?.burstLimit ?? 40 },
+      throttle,
       accessLogSettings: {
         destination: new apigwv2.LogGroupLogDestination(accessLogs),
         // The route key, not the path: an approval path carries its token, a credential.
@@ -519,6 +527,7 @@ export class Stepwise extends Construct {
     const cfnWorker = this.workerFunction.node.defaultChild as lambda.CfnFunction;
     const mapping = this.workerFunction.node.findAll().find((c): c is lambda.CfnEventSourceMapping => c instanceof lambda.CfnEventSourceMapping);
     const redrive = resolved(this, cfnQueue.redrivePolicy) as { maxReceiveCount?: unknown } | undefined;
+    const scaling = resolved(this, mapping?.scalingConfig) as { maximumConcurrency?: unknown } | undefined;
     const table = tableFacts(this.table);
     return {
       queueFifo: resolved(this, cfnQueue.fifoQueue) as boolean | undefined,
@@ -526,6 +535,10 @@ export class Stepwise extends Construct {
       maxReceiveCount: redrive ? numberOf(this, redrive.maxReceiveCount) ?? Number.NaN : undefined,
       deadLetterQueueFifo: this.deadLetterQueue.fifo,
       workerTimeoutSeconds: numberOf(this, cfnWorker.timeout),
+      // Not safety settings: a deploy-time parameter is left to CloudFormation.
+      workerMemoryMb: numberOf(this, cfnWorker.memorySize),
+      reservedConcurrency: numberOf(this, cfnWorker.reservedConcurrentExecutions),
+      maxConcurrency: numberOf(this, scaling?.maximumConcurrency),
       functionResponseTypes: resolved(this, mapping?.functionResponseTypes) as string[] | undefined,
       // Lambda's own default when the mapping names none.
       batchSize: mapping && mapping.batchSize === undefined ? 10 : numberOf(this, mapping?.batchSize),

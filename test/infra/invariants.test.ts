@@ -31,6 +31,30 @@ describe('overrides that break an invariant fail the synth with the reason', () 
       .toThrow('the dead-letter queue must be FIFO like the run queue: SQS refuses a redrive policy from a FIFO queue to a standard one');
   });
 
+  it('numbers CloudFormation would refuse at deploy: memory, receive count, batch size, concurrency, retention, API throttling', () => {
+    for (const memorySize of [-1, 64, 20_000, 256.5]) {
+      expect(() => synthStepwise({ workerFunctionProps: { memorySize } }), String(memorySize))
+        .toThrow(`the worker's memory size (${memorySize} MB) must be a whole number of MB from 128 to 10240, what Lambda allows: the deploy would fail`);
+    }
+    expect(() => synthStepwise({ workerFunctionProps: { memorySize: 10_240 } })).not.toThrow();
+    for (const maxReceiveCount of [1001, 12.5]) {
+      expect(() => synthStepwise({ maxReceiveCount }), String(maxReceiveCount))
+        .toThrow(`the dead-letter queue's receive count (${maxReceiveCount}) must be a whole number up to 1000, the most SQS allows`);
+    }
+    expect(() => synthStepwise({ sqsEventSourceProps: { batchSize: 2.5 } })).toThrow('the batch size (2.5) must be a whole number between 1 and 10');
+    expect(() => synthStepwise({ workerFunctionProps: { reservedConcurrentExecutions: -1 } })).toThrow("the worker's reserved concurrency (-1) must be a whole number, 0 or more");
+    expect(() => synthStepwise({ sqsEventSourceProps: { maxConcurrency: 2.5 } })).toThrow("the event source's maximum concurrency (2.5) must be a whole number");
+    expect(() => synthStepwise({ retentionDays: 1.5 })).toThrow('the checkpoint history retention must be a positive whole number of days, got 1.5');
+    expect(() => synthStepwise({ apiThrottle: { rateLimit: -1, burstLimit: 40 } })).toThrow('stepwise: apiThrottle.rateLimit must be a number of requests per second, 0 or more, got -1');
+    expect(() => synthStepwise({ apiThrottle: { rateLimit: 10, burstLimit: 2.5 } })).toThrow('stepwise: apiThrottle.burstLimit must be a whole number of requests, 0 or more, got 2.5');
+  });
+
+  it('an event source allowed more concurrency than the worker has reserved, so its records are throttled', () => {
+    expect(() => synthStepwise({ workerFunctionProps: { reservedConcurrentExecutions: 5 }, sqsEventSourceProps: { maxConcurrency: 10 } }))
+      .toThrow("the event source's maximum concurrency (10) must not be above the worker's reserved concurrency (5)");
+    expect(() => synthStepwise({ workerFunctionProps: { reservedConcurrentExecutions: 10 }, sqsEventSourceProps: { maxConcurrency: 10 } })).not.toThrow();
+  });
+
   it('a visibility timeout under 6x the worker timeout', () => {
     expect(() => synthStepwise({ queueProps: { visibilityTimeout: Duration.minutes(30) } }))
       .toThrow("the queue's visibility timeout (1800 s) must be at least 6x the worker timeout (2160 s): a message that becomes visible while its step still runs");
