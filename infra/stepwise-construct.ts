@@ -374,7 +374,13 @@ export class Stepwise extends Construct {
     // Said before CDK refuses the FIFO-only settings below with a message that does not say why.
     if (props.queueProps?.fifo === false) throw new Error(`stepwise: ${FIFO_REQUIRED}`);
     const secure = { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true };
-    const deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
+    // A dead-letter queue named in queueProps is the one the queue redrives to: it is the one to watch and
+    // check, and the props of the one the construct would make would not apply to it.
+    const given = props.queueProps?.deadLetterQueue;
+    if (given && (props.deadLetterQueueProps !== undefined || props.maxReceiveCount !== undefined)) {
+      throw new Error('stepwise: give queueProps.deadLetterQueue or deadLetterQueueProps and maxReceiveCount, not both (they would not apply to the dead-letter queue given)');
+    }
+    const deadLetterQueue = given?.queue ?? new sqs.Queue(this, 'DeadLetterQueue', {
       ...secure, fifo: true, retentionPeriod: Duration.days(14), ...props.deadLetterQueueProps,
     });
     const queue = new sqs.Queue(this, 'Queue', {

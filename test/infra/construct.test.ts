@@ -153,6 +153,21 @@ describe('the queues', () => {
     expect(json.Resources[dlqId].Properties).toMatchObject({ FifoQueue: true, MessageRetentionPeriod: Number(dlq.Attributes.MessageRetentionPeriod), SqsManagedSseEnabled: true });
   });
 
+  it('take a dead-letter queue given in queueProps as theirs: the one the alarm watches and the invariants check, with no other made', () => {
+    const { stepwise: s, template: t } = synthStepwise({}, { configure: (stack) => ({ queueProps: { deadLetterQueue: { queue: new sqs.Queue(stack, 'MyDlq', { fifo: true }), maxReceiveCount: 20 } } }) });
+    const j = t.toJSON() as Json;
+    const myDlq = (s.node.scope as any).resolve((s.deadLetterQueue.node.defaultChild as any).logicalId) as string;
+    expect(myDlq).toMatch(/^MyDlq/);
+    const queues = Object.entries(j.Resources as Json).filter(([, r]) => r.Type === 'AWS::SQS::Queue').map(([id]) => id);
+    expect(queues).toHaveLength(3);
+    const watched = Object.values(j.Resources as Json).filter((r) => r.Type === 'AWS::CloudWatch::Alarm' && r.Properties.Namespace === 'AWS/SQS').map((r) => r.Properties.Dimensions[0].Value['Fn::GetAtt'][0]);
+    expect(watched).toContain(myDlq);
+    expect(() => synthStepwise({}, { configure: (stack) => ({ queueProps: { deadLetterQueue: { queue: new sqs.Queue(stack, 'Standard'), maxReceiveCount: 20 } } }) }))
+      .toThrow('the dead-letter queue must be FIFO like the run queue');
+    expect(() => synthStepwise({ maxReceiveCount: 20 }, { configure: (stack) => ({ queueProps: { deadLetterQueue: { queue: new sqs.Queue(stack, 'MyDlq', { fifo: true }), maxReceiveCount: 20 } } }) }))
+      .toThrow('stepwise: give queueProps.deadLetterQueue or deadLetterQueueProps and maxReceiveCount, not both');
+  });
+
   it('raise an alarm when a message reaches the dead-letter queue', () => {
     const dlqId = logicalIdOf(stepwise.deadLetterQueue as never);
     const alarm = resources('AWS::CloudWatch::Alarm').find(([, r]) => r.Properties.Dimensions?.[0]?.Value?.['Fn::GetAtt']?.[0] === dlqId)!;
