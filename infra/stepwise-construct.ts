@@ -567,8 +567,11 @@ function checkExclusive(props: StepwiseProps): void {
   const pairs: [string, unknown, string, unknown][] = [
     ['existingTableObj', props.existingTableObj, 'dynamoTableProps', props.dynamoTableProps],
     ['existingBucketObj', props.existingBucketObj, 'bucketProps', props.bucketProps],
+    ['existingBucketObj', props.existingBucketObj, 'loggingBucketProps', props.loggingBucketProps],
+    ['existingBucketObj', props.existingBucketObj, 'logS3AccessLogs', props.logS3AccessLogs],
     ['existingQueueObj', props.existingQueueObj, 'queueProps', props.queueProps],
     ['existingQueueObj', props.existingQueueObj, 'deadLetterQueueProps', props.deadLetterQueueProps],
+    ['existingQueueObj', props.existingQueueObj, 'maxReceiveCount', props.maxReceiveCount],
   ];
   for (const [a, va, b, vb] of pairs) {
     if (va !== undefined && vb !== undefined) throw new Error(`stepwise: give ${a} or ${b}, not both (the props would not apply to an existing resource)`);

@@ -1,5 +1,6 @@
-import { CfnParameter, Duration } from 'aws-cdk-lib';
+import { CfnParameter, Duration, type Stack } from 'aws-cdk-lib';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import * as sqsLib from 'aws-cdk-lib/aws-sqs';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -7,7 +8,7 @@ import { Annotations, Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_DEADLINE_MS, DEFAULT_MAX_RECEIVES, DEFAULT_RESERVE_MS } from '../../lib/settings.ts';
 import { MIN_WORKER_TIMEOUT_SECONDS } from '../../infra/invariants.ts';
-import { Stepwise } from '../../infra/stepwise-construct.ts';
+import { Stepwise, type StepwiseProps } from '../../infra/stepwise-construct.ts';
 import { synthStepwise } from './synth-support.ts';
 
 /**
@@ -141,6 +142,25 @@ describe('resources shared between agents', () => {
     template.resourceCountIs('AWS::DynamoDB::Table', 1);
     template.resourceCountIs('AWS::Lambda::EventSourceMapping', 2);
     expect(stepwise.loggingBucket).toBeUndefined();
+  });
+
+  it('refuses settings of a resource the construct would make beside the existing one given, which they would not apply to', () => {
+    const withQueue = (stack: Stack) => {
+      const dlq = new sqsLib.Queue(stack, 'MineDlq', { fifo: true });
+      return { existingQueueObj: new sqsLib.Queue(stack, 'Mine', { fifo: true, visibilityTimeout: Duration.hours(1), deadLetterQueue: { queue: dlq, maxReceiveCount: 15 } }) };
+    };
+    const withBucket = (stack: Stack) => ({ existingBucketObj: new s3.Bucket(stack, 'MineBucket') });
+    const cases: [Partial<StepwiseProps>, (stack: Stack) => Partial<StepwiseProps>, string][] = [
+      [{ maxReceiveCount: 20 }, withQueue, 'give existingQueueObj or maxReceiveCount, not both'],
+      [{ deadLetterQueueProps: {} }, withQueue, 'give existingQueueObj or deadLetterQueueProps, not both'],
+      [{ bucketProps: {} }, withBucket, 'give existingBucketObj or bucketProps, not both'],
+      [{ loggingBucketProps: {} }, withBucket, 'give existingBucketObj or loggingBucketProps, not both'],
+      [{ logS3AccessLogs: true }, withBucket, 'give existingBucketObj or logS3AccessLogs, not both'],
+    ];
+    for (const [props, configure, message] of cases) {
+      expect(() => synthStepwise(props, { configure }), message).toThrow(`stepwise: ${message} (the props would not apply to an existing resource)`);
+    }
+    expect(() => synthStepwise({}, { configure: (stack) => ({ ...withQueue(stack), ...withBucket(stack) }) })).not.toThrow();
   });
 
   it('warns that an imported table cannot be checked', () => {
