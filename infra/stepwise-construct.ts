@@ -29,6 +29,7 @@ import {
   API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, DEFAULT_RETENTION_DAYS, EMAIL_FROM_ENV,
   KMS_KEY_ID_ENV, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV, STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../lib/settings.ts';
+import { publicUrlOf } from '../lib/waits/public-url.ts';
 import { describeAgent, type AgentDescription } from './agent-description.ts';
 import { FIFO_REQUIRED, invariantErrors, type DeploymentFacts, type TableFacts } from './invariants.ts';
 import { StepwiseObservability } from './observability.ts';
@@ -86,7 +87,7 @@ export interface StepwiseProps {
   readonly retentionDays?: number;
   /** The verified SES identity approval emails come from; SES permission is limited to it. */
   readonly emailFrom?: string;
-  /** Where approval links point (default: the HTTP API's URL). */
+  /** Where approval links point, an http(s) URL checked at synth (default, or empty: the HTTP API's URL). */
   readonly publicUrl?: string;
   /** The model for agents whose settings name none (STEPWISE_MODEL). */
   readonly model?: string;
@@ -256,7 +257,15 @@ export class Stepwise extends Construct {
     const api = this.createApi(props, logRetention);
     this.httpApi = api;
     this.apiUrl = api.apiEndpoint;
-    this.workerFunction.addEnvironment(PUBLIC_URL_ENV, props.publicUrl ?? this.apiUrl);
+    if (props.publicUrl !== undefined && !Token.isUnresolved(props.publicUrl)) {
+      // The worker checks it when it wires up: one it refuses would fail every step, not the deploy.
+      try {
+        publicUrlOf({ [PUBLIC_URL_ENV]: props.publicUrl });
+      } catch (error) {
+        throw new Error(`stepwise: publicUrl must be the http:// or https:// address approval links point at, got ${JSON.stringify(props.publicUrl)}`, { cause: error });
+      }
+    }
+    this.workerFunction.addEnvironment(PUBLIC_URL_ENV, props.publicUrl?.trim() || this.apiUrl);
 
     this.eventRules = this.createEventRules(props);
     // EventBridge hands an event over asynchronously: an event the function then fails on is retried by

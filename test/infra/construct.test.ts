@@ -312,6 +312,18 @@ describe('secrets and email', () => {
     });
   });
 
+  it('refuse a publicUrl the worker would refuse when it wires up (every step would fail), and take an empty one as the default', () => {
+    for (const publicUrl of ['agent.example.com/approve', 'ftp://example.com', 'not a url']) {
+      expect(() => synthStepwise({ publicUrl }), publicUrl).toThrow(`stepwise: publicUrl must be the http:// or https:// address approval links point at, got ${JSON.stringify(publicUrl)}`);
+    }
+    const linkBase = (publicUrl: string) => {
+      const { stepwise: s, template: t } = synthStepwise({ publicUrl });
+      return fnOf('worker', s, t.toJSON())[1].Properties.Environment.Variables[PUBLIC_URL_ENV];
+    };
+    expect(linkBase('https://agent.example.com')).toBe('https://agent.example.com');
+    expect(linkBase('')).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^StepwiseHttpApi/), 'ApiEndpoint'] });
+  });
+
   it('refuse a sender that is not an email address', () => {
     for (const emailFrom of ['not-an-email', 'agent@localhost', 'a b@example.com']) {
       expect(() => synthStepwise({ emailFrom }), emailFrom).toThrow(`stepwise: emailFrom must be an email address (the verified SES sender), got ${JSON.stringify(emailFrom)}`);
