@@ -103,7 +103,7 @@ export interface StepwiseProps {
   readonly stallAfter?: Duration;
   /** Throttling of the HTTP API's stage (default 20 requests per second, bursts of 40). */
   readonly apiThrottle?: { readonly rateLimit: number; readonly burstLimit: number };
-  /** Recorded in every checkpoint (default: the bundle's content hash, so each build is told apart). */
+  /** Recorded in every checkpoint (default, or empty: the bundle's content hash, so each build is told apart). */
   readonly codeVersion?: string;
   /** Days the functions' and the API's logs are kept (default one month). */
   readonly logRetention?: logs.RetentionDays;
@@ -242,7 +242,8 @@ export class Stepwise extends Construct {
     });
 
     // Stamped at build time: the content hash of the four bundles, unless the user names the version.
-    this.codeVersion = props.codeVersion ?? `bundle-${createHash('sha256').update(this.functions().map(bundleHash).join('\n')).digest('hex').slice(0, 12)}`;
+    // An empty one (an unset variable's `?? ''`) is not given: recorded, it would tell no two builds apart.
+    this.codeVersion = props.codeVersion?.trim() || `bundle-${createHash('sha256').update(this.functions().map(bundleHash).join('\n')).digest('hex').slice(0, 12)}`;
     for (const f of this.functions()) f.addEnvironment(CODE_VERSION_ENV, this.codeVersion);
 
     this.grantData();

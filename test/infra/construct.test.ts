@@ -220,9 +220,13 @@ describe('the functions', () => {
     expect(fnOf('api')[1].Properties.Environment.Variables[MODEL_ENV]).toBe('claude-haiku-4-5');
   });
 
-  it('take the code version from a prop when given', () => {
+  it('take the code version from a prop when given, and not when it is empty', () => {
     const { template: t } = synthStepwise({ codeVersion: 'git-abc123' });
     for (const f of Object.values(t.findResources('AWS::Lambda::Function'))) expect(f.Properties.Environment.Variables[CODE_VERSION_ENV]).toBe('git-abc123');
+    // An empty one, as `process.env.GIT_SHA ?? ''` gives, is the default: the bundle's hash, not '' in every checkpoint.
+    const { template: empty, stepwise: s } = synthStepwise({ codeVersion: '' });
+    expect(s.codeVersion).toMatch(/^bundle-[0-9a-f]{12}$/);
+    for (const f of Object.values(empty.findResources('AWS::Lambda::Function'))) expect(f.Properties.Environment.Variables[CODE_VERSION_ENV]).toBe(s.codeVersion);
   });
 
   it('feed the worker from the queue with partial batch responses, one record per invocation by default', () => {
