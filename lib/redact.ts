@@ -4,12 +4,18 @@
  */
 
 export const MASK = '***';
+// A log line is JSON, where a line break or tab in a value is written `\n`, `\r`, `\t` and a quote `\"`: such
+// an escape ends a user, password or query value, and a line break or tab starts a word as whitespace does.
+// Read as part of the value, the rest of the line up to the next space went with it (`?token=abc\nretry 3`
+// became `?token=*** 3`), and a `user:password@` at the start of a line was masked with the line before.
+// Any other backslash (`\\`, a password's own) stays part of the value, and is masked with it.
+const V = String.raw`(?:[^\s/?#@"\\]|\\[^nrt"])`;
 /** `scheme://user:password@` (or `user@`) anywhere in a text. */
-const USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@"]+@/gi;
+const USERINFO = new RegExp(String.raw`([a-z][a-z0-9+.-]*:\/\/)${V}+@`, 'gi');
 /** `user:password@host` without a scheme. */
-const BARE_USERINFO = /(^|[\s"(])[^\s/?#@":]+:[^\s/?#@"]+@/g;
+const BARE_USERINFO = new RegExp(String.raw`(^|[\s"(]|\\[nrt])(?:(?!:)${V})+:${V}+@`, 'g');
 /** Query parameters whose name says they hold a secret. */
-const SECRET_PARAM = /([?&][^=&\s"#]*(?:token|key|secret|password|passwd|pwd|sig|signature|auth|credential)[^=&\s"#]*=)[^&\s"#]+/gi;
+const SECRET_PARAM = /([?&][^=&\s"#\\]*(?:token|key|secret|password|passwd|pwd|sig|signature|auth|credential)[^=&\s"#\\]*=)(?:[^&\s"#\\]|\\[^nrt"])+/gi;
 
 /** A URL for display: user and password masked, every query value masked. */
 export function redactUrl(text: string): string {

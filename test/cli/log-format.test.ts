@@ -96,3 +96,14 @@ describe('log format', () => {
     }
   });
 });
+
+describe('masking in a log line whose value spans lines', () => {
+  it('masks only the secret: the line after a secret query value, and the line before a user:password@, stay', () => {
+    for (const format of ['json', 'pretty'] as const) {
+      const { log, lines } = capture(format);
+      log.warn({ error: 'connect to https://db.example/x?token=abc failed\nretry 3 of 5: https://db.example/x?token=abc\nadmin:hunter2@db.example refused\ttry again' }, 'failed');
+      const error = format === 'json' ? (JSON.parse(lines[0]!) as { error: string }).error : JSON.parse(/error=("[^\n]*")\)\n$/.exec(lines[0]!)![1]!) as string;
+      expect(error, format).toBe('connect to https://db.example/x?token=*** failed\nretry 3 of 5: https://db.example/x?token=***\n***@db.example refused\ttry again');
+    }
+  });
+});
