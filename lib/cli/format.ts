@@ -4,7 +4,7 @@ import type { RunRow } from '../engine/operate/list.ts';
 import { costText, formatUsd, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo } from '../ports.ts';
 import { cutAt } from '../core/cut.ts';
-import { printable } from '../core/printable.ts';
+import { escapeLineBreaks, printable } from '../core/printable.ts';
 import { waitedFor } from '../core/waited-for.ts';
 
 /** A word as a POSIX shell reads it back: as it is when plain, else in single quotes. */
@@ -14,7 +14,7 @@ export function shellWord(word: string): string {
 
 /** Fixed-width columns, widths from the content; plain text so it pipes and diffs well. */
 export function table(headers: string[], rows: (string | number | undefined)[][]): string {
-  const cells = [headers, ...rows.map((r) => r.map((c) => (c === undefined ? '' : printable(String(c)))))];
+  const cells = [headers, ...rows.map((r) => r.map((c) => (c === undefined ? '' : printable(escapeLineBreaks(String(c))))))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
   return cells.map((r) => r.map((c, i) => (i === r.length - 1 ? c : (c ?? '').padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
 }

@@ -2,6 +2,7 @@ import type { WaitRecord } from '../core/state.ts';
 import { failureDelayMs, type Handled } from '../engine/handle-message.ts';
 import { waitedFor } from '../core/waited-for.ts';
 import { cutAt } from '../core/cut.ts';
+import { escapeLineBreaks } from '../core/printable.ts';
 
 /** One human line per handled message, for `run` and `worker` on stdout (logs go to stderr as JSON). */
 export function progressLine(handled: Handled): string | undefined {
@@ -9,10 +10,12 @@ export function progressLine(handled: Handled): string | undefined {
   if (handled.action !== 'ack' || !handled.outcome || handled.outcome.kind !== 'advanced') return undefined;
   const { state, version, bytes } = handled.outcome;
   const where = `run ${state.runId} v${version}`;
-  if (state.status === 'completed') return `${where}  completed after ${state.step} step${state.step === 1 ? '' : 's'}: ${state.summary ?? ''}`;
+  // A summary, a reason and an error span lines as often as not (a model's text, a tool's error, a zod
+  // issue list): kept to one line, the step's, where their later lines read as lines of no step.
+  if (state.status === 'completed') return `${where}  completed after ${state.step} step${state.step === 1 ? '' : 's'}: ${escapeLineBreaks(state.summary ?? '')}`;
   if (state.status === 'waiting' && state.wait) return waitingLine(where, state.wait, handled.approvalLinks ?? []);
-  if (state.status !== 'running') return `${where}  ${state.status}: ${state.reason ?? ''}`;
-  if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${state.lastError ?? ''} (will retry in ${failureDelayMs(state.failures, handled.outcome.retryAfterMs) / 1000} s)`;
+  if (state.status !== 'running') return `${where}  ${state.status}: ${escapeLineBreaks(state.reason ?? '')}`;
+  if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${escapeLineBreaks(state.lastError ?? '')} (will retry in ${failureDelayMs(state.failures, handled.outcome.retryAfterMs) / 1000} s)`;
   const last = state.steps[state.steps.length - 1];
   if (!last) return undefined;
   const result = cutAt(last.result.text.replace(/\s+/g, ' '), 70);

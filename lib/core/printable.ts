@@ -12,3 +12,12 @@ const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
 export function printable(text: string): string {
   return text.replace(CONTROL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
+
+/**
+ * Line breaks and tabs written as \n and \t, for a text that must stay one line of a table or of a
+ * progress line: a run's reason holds a tool's error or a zod issue list, whose later lines read as lines
+ * (a run's rows, a step's progress) of their own, and a tab moved the columns after it.
+ */
+export function escapeLineBreaks(text: string): string {
+  return text.replace(/\r\n|[\r\n\u2028\u2029]/g, '\\n').replace(/\t/g, '\\t');
+}

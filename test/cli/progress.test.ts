@@ -3,7 +3,7 @@ import { recordFailure } from '../../lib/core/transitions.ts';
 import { ModelUnavailableError } from '../../lib/core/errors.ts';
 import { progressLine } from '../../lib/cli/progress.ts';
 import { runDetail } from '../../lib/cli/format.ts';
-import { completeStep } from '../../lib/core/transitions.ts';
+import { complete, completeStep } from '../../lib/core/transitions.ts';
 import { newState, recordFor, stateAfter } from '../support/states.ts';
 
 /** The lines `run` and `worker` print per checkpoint: a failed try says when the next comes. */
@@ -38,5 +38,21 @@ describe('progress lines', () => {
     const detail = runDetail(state, 2);
     expect(detail).toContain(`ok: ${'a'.repeat(59)} `);
     expect(detail.isWellFormed()).toBe(true);
+  });
+
+  it('keeps a step to one line when its error, reason or summary spans lines (a tool\'s error, a zod issue list)', () => {
+    const error = new Error('first line\nsecond line\r\n\tindented');
+    let state = recordFailure(stateAfter('m', 1), error, 1);
+    const lines = [progressLine({ action: 'ack', outcome: { kind: 'advanced', version: 3, state, bytes: 300 } })!];
+    state = recordFailure(recordFailure(state, error, 2), error, 3);
+    expect(state.status).toBe('failed');
+    lines.push(progressLine({ action: 'ack', outcome: { kind: 'advanced', version: 5, state, bytes: 300 } })!);
+    const done = complete(stateAfter('m', 1), 'Copied the rows.\n\n- 1,000 rows\n- no duplicates', undefined, 4);
+    lines.push(progressLine({ action: 'ack', outcome: { kind: 'advanced', version: 3, state: done, bytes: 300 } })!);
+    expect(lines).toEqual([
+      'run m v3  step 2 attempt 1 failed: first line\\nsecond line\\n\\tindented (will retry in 1 s)',
+      'run m v5  failed: step 2 failed 3 times; last error: first line\\nsecond line\\n\\tindented',
+      'run m v3  completed after 1 step: Copied the rows.\\n\\n- 1,000 rows\\n- no duplicates',
+    ]);
   });
 });

@@ -37,3 +37,17 @@ describe('the list of runs, for a waiting run', () => {
     event.runtime.close();
   });
 });
+
+describe('the list of runs, for a failed run whose reason spans lines', () => {
+  it('keeps each run on one row of status: the reason\'s line breaks and tabs written as \\n and \\t', () => {
+    const at = Date.parse('2026-12-07T01:00:00Z');
+    const table = runsTable([
+      { runId: 'r1', version: 4, status: 'failed', step: 0, agent: 'obs', updatedAt: at, reason: 'step 1 failed 3 times; last error: first line\nsecond\tline\r\nthird' },
+      { runId: 'r2', version: 9, status: 'completed', step: 7, agent: 'obs', updatedAt: at },
+    ]);
+    const lines = table.split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[1]).toBe('r1   failed     0     4        obs    2026-12-07 01:00:00Z  step 1 failed 3 times; last error: first line\\nsecond\\tline\\nthird');
+    expect(lines[2]).toMatch(/^r2 +completed +7 +9 +obs/);
+  });
+});
