@@ -29,6 +29,33 @@ export function createLogger(bindings: Record<string, unknown> = {}, options: Lo
   );
 }
 
+/** Where pino keeps a logger's formatters (pino's lib/symbols.js): a child's own log formatter replaces its parent's. */
+const FORMATTERS = Symbol.for('pino.formatters');
+
+/**
+ * A child logger whose lines all carry `fields`, each once. pino writes a child's bindings and then the
+ * line's own fields, so a line that names a bound field itself (the engine's checkpoint line names its
+ * workerId; a Lambda handler binds it for the lines that do not) carried it twice: a JSON object with a
+ * duplicate key, which collectors that check keys refuse (Elasticsearch and OpenSearch do), and bytes
+ * billed on every step. Here a line's field equal to a bound one is left out of the line; one that differs
+ * is kept, as it was.
+ */
+export function withFields(log: Logger, fields: Record<string, unknown>): Logger {
+  const parent = (log as unknown as Record<symbol, { log?: (object: Record<string, unknown>) => Record<string, unknown> } | undefined>)[FORMATTERS]?.log;
+  const keys = Object.keys(fields);
+  return log.child(fields, {
+    formatters: {
+      log: (object) => {
+        const own = parent ? parent(object as Record<string, unknown>) : object as Record<string, unknown>;
+        if (!keys.some((key) => key in own && own[key] === fields[key])) return own;
+        const kept = { ...own };
+        for (const key of keys) if (kept[key] === fields[key]) delete kept[key];
+        return kept;
+      },
+    },
+  });
+}
+
 function stderrWriter(): (line: string) => void {
   const destination = pino.destination({ fd: 2, sync: true });
   return (line) => { destination.write(line); };

@@ -2,7 +2,7 @@ import type { EventBridgeEvent } from 'aws-lambda';
 import { agentNames, type AgentDefinition } from '../agent.ts';
 import { InvalidInputError, errorMessage } from '../core/errors.ts';
 import { startFromEvent, triggerMatches } from '../engine/start-from-event.ts';
-import type { Logger } from '../log.ts';
+import { withFields, type Logger } from '../log.ts';
 import type { IncomingEvent } from '../core/waits.ts';
 import type { BlobStore, CheckpointStore, Clock, EventBuffer, RunQueue } from '../ports.ts';
 import { systemClock } from '../ports.ts';
@@ -38,7 +38,7 @@ export function createEventHandler(options: EventHandlerOptions): (event: EventB
     }
     const deps = {
       ...options.runtime, agent: options.agent, clock: options.clock ?? systemClock, workerId: context.awsRequestId,
-      codeVersion: options.codeVersion, log: options.log.child({ workerId: context.awsRequestId, eventId: event.id }),
+      codeVersion: options.codeVersion, log: withFields(options.log, { workerId: context.awsRequestId, eventId: event.id }),
     };
     const incoming = incomingEvent(event);
     const started = await startFromEvent(deps, options.agent.startOn ?? [], incoming);

@@ -3,7 +3,7 @@ import type { AgentDefinition } from '../agent.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { CrashPoint, EngineDeps } from '../engine/deps.ts';
 import { handleDelivery, parseMessage, retryDelayMs, type Handled } from '../engine/handle-message.ts';
-import type { Logger } from '../log.ts';
+import { withFields, type Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, IdempotencyLedger, Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { BUCKET_NAME_ENV, DEFAULT_RESERVE_MS, QUEUE_URL_ENV, TABLE_NAME_ENV } from '../settings.ts';
@@ -55,7 +55,8 @@ export { DEFAULT_RESERVE_MS };
 export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWorkerHandler {
   return async (event, context) => {
     const workerId = context.awsRequestId;
-    const log = options.log.child({ workerId });
+    // Bound once, for the lines that do not name it; the engine's lines that do are not written with it twice.
+    const log = withFields(options.log, { workerId });
     // The model's retries (and a retry-after it obeys) must end while there is still time to record the
     // failed attempt; otherwise Lambda kills the invocation and the attempt is never counted.
     const remainingMs = context.getRemainingTimeInMillis?.();

@@ -3,7 +3,7 @@ import type { AwsRuntime } from '../aws/runtime.ts';
 import type { OperateDeps } from '../engine/operate/deps.ts';
 import { loadAgent, type AgentDefinition } from '../agent.ts';
 import { processWorkerId, type EngineDeps } from '../engine/deps.ts';
-import { createLogger } from '../log.ts';
+import { createLogger, withFields } from '../log.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import type { Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
@@ -68,7 +68,9 @@ export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Mode
   return {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION,
-    // Every line names the agent, as on Lambda: one file or stack serves several agents' workers.
-    log: createLogger({ agent: agent.name }), waits: runtime.waits,
+    // Every line names the agent, as on Lambda: one file or stack serves several agents' workers. And the
+    // worker, as on Lambda: the engine's lines that act on a run (a refused model key, a step that did not
+    // finish) named it only in a checkpoint, where several worker processes write to one log.
+    log: withFields(createLogger({ agent: agent.name }), { workerId: id }), waits: runtime.waits,
   };
 }

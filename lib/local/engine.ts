@@ -10,7 +10,7 @@ import { processWorkerId, type EngineDeps } from '../engine/deps.ts';
 import type { Handled } from '../engine/handle-message.ts';
 import { runWorker } from '../engine/worker-loop.ts';
 import { chooseModel } from '../llm/choose-model.ts';
-import { createLogger, type Logger } from '../log.ts';
+import { createLogger, withFields, type Logger } from '../log.ts';
 import { systemClock, type Model } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
 import { isDamaged } from './damaged.ts';
@@ -65,10 +65,12 @@ export async function openLocalEngine(given: ImportedAgent, options: LocalEngine
   const { model, label } = options.model ? { model: options.model, label: `model "${options.model.name}" given by the program` } : await chooseModel(agent);
   const dbPath = expandHome(options.dbPath ?? DEFAULT_DB_PATH);
   const runtime = openLocalRuntime({ dbPath });
+  const workerId = options.workerId ?? processWorkerId();
   const deps: EngineDeps = {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
-    model, agent, clock: systemClock, workerId: options.workerId ?? processWorkerId(), codeVersion: CODE_VERSION,
-    log: options.log ?? createLogger({ agent: agent.name }), waits: localWaitServices(runtime, dbPath),
+    model, agent, clock: systemClock, workerId, codeVersion: CODE_VERSION,
+    // Every line names the worker (as the CLI's worker does), unless the program gave a logger of its own.
+    log: options.log ?? withFields(createLogger({ agent: agent.name }), { workerId }), waits: localWaitServices(runtime, dbPath),
   };
   return {
     deps, runtime, modelLabel: label,
