@@ -10,7 +10,7 @@ import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
 import { costView, showRun } from '../engine/operate/show.ts';
 import { startRun } from '../engine/start.ts';
-import { answerWait, type AnswerOutcome } from '../waits/answer.ts';
+import { answerWait, describeApprovalOutcome, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
 import type { HttpDeps } from './deps.ts';
 import { historyPage } from '../engine/operate/history.ts';
@@ -189,7 +189,9 @@ export function apiRoutes(deps: HttpDeps): Hono {
       runId: c.req.param('runId'), waitId: c.req.param('waitId'),
       answer: { kind: body.decision === 'approve' ? 'approved' : 'rejected', by: body.by, ...(body.comment ? { comment: body.comment } : {}) },
     });
-    return c.json(outcome, ANSWER_STATUS[outcome.outcome]);
+    // A refusal says why in `error`, as every other route's does, beside the outcome's fields.
+    if (outcome.outcome !== 'resumed') return c.json({ error: describeApprovalOutcome(outcome, body.decision), ...outcome }, ANSWER_STATUS[outcome.outcome]);
+    return c.json(outcome, 200);
   });
 
   app.post('/events', zValidator('json', eventInputSchema, invalid), async (c) => {

@@ -2,7 +2,7 @@ import { decodeState } from '../core/codec.ts';
 import { InvalidInputError, StaleVersionError, UnknownRunError } from '../core/errors.ts';
 import { commitCancel } from '../commit-cancel.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
-import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, resolveWait, timedOutDeadline, type WaitAnswer } from '../core/waits.ts';
+import { MAX_COMMENT, answerFits, answeredEventId, deadlineAnswer, describeAnswer, resolveWait, timedOutDeadline, type WaitAnswer } from '../core/waits.ts';
 import type { Logger } from '../log.ts';
 import type { BlobStore, CheckpointStore, Clock, RunQueue } from '../ports.ts';
 import { sendAfterWrite, sendWithWrite } from '../send-with-write.ts';
@@ -190,4 +190,23 @@ function lastApproval(state: RunState): AnswerOutcome | undefined {
 /** The step an event answered in this run, if it answered one. */
 function findAnsweredBy(state: RunState, eventId: string): StepRecord | undefined {
   return state.steps.findLast((s) => answeredEventId(s) === eventId);
+}
+
+/**
+ * What became of an answer to an approval, in one line: the CLI's approve and reject print it, and the
+ * API's refusal carries it as its `error`, where a client reading `error` as every other refusal has it
+ * found none on this route.
+ */
+export function describeApprovalOutcome(outcome: AnswerOutcome, decision: string): string {
+  switch (outcome.outcome) {
+    case 'resumed': return `run ${outcome.runId}: ${decision === 'approve' ? 'approved' : 'rejected'}; it continues at version ${outcome.version}`;
+    case 'already-answered': return `run ${outcome.runId}: ${describeAnswer(outcome.record)} Nothing changed.`;
+    // Past tense: said alike when this answer found the deadline passed and when the run ended long ago.
+    case 'expired': return `run ${outcome.runId}: the approval expired at ${new Date(outcome.deadline).toISOString()}; the run went on with "timed out", not this answer`;
+    case 'not-waiting': return outcome.current
+      ? `run ${outcome.runId} waits for another answer now (wait ${outcome.current}), not for this approval`
+      : `run ${outcome.runId} is not waiting for this approval (it is ${outcome.status})`;
+    case 'unknown-run': return `unknown run: ${outcome.runId}`;
+    case 'refused': return `refused: ${outcome.reason}`;
+  }
 }

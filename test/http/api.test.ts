@@ -206,7 +206,7 @@ describe('the JSON API', () => {
       const after = await late.runtime.store.load('late-1');
       expect(decodeState(after!).steps[1]!.result.text).toContain('"timedOut":true');
       const answer = await json(await late.api(`/runs/late-1/waits/${wait!.id}`, { method: 'POST', body: JSON.stringify({ decision: 'approve', by: APPROVER }) }));
-      expect(answer).toEqual({ status: 410, body: { outcome: 'expired', runId: 'late-1', waitId: wait!.id, deadline: wait!.deadline } });
+      expect(answer).toEqual({ status: 410, body: { error: `run late-1: the approval expired at ${new Date(wait!.deadline).toISOString()}; the run went on with "timed out", not this answer`, outcome: 'expired', runId: 'late-1', waitId: wait!.id, deadline: wait!.deadline } });
       expect((await late.runtime.store.load('late-1'))!.version).toBe(after!.version);
     } finally {
       await late.close();

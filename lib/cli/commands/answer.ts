@@ -1,9 +1,8 @@
 import { InvalidInputError } from '../../core/errors.ts';
 import { createLogger } from '../../log.ts';
 import { systemClock } from '../../ports.ts';
-import { describeAnswer } from '../../core/waits.ts';
 import { CODE_VERSION } from '../../version.ts';
-import { answerApproval, type AnswerOutcome } from '../../waits/answer.ts';
+import { answerApproval, describeApprovalOutcome as describe, type AnswerOutcome } from '../../waits/answer.ts';
 import { checkEvent, emitEvent } from '../../waits/events.ts';
 import { openBackend, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesRun, queueAgentOf } from '../queue-agent.ts';
@@ -85,18 +84,4 @@ function emitted(outcomes: AnswerOutcome[]): string {
 
 function cliDeps(backend: Awaited<ReturnType<typeof openBackend>>) {
   return { store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `cli-${workerId()}`, codeVersion: CODE_VERSION, log: createLogger() };
-}
-
-function describe(outcome: AnswerOutcome, decision: string): string {
-  switch (outcome.outcome) {
-    case 'resumed': return `run ${outcome.runId}: ${decision === 'approve' ? 'approved' : 'rejected'}; it continues at version ${outcome.version}`;
-    case 'already-answered': return `run ${outcome.runId}: ${describeAnswer(outcome.record)} Nothing changed.`;
-    // Past tense: said alike when this answer found the deadline passed and when the run ended long ago.
-    case 'expired': return `run ${outcome.runId}: the approval expired at ${new Date(outcome.deadline).toISOString()}; the run went on with "timed out", not this answer`;
-    case 'not-waiting': return outcome.current
-      ? `run ${outcome.runId} waits for another answer now (wait ${outcome.current}), not for this approval`
-      : `run ${outcome.runId} is not waiting for this approval (it is ${outcome.status})`;
-    case 'unknown-run': return `unknown run: ${outcome.runId}`;
-    case 'refused': return `refused: ${outcome.reason}`;
-  }
 }
