@@ -35,7 +35,17 @@ export function createHttpApp(deps: HttpDeps): Hono {
   app.route('/approvals', approvalRoutes(deps));
   app.route('/inspect', inspectorRoutes(deps));
   app.route('/', apiRoutes(deps));
-  app.notFound((c) => c.json({ error: `no route ${c.req.method} ${c.req.path}` }, 404));
+  // A path the app has, asked with another method (PUT /runs, DELETE /runs/:id), is a 405 that names the
+  // methods it takes, where a 404 "no route" told a client the run or the route was not there.
+  let allowed: ((path: string) => string[]) | undefined;
+  app.notFound((c) => {
+    allowed ??= allowedMethods(app);
+    const methods = allowed(c.req.path);
+    if (!methods.length) return c.json({ error: `no route ${c.req.method} ${c.req.path}` }, 404);
+    c.header('Allow', methods.join(', '));
+    if (c.req.method === 'OPTIONS') return c.body(null, 204);
+    return c.json({ error: `${c.req.path} takes ${methods.join(', ')}, not ${c.req.method}` }, 405);
+  });
   app.onError((error, c) => {
     // The approval pages and the inspector are a person's browser: each refusal is a page there, where an
     // approver who pressed Approve as SQS refused the run's message read raw JSON with a 503.
@@ -77,6 +87,23 @@ export function createHttpApp(deps: HttpDeps): Hono {
     return answer(500, 'Not done', { error: 'internal error; the request changed nothing it did not finish' });
   });
   return app;
+}
+
+/**
+ * The methods each path of the app takes (HEAD wherever GET, as Hono answers it), read from its routes once
+ * they are all in place: a route added later is in the Allow header with no list kept beside it.
+ */
+function allowedMethods(app: Hono): (path: string) => string[] {
+  const segment = (part: string) => (part.startsWith(':') ? '[^/]+' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  const routes = app.routes
+    .filter((r) => r.method !== 'ALL' && !r.path.includes('*'))
+    .map((r) => ({ method: r.method, pattern: new RegExp(`^${r.path.split('/').map(segment).join('/')}$`) }));
+  return (path) => {
+    const methods = new Set(routes.filter((r) => r.pattern.test(path)).map((r) => r.method));
+    if (!methods.size) return [];
+    if (methods.has('GET')) methods.add('HEAD');
+    return [...methods, 'OPTIONS'].sort();
+  };
 }
 
 /** Seconds a client is told to wait before asking again when the database is locked. */

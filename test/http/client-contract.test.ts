@@ -28,4 +28,32 @@ describe('the JSON API as a client reads it', () => {
     const twice = await json(await post(`/runs/contract-wait/waits/${waitId}`, { decision: 'reject', by: APPROVER }));
     expect(twice).toMatchObject({ status: 409, body: { outcome: 'already-answered', error: expect.stringMatching(/Nothing changed\.$/) } });
   });
+
+  it('a path asked with a method it does not take is a 405 naming those it takes; OPTIONS names them; an unknown path stays a 404', async () => {
+    for (const [method, path, allow] of [
+      ['PUT', '/runs', 'GET, HEAD, OPTIONS, POST'],
+      ['DELETE', '/runs/some-run', 'GET, HEAD, OPTIONS'],
+      ['PATCH', '/runs/some-run', 'GET, HEAD, OPTIONS'],
+      ['GET', '/runs/some-run/cancel', 'OPTIONS, POST'],
+      ['GET', '/events', 'OPTIONS, POST'],
+      ['POST', '/waits', 'GET, HEAD, OPTIONS'],
+      ['DELETE', '/runs/some-run/waits/w1', 'OPTIONS, POST'],
+    ] as const) {
+      const refused = await json(await app.api(path, { method, ...(method === 'GET' ? {} : { body: '{}' }) }));
+      expect(refused.status, `${method} ${path}`).toBe(405);
+      expect(refused.headers.get('allow'), `${method} ${path}`).toBe(allow);
+      expect(refused.body.error, `${method} ${path}`).toBe(`${path} takes ${allow}, not ${method}`);
+    }
+    const options = await app.api('/runs/some-run/history', { method: 'OPTIONS' });
+    expect(options.status).toBe(204);
+    expect(options.headers.get('allow')).toBe('GET, HEAD, OPTIONS');
+    for (const [method, path] of [['GET', '/no/such/route'], ['PUT', '/no/such/route'], ['GET', '/runs/'], ['OPTIONS', '/nothing']] as const) {
+      const missing = await json(await app.api(path, { method }));
+      expect(missing.status, `${method} ${path}`).toBe(404);
+      expect(missing.headers.get('allow')).toBeNull();
+      expect(missing.body.error).toBe(`no route ${method} ${path}`);
+    }
+    // Still behind the token: a caller without it learns nothing of the routes.
+    expect((await fetch(`${app.url}/runs`, { method: 'PUT' })).status).toBe(401);
+  });
 });
