@@ -79,6 +79,13 @@ const invalid = (
   return c.json({ error: `invalid request: ${issues.join('; ')}`, issues }, 400);
 };
 
+/**
+ * The Location of a run a POST created, relative to the URL posted to (`runs/<id>` from /runs, `../<id>`
+ * from /runs/<parent>/fork): behind a proxy that serves the app under a path, `/runs/<id>` would point
+ * past it, where a relative reference resolves under it.
+ */
+const createdAt = (up: string, runId: string): string => `${up}${encodeURIComponent(runId)}`;
+
 const ANSWER_STATUS: Record<AnswerOutcome['outcome'], 200 | 403 | 404 | 409 | 410> = {
   resumed: 200, 'already-answered': 409, expired: 410, 'not-waiting': 409, 'unknown-run': 404, refused: 403,
 };
@@ -113,6 +120,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
         ...started,
       }, 409);
     }
+    if (started.created) c.header('Location', createdAt('runs/', started.runId));
     return c.json(started, started.created ? 201 : 200);
   });
 
@@ -162,6 +170,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
         ...forked,
       }, 409);
     }
+    if (forked.created) c.header('Location', createdAt('../', forked.runId));
     return c.json(forked, forked.created ? 201 : 200);
   });
 

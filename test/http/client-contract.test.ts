@@ -56,4 +56,23 @@ describe('the JSON API as a client reads it', () => {
     // Still behind the token: a caller without it learns nothing of the routes.
     expect((await fetch(`${app.url}/runs`, { method: 'PUT' })).status).toBe(401);
   });
+
+  it('a POST that creates a run says where it is in Location, relative to the URL posted to; one that creates nothing does not', async () => {
+    const started = await post('/runs', { goal: 'copy the rows', runId: 'contract:loc' });
+    expect(started.status).toBe(201);
+    const location = new URL(started.headers.get('location')!, `${app.url}/runs`).href;
+    expect(location).toBe(`${app.url}/runs/contract%3Aloc`);
+    expect((await json(await app.api(new URL(location).pathname))).body.run).toMatchObject({ runId: 'contract:loc' });
+    const again = await post('/runs', { goal: 'copy the rows', runId: 'contract:loc' });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('location')).toBeNull();
+
+    const forked = await post('/runs/contract:loc/fork', { fromStep: 0, runId: 'contract-fork' });
+    expect(forked.status).toBe(201);
+    expect(new URL(forked.headers.get('location')!, `${app.url}/runs/contract:loc/fork`).href).toBe(`${app.url}/runs/contract-fork`);
+    // Under a proxy's path prefix, the same answers resolve under it.
+    expect(new URL(started.headers.get('location')!, 'https://host.example/stepwise/runs').href).toBe('https://host.example/stepwise/runs/contract%3Aloc');
+    expect(new URL(forked.headers.get('location')!, 'https://host.example/stepwise/runs/contract:loc/fork').href).toBe('https://host.example/stepwise/runs/contract-fork');
+    expect((await post('/runs/contract:loc/fork', { fromStep: 0, runId: 'contract-fork' })).headers.get('location')).toBeNull();
+  });
 });
