@@ -18,6 +18,7 @@ import { listRunsPage, listWaitsPage } from '../engine/operate/list.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
+import { bearerToken } from './bearer.ts';
 
 const budgetBody = budgetSchema.strict();
 
@@ -249,10 +250,12 @@ const jsonBodies: MiddlewareHandler = async (c, next) => {
 };
 
 function bearer(token: string): MiddlewareHandler {
-  const expected = Buffer.from(`Bearer ${token}`);
+  const expected = Buffer.from(token);
   return async (c, next) => {
-    const given = Buffer.from(c.req.header('authorization') ?? '');
+    const given = Buffer.from(bearerToken(c.req.header('authorization')) ?? '');
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      // The scheme wanted, as a 401 must say (RFC 9110 15.5.2): a client library reads it to know what to send.
+      c.header('WWW-Authenticate', 'Bearer');
       return c.json({ error: 'unauthorized: send Authorization: Bearer <token> (stepwise serve says where it is kept)' }, 401);
     }
     await next();

@@ -20,6 +20,7 @@ import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 import { readForm } from './read-form.ts';
+import { bearerToken } from './bearer.ts';
 
 const COOKIE = 'stepwise_token';
 /** The list's query: a page, and the one status it shows (as GET /runs?status=), such as the runs waiting for an answer. */
@@ -265,8 +266,7 @@ function tokenOrCookie(token: string, prefix: string): MiddlewareHandler {
       // Out of the address bar (and its history) at once.
       return c.redirect(`${prefix}${c.req.path}`, 303);
     }
-    const bearer = c.req.header('authorization')?.replace(/^Bearer /, '');
-    if (!matches(getCookie(c, COOKIE), session) && !matches(bearer, token)) {
+    if (!matches(getCookie(c, COOKIE), session) && !matches(bearerToken(c.req.header('authorization')), token)) {
       return c.html(messagePage('Sign in', `Open ${prefix}/inspect?token=<the API token> (stepwise serve prints where it keeps it).`), 401);
     }
     await next();

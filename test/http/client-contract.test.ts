@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearerToken } from '../../lib/http/bearer.ts';
 import { startHttpApp, runWaitingForApproval } from '../support/http-app.ts';
 import { APPROVER } from '../support/wait-agent.ts';
 
@@ -74,5 +75,22 @@ describe('the JSON API as a client reads it', () => {
     expect(new URL(started.headers.get('location')!, 'https://host.example/stepwise/runs').href).toBe('https://host.example/stepwise/runs/contract%3Aloc');
     expect(new URL(forked.headers.get('location')!, 'https://host.example/stepwise/runs/contract:loc/fork').href).toBe('https://host.example/stepwise/runs/contract-fork');
     expect((await post('/runs/contract:loc/fork', { fromStep: 0, runId: 'contract-fork' })).headers.get('location')).toBeNull();
+  });
+
+  it('a 401 names the scheme it wants in WWW-Authenticate; the scheme is read in any case, the token exactly', async () => {
+    const token = 'test-token-123';
+    for (const authorization of [undefined, 'Bearer wrong', `Token ${token}`, `Basic ${Buffer.from(`x:${token}`).toString('base64')}`, token, `Bearer ${token}x`, `Bearer ${token.toUpperCase()}`]) {
+      for (const path of ['/runs', '/inspect']) {
+        const refused = await fetch(`${app.url}${path}`, { headers: authorization ? { authorization } : {} });
+        expect(refused.status, `${path} ${authorization}`).toBe(401);
+        if (path === '/runs') expect(refused.headers.get('www-authenticate'), authorization).toBe('Bearer');
+      }
+    }
+    for (const authorization of [`Bearer ${token}`, `bearer ${token}`, `BEARER  ${token}`]) {
+      for (const path of ['/runs', '/inspect']) expect((await fetch(`${app.url}${path}`, { headers: { authorization } })).status, `${path} ${authorization}`).toBe(200);
+    }
+    expect(bearerToken('Bearer a token with spaces')).toBe('a token with spaces');
+    // Never from the query string, where it would be logged with the URL.
+    expect((await fetch(`${app.url}/runs?token=${token}`)).status).toBe(401);
   });
 });
