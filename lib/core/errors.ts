@@ -171,12 +171,22 @@ export class RunIdTakenError extends InvalidInputError {
   }
 }
 
+/**
+ * A fork asked for under the id of a run that is not that fork: the run is someone else's, and nothing
+ * changed. Bad input to the CLI (exit 2), a conflict to the API (409), as a start's taken id is.
+ */
+export class RunIdInUseError extends InvalidInputError {
+  constructor(readonly runId: string, message: string) {
+    super(message);
+  }
+}
+
 // Their names in the registry are their class names: the same in every copy.
 for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
   WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
-  RunIdTakenError, BlobRefusedError,
+  RunIdTakenError, RunIdInUseError, BlobRefusedError,
 })) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { NewerFormatError, RunIdTakenError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
+import { NewerFormatError, RunIdInUseError, RunIdTakenError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { isDiskFull } from '../local/disk-full.ts';
 import { MessageNotSentError } from '../send-with-write.ts';
@@ -56,6 +56,8 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof NewerFormatError) return answer(409, 'Newer code needed', { error: error.message, needs: error.needs });
     // A start with another agent's run id conflicts with that run, as one with another goal does: nothing changed.
     if (error instanceof RunIdTakenError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId, agent: error.runAgent });
+    // A fork under the id of another run: a conflict with that run, as a start's is, not a malformed request.
+    if (error instanceof RunIdInUseError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId });
     // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
     if (error instanceof StepwiseError && isPermanent(error)) return answer(400, 'Not done', { error: error.message });
     // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.

@@ -93,4 +93,15 @@ describe('the JSON API as a client reads it', () => {
     // Never from the query string, where it would be logged with the URL.
     expect((await fetch(`${app.url}/runs?token=${token}`)).status).toBe(401);
   });
+
+  it('a fork under the id of another run is a 409 that names it, as a start under a taken id is, changing nothing', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'contract-parent' })).status).toBe(201);
+    expect((await post('/runs', { goal: 'another goal', runId: 'contract-taken' })).status).toBe(201);
+    const taken = await json(await post('/runs/contract-parent/fork', { fromStep: 0, runId: 'contract-taken' }));
+    expect(taken).toMatchObject({
+      status: 409, body: { runId: 'contract-taken', error: 'run contract-taken already exists and is not a fork of contract-parent at step 0: choose another run id' },
+    });
+    expect(taken.headers.get('location')).toBeNull();
+    expect((await app.runtime.store.load('contract-taken'))!.version).toBe(1);
+  });
 });

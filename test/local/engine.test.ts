@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
 import {
-  advance, cancelRun, defineAgent, forkRun, InvalidInputError, ModelKeyError, NewerFormatError, requestApproval, RunIdTakenError, showRun, startRun, tool, UnknownRunError,
+  advance, cancelRun, defineAgent, forkRun, InvalidInputError, ModelKeyError, NewerFormatError, requestApproval, RunIdInUseError, RunIdTakenError, showRun, startRun, tool, UnknownRunError,
   waitForEvent, WrongAgentError,
   type CancelOutcome, type ForkResult, type Model, type ModelReply, type RunView,
 } from '../../lib/index.ts';
@@ -214,6 +214,8 @@ try {
 
     const view: RunView = await showRun(engine.deps, runId);
     const cancel: CancelOutcome = await cancelRun(engine.deps, runId, { by: 'ops@example.com' });
+    // A fork under the id of a run that is not that fork (here its parent's) is refused by its own class.
+    await expect(forkRun(engine.deps, runId, { fromStep: 0, runId })).rejects.toBeInstanceOf(RunIdInUseError);
     const fork: ForkResult = await forkRun(engine.deps, runId, { fromStep: 0, runId: 'typed-fork' });
     expect([view.status, cancel.outcome, fork.created]).toEqual(['running', 'requested', true]);
 

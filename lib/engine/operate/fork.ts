@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { decodeState } from '../../core/codec.ts';
-import { InvalidInputError } from '../../core/errors.ts';
+import { InvalidInputError, RunIdInUseError } from '../../core/errors.ts';
 import { budgetReached, forkState } from '../../core/operate.ts';
 import type { Budget, ForkedFrom, RunState } from '../../core/state.ts';
 import { estimatedUsd, unpricedModelOf } from '../budget.ts';
@@ -65,7 +65,7 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
     try { fork = existing && decodeState(existing); } catch { fork = undefined; }
     const from = fork?.forkedFrom;
     if (!existing || !fork || from?.runId !== parentId || from.step !== step) {
-      throw new InvalidInputError(`run ${runId} already exists and is not a fork of ${parentId} at step ${step}: choose another run id`);
+      throw new RunIdInUseError(runId, `run ${runId} already exists and is not a fork of ${parentId} at step ${step}: choose another run id`);
     }
     if (existing.status === 'running') await deps.queue.redrive({ runId, version: existing.version });
     // The same fork asked again with another goal or limits: said, not dropped in silence.
