@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { NewerFormatError, RunIdInUseError, RunIdTakenError, StepwiseError, UnknownRunError, errorMessage, isPermanent } from '../core/errors.ts';
+import { NewerFormatError, RunIdInUseError, RunIdTakenError, StepwiseError, UnknownRunError, UnreadableCheckpointError, errorMessage, isPermanent } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { isDiskFull } from '../local/disk-full.ts';
 import { MessageNotSentError } from '../send-with-write.ts';
@@ -58,6 +58,14 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof RunIdTakenError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId, agent: error.runAgent });
     // A fork under the id of another run: a conflict with that run, as a start's is, not a malformed request.
     if (error instanceof RunIdInUseError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId });
+    // A checkpoint no code can read is the store's fault, not the request's: a 500 that says which, as the
+    // inspector's page does, where it was a 400 telling the caller to fix what it sent.
+    const unreadable = error instanceof UnreadableCheckpointError ? error : error instanceof StepwiseError && error.cause instanceof UnreadableCheckpointError ? error.cause : undefined;
+    if (unreadable) {
+      deps.log.error({ event: 'unreadable-checkpoint', method: c.req.method, path: loggedPath(c.req.path), runId: unreadable.runId, version: unreadable.version, error: unreadable.message }, 'request refused: a checkpoint cannot be read');
+      const message = error === unreadable ? `${unreadable.message}; nothing was changed` : error.message;
+      return answer(500, 'Unreadable checkpoint', { error: message, runId: unreadable.runId, version: unreadable.version });
+    }
     // Bad input from the caller (a goal too long, a bad run id): its message says what to fix.
     if (error instanceof StepwiseError && isPermanent(error)) return answer(400, 'Not done', { error: error.message });
     // Hono's own refusals (a body that is not JSON, a wrong content type) carry their status.

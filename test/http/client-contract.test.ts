@@ -104,4 +104,23 @@ describe('the JSON API as a client reads it', () => {
     expect(taken.headers.get('location')).toBeNull();
     expect((await app.runtime.store.load('contract-taken'))!.version).toBe(1);
   });
+
+  it('a run whose checkpoint no code can read is a 500 that says so on every route that reads it, as the inspector says, not a 400 blaming the request', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'contract-bad' })).status).toBe(201);
+    const { head } = app.runtime.db.prepare("SELECT head FROM checkpoints WHERE run_id = 'contract-bad' AND version = 1").get() as { head: string };
+    app.runtime.db.prepare("UPDATE checkpoints SET head = ? WHERE run_id = 'contract-bad' AND version = 1").run(JSON.stringify({ ...JSON.parse(head), usage: null }));
+    for (const [method, path, body] of [
+      ['GET', '/runs/contract-bad', undefined],
+      ['GET', '/runs/contract-bad/steps/0', undefined],
+      ['POST', '/runs/contract-bad/retry', {}],
+      ['POST', '/runs/contract-bad/fork', { fromStep: 0 }],
+      ['POST', '/runs/contract-bad/waits/w1', { decision: 'approve', by: APPROVER }],
+    ] as const) {
+      const refused = await json(await app.api(path, { method, ...(body ? { body: JSON.stringify(body) } : {}) }));
+      expect(refused.status, path).toBe(500);
+      expect(refused.body, path).toMatchObject({ error: expect.stringMatching(/(checkpoint 1 of run contract-bad is unreadable|its latest checkpoint cannot be read).*; nothing (was )?changed$/), runId: 'contract-bad', version: 1 });
+    }
+    expect((await app.api('/inspect/runs/contract-bad')).status).toBe(500);
+    expect((await app.runtime.store.load('contract-bad'))).toMatchObject({ version: 1, status: 'running' });
+  });
 });

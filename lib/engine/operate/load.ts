@@ -24,6 +24,7 @@ export async function loadRun(store: CheckpointStore, runId: string, what: strin
     return { stored, state: decodeState(stored) };
   } catch (error) {
     if (!(error instanceof UnreadableCheckpointError)) throw error;
-    throw new InvalidInputError(`cannot ${what} run ${runId}: its latest checkpoint cannot be read (${stored.reason ?? error.message}); nothing changed`);
+    // The cause kept: the API answers a checkpoint it cannot read as its own failure (500), not the caller's.
+    throw new InvalidInputError(`cannot ${what} run ${runId}: its latest checkpoint cannot be read (${stored.reason ?? error.message}); nothing changed`, { cause: error });
   }
 }
