@@ -315,6 +315,12 @@ export interface OnceOptions {
    * to a signal given here: either one stops it.
    */
   signal?: AbortSignal;
+  /**
+   * Called when the effect finished after its claim was lost: the holder paused past its lease and another
+   * attempt took the key, which may have applied the effect too (unless the effect checks the key itself).
+   * The result is still kept, so no third attempt runs it; this is for the operator to hear of it.
+   */
+  onClaimLost?: () => void;
 }
 
 /**

@@ -88,7 +88,7 @@ export class DynamoLedger implements IdempotencyLedger {
       throw error;
     }
     const { json, value, unstorable } = storableResult(key, result);
-    const kept = await this.complete(itemKey, argsHash, token, value as T, json);
+    const kept = await this.complete(itemKey, argsHash, token, value as T, json, options.onClaimLost);
     if (unstorable) throw unstorable;
     return kept;
   }
@@ -164,7 +164,7 @@ export class DynamoLedger implements IdempotencyLedger {
   }
 
   /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
-  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T, json: string): Promise<T> {
+  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T, json: string, onClaimLost?: () => void): Promise<T> {
     const stored = await this.spill.keep('result', json);
     for (let tries = 0; tries < COMPLETE_TRIES; tries++) {
       const now = this.now;
@@ -188,22 +188,26 @@ export class DynamoLedger implements IdempotencyLedger {
         const old = oldItem(error);
         if (!old.argsHash) {
           // Nobody holds the key (it was taken over, then released): the effect happened all the same.
-          if (await this.putCompleted(itemKey, argsHash, token, stored, now)) return result;
+          if (await this.putCompleted(itemKey, argsHash, token, stored, now)) return lostClaim(result, onClaimLost);
           continue;
         }
         // Newer code took the key over meanwhile: its record is not ours to change.
-        if (old.argsHash.S !== argsHash || formatOfItem(old) > RECORD_FORMATS.ledger) return result;
+        if (old.argsHash.S !== argsHash || formatOfItem(old) > RECORD_FORMATS.ledger) return old.token?.S === token ? result : lostClaim(result, onClaimLost);
         if (hasResult(old)) {
           // Ours if the SDK retried a completion that was applied; another holder's otherwise.
-          if (old.token?.S === token && old.status?.S === IN_PROGRESS) await this.finish(itemKey, token);
-          return this.storedResult<T>(old);
+          if (old.token?.S === token) {
+            if (old.status?.S === IN_PROGRESS) await this.finish(itemKey, token);
+            return this.storedResult<T>(old);
+          }
+          return lostClaim(await this.storedResult<T>(old), onClaimLost);
         }
         // Another attempt holds the key now: leave its claim as it is, and put our result on record so
         // that neither its failure nor its death lets the effect run a third time.
-        if (old.status?.S === IN_PROGRESS && old.token?.S && await this.putResultOn(itemKey, old.token.S, stored, now)) return result;
+        if (old.status?.S === IN_PROGRESS && old.token?.S && await this.putResultOn(itemKey, old.token.S, stored, now)) return lostClaim(result, onClaimLost);
       }
     }
-    return result;
+    // Every try met another holder's write: the claim is not ours.
+    return lostClaim(result, onClaimLost);
   }
 
   private async putCompleted(itemKey: Key, argsHash: string, token: string, stored: Record<string, string | undefined>, now: number): Promise<boolean> {
@@ -255,6 +259,12 @@ export class DynamoLedger implements IdempotencyLedger {
   private expiresAt(now: number): number {
     return Math.ceil((now + (this.options.retentionMs ?? DEFAULT_LEDGER_RETENTION_MS)) / 1000);
   }
+}
+
+/** The result of an effect that finished after its claim was lost, told to the holder's caller. */
+function lostClaim<T>(result: T, onClaimLost: (() => void) | undefined): T {
+  onClaimLost?.();
+  return result;
 }
 
 function oldItem(error: unknown): RawItem {

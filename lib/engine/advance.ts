@@ -331,7 +331,17 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
     try {
       // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
       // the key from every later try for as long as its worker lives.
-      const result = await deps.ledger.once(key, decision.input, effect, { ...options, signal: time.onceSignal(options?.signal) });
+      const result = await deps.ledger.once(key, decision.input, effect, {
+        ...options, signal: time.onceSignal(options?.signal),
+        // The one sign an effect may have been applied twice (the tool's own onClaimLost still hears it).
+        onClaimLost: () => {
+          deps.log.warn(
+            { event: 'effect-claim-lost', runId, step, tool: decision.tool, idempotencyKey: key, workerId: deps.workerId },
+            `the effect of tool ${decision.tool} under ${key} finished after this worker lost its claim (it paused past the claim's lease, and another attempt took the key): that attempt may have applied it too, unless the effect checks the key itself; its result is kept, so no third attempt runs it`,
+          );
+          options?.onClaimLost?.();
+        },
+      });
       onceState = 'applied';
       return result;
     } catch (error) {

@@ -74,7 +74,7 @@ export class SqliteLedger implements IdempotencyLedger {
     const { json, value, unstorable } = storableResult(key, result);
     for (let tries = 1; ; tries++) {
       try {
-        const kept = this.complete(key, argsHash, owner, value as T, json);
+        const kept = this.complete(key, argsHash, owner, value as T, json, options.onClaimLost);
         if (unstorable) throw unstorable;
         return kept;
       } catch (error) {
@@ -105,20 +105,27 @@ export class SqliteLedger implements IdempotencyLedger {
   }
 
   /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
-  private complete<T>(key: string, argsHash: string, owner: string, result: T, json: string): T {
-    return immediate(this.db, () => {
+  private complete<T>(key: string, argsHash: string, owner: string, result: T, json: string, onClaimLost?: () => void): T {
+    let lost = false;
+    const kept = immediate(this.db, () => {
+      lost = false;
       const now = this.clock.now();
       const row = this.row(key);
       if (!row) {
         // Nobody holds the key (it was taken over, then released): the effect happened all the same.
+        lost = true;
         preparedOnce(this.db)("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)")
           .run(key, argsHash, json, now, owner, now, FORMAT);
         return result;
       }
       // Newer code took the key over meanwhile: its record is not ours to change.
-      if (row.args_hash !== argsHash || isNewer(row)) return result;
+      if (row.args_hash !== argsHash || isNewer(row)) {
+        lost = row.owner !== owner;
+        return result;
+      }
       if (row.result !== null) {
         if (row.owner === owner) preparedOnce(this.db)("UPDATE ledger SET status = 'completed', updated_at = ? WHERE key = ?").run(now, key);
+        else lost = true;
         return JSON.parse(row.result) as T;
       }
       if (row.owner === owner) {
@@ -127,9 +134,13 @@ export class SqliteLedger implements IdempotencyLedger {
       }
       // Another attempt holds the key now: leave its claim as it is, and put our result on record so that
       // neither its failure nor its death lets the effect run a third time.
+      lost = true;
       preparedOnce(this.db)('UPDATE ledger SET result = ?, updated_at = ? WHERE key = ?').run(json, now, key);
       return result;
     });
+    // Told after the transaction: a callback that throws cannot undo the record.
+    if (lost) onClaimLost?.();
+    return kept;
   }
 }
 

@@ -223,17 +223,44 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       const key = uniqueKey(label);
       const frozen = clock.process();
       const a = new HeldEffect();
-      const aDone = subject().ledger(frozen).once(key, {}, a.effect, { leaseMs: LEASE_MS }).then((v) => ({ value: v }), (e: unknown) => ({ error: e }));
+      // Each holder's word that its effect finished after its claim was lost (onClaimLost).
+      const lost = { a: 0, b: 0 };
+      const aDone = subject().ledger(frozen).once(key, {}, a.effect, { leaseMs: LEASE_MS, onClaimLost: () => { lost.a++; } }).then((v) => ({ value: v }), (e: unknown) => ({ error: e }));
       await a.started();
       frozen.freeze();
       await clock.pass(LEASE_MS + 1);
       const b = new HeldEffect();
-      const bDone = worker(clock).once(key, {}, b.effect, { leaseMs: LEASE_MS }).then((v) => ({ value: v }), (e: unknown) => ({ error: e }));
+      const bDone = worker(clock).once(key, {}, b.effect, { leaseMs: LEASE_MS, onClaimLost: () => { lost.b++; } }).then((v) => ({ value: v }), (e: unknown) => ({ error: e }));
       await b.started();
       // A comes back: its first renewal finds the claim is no longer its own.
       await frozen.thaw();
-      return { clock, key, a, aDone, b, bDone };
+      return { clock, key, a, aDone, b, bDone, lost };
     }
+
+    it('tells a holder whose effect finished after its claim was lost, whichever way the new owner went; never the owner', async () => {
+      // The new owner still holds the key.
+      const holding = await frozenHolder('lost-while-held');
+      holding.a.finish('A');
+      await holding.aDone;
+      expect(holding.lost).toEqual({ a: 1, b: 0 });
+      holding.b.finish('B');
+      await holding.bDone;
+      expect(holding.lost).toEqual({ a: 1, b: 0 });
+      // The new owner completed first.
+      const completed = await frozenHolder('lost-after-completed');
+      completed.b.finish('B');
+      await completed.bDone;
+      completed.a.finish('A');
+      await completed.aDone;
+      expect(completed.lost).toEqual({ a: 1, b: 0 });
+      // The new owner failed and released the key first.
+      const released = await frozenHolder('lost-after-released');
+      released.b.fail(new Error('B gave up'));
+      await released.bDone;
+      released.a.finish('A');
+      await released.aDone;
+      expect(released.lost).toEqual({ a: 1, b: 0 });
+    });
 
     it('a holder that froze past its lease finds out when it comes back: its renewal fails and its effect\'s signal aborts', async () => {
       const { a, b } = await frozenHolder('frozen-finds-out');
@@ -321,7 +348,8 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       const key = uniqueKey('late');
       const frozen = clock.process();
       const a = new HeldEffect();
-      const aDone = subject().ledger(frozen).once(key, {}, a.effect, { leaseMs: LEASE_MS });
+      let lost = 0;
+      const aDone = subject().ledger(frozen).once(key, {}, a.effect, { leaseMs: LEASE_MS, onClaimLost: () => { lost++; } });
       await a.started();
       frozen.freeze();
       await clock.pass(LEASE_MS * 2);
@@ -330,6 +358,8 @@ export function idempotencyLedgerContract(name: string, subject: () => LedgerCon
       expect(a.signal?.aborted).toBe(false);
       a.finish('A');
       expect(await aDone).toBe('A');
+      // Its claim was never lost: nothing to tell.
+      expect(lost).toBe(0);
       expect(await worker(clock).once(key, {}, notAgain)).toBe('A');
     });
 

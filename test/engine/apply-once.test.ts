@@ -171,6 +171,44 @@ describe('ctx.once in the engine: one application per key', () => {
     b.runtime.close();
   });
 
+  it('a worker frozen inside ctx.once past its lease, whose effect then finishes, warns that the effect may have been applied twice', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const effects = new Effects();
+    const agentFor = effects.agent(clock);
+    const frozen = clock.process();
+    const logA = capturedLog();
+    const logB = capturedLog();
+    const a = workerProcess({ dbPath: db.path, agent: agentFor('A'), model: new StubModel(writeRowsScript(1)), clock: frozen, workerId: 'A' });
+    const b = workerProcess({ dbPath: db.path, agent: agentFor('B'), model: new StubModel(writeRowsScript(1)), clock: clock.process(), workerId: 'B' });
+    a.deps.log = logA.log;
+    b.deps.log = logB.log;
+    await start(a.deps);
+
+    const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const aStep = handleDelivery(a.deps, m1!);
+    await until(() => effects.entries.length === 1);
+    // A freezes (SIGSTOP, a GC pause) inside the effect, past its lease and its message's visibility.
+    frozen.freeze();
+    clock.advance(LEASE_MS + 1);
+    const [again] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const bStep = handleDelivery(b.deps, again!);
+    await until(() => effects.entries.length === 2);
+    // A comes back and its effect finishes while B's runs: both may have applied it.
+    await frozen.thaw();
+    effects.entries[0]!.held.finish('row 1 written by A');
+    await aStep;
+    expect(logA.lines).toContainEqual(expect.objectContaining({
+      level: 30 + 10, event: 'effect-claim-lost', runId: 'run', step: 1, tool: 'write_row', idempotencyKey: 'run/step-1', workerId: 'A',
+    }));
+    effects.entries[1]!.held.finish('row 1 written by B');
+    await bStep;
+    // B held the claim throughout: nothing to warn of.
+    expect(logB.lines.filter((l) => l.event === 'effect-claim-lost')).toEqual([]);
+    a.runtime.close();
+    b.runtime.close();
+  });
+
   it('ctx.once takes a lease: the claim lasts leaseMs, and a bad lease fails the run with the reason', async () => {
     db = tempDb();
     const clock = new ManualClock();
