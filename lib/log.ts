@@ -1,5 +1,6 @@
 import { pino, type Logger } from 'pino';
 import { chooseLogLevel, logFormat, type LogFormat } from './log-format.ts';
+import { cutAt } from './core/cut.ts';
 import { printable } from './core/printable.ts';
 import { redactSecrets } from './redact.ts';
 
@@ -24,9 +25,37 @@ export function createLogger(bindings: Record<string, unknown> = {}, options: Lo
       base: bindings,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
+      hooks: { logMethod: cutLongText },
     },
     { write: format === 'pretty' ? (line: string) => write(redactSecrets(prettyLine(line))) : (line: string) => write(redactSecrets(line)) },
   );
+}
+
+/**
+ * The longest text a line holds in its message or in any top-level field. Lines carry what user code threw
+ * (a startOn goal's error, an eventKey's, a tool's) and message bodies: a 5 MB error made a 5 MB line,
+ * which CloudWatch cuts at 256 KB and no collector then parses.
+ */
+export const LOG_TEXT_MAX = 8192;
+
+function cutText(text: string): string {
+  return text.length <= LOG_TEXT_MAX ? text : `${cutAt(text, LOG_TEXT_MAX)}... (${text.length} characters, cut)`;
+}
+
+/** pino's logMethod hook: the line's object fields and message, each cut to LOG_TEXT_MAX. */
+function cutLongText(this: Logger, args: Parameters<Logger['info']>, method: (...args: unknown[]) => void): void {
+  const [first, ...rest] = args as unknown[];
+  let object = first;
+  if (object && typeof object === 'object' && !(object instanceof Error)) {
+    let cut: Record<string, unknown> | undefined;
+    for (const [key, value] of Object.entries(object)) {
+      if (typeof value === 'string' && value.length > LOG_TEXT_MAX) (cut ??= { ...(object as Record<string, unknown>) })[key] = cutText(value);
+    }
+    if (cut) object = cut;
+  } else if (typeof object === 'string') {
+    object = cutText(object);
+  }
+  method.apply(this, [object, ...rest.map((arg) => (typeof arg === 'string' ? cutText(arg) : arg))]);
 }
 
 /** Where pino keeps a logger's formatters (pino's lib/symbols.js): a child's own log formatter replaces its parent's. */

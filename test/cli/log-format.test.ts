@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { chooseLogFormat, createLogger } from '../../lib/log.ts';
+import { LOG_TEXT_MAX, chooseLogFormat, createLogger } from '../../lib/log.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 
@@ -105,5 +105,27 @@ describe('masking in a log line whose value spans lines', () => {
       const error = format === 'json' ? (JSON.parse(lines[0]!) as { error: string }).error : JSON.parse(/error=("[^\n]*")\)\n$/.exec(lines[0]!)![1]!) as string;
       expect(error, format).toBe('connect to https://db.example/x?token=*** failed\nretry 3 of 5: https://db.example/x?token=***\n***@db.example refused\ttry again');
     }
+  });
+});
+
+describe('a log line carrying what user code threw', () => {
+  // A startOn goal, an eventKey or an answer's handler that threw a 5 MB message made a 5 MB line, which
+  // CloudWatch cuts at 256 KB and no collector then parses.
+  it('cuts a long message and long fields to LOG_TEXT_MAX, saying how long they were, and keeps the rest', () => {
+    const huge = 'x'.repeat(5_000_000);
+    const { log, lines } = capture('json', { STEPWISE_LOG_LEVEL: 'info' });
+    log.warn({ event: 'trigger-error', error: huge, eventId: 'e-1', nested: { kept: 'as is' } }, `the trigger threw: ${huge}`);
+    log.info(huge);
+    expect(lines).toHaveLength(2);
+    const line = JSON.parse(lines[0]!) as Record<string, string | Record<string, string>>;
+    expect(lines[0]!.length).toBeLessThan(3 * LOG_TEXT_MAX);
+    expect(line.error).toBe(`${'x'.repeat(LOG_TEXT_MAX)}... (5000000 characters, cut)`);
+    expect(line.msg).toMatch(/^the trigger threw: x+\.\.\. \(5000019 characters, cut\)$/);
+    expect(line).toMatchObject({ event: 'trigger-error', eventId: 'e-1', nested: { kept: 'as is' } });
+    expect(lines[1]!.length).toBeLessThan(2 * LOG_TEXT_MAX);
+    // A line under the limit is as it was.
+    const short = capture('json', { STEPWISE_LOG_LEVEL: 'info' });
+    short.log.info({ event: 'checkpoint', reason: 'y'.repeat(LOG_TEXT_MAX) }, 'ok');
+    expect((JSON.parse(short.lines[0]!) as { reason: string }).reason).toBe('y'.repeat(LOG_TEXT_MAX));
   });
 });
