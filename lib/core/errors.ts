@@ -181,12 +181,24 @@ export class RunIdInUseError extends InvalidInputError {
   }
 }
 
+/**
+ * An operation the run's status refuses: a retry of a run that is running or cancelled, a cancel of one
+ * that has ended. Nothing changed. Bad input to the CLI (exit 2), a conflict to the API (409), where it was
+ * a 400 a client could not tell from a malformed request: a retry whose first answer was lost, asked again,
+ * finds the run running.
+ */
+export class RunStateError extends InvalidInputError {
+  constructor(readonly runId: string, readonly status: string, message: string) {
+    super(message);
+  }
+}
+
 // Their names in the registry are their class names: the same in every copy.
 for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
   WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
-  RunIdTakenError, RunIdInUseError, BlobRefusedError,
+  RunIdTakenError, RunIdInUseError, RunStateError, BlobRefusedError,
 })) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {

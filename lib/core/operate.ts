@@ -1,4 +1,4 @@
-import { InvalidInputError } from './errors.ts';
+import { InvalidInputError, RunStateError } from './errors.ts';
 import { waitedFor } from './waited-for.ts';
 import {
   ZERO_USAGE, addUsage, budgetSchema,
@@ -89,7 +89,7 @@ export function retryState(state: RunState, options: RetryOptions, usd?: number,
     // A run that ended as it should (completed) or by a person's word (cancelled) is not continued in
     // place; a fork takes its state on under a new id.
     const fork = state.status === 'completed' || state.status === 'cancelled' ? `; fork it from step ${state.step} to go on from its state` : '';
-    throw new InvalidInputError(`run ${state.runId} is ${state.status}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried${fork}`);
+    throw new RunStateError(state.runId, state.status, `run ${state.runId} is ${state.status}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried${fork}`);
   }
   const stepCap = options.stepCap ?? (state.status === 'capped' ? defaultRaisedCap(state) : state.stepCap);
   checkStepCap(stepCap);

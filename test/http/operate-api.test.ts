@@ -66,8 +66,10 @@ describe('operating runs through the API', () => {
     await workVisible(app.deps, app.runtime);
     expect(decodeState((await app.runtime.store.load('op-api-f'))!)).toMatchObject({ status: 'cancelled', step: 1, forkedFrom: { runId: 'op-api' } });
     expect((await post('/runs/op-api/cancel', {})).status).toBe(400);
+    // What the run's status refuses is a conflict with the run (409), not a malformed request (400): a
+    // client that asked again after a lost answer could not tell them apart.
     const retryCancelled = await json(await post('/runs/op-api/retry', {}));
-    expect(retryCancelled.status).toBe(400);
+    expect(retryCancelled).toMatchObject({ status: 409, body: { runId: 'op-api', status: 'cancelled' } });
     expect(retryCancelled.body.error).toContain('is cancelled');
   });
 
@@ -99,6 +101,8 @@ describe('operating runs through the API', () => {
     expect((await post('/runs/op-cap/retry', { stepCap: 'many' })).status).toBe(400);
     const retried = await json(await post('/runs/op-cap/retry', { stepCap: 5, budget: { tokens: 10_000 } }));
     expect(retried).toMatchObject({ status: 200, body: { runId: 'op-cap', from: 'capped', stepCap: 5, budget: { tokens: 10_000 } } });
+    // The same retry asked again finds the run running: a conflict, 409.
+    expect(await json(await post('/runs/op-cap/retry', { stepCap: 5, budget: { tokens: 10_000 } }))).toMatchObject({ status: 409, body: { runId: 'op-cap', status: 'running' } });
     await workVisible(app.deps, app.runtime);
     expect(decodeState((await app.runtime.store.load('op-cap'))!)).toMatchObject({ status: 'waiting', stepCap: 5 });
   });
@@ -108,5 +112,12 @@ describe('operating runs through the API', () => {
     await workVisible(app.deps, app.runtime);
     const bare = await json(await app.api('/runs/op-bare/retry', { method: 'POST' }));
     expect(bare).toMatchObject({ status: 200, body: { runId: 'op-bare', from: 'capped' } });
+  });
+
+  it('a cancel of a run that has ended is a conflict with it, 409, naming its status', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-ended', stepCap: 1 })).status).toBe(201);
+    await workVisible(app.deps, app.runtime);
+    const refused = await json(await post('/runs/op-ended/cancel', { by: 'ops@example.com' }));
+    expect(refused).toMatchObject({ status: 409, body: { runId: 'op-ended', status: 'capped', error: 'run op-ended has already ended (capped): nothing to cancel' } });
   });
 });

@@ -1,5 +1,5 @@
 import { decodeState } from '../../core/codec.ts';
-import { InvalidInputError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
+import { InvalidInputError, RunStateError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
 import { cancelRequest } from '../../core/operate.ts';
 import { isTerminal } from '../../core/state.ts';
 import type { OperateDeps } from './deps.ts';
@@ -47,7 +47,7 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
     const stored = await deps.store.load(runId);
     if (!stored) throw new UnknownRunError(runId);
     if (stored.status === 'cancelled') return { outcome: 'already-cancelled', runId, version: stored.version };
-    if (isTerminal(stored.status)) throw new InvalidInputError(`run ${runId} has already ended (${stored.status}): nothing to cancel`);
+    if (isTerminal(stored.status)) throw new RunStateError(runId, stored.status, `run ${runId} has already ended (${stored.status}): nothing to cancel`);
     try {
       if (stored.status === 'running') {
         if (stored.cancelRequested !== undefined) return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested, earlier: true };
