@@ -57,8 +57,8 @@ common options:
 
 exit codes: 0 done; 1 a failure of stepwise or its environment (the database, AWS, a crash); 2 bad input
 (a usage error, an unknown run, a file that cannot hold a database, AWS credentials, permissions or KMS key
-refused); run: 3 the run failed, was cancelled or stopped at its step cap or budget; drift: 3 runs this code
-cannot resume
+refused, an answer to a wait already answered or expired); run: 3 the run failed, was cancelled or stopped
+at its step cap or budget; drift: 3 runs this code cannot resume
 `;
 
 const OPTIONS = {

@@ -74,8 +74,11 @@ describe('a run waiting for an event, from the terminal', () => {
       // Approved (as the approver, with the space a script's variable left around the address), then
       // rejected: the second says who answered and how, where it said only "already answered".
       expect((await stepwiseCli(['approve', 'ap-run', '--as', ' ops@example.com '], ownEnv)).code).toBe(0);
+      // Nothing changed and nothing will: exit 2 with the reason on stderr, never 1, which says to run it again.
       const late = await stepwiseCli(['reject', 'ap-run'], ownEnv);
-      expect(late.out.trim()).toMatch(/^run ap-run: Already approved by ops@example\.com at \S+\. Nothing changed\.$/);
+      expect(late.code).toBe(2);
+      expect(late.out).toBe('');
+      expect(late.err.trim()).toMatch(/^stepwise: run ap-run: Already approved by ops@example\.com at \S+\. Nothing changed\.$/);
     } finally {
       own.cleanup();
     }
@@ -92,7 +95,8 @@ describe('a run waiting for an event, from the terminal', () => {
       await runtime.store.commit({ runId: 'ap-late', expectedVersion: 1, state: beginWait(newState('ap-late'), wait, then), ...META });
       runtime.close();
       const late = await stepwiseCli(['approve', 'ap-late'], { ...env, STEPWISE_DB: own.path });
-      expect(late.out.trim()).toBe(`run ap-late: the approval expired at ${new Date(wait.deadline).toISOString()}; the run went on with "timed out", not this answer`);
+      expect(late.code).toBe(2);
+      expect(late.err.trim()).toBe(`stepwise: run ap-late: the approval expired at ${new Date(wait.deadline).toISOString()}; the run went on with "timed out", not this answer`);
     } finally {
       own.cleanup();
     }

@@ -20,11 +20,12 @@ export async function answerCommand(decision: 'approve' | 'reject', runId: strin
   try {
     await assertQueueTakesRun(backend, await queueAgentOf(backend, options), runId);
     const outcome = await answerApproval(cliDeps(backend), runId, { decision, ...(options.as ? { by: options.as } : {}), ...(options.comment ? { comment: options.comment } : {}) });
-    // Who may not answer, or a run that is not there, is bad input (exit 2 and the reason on stderr); a
-    // wait already answered or expired is the run's state, said on stdout with exit 1.
-    if (outcome.outcome === 'refused' || outcome.outcome === 'unknown-run') throw new InvalidInputError(describe(outcome, decision));
+    // Anything but resumed changed nothing, and running it again changes nothing either: exit 2 with the
+    // reason on stderr, as for `cancel` of an ended run. A wait already answered or expired exited 1,
+    // which says "stepwise failed: run it again", so a script retrying on 1 retried for ever.
+    if (outcome.outcome !== 'resumed') throw new InvalidInputError(describe(outcome, decision));
     out(describe(outcome, decision));
-    return outcome.outcome === 'resumed' ? 0 : 1;
+    return 0;
   } finally {
     backend.close();
   }
