@@ -112,7 +112,8 @@ describe('a write of the API whose run is saved and whose message is not sent', 
     };
     await again(`/runs/sent-wait/waits/${waiting.wait!.id}`, { decision: 'approve', by: APPROVER }, 409);
     await again('/runs/sent-cap/fork', { fromStep: 1, runId: 'sent-fork', stepCap: 5 }, 200);
-    await again('/runs/sent-cap/retry', { stepCap: 5 }, 400);
+    // A conflict with the running run (RunStateError), as the answer's is: nothing changed but the send.
+    await again('/runs/sent-cap/retry', { stepCap: 5 }, 409);
     expect(sent).toEqual([
       { runId: 'sent-wait', version: answered.version }, { runId: 'sent-fork', version: 1 }, { runId: 'sent-cap', version: retried.version },
     ]);
