@@ -269,10 +269,12 @@ const DONE = /^[*_#>`~\s]*DONE(?![A-Za-z0-9_])[*_`~]*/;
 /** One tool call, DONE with its summary, or why the reply is neither. Thinking blocks are ignored. */
 export function readReply(message: Anthropic.Message, maxTokens: number): ModelReply {
   const usage = usageOf(message.usage);
-  const model = message.model;
+  // A gateway may answer `model: null`: the engine refuses a reply whose model is not a string, and the
+  // call's usage went uncounted with it. Without one, the step is priced by the model the worker asked.
+  const model = typeof message.model === 'string' && message.model ? message.model : undefined;
   const calls = message.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
   const text = message.content.filter((b): b is Anthropic.TextBlock => b.type === 'text').map((b) => b.text).join('');
-  const invalid = (reason: string): ModelReply => ({ kind: 'invalid', reason, usage, model });
+  const invalid = (reason: string): ModelReply => ({ kind: 'invalid', reason, usage, ...(model ? { model } : {}) });
 
   switch (message.stop_reason) {
     case 'max_tokens':
@@ -288,10 +290,15 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
   }
   if (calls.length > 1) return invalid(`${calls.length} tool calls in one reply (${calls.map((c) => c.name).join(', ')}); exactly one is allowed`);
   const [call] = calls;
-  if (call) return { kind: 'tool', tool: call.name, input: call.input, usage, model };
+  if (call) {
+    // Not the API's, a gateway's: the engine cannot record a call without a tool name, and refused the
+    // whole reply as the adapter's bug, its usage uncounted. An unusable reply is counted and explained.
+    if (typeof call.name !== 'string' || !call.name) return invalid('a tool call without a tool name');
+    return { kind: 'tool', tool: call.name, input: call.input, usage, ...(model ? { model } : {}) };
+  }
   const trimmed = text.trim();
   if (DONE.test(trimmed)) {
-    return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, model };
+    return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, ...(model ? { model } : {}) };
   }
   return invalid(trimmed ? `no tool call and no DONE; the reply said: ${foldedExcerpt(trimmed, 200)}` : 'an empty reply: no tool call and no DONE');
 }
@@ -325,11 +332,21 @@ export function messageProblem(message: unknown): string | undefined {
 /** In key order, as the step record holding it is (stepRecordOf): its canonical JSON then copies nothing. */
 export function usageOf(usage: Anthropic.Usage): Usage {
   return {
-    cacheReadTokens: usage.cache_read_input_tokens ?? 0,
-    cacheWriteTokens: usage.cache_creation_input_tokens ?? 0,
-    inputTokens: usage.input_tokens ?? 0,
-    outputTokens: usage.output_tokens ?? 0,
+    cacheReadTokens: tokenCount(usage.cache_read_input_tokens),
+    cacheWriteTokens: tokenCount(usage.cache_creation_input_tokens),
+    inputTokens: tokenCount(usage.input_tokens),
+    outputTokens: tokenCount(usage.output_tokens),
   };
+}
+
+/**
+ * A usage field as the whole number the engine records. The API sends whole numbers, or null for a cache
+ * field; a gateway may send `"120"` or `12.0000001`, which the engine refused (a usage field must be a
+ * whole number), failing a reply that was fine and leaving its tokens uncounted.
+ */
+function tokenCount(value: unknown): number {
+  const n = typeof value === 'number' ? value : typeof value === 'string' ? Number(value) : Number.NaN;
+  return Number.isFinite(n) && n > 0 ? Math.round(n) : 0;
 }
 
 // ---- errors ----

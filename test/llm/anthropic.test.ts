@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { toolSpecs } from '../../lib/agent.ts';
+import { replyProblem } from '../../lib/core/model-reply.ts';
 import { promptText, renderStepPrompt, type PromptBlock } from '../../lib/core/prompt.ts';
 import { AnthropicModel, DEFAULT_MAX_TOKENS, DEFAULT_MODEL, MAX_CACHE_BREAKPOINTS, userContent } from '../../lib/llm/anthropic.ts';
 import type { ModelRequest, ModelSettings } from '../../lib/ports.ts';
@@ -135,6 +136,25 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
   it('a tool_use cut off by max_tokens is invalid, not a call with half its input', async () => {
     server.script({ type: 'message', stopReason: 'max_tokens', content: [{ type: 'tool_use', name: 'write_row', input: {} }] });
     expect(await model.decide(stepRequest(2))).toMatchObject({ kind: 'invalid', reason: expect.stringMatching(/max_tokens/) });
+  });
+
+  it('a gateway\'s reply with a null model, usage counts as strings or fractions, or a tool call without a name is one the engine can record, its usage counted', async () => {
+    // Each was refused by the engine as the adapter's bug ("a reply the engine cannot record"): the step
+    // failed a reply that was fine, and the call's tokens went uncounted.
+    const body = (over: Record<string, unknown>) => JSON.stringify({
+      id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-opus-5-5', stop_reason: 'end_turn', stop_sequence: null,
+      content: [{ type: 'text', text: 'DONE. ok' }], usage: { input_tokens: 10, output_tokens: 5 }, ...over,
+    });
+    server.script(
+      { type: 'raw', status: 200, body: body({ model: null }) },
+      { type: 'raw', status: 200, body: body({ usage: { input_tokens: '120', output_tokens: 7.0000001, cache_creation_input_tokens: null, cache_read_input_tokens: -3 } }) },
+      { type: 'raw', status: 200, body: body({ stop_reason: 'tool_use', content: [{ type: 'tool_use', id: 'toolu_1', input: {} }] }) },
+    );
+    const replies = [await model.decide(stepRequest(2)), await model.decide(stepRequest(2)), await model.decide(stepRequest(2))];
+    for (const reply of replies) expect(replyProblem(reply)).toBeUndefined();
+    expect(replies[0]).toEqual({ kind: 'done', summary: 'ok', usage: { cacheReadTokens: 0, cacheWriteTokens: 0, inputTokens: 10, outputTokens: 5 } });
+    expect(replies[1]!.usage).toEqual({ cacheReadTokens: 0, cacheWriteTokens: 0, inputTokens: 120, outputTokens: 7 });
+    expect(replies[2]).toMatchObject({ kind: 'invalid', reason: 'a tool call without a tool name', usage: { inputTokens: 10, outputTokens: 5 } });
   });
 
   it('sends the agent settings: model, max_tokens, temperature', async () => {
