@@ -97,20 +97,28 @@ export class AnthropicModel implements Model {
     const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deadlineHit.signal]) : deadlineHit.signal;
     try {
-      const message = await client.post<Anthropic.Message>('/v1/messages', {
-        body: params,
-        signal,
-        // The SDK applies this to each attempt; the deadline signal bounds the attempts and waits together.
-        timeout: Math.max(1, Math.floor(Math.min(this.attemptTimeoutMs, this.deadlineMs))),
-        maxRetries: this.maxRetries,
-        middleware: [stopRetryingPastDeadline(deadline)],
-      });
+      let message: Anthropic.Message;
+      try {
+        message = await client.post<Anthropic.Message>('/v1/messages', {
+          body: params,
+          signal,
+          // The SDK applies this to each attempt; the deadline signal bounds the attempts and waits together.
+          timeout: Math.max(1, Math.floor(Math.min(this.attemptTimeoutMs, this.deadlineMs))),
+          maxRetries: this.maxRetries,
+          middleware: [stopRetryingPastDeadline(deadline)],
+        });
+      } catch (error) {
+        // The SDK parses a successful answer's JSON body, and only that: a body cut short, empty, or a page
+        // sent as JSON was the bare "the model call failed: Unterminated string in JSON at position 49",
+        // naming neither the API nor what it sent.
+        if (!(error instanceof SyntaxError)) throw error;
+        throw new TransientError(`the Messages API at ${this.where()} answered 200 with a body that is not JSON (cut short, empty, or not the API's): ${foldedExcerpt(error.message, 160)}`, { cause: error });
+      }
       const problem = messageProblem(message);
       // A gateway or proxy at ANTHROPIC_BASE_URL may answer 200 with a page or other JSON: said as such,
       // not as the TypeError that reading it as a message would throw.
       if (problem) {
-        const where = redactUrl(this.baseURL ?? 'https://api.anthropic.com');
-        throw new TransientError(`the Messages API at ${where} answered 200 with something that is not a message (${problem}): ${foldedExcerpt(typeof message === 'string' ? message : JSON.stringify(message) ?? String(message), 120)}`);
+        throw new TransientError(`the Messages API at ${this.where()} answered 200 with something that is not a message (${problem}): ${foldedExcerpt(typeof message === 'string' ? message : JSON.stringify(message) ?? String(message), 120)}`);
       }
       return readReply(message, params.max_tokens);
     } catch (error) {
@@ -122,6 +130,11 @@ export class AnthropicModel implements Model {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /** The API's address as an error may name it. */
+  private where(): string {
+    return redactUrl(this.baseURL ?? 'https://api.anthropic.com');
   }
 
   /** The client for the current key. The source remembers the key, so this reads it once per refresh, not per step. */

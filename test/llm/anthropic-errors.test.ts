@@ -208,6 +208,17 @@ describe('Anthropic adapter errors', () => {
     }
   });
 
+  it('a 200 whose body is not JSON (cut short, empty, a page sent as JSON): TransientError that names the API and says so', async () => {
+    // It was the bare "the model call failed: Unterminated string in JSON at position 49".
+    for (const body of ['{"id":"msg_1","type":"message","content":[{"type":"te', '', '<html>502 Bad Gateway</html>']) {
+      server.script({ type: 'raw', status: 200, body });
+      const error = await modelWith().decide(request()).catch((e: unknown) => e);
+      expect(error, body).toBeInstanceOf(TransientError);
+      expect((error as Error).message, body).toMatch(new RegExp(`^the Messages API at ${server.url} answered 200 with a body that is not JSON \\(cut short, empty, or not the API's\\): \\S`));
+    }
+    expect(server.requests).toHaveLength(3);
+  });
+
   it('no key configured: PermanentError before any request', async () => {
     const model = new AnthropicModel({ baseURL: server.url, env: {} });
     await expect(model.decide(request())).rejects.toThrow(PermanentError);
