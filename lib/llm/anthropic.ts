@@ -291,7 +291,8 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
 
   switch (message.stop_reason) {
     case 'max_tokens':
-      return invalid(`the reply was cut off at max_tokens (${maxTokens}) before it finished`);
+      // Named by its setting: three such replies fail the run, and the operator's fix is to raise it.
+      return invalid(`the reply was cut off at max_tokens (${maxTokens}, the agent's settings.maxTokens) before it finished`);
     case 'model_context_window_exceeded':
       return invalid('the reply was cut off: the context window is full');
     case 'refusal':

@@ -113,7 +113,7 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     ['DONE inside a word', endTurn('DONEGAL is a county.'), /no tool call and no DONE/],
     ['DONE inside a word, in Markdown', endTurn('**DONEGAL** is a county.'), /no tool call and no DONE/],
     ['DONE not at the start', endTurn('Not DONE yet: row 3 is left.'), /no tool call and no DONE/],
-    ['max_tokens truncation', truncated('DONE. Wrote all the'), /cut off at max_tokens \(8192\)/],
+    ['max_tokens truncation', truncated('DONE. Wrote all the'), /cut off at max_tokens \(8192, the agent's settings.maxTokens\)/],
     ['a refusal', refusal(), /refused/],
   ];
   it.each(invalid)('returns %s as invalid with the reason, never throws', async (_name, reply, reason) => {
