@@ -122,11 +122,11 @@ export class AnthropicModel implements Model {
       }
       return readReply(message, params.max_tokens);
     } catch (error) {
-      throw withToolNames(withoutKey(classifyError(error, {
+      throw withModelName(withToolNames(withoutKey(classifyError(error, {
         callerAborted: request.signal?.aborted ?? false,
         deadlineHit: deadlineHit.signal.aborted,
         deadlineMs: this.deadlineMs,
-      }), key), params.tools);
+      }), key), params.tools), params.model, request.runId);
     } finally {
       clearTimeout(timer);
     }
@@ -445,6 +445,18 @@ export function withToolNames(error: StepwiseError, tools: readonly object[] | u
     return typeof name === 'string' ? `${path} (tool ${name})` : path;
   });
   if (named === error.message) return error;
+  if (error.stack) error.stack = error.stack.replace(error.message, named);
+  error.message = named;
+  return error;
+}
+
+/**
+ * A 404 says which model id was sent and where it comes from: a retired or misspelt id fails every run at
+ * once, and the API's own message (`model: claude-3-opus-20240229`) does not say which setting to change.
+ */
+export function withModelName(error: StepwiseError, model: string, runId: string): StepwiseError {
+  if (!(error instanceof PermanentError) || !(error.cause instanceof APIError) || error.cause.status !== 404) return error;
+  const named = `${error.message}; the request named model "${model}" (the agent's settings.model, else STEPWISE_MODEL, else ${DEFAULT_MODEL}): a retired or misspelt id? set a current one, then \`stepwise retry ${runId}\``;
   if (error.stack) error.stack = error.stack.replace(error.message, named);
   error.message = named;
   return error;

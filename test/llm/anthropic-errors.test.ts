@@ -60,6 +60,17 @@ describe('Anthropic adapter errors', () => {
     expect(server.requests).toHaveLength(1);
   });
 
+  it('a 404 for the model names the model id sent and the settings it comes from', async () => {
+    // The API says only "model: claude-3-opus-20240229"; a retired id fails every run at once.
+    server.script({ type: 'error', status: 404, errorType: 'not_found_error', message: 'model: claude-3-opus-20240229', headers: NOW });
+    const error = await modelWith().decide({ ...request(), settings: { model: 'claude-3-opus-20240229' } }).then(() => new Error('no error'), (e: unknown) => e as Error);
+    expect(error).toBeInstanceOf(PermanentError);
+    expect(error.message).toMatch(/^the Anthropic API refused the request: 404 not_found_error: model: claude-3-opus-20240229 \(request req_\w+\); the request named model "claude-3-opus-20240229" \(the agent's settings\.model, else STEPWISE_MODEL, else claude-opus-5-5\): a retired or misspelt id\? set a current one, then `stepwise retry run-e`$/);
+    // Other refusals are as they were.
+    server.script(apiError(400, 'prompt is too long', NOW));
+    expect((await modelWith().decide(request()).then(() => new Error('no error'), (e: unknown) => e as Error)).message).not.toMatch(/named model/);
+  });
+
   it('a refusal that points at a tool by its place in the request names the tool', async () => {
     const names = toolSpecs(agent).map((t) => t.name);
     server.script(apiError(400, 'tools.1.custom.input_schema: JSON schema is invalid; tools.9 is not there', NOW));
