@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
-import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chmodSync, existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../settings.ts';
 import { makeDir } from '../make-dir.ts';
@@ -17,22 +17,43 @@ export { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV };
 
 /**
  * The local key: 32 random bytes in a file beside the database, created on first use with mode 0600.
- * Created with the exclusive flag, so two processes starting together agree on one key.
+ * Written whole under another name, then linked into place, which fails if a key got there first: two
+ * processes starting together agree on one key. Created with the exclusive flag in place, the file was
+ * there empty between its creation and its write, and a process starting then read "no key" and failed
+ * (test/waits/signing-key-race.test.ts).
  */
 export function localSigningKey(path: string): SigningKeySource {
   let key: Buffer | undefined;
   return async () => {
     if (key) return key;
     makeDir(dirname(path));
-    try {
-      writeFileSync(path, randomBytes(MIN_KEY_BYTES).toString('base64'), { flag: 'wx', mode: 0o600 });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    }
+    if (!existsSync(path)) createKey(path);
     chmodSync(path, 0o600);
     key = decodeKey(readFileSync(path, 'utf8'), path);
     return key;
   };
+}
+
+function createKey(path: string): void {
+  const partial = join(dirname(path), `.signing-${randomUUID()}.tmp`);
+  try {
+    // Inside the try: a write the full disk cuts short leaves no partial key behind.
+    writeFileSync(partial, randomBytes(MIN_KEY_BYTES).toString('base64'), { flag: 'wx', mode: 0o600 });
+    linkSync(partial, path);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return;
+    if (code !== 'EPERM' && code !== 'ENOTSUP' && code !== 'EOPNOTSUPP' && code !== 'ENOSYS') throw error;
+    // A file system that keeps no links (some network shares): the exclusive create in place, whose empty
+    // moment another process may see, is the best it offers.
+    try {
+      writeFileSync(path, readFileSync(partial), { flag: 'wx', mode: 0o600 });
+    } catch (fallback) {
+      if ((fallback as NodeJS.ErrnoException).code !== 'EEXIST') throw fallback;
+    }
+  } finally {
+    rmSync(partial, { force: true });
+  }
 }
 
 /**
