@@ -63,17 +63,50 @@ function awsSigningKey(env: NodeJS.ProcessEnv): SigningKeySource | undefined {
   return file ? fileSigningKey(file) : undefined;
 }
 
-/** The signing key from a Secrets Manager secret (base64 text), read once per container. */
-export function secretSigningKey(secretId: string, client: SecretsManagerClient = new SecretsManagerClient({})): SigningKeySource {
-  let key: Promise<Buffer> | undefined;
+/**
+ * How long a signing key read from its secret is used before it is read again. Read once per container, a
+ * key put into the secret (a rotation) reached only new containers: for hours a warm worker signed links
+ * with the old key that new API containers refused as "not issued by this deployment", and a warm API
+ * refused the new workers' links. Now every container takes the new key within this time.
+ */
+export const SIGNING_KEY_REFRESH_MS = 5 * 60_000;
+/** After a failed refresh, the key that worked is used this much longer before the next read. */
+const REFRESH_RETRY_MS = 30_000;
+
+/**
+ * The signing key from a Secrets Manager secret (base64 text), read once per container and again every
+ * SIGNING_KEY_REFRESH_MS. A first read that fails is not remembered (the next call tries again); a refresh
+ * that fails, or finds a value that is no key, keeps the key that worked a little longer.
+ */
+export function secretSigningKey(
+  secretId: string, client: SecretsManagerClient = new SecretsManagerClient({}), options: { refreshMs?: number; now?: () => number } = {},
+): SigningKeySource {
+  const refreshMs = options.refreshMs ?? SIGNING_KEY_REFRESH_MS;
+  const now = options.now ?? Date.now;
+  let key: Buffer | undefined;
+  let freshUntil = 0;
+  let reading: Promise<Buffer> | undefined;
   return () => {
-    key ??= client.send(new GetSecretValueCommand({ SecretId: secretId })).then(
+    if (key && now() < freshUntil) return Promise.resolve(key);
+    reading ??= client.send(new GetSecretValueCommand({ SecretId: secretId })).then(
       (value) => decodeKey(value.SecretString ?? '', `secret ${secretId}`),
       (error: unknown) => {
-        key = undefined;
         throw new TransientError(`cannot read the approval signing key from secret ${secretId}: ${errorMessage(error)}`, { cause: error });
       },
-    );
-    return key;
+    ).then(
+      (read) => {
+        key = read;
+        freshUntil = now() + refreshMs;
+        return read;
+      },
+      (error: unknown) => {
+        if (!key) throw error;
+        freshUntil = now() + REFRESH_RETRY_MS;
+        return key;
+      },
+    ).finally(() => {
+      reading = undefined;
+    });
+    return reading;
   };
 }

@@ -4,7 +4,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidInputError } from '../../lib/core/errors.ts';
 import type { AwsRuntime } from '../../lib/aws/runtime.ts';
 import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
-import { awsWaitServices } from '../../lib/aws/wait-services.ts';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { SIGNING_KEY_REFRESH_MS, awsWaitServices, secretSigningKey } from '../../lib/aws/wait-services.ts';
 import { approvalEmail } from '../../lib/waits/approval-email.ts';
 import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { signApproval, verifyApproval } from '../../lib/waits/approval-token.ts';
@@ -80,5 +81,38 @@ describe('awsWaitServices', () => {
     expect(() => awsWaitServices(runtime, { STEPWISE_OUTBOX: outbox })).toThrow('STEPWISE_OUTBOX writes emails as files for a host of your own (the CLI\'s workers); in Lambda, set STEPWISE_EMAIL_FROM to send them with SES');
     expect(none.notifier).toBeUndefined();
     expect(none.signingKey).toBeUndefined();
+  });
+
+  it('takes a signing key put into the secret (a rotation) in every container within minutes, keeping the one that worked while the secret cannot be read', async () => {
+    const old = Buffer.alloc(32, 1);
+    const rotated = Buffer.alloc(48, 2);
+    let secret: string | Error = old.toString('base64');
+    let reads = 0;
+    const client = { send: async () => {
+      reads++;
+      if (secret instanceof Error) throw secret;
+      return { SecretString: secret };
+    } } as unknown as SecretsManagerClient;
+    let now = 0;
+    // A warm container: one that read the key before the rotation.
+    const warm = secretSigningKey('sk', client, { now: () => now });
+    expect((await warm()).equals(old)).toBe(true);
+    secret = rotated.toString('base64');
+    now += 60_000;
+    expect((await warm()).equals(old)).toBe(true);
+    expect(reads).toBe(1);
+    // A link a new container signs after the rotation: the warm API checks it with the new key once it is read again.
+    const fresh = await secretSigningKey('sk', client, { now: () => now })();
+    const link = signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: now + 3_600_000 }, fresh);
+    expect(verifyApproval(link, await warm(), now).ok).toBe(false);
+    now += SIGNING_KEY_REFRESH_MS;
+    // It kept the old key for as long as the container lived, and refused every link signed with the new one.
+    expect((await warm()).equals(rotated)).toBe(true);
+    expect(verifyApproval(link, await warm(), now).ok).toBe(true);
+    // A refresh that fails keeps the key that worked; a first read that fails is said, and tried again.
+    secret = new Error('ThrottlingException');
+    now += SIGNING_KEY_REFRESH_MS;
+    expect((await warm()).equals(rotated)).toBe(true);
+    await expect(secretSigningKey('sk', client, { now: () => now })()).rejects.toThrow('cannot read the approval signing key from secret sk: ThrottlingException');
   });
 });
