@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { decodeState } from '../../lib/core/codec.ts';
 import { defineAgent } from '../../lib/agent.ts';
@@ -121,6 +122,19 @@ describe('approval links', () => {
     }
     expect(await version()).toBe(before);
     expect((await app.runtime.store.load('run'))!.status).toBe('waiting');
+  });
+
+  it('with the key file left empty (a disk that filled as it was made), the link says the server cannot check it, a 500 that names no path', async () => {
+    app = await startHttpApp();
+    writeFileSync(join(app.dir, 'signing.key'), '');
+    const token = signApproval({ runId: 'run', waitId: 'w', approver: APPROVER, expiresAt: app.clock.now() + 60_000 }, Buffer.alloc(32, 7));
+    for (const response of [await fetch(`${app.url}/approvals/${token}`), await post(`${app.url}/approvals/${token}`, { decision: 'approve' })]) {
+      // It was a 400 "Not done: the approval signing key in /tmp/.../signing.key must be at least 32 bytes of base64".
+      expect(response.status).toBe(500);
+      const page = await response.text();
+      expect(page).toMatch(/cannot check approval links now: its signing key is unusable/);
+      expect(page).not.toContain(app.dir);
+    }
   });
 
   it('after the wait timed out, the link says so and changes nothing', async () => {
