@@ -12,7 +12,7 @@ import {
 import { idempotencyKey } from '../core/keys.ts';
 import { parseToolInput } from '../core/tool-input.ts';
 import { withFields } from '../core/objects.ts';
-import { replyProblem } from '../core/model-reply.ts';
+import { readableUsage, replyProblem } from '../core/model-reply.ts';
 import { renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult, type ShapedResult } from '../core/result.ts';
 import { usageAdded, type Decision, type RunState, type RunStatus, type StepRecord, type Usage, type WaitRecord } from '../core/state.ts';
@@ -153,10 +153,11 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // is accepted then.
     const atCap = capReached(state);
     let reply: ModelReply;
+    let answered: unknown;
     try {
       const request: ModelRequest = { runId, step: n, prompt: renderStepPrompt(state), tools: toolSpecs(deps.agent), settings: deps.agent.settings ?? {} };
       if (deps.signal) request.signal = deps.signal;
-      reply = await deps.model.decide(request);
+      reply = answered = await deps.model.decide(request);
       const problem = replyProblem(reply);
       if (problem) throw new TransientError(`the model ${deps.model.name} returned a reply the engine cannot record: ${problem}`);
     } catch (error) {
@@ -166,7 +167,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
         await deps.store.addRestarts(runId, version, -1);
         throw error;
       }
-      return commitFailure(deps, base, state, asStepError(error));
+      // A reply the engine cannot record was still a call made and billed: its usage is counted when it can be read.
+      return commitFailure(deps, base, state, asStepError(error), usageOnly(readableUsage(answered)));
     }
     if (deps.probe) await deps.probe('C2', { runId, step: n });
 

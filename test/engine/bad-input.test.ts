@@ -360,4 +360,21 @@ describe('bad input gets a clear error and nothing is lost', () => {
     expect(state.steps).toEqual([]);
     expect(state.usage).toEqual({ inputTokens: 0, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 });
   });
+
+  it("a reply the engine cannot record whose usage is whole still counts that usage: the call was made and billed", async () => {
+    const usage = { inputTokens: 120, outputTokens: 7, cacheWriteTokens: 0, cacheReadTokens: 30 };
+    const bad: unknown[] = [
+      // A Model of the user's own: a tool that is no string, and no kind at all, each with its usage.
+      { kind: 'tool', tool: 42, input: {}, usage },
+      { tool: 'write_rows', input: {}, usage: { outputTokens: 1, inputTokens: 2, cacheReadTokens: 0, cacheWriteTokens: 0 } },
+      { kind: 'done', summary: 'ok', usage: { inputTokens: 100, outputTokens: 10 } },
+    ];
+    const { deps, runtime, clock } = setup(() => bad.shift() as ModelReply);
+    await start(deps, 'write the rows');
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'failed', failures: 3 });
+    // The first two counted; the third's usage is not whole (no cache counts), so nothing of it is.
+    expect(state.usage).toEqual({ inputTokens: 122, outputTokens: 8, cacheWriteTokens: 0, cacheReadTokens: 30 });
+  });
 });
