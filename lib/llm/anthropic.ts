@@ -314,7 +314,11 @@ export function readReply(message: Anthropic.Message, maxTokens: number): ModelR
   if (DONE.test(trimmed)) {
     return { kind: 'done', summary: trimmed.replace(DONE, '').replace(/^[\s\p{P}]+/u, '').trim(), usage, ...(model ? { model } : {}) };
   }
-  return invalid(trimmed ? `no tool call and no DONE; the reply said: ${foldedExcerpt(trimmed, 200)}` : 'an empty reply: no tool call and no DONE');
+  if (trimmed) return invalid(`no tool call and no DONE; the reply said: ${foldedExcerpt(trimmed, 200)}`);
+  // Blocks the adapter does not read (a server tool's, thinking alone) made "an empty reply" of a reply
+  // that was not empty: their types say what the model did instead.
+  const others = [...new Set(message.content.map((b) => String((b as { type?: unknown }).type)))];
+  return invalid(others.length ? `no text and no tool call, only ${others.join(', ')} blocks: no tool call and no DONE` : 'an empty reply: no tool call and no DONE');
 }
 
 /** Characters kept of a refusal's explanation: it is the run's reason and the model's retry note. */

@@ -110,6 +110,15 @@ describe('Anthropic adapter through the SDK and the local Messages server', () =
     ['several tool calls', toolUses([{ name: 'write_row', input: { row: 1 } }, { name: 'count_rows', input: {} }]), /2 tool calls .*write_row, count_rows/],
     ['no tool call and no DONE', endTurn('I think we should write row 3.'), /no tool call and no DONE.*write row 3/],
     ['an empty reply', { type: 'message', content: [], stopReason: 'end_turn' }, /empty reply/],
+    // Said as what it held, where it was "an empty reply".
+    ['a reply of blocks the adapter does not read', {
+      type: 'raw', status: 200, headers: { 'content-type': 'application/json' }, body: JSON.stringify({
+        id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-sonnet-4-5', stop_reason: 'end_turn', stop_sequence: null,
+        content: [{ type: 'server_tool_use', id: 's1', name: 'web_search', input: {} }, { type: 'thinking', thinking: 'hmm', signature: 'x' }],
+        usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+      }),
+    },
+      /^no text and no tool call, only server_tool_use, thinking blocks: no tool call and no DONE$/],
     ['DONE inside a word', endTurn('DONEGAL is a county.'), /no tool call and no DONE/],
     ['DONE inside a word, in Markdown', endTurn('**DONEGAL** is a county.'), /no tool call and no DONE/],
     ['DONE not at the start', endTurn('Not DONE yet: row 3 is left.'), /no tool call and no DONE/],
