@@ -29,7 +29,9 @@ export function localSigningKey(path: string): SigningKeySource {
     makeDir(dirname(path));
     if (!existsSync(path)) createKey(path);
     chmodSync(path, 0o600);
-    key = decodeKey(readFileSync(path, 'utf8'), path);
+    // One left empty or short (older code's write cut by a full disk, an edit) blocked every process on the
+    // file with no word of what to do: the local key is made again once removed.
+    key = decodeKey(readFileSync(path, 'utf8'), path, 'remove it, with every process on the database stopped, and a new key is made (approval links already emailed then show "Invalid link": answer those with stepwise approve)');
     return key;
   };
 }
@@ -72,13 +74,13 @@ export function fileSigningKey(path: string): SigningKeySource {
       ? `the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}) does not exist: make it once with \`head -c 32 /dev/urandom | base64 > ${path}\` and give every worker and API process the same file`
       : `cannot read the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}): ${code ?? (error as Error).message}`);
   }
-  const key = decodeKey(text, path);
+  const key = decodeKey(text, path, `write one with \`head -c 32 /dev/urandom | base64 > ${path}\` and give every worker and API process the same file`);
   return () => Promise.resolve(key);
 }
 
 /** A key kept as base64 text (in a file or a Secrets Manager secret). */
-export function decodeKey(text: string, where: string): Buffer {
+export function decodeKey(text: string, where: string, fix?: string): Buffer {
   const key = Buffer.from(text.trim(), 'base64');
-  if (key.length < MIN_KEY_BYTES) throw new InvalidInputError(`the approval signing key in ${where} must be at least ${MIN_KEY_BYTES} bytes of base64`);
+  if (key.length < MIN_KEY_BYTES) throw new InvalidInputError(`the approval signing key in ${where} must be at least ${MIN_KEY_BYTES} bytes of base64${fix ? `: ${fix}` : ''}`);
   return key;
 }

@@ -1,5 +1,5 @@
 import { SESv2Client } from '@aws-sdk/client-sesv2';
-import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
@@ -70,6 +70,20 @@ describe('the local signing key', () => {
       expect(a.equals(b)).toBe(true);
       expect((await localSigningKey(path)()).equals(a)).toBe(true);
       expect(statSync(path).mode & 0o777).toBe(0o600);
+    } finally {
+      dir.cleanup();
+    }
+  });
+
+  it('a local key file left empty or short says what to do: remove it, and a new one is made', async () => {
+    const dir = tempDb();
+    try {
+      const path = join(dir.path, '..', 'signing.key');
+      writeFileSync(path, '');
+      // It blocked every process on the file with only "must be at least 32 bytes of base64".
+      await expect(localSigningKey(path)()).rejects.toThrow(`the approval signing key in ${path} must be at least 32 bytes of base64: remove it, with every process on the database stopped, and a new key is made`);
+      rmSync(path);
+      expect((await localSigningKey(path)()).length).toBe(32);
     } finally {
       dir.cleanup();
     }
