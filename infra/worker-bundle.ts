@@ -24,7 +24,11 @@ export const WORKER_BUNDLING = {
   externalModules: [],
   // pino's transports run in a worker thread (thread-stream, 10 KB bundled); stepwise logs synchronously
   // and starts none, so a stub stands in for it: what a function does not use stays out of its bundle.
-  esbuildArgs: { '--alias:thread-stream': bundledFile('no-pino-transports.cjs') },
+  // The same for the SDK's credential chain past the environment, where Lambda puts the role's (86 KB).
+  esbuildArgs: {
+    '--alias:thread-stream': bundledFile('no-pino-transports.cjs'),
+    '--alias:@aws-sdk/credential-provider-node': bundledFile('lambda-credentials.mjs'),
+  },
 } as const satisfies BundlingOptions;
 
 /** A file shipped next to this one: infra/ in the repository, dist/infra/ when built. */
