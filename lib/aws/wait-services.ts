@@ -3,6 +3,7 @@ import { SESv2Client } from '@aws-sdk/client-sesv2';
 import { InvalidInputError, TransientError, errorMessage } from '../core/errors.ts';
 import type { Notifier } from '../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
+import { rememberKey } from '../llm/api-key.ts';
 import { publicUrlOf } from '../waits/public-url.ts';
 import type { WaitServices } from '../waits/services.ts';
 import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource } from '../waits/signing-key.ts';
@@ -70,43 +71,28 @@ function awsSigningKey(env: NodeJS.ProcessEnv): SigningKeySource | undefined {
  * refused the new workers' links. Now every container takes the new key within this time.
  */
 export const SIGNING_KEY_REFRESH_MS = 5 * 60_000;
-/** After a failed refresh, the key that worked is used this much longer before the next read. */
-const REFRESH_RETRY_MS = 30_000;
 
 /**
  * The signing key from a Secrets Manager secret (base64 text), read once per container and again every
- * SIGNING_KEY_REFRESH_MS. A first read that fails is not remembered (the next call tries again); a refresh
- * that fails, or finds a value that is no key, keeps the key that worked a little longer.
+ * SIGNING_KEY_REFRESH_MS, as the Anthropic key is (rememberKey): a first read that fails is not remembered
+ * (the next call tries again); a refresh that fails, or finds a value that is no key, keeps the key that
+ * worked a little longer.
  */
 export function secretSigningKey(
   secretId: string, client: SecretsManagerClient = new SecretsManagerClient({}), options: { refreshMs?: number; now?: () => number } = {},
 ): SigningKeySource {
-  const refreshMs = options.refreshMs ?? SIGNING_KEY_REFRESH_MS;
-  const now = options.now ?? Date.now;
-  let key: Buffer | undefined;
-  let freshUntil = 0;
-  let reading: Promise<Buffer> | undefined;
-  return () => {
-    if (key && now() < freshUntil) return Promise.resolve(key);
-    reading ??= client.send(new GetSecretValueCommand({ SecretId: secretId })).then(
-      (value) => decodeKey(value.SecretString ?? '', `secret ${secretId}`),
-      (error: unknown) => {
-        throw new TransientError(`cannot read the approval signing key from secret ${secretId}: ${errorMessage(error)}`, { cause: error });
-      },
-    ).then(
-      (read) => {
-        key = read;
-        freshUntil = now() + refreshMs;
-        return read;
-      },
-      (error: unknown) => {
-        if (!key) throw error;
-        freshUntil = now() + REFRESH_RETRY_MS;
-        return key;
-      },
-    ).finally(() => {
-      reading = undefined;
-    });
-    return reading;
-  };
+  const where = `secret ${secretId}`;
+  const text = rememberKey(async () => {
+    let value;
+    try {
+      value = await client.send(new GetSecretValueCommand({ SecretId: secretId }));
+    } catch (error) {
+      throw new TransientError(`cannot read the approval signing key from secret ${secretId}: ${errorMessage(error)}`, { cause: error });
+    }
+    const secret = value.SecretString ?? '';
+    // Refused as it is read, so that a refresh finding no key keeps the one that worked.
+    decodeKey(secret, where);
+    return secret;
+  }, { refreshMs: options.refreshMs ?? SIGNING_KEY_REFRESH_MS, ...(options.now ? { now: options.now } : {}) });
+  return async () => decodeKey(await text(), where);
 }
