@@ -3,7 +3,7 @@ import { SESv2Client } from '@aws-sdk/client-sesv2';
 import { InvalidInputError, TransientError, errorMessage } from '../core/errors.ts';
 import type { Notifier } from '../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
-import { rememberKey } from '../llm/api-key.ts';
+import { rememberKey } from '../llm/remember-key.ts';
 import { publicUrlOf } from '../waits/public-url.ts';
 import type { WaitServices } from '../waits/services.ts';
 import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource } from '../waits/signing-key.ts';
