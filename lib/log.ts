@@ -42,20 +42,31 @@ function cutText(text: string): string {
   return text.length <= LOG_TEXT_MAX ? text : `${cutAt(text, LOG_TEXT_MAX)}... (${text.length} characters, cut)`;
 }
 
-/** pino's logMethod hook: the line's object fields and message, each cut to LOG_TEXT_MAX. */
+/**
+ * pino's logMethod hook: the line's object fields and message, each cut to LOG_TEXT_MAX. Every step logs
+ * its checkpoint line through here, so it allocates nothing unless something is cut.
+ */
 function cutLongText(this: Logger, args: Parameters<Logger['info']>, method: (...args: unknown[]) => void): void {
-  const [first, ...rest] = args as unknown[];
-  let object = first;
-  if (object && typeof object === 'object' && !(object instanceof Error)) {
-    let cut: Record<string, unknown> | undefined;
-    for (const [key, value] of Object.entries(object)) {
-      if (typeof value === 'string' && value.length > LOG_TEXT_MAX) (cut ??= { ...(object as Record<string, unknown>) })[key] = cutText(value);
+  const all = args as unknown[];
+  for (let i = 0; i < all.length; i++) {
+    const arg = all[i];
+    if (typeof arg === 'string') {
+      if (arg.length > LOG_TEXT_MAX) all[i] = cutText(arg);
+    } else if (i === 0 && arg && typeof arg === 'object' && !(arg instanceof Error)) {
+      all[0] = cutFields(arg as Record<string, unknown>);
     }
-    if (cut) object = cut;
-  } else if (typeof object === 'string') {
-    object = cutText(object);
   }
-  method.apply(this, [object, ...rest.map((arg) => (typeof arg === 'string' ? cutText(arg) : arg))]);
+  method.apply(this, all);
+}
+
+/** The object itself when no field is too long, else a copy with those cut. */
+function cutFields(fields: Record<string, unknown>): Record<string, unknown> {
+  let cut: Record<string, unknown> | undefined;
+  for (const key in fields) {
+    const value = fields[key];
+    if (typeof value === 'string' && value.length > LOG_TEXT_MAX) (cut ??= { ...fields })[key] = cutText(value);
+  }
+  return cut ?? fields;
 }
 
 /** Where pino keeps a logger's formatters (pino's lib/symbols.js): a child's own log formatter replaces its parent's. */

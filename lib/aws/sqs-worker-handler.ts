@@ -9,7 +9,7 @@ import { systemClock } from '../ports.ts';
 import { BUCKET_NAME_ENV, DEFAULT_RESERVE_MS, QUEUE_URL_ENV, TABLE_NAME_ENV } from '../settings.ts';
 import { MISSING_RESOURCE_FIX, missingResource, type AwsResource } from './check-resources.ts';
 import { errorName } from './dynamo-errors.ts';
-import { awsRefusal, refusalFix } from './refusal.ts';
+import { describeRefusal } from './refusal.ts';
 import { NOT_BEFORE_ATTRIBUTE, stepReceiveCount, type SqsRunQueue } from './sqs-run-queue.ts';
 import type { WaitServices } from '../waits/services.ts';
 
@@ -107,7 +107,7 @@ async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, 
     if (!fix) deps.log.error(line, 'message not finished; it will be delivered again');
     // One no retry mends (the role's policy, a KMS key, a resource the environment names wrongly) was logged
     // as a passing fault, in AWS's words, which may name neither the service nor the resource.
-    else deps.log.error({ ...line, errorName: errorName(error), refused: fix.refused }, `message not finished: ${fix.text}; `
+    else deps.log.error({ ...line, errorName: errorName(error), refused: fix.refused }, `message not finished: ${fix.fix}; `
       + 'it is delivered again until the dead-letter queue takes it, and the sweeper re-drives its run once this is mended');
     await hideQuietly(deps, queue, record, retryDelayMs(Math.min(receiveCount, 6)));
     return false;
@@ -117,13 +117,17 @@ async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, 
 /** The environment's variable naming each resource a Lambda function uses. */
 const RESOURCE_ENV: Record<AwsResource, string> = { table: TABLE_NAME_ENV, queue: QUEUE_URL_ENV, bucket: BUCKET_NAME_ENV };
 
-/** What AWS refused for good, and what to do: undefined for a fault that may pass (a throttle, a timeout, a crash). */
-function refusalOf(error: unknown): { refused: string; text: string } | undefined {
-  const refused = awsRefusal(error);
-  if (refused) return { refused, text: refusalFix(refused) };
+/**
+ * What AWS refused for good, and what to do: undefined for a fault that may pass (a throttle, a timeout, a
+ * crash). The CLI's worker reads the same refusals (describeRefusal); a resource the environment names
+ * wrongly is the function's own.
+ */
+function refusalOf(error: unknown): { refused: string; fix: string } | undefined {
+  const described = describeRefusal(error);
+  if (described) return described;
   const missing = missingResource(error);
   if (!missing) return undefined;
-  return { refused: `no-${missing}`, text: `the ${missing} ${RESOURCE_ENV[missing]} names does not exist in this function's region: ${MISSING_RESOURCE_FIX}, or correct ${RESOURCE_ENV[missing]}` };
+  return { refused: `no-${missing}`, fix: `the ${missing} ${RESOURCE_ENV[missing]} names does not exist in this function's region: ${MISSING_RESOURCE_FIX}, or correct ${RESOURCE_ENV[missing]}` };
 }
 
 async function hideQuietly(deps: EngineDeps, queue: SqsRunQueue, record: SQSRecord, delayMs: number): Promise<void> {

@@ -113,6 +113,12 @@ describe('awsWaitServices', () => {
     secret = new Error('ThrottlingException');
     now += SIGNING_KEY_REFRESH_MS;
     expect((await warm()).equals(rotated)).toBe(true);
+    // So does one that finds a value that is no key (a secret emptied by hand), where it is refused by name.
+    secret = 'short';
+    now += SIGNING_KEY_REFRESH_MS;
+    expect((await warm()).equals(rotated)).toBe(true);
+    await expect(secretSigningKey('sk', client, { now: () => now })()).rejects.toThrow('the approval signing key in secret sk must be at least 32 bytes of base64');
+    secret = new Error('ThrottlingException');
     await expect(secretSigningKey('sk', client, { now: () => now })()).rejects.toThrow('cannot read the approval signing key from secret sk: ThrottlingException');
   });
 });

@@ -109,4 +109,21 @@ describe('the warning of a -wal that keeps growing', () => {
     expect(lines.map((l) => l.event)).toEqual(['wal-large', 'wal-large', 'wal-shrunk']);
     watch.stop();
   });
+
+  it('looks on its own, every everyMs, and no more once stopped', async () => {
+    db = tempDb();
+    const runtime = openLocalRuntime({ dbPath: db.path, clock: new ManualClock() });
+    opened.push(runtime);
+    await runtime.blobs.put('first', randomBytes(100));
+    const { log, lines } = captureLogs();
+    // A threshold of 1 byte: every look past it warns once, then again at each doubling, never at the same size.
+    const watch = watchWal(db.path, log, { warnBytes: 1, everyMs: 20 });
+    // Without the timer no line would come: the test's timeout fails it.
+    while (!lines.length) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(lines[0]).toMatchObject({ event: 'wal-large', file: db.path });
+    watch.stop();
+    for (let i = 0; i < 10; i++) await runtime.blobs.put(`grow-${i}`, randomBytes(2 ** 20));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(lines).toHaveLength(1);
+  }, 10_000);
 });
