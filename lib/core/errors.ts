@@ -193,12 +193,23 @@ export class RunStateError extends InvalidInputError {
   }
 }
 
+/**
+ * A step a run has no record of: past its last completed step, or the step it waits at (no result until
+ * answered). Bad input to a fork and to the CLI (exit 2); to `GET /runs/:id/steps/:step`, a 404, as the
+ * inspector's page of such a step is: the run is there and the step is not.
+ */
+export class NoSuchStepError extends InvalidInputError {
+  constructor(readonly runId: string, readonly step: number, message: string) {
+    super(message);
+  }
+}
+
 // Their names in the registry are their class names: the same in every copy.
 for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
   WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
-  RunIdTakenError, RunIdInUseError, RunStateError, BlobRefusedError,
+  RunIdTakenError, RunIdInUseError, RunStateError, NoSuchStepError, BlobRefusedError,
 })) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {

@@ -1,4 +1,4 @@
-import { InvalidInputError, RunStateError } from './errors.ts';
+import { InvalidInputError, NoSuchStepError, RunStateError } from './errors.ts';
 import { waitedFor } from './waited-for.ts';
 import {
   ZERO_USAGE, addUsage, budgetSchema,
@@ -28,9 +28,9 @@ export function stateAtStep(state: RunState, n: number): RunState {
   // The step a run waits at is the one `status` and `show` name, but it has no result until it is
   // answered: said so, rather than that the step does not exist.
   if (state.wait && n === state.wait.step) {
-    throw new InvalidInputError(`step ${n} of run ${state.runId} has no result yet: the run waits there for ${waitedFor(state.wait)}; its last completed step is ${state.step}, and a fork from step ${state.step} asks the model again there`);
+    throw new NoSuchStepError(state.runId, n, `step ${n} of run ${state.runId} has no result yet: the run waits there for ${waitedFor(state.wait)}; its last completed step is ${state.step}, and a fork from step ${state.step} asks the model again there`);
   }
-  if (n > state.step) throw new InvalidInputError(`run ${state.runId} has ${state.step} completed step${state.step === 1 ? '' : 's'}; there is no step ${n}`);
+  if (n > state.step) throw new NoSuchStepError(state.runId, n, `run ${state.runId} has ${state.step} completed step${state.step === 1 ? '' : 's'}; there is no step ${n}`);
   const { pending: _p, wait: _w, lastError: _e, retryNote: _n, reason: _r, summary: _s, ...rest } = state;
   return { ...rest, status: 'running', step: n, failures: 0, steps: state.steps.slice(0, n), usage: usageOfSteps(state, n) };
 }

@@ -4,6 +4,7 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
+import { NoSuchStepError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -153,7 +154,15 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const step = /^\d{1,9}$/.test(c.req.param('step')) ? Number(c.req.param('step')) : Number.NaN;
     if (!Number.isInteger(step)) return c.json({ error: `invalid request: step: a whole number from 0, got ${JSON.stringify(c.req.param('step'))}` }, 400);
     const full = c.req.valid('query').full === 'true';
-    const view = await showRun(deps, c.req.param('runId'), { step, full: [step], pricingModel: pricingModelFor(deps) });
+    let view;
+    try {
+      view = await showRun(deps, c.req.param('runId'), { step, full: [step], pricingModel: pricingModelFor(deps) });
+    } catch (error) {
+      // The run is there and the step is not: a 404 with the run's own count, where it was a 400 a client
+      // could not tell from a malformed path. A fork's fromStep past the run's end stays a 400 (its body).
+      if (error instanceof NoSuchStepError) return c.json({ error: error.message, runId: error.runId, step: error.step }, 404);
+      throw error;
+    }
     const { steps, ...run } = view;
     const { atStep, usage, cost, ...head } = run;
     return c.json({ run: head, atStep, usage, cost, ...(step > 0 ? { record: steps[step - 1] } : {}) });

@@ -32,8 +32,9 @@ describe('operating runs through the API', () => {
       body: { run: { runId: 'op-api', goal: 'copy the rows', status: 'waiting', step: 1 }, atStep: 1, record: { step: 1, tool: 'write_row', input: { row: 1 }, idempotencyKey: 'op-api/step-1', workerId: 'worker-A' } },
     });
     // Step 2 is the approval it waits at: named as such, not said to be missing.
-    expect(await json(await app.api('/runs/op-api/steps/2'))).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^step 2 of run op-api has no result yet: the run waits there for approval by ops@example\.com; its last completed step is 1/) } });
-    expect((await json(await app.api('/runs/op-api/steps/3'))).body.error).toBe('run op-api has 1 completed step; there is no step 3');
+    expect(await json(await app.api('/runs/op-api/steps/2'))).toMatchObject({ status: 404, body: { step: 2, runId: 'op-api', error: expect.stringMatching(/^step 2 of run op-api has no result yet: the run waits there for approval by ops@example\.com; its last completed step is 1/) } });
+    // Past its last step: the run is there and the step is not, a 404 (not the 400 of a malformed path).
+    expect(await json(await app.api('/runs/op-api/steps/3'))).toMatchObject({ status: 404, body: { error: 'run op-api has 1 completed step; there is no step 3', runId: 'op-api', step: 3 } });
     expect((await app.api('/runs/op-api/steps/one')).status).toBe(400);
     // Written otherwise, a number is still not a step: 0x1 and 1e0 are not read as step 1.
     for (const written of ['0x1', '1e0', '%201', '-1', '1.0']) {
@@ -42,6 +43,8 @@ describe('operating runs through the API', () => {
       expect(refused.body.error, written).toMatch(/^invalid request: step: a whole number from 0/);
     }
     expect((await app.api('/runs/nobody/steps/1')).status).toBe(404);
+    // A fork's fromStep past the end is its body's fault: still a 400.
+    expect(await json(await post('/runs/op-api/fork', { fromStep: 3, runId: 'op-api-past' }))).toMatchObject({ status: 400, body: { error: 'run op-api has 1 completed step; there is no step 3' } });
 
     const forked = await json(await post('/runs/op-api/fork', { fromStep: 1, runId: 'op-api-f', goal: 'copy them again' }));
     expect(forked).toMatchObject({ status: 201, body: { runId: 'op-api-f', created: true, version: 1, forkedFrom: { runId: 'op-api', step: 1 } } });
