@@ -185,8 +185,11 @@ export interface CheckpointStore {
    * commits after it keep the request.
    */
   requestCancel(runId: string, expectedVersion: number, request: string): Promise<void>;
-  /** Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. */
-  markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult>;
+  /**
+   * Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. Returns the
+   * step the store's own columns hold for it (the head cannot say), for the failure's log line.
+   */
+  markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult & { step: number }>;
   /**
    * The retained checkpoint timeline, oldest first: all of it, or with `page` the newest `limit`
    * checkpoints below version `before`, so a run of thousands of steps is read a page at a time.

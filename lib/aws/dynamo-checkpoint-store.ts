@@ -383,20 +383,21 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return { version, bytes, head };
   }
 
-  async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
+  async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult & { step: number }> {
     // The unreadable head is kept as it was (nothing is lost; an operator can inspect or repair it), and the
     // new history row points at the same bytes. Rare, so the extra read is fine.
     const current = await this.headItem(runId);
     if (!current || Number(current.version) !== expectedVersion) throw new StaleVersionError(runId, expectedVersion);
     const now = this.now;
     const version = expectedVersion + 1;
+    const step = Number(current.step);
     const e = new Expression();
     const update = e.update({
       version, status: 'failed', reason: listedReason(reason), updatedAt: now,
       [STATUS_KEY]: statusKey('failed', runId), workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0,
     }, ['tool', 'idempotencyKey', RESTARTS_ATTRIBUTE, CANCEL_ATTRIBUTE]);
     const row: Item = {
-      [PK]: runPk(runId), [SK]: checkpointSk(version), version, step: Number(current.step), status: 'failed',
+      [PK]: runPk(runId), [SK]: checkpointSk(version), version, step, status: 'failed',
       workerId: meta.workerId, codeVersion: meta.codeVersion, bytes: 0, at: now, reason: listedReason(reason),
       head: current.head, headRef: current.headRef, [TTL_ATTRIBUTE]: this.expiresAt(now),
     };
@@ -414,7 +415,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     } catch (error) {
       throw staleOr(error, runId, expectedVersion, ['', `checkpoint ${version} already exists`]);
     }
-    return { version, bytes: 0 };
+    return { version, bytes: 0, step };
   }
 
   async history(runId: string, page: HistoryPage = {}): Promise<CheckpointInfo[]> {

@@ -507,6 +507,6 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
 
 async function markUnreadable(deps: EngineDeps, runId: string, version: number, reason: string): Promise<Advance> {
   const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
-  deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: 'failed', reason }, 'run failed: unreadable checkpoint');
+  deps.log.error({ event: 'checkpoint', runId, step: written.step, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: 'failed', reason }, 'run failed: unreadable checkpoint');
   return { kind: 'idle', version: written.version, status: 'failed', failedNow: true };
 }

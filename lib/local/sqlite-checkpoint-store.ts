@@ -314,7 +314,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return result;
   }
 
-  async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult> {
+  async markUnreadable(runId: string, expectedVersion: number, reason: string, meta: WriteMeta): Promise<CommitResult & { step: number }> {
     return immediate(this.db, () => {
       const now = this.now;
       this.assertVersion(runId, expectedVersion);
@@ -327,7 +327,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       this.sql(
         `INSERT INTO checkpoints (id, run_no, run_id, version, step, status, tool, idempotency_key, worker_id, code_version, bytes, head, reason, created_at, expires_at) VALUES (${checkpointKey('?', '?')}, ?, ?, ?, ?, 'failed', NULL, NULL, ?, ?, 0, ?, ?, ?, ?)`,
       ).run(previous.run_no, version, previous.run_no, runId, version, previous.step, meta.workerId, meta.codeVersion, previous.head, reason, now, now + this.retentionMs);
-      return { version, bytes: 0 };
+      return { version, bytes: 0, step: previous.step };
     });
   }
 

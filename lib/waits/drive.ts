@@ -66,7 +66,7 @@ export async function driveWait(deps: DriveDeps, runId: string): Promise<{ links
 async function failUnreadable(deps: DriveDeps, runId: string, version: number, reason: string): Promise<boolean> {
   try {
     const written = await deps.store.markUnreadable(runId, version, reason, { workerId: deps.workerId, codeVersion: deps.codeVersion });
-    deps.log.error({ event: 'checkpoint', runId, version: written.version, workerId: deps.workerId, status: 'failed', reason }, 'waiting run failed: unreadable checkpoint');
+    deps.log.error({ event: 'checkpoint', runId, step: written.step, version: written.version, workerId: deps.workerId, bytes: written.bytes, status: 'failed', reason }, 'waiting run failed: unreadable checkpoint');
     return true;
   } catch (error) {
     if (!(error instanceof StaleVersionError)) throw error;

@@ -312,6 +312,8 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(() => decodeState(stored)).toThrow(/unreadable/);
       const written = await s().markUnreadable(runId, stored.version, 'head is not valid JSON', META);
       expect(written.version).toBe(stored.version + 1);
+      // The step from the store's own columns (the head cannot say), for the failure's log line.
+      expect(written.step).toBe(1);
       const after = (await s().load(runId))!;
       expect(after.status).toBe('failed');
       expect(after.head).toBe(stored.head);

@@ -4,6 +4,7 @@ import { defineAgent, tool } from '../../lib/agent.ts';
 import { IdempotencyKeyReuseError, InvalidInputError, ToolError, UnknownRunError } from '../../lib/core/errors.ts';
 import { MAX_ERROR_CHARS } from '../../lib/core/state.ts';
 import { MAX_GOAL_BYTES } from '../../lib/core/state.ts';
+import { createLogger } from '../../lib/log.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { startRun } from '../../lib/engine/start.ts';
@@ -151,8 +152,13 @@ describe('bad input gets a clear error and nothing is lost', () => {
   it('an unreadable checkpoint fails the run with the reason, once, and keeps the data', async () => {
     const { deps, runtime, clock } = setup();
     await start(deps);
+    const lines: string[] = [];
+    deps.log = createLogger({}, { format: 'json', env: {}, write: (line) => { lines.push(line); } });
     runtime.db.prepare("UPDATE checkpoints SET head = '{\"formatVersion\":1,' WHERE run_id = 'run'").run();
     await drain(deps, runtime, clock);
+    // The failure's line names the step (from the store's columns: the head cannot say) and the bytes.
+    const failed = lines.map((line) => JSON.parse(line)).filter((line) => line.msg === 'run failed: unreadable checkpoint');
+    expect(failed).toEqual([expect.objectContaining({ event: 'checkpoint', runId: 'run', step: 0, version: 2, bytes: 0, status: 'failed' })]);
     const stored = (await runtime.store.load('run'))!;
     expect(stored.status).toBe('failed');
     expect(stored.reason).toContain('is unreadable: head is not valid JSON');

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
+import { createLogger } from '../../lib/log.ts';
 import { resolveWait } from '../../lib/core/waits.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
@@ -42,8 +43,13 @@ describe('a run that waits for an event (SQLite)', () => {
     // Found so by a fuzzer: the head's first character replaced, so its text is no JSON.
     const head = ` ${waiting.head.slice(1)}`;
     w.runtime.db.prepare('UPDATE checkpoints SET head = ? WHERE run_id = ? AND version = ?').run(head, 'run', waiting.version);
+    const lines: string[] = [];
+    w.deps.log = createLogger({}, { format: 'json', env: {}, write: (line) => { lines.push(line); } });
     const handled = await handleDelivery(w.deps, { body: JSON.stringify({ runId: 'run', version: waiting.version }), receiveCount: 1 });
     expect(handled.action).toBe('ack');
+    // Its line names the run's completed steps (from the store's columns: the head cannot say) and the bytes.
+    const failed = lines.map((line) => JSON.parse(line)).filter((line) => line.msg === 'waiting run failed: unreadable checkpoint');
+    expect(failed).toEqual([expect.objectContaining({ event: 'checkpoint', runId: 'run', step: 0, version: waiting.version + 1, bytes: 0, status: 'failed' })]);
     const after = (await w.runtime.store.load('run'))!;
     expect(after).toMatchObject({ status: 'failed', version: waiting.version + 1 });
     expect(after.reason).toMatch(/unreadable: head is not valid JSON/);
