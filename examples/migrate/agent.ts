@@ -16,7 +16,8 @@ import { ScriptedMigrationModel } from './scripted-model.ts';
  */
 let db: Database.Database | undefined;
 function migrationDb(): Database.Database {
-  return (db ??= openMigrationDb(process.env.MIGRATE_DB ?? '.stepwise/migrate-demo.db'));
+  // A new file gets the demo's 1,000 source rows, so the agent run alone has something to copy.
+  return (db ??= openMigrationDb(process.env.MIGRATE_DB ?? '.stepwise/migrate-demo.db', { seedIfNew: 1000 }));
 }
 
 export default defineAgent({

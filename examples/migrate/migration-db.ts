@@ -5,32 +5,44 @@ import { dirname } from 'node:path';
 /**
  * The demo's own database: a `source` table to copy into `target`. `target` deliberately has no unique
  * constraint on source_id, so a batch applied twice would show up as duplicate rows.
+ *
+ * `seedIfNew`: a file without the tables gets that many source rows as it gets them (the agent run alone,
+ * `stepwise start --agent examples/migrate/agent.ts` as the README's AWS section has it, where it copied 0
+ * rows unless the demo had filled the file). A file that has them is left as it is, emptied or not.
  */
-export function openMigrationDb(path: string): Database.Database {
+export function openMigrationDb(path: string, options: { seedIfNew?: number } = {}): Database.Database {
   // The agent alone (`stepwise run --agent examples/migrate/agent.ts`) may run where .stepwise/ is not yet.
   mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.pragma('busy_timeout = 10000');
-  db.exec(`
-    CREATE TABLE IF NOT EXISTS source (id INTEGER PRIMARY KEY, name TEXT NOT NULL, amount INTEGER NOT NULL);
-    CREATE TABLE IF NOT EXISTS target (id INTEGER PRIMARY KEY AUTOINCREMENT, source_id INTEGER NOT NULL, name TEXT NOT NULL, amount INTEGER NOT NULL);
-    -- Written in the same transaction as the rows it guards: the effect and its idempotency key commit together.
-    CREATE TABLE IF NOT EXISTS applied_keys (key TEXT PRIMARY KEY, args TEXT NOT NULL, result TEXT NOT NULL);
-    -- Where drop_source puts the source rows, so the demo can still check the copy after the risky step.
-    CREATE TABLE IF NOT EXISTS source_archive (id INTEGER PRIMARY KEY, name TEXT NOT NULL, amount INTEGER NOT NULL);
-    CREATE VIEW IF NOT EXISTS all_source AS SELECT id, name, amount FROM source UNION ALL SELECT id, name, amount FROM source_archive;
-  `);
+  // Under the write lock: two workers opening a new file at once seed it once.
+  db.transaction(() => {
+    const isNew = !db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'source'").get();
+    db.exec(`
+      CREATE TABLE IF NOT EXISTS source (id INTEGER PRIMARY KEY, name TEXT NOT NULL, amount INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS target (id INTEGER PRIMARY KEY AUTOINCREMENT, source_id INTEGER NOT NULL, name TEXT NOT NULL, amount INTEGER NOT NULL);
+      -- Written in the same transaction as the rows it guards: the effect and its idempotency key commit together.
+      CREATE TABLE IF NOT EXISTS applied_keys (key TEXT PRIMARY KEY, args TEXT NOT NULL, result TEXT NOT NULL);
+      -- Where drop_source puts the source rows, so the demo can still check the copy after the risky step.
+      CREATE TABLE IF NOT EXISTS source_archive (id INTEGER PRIMARY KEY, name TEXT NOT NULL, amount INTEGER NOT NULL);
+      CREATE VIEW IF NOT EXISTS all_source AS SELECT id, name, amount FROM source UNION ALL SELECT id, name, amount FROM source_archive;
+    `);
+    if (isNew && options.seedIfNew) insertSource(db, options.seedIfNew);
+  }).immediate();
   return db;
+}
+
+/** Rows 1..rows of the demo's source table, made the same way every time. */
+function insertSource(db: Database.Database, rows: number): void {
+  const insert = db.prepare('INSERT INTO source (id, name, amount) VALUES (?, ?, ?)');
+  for (let id = 1; id <= rows; id++) insert.run(id, `customer-${id}`, (id * 7919) % 10_000);
 }
 
 export function seedSource(path: string, rows: number): void {
   const db = openMigrationDb(path);
-  const insert = db.prepare('INSERT INTO source (id, name, amount) VALUES (?, ?, ?)');
-  db.transaction(() => {
-    for (let id = 1; id <= rows; id++) insert.run(id, `customer-${id}`, (id * 7919) % 10_000);
-  })();
+  db.transaction(() => insertSource(db, rows))();
   db.close();
 }
 
