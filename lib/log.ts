@@ -2,7 +2,7 @@ import { pino, type Logger } from 'pino';
 import { chooseLogLevel, logFormat, type LogFormat } from './log-format.ts';
 import { cutAt } from './core/cut.ts';
 import { printable } from './core/printable.ts';
-import { redactSecrets } from './redact.ts';
+import { redactSecrets } from './core/redact.ts';
 
 export type { Logger };
 export { chooseLogFormat, setLogFormat, type LogFormat } from './log-format.ts';

@@ -1,6 +1,7 @@
 import { ModelUnavailableError, errorMessage, isPermanent } from './errors.ts';
 import { withFields } from './objects.ts';
 import { excerpt } from './prompt.ts';
+import { redactSecrets } from './redact.ts';
 import {
   DEFAULT_STEP_CAP, FORMAT_VERSION, MAX_ERROR_CHARS, MAX_MODEL_UNAVAILABLE_FAILURES, MAX_STEP_FAILURES, ZERO_USAGE, addUsage,
   type Budget, type Decision, type RunState, type StepRecord, type StepResult, type Usage,
@@ -119,7 +120,13 @@ export function recordFailure(
   return next;
 }
 
-/** The text, its start only when it is longer than MAX_ERROR_CHARS, saying how long it was. */
-function errorText(message: string): string {
+/**
+ * The text, its start only when it is longer than MAX_ERROR_CHARS, saying how long it was; URL credentials
+ * and secret-named query values masked. A tool's error names the URL it failed on (`fetch failed for
+ * https://user:pass@db.internal/...`): kept as it was, the password went into the checkpoint, the next
+ * prompt, `status`, `show`, the progress lines, the API and the inspector, where only log lines masked it.
+ */
+function errorText(given: string): string {
+  const message = redactSecrets(given);
   return message.length <= MAX_ERROR_CHARS ? message : `${excerpt(message, MAX_ERROR_CHARS)} (${message.length} characters in all)`;
 }

@@ -9,7 +9,7 @@ import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
 import { DEFAULT_DEADLINE_MS } from '../settings.ts';
-import { MASK, redactSecrets, redactUrl } from '../redact.ts';
+import { MASK, redactSecrets, redactUrl } from '../core/redact.ts';
 import { apiKeyFromEnv, keyProblem, rememberKey, type ApiKeySource } from './api-key.ts';
 
 /**

@@ -1,5 +1,5 @@
 import type { AgentDefinition } from '../agent.ts';
-import { redactUrl } from '../redact.ts';
+import { redactUrl } from '../core/redact.ts';
 import { AnthropicModel, type AnthropicModelOptions } from './anthropic.ts';
 import { apiKeyFromEnv } from './api-key.ts';
 import { offlineSelection } from './offline-model.ts';

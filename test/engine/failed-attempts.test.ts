@@ -351,3 +351,36 @@ describe('a tool that throws with a huge message', () => {
     for (const line of [...lines, ...progress]) expect(line.length).toBeLessThan(3 * MAX_ERROR_CHARS);
   });
 });
+
+describe('a tool that throws naming a URL with credentials', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  it('masks them in the last error, the reason, the checkpoints and the progress lines, as log lines do', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const thrown = 'connect ECONNREFUSED for postgres://admin:hunter2@db.internal:5432/app?sslmode=require&access_token=tok123';
+    const agent = defineAgent({
+      name: 'leaky', tools: [tool({ name: 'write_row', description: 'fails naming its URL', input: z.object({ row: z.number() }), sideEffect: false, run: () => { throw new Error(thrown); } })],
+    });
+    const model = new StubModel(writeRowsScript(1));
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'W' });
+    const progress: string[] = [];
+    await start(deps);
+    for (let tries = 0; tries < 3; tries++) {
+      const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      const line = progressLine(await handleDelivery(deps, delivery!));
+      if (line) progress.push(line);
+      clock.advance(60_000);
+    }
+    const state = await loadState(runtime);
+    const masked = 'connect ECONNREFUSED for postgres://***@db.internal:5432/app?sslmode=require&access_token=***';
+    expect(state).toMatchObject({ status: 'failed', lastError: masked, reason: `step 1 failed 3 times; last error: ${masked}` });
+    expect(progress.join('\n')).toContain(masked);
+    const stored = runtime.db.prepare('SELECT group_concat(head) AS heads FROM checkpoints').get() as { heads: string };
+    for (const text of [...progress, ...model.requests.map((r) => r.prompt), stored.heads]) {
+      expect(text).not.toContain('hunter2');
+      expect(text).not.toContain('tok123');
+    }
+  });
+});
