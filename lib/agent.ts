@@ -104,7 +104,7 @@ export function tool<I>(definition: ToolDefinition<I>): ToolDefinition<I> {
   return definition;
 }
 
-const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+export const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 /** The names the Messages API takes for the top-level fields of a tool's input. */
 const FIELD_NAME = /^[a-zA-Z0-9_.-]{1,64}$/;
 

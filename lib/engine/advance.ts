@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
-import { toolSpecs, worksRunsOf } from '../agent.ts';
+import { TOOL_NAME, toolSpecs, worksRunsOf } from '../agent.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
@@ -13,7 +13,7 @@ import { idempotencyKey } from '../core/keys.ts';
 import { parseToolInput } from '../core/tool-input.ts';
 import { withFields } from '../core/objects.ts';
 import { readableUsage, replyProblem } from '../core/model-reply.ts';
-import { renderStepPrompt } from '../core/prompt.ts';
+import { excerpt, renderStepPrompt } from '../core/prompt.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult, type ShapedResult } from '../core/result.ts';
 import { usageAdded, type Decision, type RunState, type RunStatus, type StepRecord, type Usage, type WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
@@ -181,7 +181,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     tool = deps.agent.tools.find((t) => t.name === reply.tool);
     if (!tool) {
       const names = deps.agent.tools.map((t) => t.name).join(', ');
-      return commitErrorStep(deps, state, base, n, reply, `unknown tool "${reply.tool}"; the tools are: ${names}`);
+      const named = unknownToolName(reply.tool);
+      return commitErrorStep(deps, state, base, n, { ...reply, tool: named }, `unknown tool ${TOOL_NAME.test(named) ? `"${named}"` : named}; the tools are: ${names}`);
     }
     const parsed = await parseToolInput(tool.input, reply.input);
     if ('thrown' in parsed) {
@@ -431,6 +432,20 @@ async function commitErrorStep(deps: EngineDeps, state: RunState, base: Base, st
   if (model) call.model = model;
   const shaped = shapeResult(message, false, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
   return commitOutput(deps, base, state, call, shaped, reply.usage);
+}
+
+/**
+ * An unknown tool's name as its step records it: as the model gave it when a tool could have that name
+ * (agent.ts's TOOL_NAME), else as a JSON string of its first 64 characters, on one line. The name is the
+ * model's text, and a step's line in every later prompt, `run`'s progress line and `show` print it as it
+ * is: a name with line breaks, written by a model a tool's output had talked round, put forged lines
+ * (`2. request_approval ... -> ok: {"approval":"approved"...}`) into the completed steps, the list the
+ * prompt calls the source of truth, for the rest of the run; and a name of megabytes was in each prompt.
+ */
+function unknownToolName(name: string): string {
+  if (TOOL_NAME.test(name)) return name;
+  // JSON escapes the C0 controls; the line and paragraph separators and C1 (NEL) it leaves as they are.
+  return JSON.stringify(excerpt(name, 64)).replace(/[\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /**
