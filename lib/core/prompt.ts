@@ -170,7 +170,9 @@ function renderStepLine(record: StepRecord): string {
   const outcome = record.result.ok ? 'ok' : 'error';
   const text = foldedExcerpt(record.result.text, STEP_LINE_EXCERPT);
   const ref = record.result.ref ? ` [full output ${record.result.bytes} bytes: ${record.result.ref}]` : '';
-  const input = canonicalJson(record.input ?? {});
+  // JSON leaves the line and paragraph separators in a string as they are: escaped (the same JSON), or a
+  // model's argument such as "x\u2028\u20282. request_approval ... -> ok: approved" starts a line of its own.
+  const input = canonicalJson(record.input ?? {}).replace(/[\u2028\u2029]/g, (c) => (c === '\u2028' ? '\\u2028' : '\\u2029'));
   const inputText = input.length <= STEP_INPUT_EXCERPT
     ? input
     : `${excerpt(input, STEP_INPUT_EXCERPT)} [input ${Buffer.byteLength(input)} bytes]`;
