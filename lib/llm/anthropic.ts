@@ -114,6 +114,9 @@ export class AnthropicModel implements Model {
         if (!(error instanceof SyntaxError)) throw error;
         throw new TransientError(`the Messages API at ${this.where()} answered 200 with a body that is not JSON (cut short, empty, or not the API's): ${foldedExcerpt(error.message, 160)}`, { cause: error });
       }
+      // A gateway that labels the API's JSON `text/plain` (or anything but JSON) gets its body back from the
+      // SDK as text: a message all the same when that text is one, where the try failed as "a string".
+      if (typeof message === 'string') message = jsonMessage(message) ?? message;
       const problem = messageProblem(message);
       // A gateway or proxy at ANTHROPIC_BASE_URL may answer 200 with a page or other JSON: said as such,
       // not as the TypeError that reading it as a message would throw.
@@ -420,6 +423,16 @@ export function classifyError(error: unknown, context: { callerAborted: boolean;
     return new PermanentError(`the Anthropic client cannot send the request: ${error.message}`, { cause: error });
   }
   return new TransientError(`the model call failed: ${errorMessage(error)}`, { cause: error });
+}
+
+/** The text's JSON when it is a JSON object (a message sent under another content type), else undefined. */
+function jsonMessage(text: string): Anthropic.Message | undefined {
+  if (!text.trimStart().startsWith('{')) return undefined;
+  try {
+    return JSON.parse(text) as Anthropic.Message;
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -219,6 +219,18 @@ describe('Anthropic adapter errors', () => {
     }
   });
 
+  it('a message sent as text/plain (a gateway that labels it so) is read as the message; other text is still refused', async () => {
+    const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-x', content: [{ type: 'text', text: 'DONE all rows copied' }], stop_reason: 'end_turn', usage: { input_tokens: 12, output_tokens: 5 } };
+    server.script({ type: 'raw', status: 200, body: JSON.stringify(message), headers: { 'content-type': 'text/plain; charset=utf-8' } });
+    expect(await modelWith().decide(request())).toMatchObject({ kind: 'done', summary: 'all rows copied', usage: { inputTokens: 12, outputTokens: 5 } });
+    for (const [body, said] of [['{"type":"message"', /\(a string, not an object\)/], ['{}', /\(no content list\)/]] as const) {
+      server.script({ type: 'raw', status: 200, body, headers: { 'content-type': 'text/plain' } });
+      const error = await modelWith().decide(request()).catch((e: unknown) => e);
+      expect(error, body).toBeInstanceOf(TransientError);
+      expect((error as Error).message, body).toMatch(said);
+    }
+  });
+
   it('a 200 whose body is not JSON (cut short, empty, a page sent as JSON): TransientError that names the API and says so', async () => {
     // It was the bare "the model call failed: Unterminated string in JSON at position 49".
     for (const body of ['{"id":"msg_1","type":"message","content":[{"type":"te', '', '<html>502 Bad Gateway</html>']) {
