@@ -43,11 +43,12 @@ const envHandler = /* @__PURE__ */ apiHandlerFor(async () => {
 
 async function wire(agent: AgentDefinition): Promise<ApiHandler> {
   const runtime = openAwsRuntime();
-  const waits = awsWaitServices(runtime);
+  const log = createLogger({ service: 'stepwise-api', agent: agent.name });
+  const waits = awsWaitServices(runtime, process.env, { log });
   if (!waits.signingKey) throw new InvalidInputError(`${SIGNING_KEY_SECRET_ENV} is not set: approval links cannot be checked`);
   const app = createHttpApp({
     store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: systemClock, workerId: 'api', codeVersion: CODE_VERSION,
-    log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, agentQueue: true, signingKey: waits.signingKey, ...(waits.events ? { events: waits.events } : {}),
+    log, agent, agentQueue: true, signingKey: waits.signingKey, ...(waits.events ? { events: waits.events } : {}),
   });
   return gatewayHandler(app);
 }

@@ -37,6 +37,7 @@ const envHandler = /* @__PURE__ */ eventsHandlerFor(async () => {
 
 async function wire(agent: AgentDefinition): Promise<ReturnType<typeof createEventHandler>> {
   const runtime = openAwsRuntime();
-  const waits = awsWaitServices(runtime);
-  return createEventHandler({ runtime, events: waits.events!, agent, log: createLogger({ service: 'stepwise-events', agent: agent.name }), codeVersion: CODE_VERSION });
+  const log = createLogger({ service: 'stepwise-events', agent: agent.name });
+  const waits = awsWaitServices(runtime, process.env, { log });
+  return createEventHandler({ runtime, events: waits.events!, agent, log, codeVersion: CODE_VERSION });
 }

@@ -51,7 +51,7 @@ async function wire(agent: AgentDefinition): Promise<SqsWorkerHandler> {
   log.info({ event: 'worker-wired', model: label, table: runtime.tableName, queue: runtime.queueUrl }, 'worker ready');
   const metrics = workerMetrics(agent.name, (model as { defaultModel?: string }).defaultModel ?? DEFAULT_MODEL);
   const handle = createSqsWorkerHandler({
-    runtime, agent, model, log, codeVersion: CODE_VERSION, waits: awsWaitServices(runtime),
+    runtime, agent, model, log, codeVersion: CODE_VERSION, waits: awsWaitServices(runtime, process.env, { log }),
     ...(metrics ? { onHandled: (handled) => metrics.record(handled) } : {}),
   });
   if (!metrics) return handle;

@@ -1,6 +1,7 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SESv2Client } from '@aws-sdk/client-sesv2';
 import { InvalidInputError, TransientError, errorMessage } from '../core/errors.ts';
+import type { Logger } from '../log.ts';
 import type { Notifier } from '../ports.ts';
 import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
 import { rememberKey } from '../llm/remember-key.ts';
@@ -25,7 +26,7 @@ export function awsWaitServices(runtime: AwsRuntime, env: NodeJS.ProcessEnv = pr
   // Checked as the local backend checks it: a value with no scheme was pasted in front of every emailed link.
   const publicUrl = publicUrlOf(env);
   const notifier = awsNotifier(env, options.outbox);
-  const signingKey = awsSigningKey(env);
+  const signingKey = awsSigningKey(env, options.log);
   return {
     ...(notifier ? { notifier } : {}),
     ...(signingKey ? { signingKey } : {}),
@@ -42,6 +43,8 @@ export interface AwsWaitOptions {
    * bundle, which is held under 1 MB.
    */
   outbox?: (dir: string) => Notifier;
+  /** Where a warning about the settings goes (a signing key file others can read). */
+  log?: Logger;
 }
 
 /** One place the emails go, or none (an approval is then answered with `stepwise approve` or the API). */
@@ -56,12 +59,12 @@ function awsNotifier(env: NodeJS.ProcessEnv, outboxNotifier?: (dir: string) => N
 }
 
 /** One key source, or none: two would sign with one and check with the other. */
-function awsSigningKey(env: NodeJS.ProcessEnv): SigningKeySource | undefined {
+function awsSigningKey(env: NodeJS.ProcessEnv, log?: Logger): SigningKeySource | undefined {
   const secretId = env[SIGNING_KEY_SECRET_ENV]?.trim();
   const file = env[SIGNING_KEY_FILE_ENV]?.trim();
   if (secretId && file) throw new InvalidInputError(`set one of ${SIGNING_KEY_SECRET_ENV} and ${SIGNING_KEY_FILE_ENV}, not both`);
   if (secretId) return secretSigningKey(secretId);
-  return file ? fileSigningKey(file) : undefined;
+  return file ? fileSigningKey(file, log ? { warn: (fields, message) => log.warn(fields, message) } : {}) : undefined;
 }
 
 /**

@@ -84,8 +84,8 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
     const waits = { ...localWaitServices(local, path), events: local.events };
     return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
   }
-  const [{ openAwsRuntime }, { awsWaitServices }, { assertAwsConfigured, assertResourcesExist, UnreachableEndpointError }, { OutboxNotifier }] = await Promise.all([
-    import('../aws/runtime.ts'), import('../aws/wait-services.ts'), import('../aws/check-resources.ts'), import('../waits/outbox-notifier.ts'),
+  const [{ openAwsRuntime }, { awsWaitServices }, { assertAwsConfigured, assertResourcesExist, UnreachableEndpointError }, { OutboxNotifier }, { createLogger }] = await Promise.all([
+    import('../aws/runtime.ts'), import('../aws/wait-services.ts'), import('../aws/check-resources.ts'), import('../waits/outbox-notifier.ts'), import('../log.ts'),
   ]);
   await assertAwsConfigured();
   const stack = stackName(options);
@@ -105,7 +105,7 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
     // Approval links point at the stack's API unless STEPWISE_PUBLIC_URL says otherwise.
     const env = deployed?.apiUrl && !process.env.STEPWISE_PUBLIC_URL ? { ...process.env, STEPWISE_PUBLIC_URL: deployed.apiUrl } : process.env;
     try {
-      waits = awsWaitServices(aws, env, { outbox: (dir) => new OutboxNotifier(dir) });
+      waits = awsWaitServices(aws, env, { outbox: (dir) => new OutboxNotifier(dir), log: createLogger() });
     } catch (error) {
       // Exports left from a stopped `npm run local-aws` name servers that are gone and the signing key file
       // it removed: the servers are what to start again, not a key to make by hand. Any other refusal of

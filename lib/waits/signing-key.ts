@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { chmodSync, existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, linkSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV } from '../settings.ts';
@@ -64,7 +64,7 @@ function createKey(path: string): void {
  * created here: the worker that signs a link and the API that checks it may run on two hosts, and a key
  * made on each would turn every link into a forgery.
  */
-export function fileSigningKey(path: string): SigningKeySource {
+export function fileSigningKey(path: string, options: { warn?: (fields: Record<string, unknown>, message: string) => void } = {}): SigningKeySource {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -75,8 +75,18 @@ export function fileSigningKey(path: string): SigningKeySource {
       : `cannot read the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}): ${code ?? (error as Error).message}`);
   }
   const key = decodeKey(text, path, `write one with \`head -c 32 /dev/urandom | base64 > ${path}\` and give every worker and API process the same file`);
+  // Warned, not refused: a Kubernetes secret volume is 0644 unless its defaultMode says otherwise, and a
+  // refusal would stop workers that ran yesterday. Anyone who reads the key can forge approval links.
+  const mode = statSync(path).mode & 0o777;
+  if (mode & EXPOSED_BITS) {
+    const octal = `0${mode.toString(8)}`;
+    options.warn?.({ event: 'signing-key-exposed', path, mode: octal }, `the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}) has mode ${octal}: other users of this host can ${mode & 0o022 ? 'change' : 'read'} it, and whoever reads it can forge approval links; chmod 600 ${path} (a Kubernetes secret volume: defaultMode 0400)`);
+  }
   return () => Promise.resolve(key);
 }
+
+/** Others' read, and anyone's write but the owner's: a key file's modes that hand the key to others. */
+const EXPOSED_BITS = 0o026;
 
 /** A key kept as base64 text (in a file or a Secrets Manager secret). */
 export function decodeKey(text: string, where: string, fix?: string): Buffer {

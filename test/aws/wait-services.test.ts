@@ -1,7 +1,8 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidInputError } from '../../lib/core/errors.ts';
+import { createLogger } from '../../lib/log.ts';
 import type { AwsRuntime } from '../../lib/aws/runtime.ts';
 import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -38,6 +39,29 @@ describe('awsWaitServices', () => {
     const token = signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: 2_000 }, read);
     expect(verifyApproval(token, key, 1_000).ok).toBe(true);
     expect(verifyApproval(token, Buffer.alloc(32, 8), 1_000).ok).toBe(false);
+  });
+
+  it('warns of a key file other users can read or change, and takes it all the same; an owner-only file says nothing', async () => {
+    const key = Buffer.alloc(32, 9).toString('base64');
+    const lines: string[] = [];
+    const log = createLogger({}, { format: 'json', env: {}, write: (line) => { lines.push(line); } });
+    const warned = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.event === 'signing-key-exposed');
+    for (const [mode, word] of [[0o644, 'read'], [0o604, 'read'], [0o620, 'change'], [0o666, 'change']] as const) {
+      lines.length = 0;
+      const path = keyFile(`exposed-${mode.toString(8)}.key`, key);
+      chmodSync(path, mode);
+      // Taken: a Kubernetes secret volume is 0644 unless told otherwise, and a refusal would stop its workers.
+      expect((await awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: path }, { log }).signingKey!()).toString('base64')).toBe(key);
+      expect(warned(), mode.toString(8)).toEqual([expect.objectContaining({ level: 'warn', path, mode: `0${mode.toString(8)}` })]);
+      expect(warned()[0]!.msg).toBe(`the approval signing key file ${path} (STEPWISE_SIGNING_KEY_FILE) has mode 0${mode.toString(8)}: other users of this host can ${word} it, and whoever reads it can forge approval links; chmod 600 ${path} (a Kubernetes secret volume: defaultMode 0400)`);
+    }
+    for (const mode of [0o600, 0o400, 0o640]) {
+      lines.length = 0;
+      const path = keyFile(`owner-${mode.toString(8)}.key`, key);
+      chmodSync(path, mode);
+      awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: path }, { log });
+      expect(warned(), mode.toString(8)).toEqual([]);
+    }
   });
 
   it('refuses a key file that is missing (never making one) or too short, naming the setting', () => {
