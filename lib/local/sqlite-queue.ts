@@ -37,6 +37,9 @@ const NEWEST_VERSION = `(SELECT ${latestVersionOf('r.run_no')} FROM runs r WHERE
  * (that version's checkpoint is written first), so nothing is lost; in place, a step's send writes the
  * row's page and the live index's, where a row per version also wrote the dedup_key index's.
  */
+/** The run (its id the one parameter) has a cancel requested, not yet applied. */
+const CANCEL_REQUESTED = 'EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND cancel_requested IS NOT NULL)';
+
 const ON_NEWER_VERSION = `ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded.agent, version = excluded.version, body = excluded.body,
   visible_at = excluded.visible_at, receive_count = excluded.receive_count, receipt = excluded.receipt, acked_at = NULL, created_at = excluded.created_at
   WHERE excluded.version > queue.version`;
@@ -90,8 +93,12 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   async redrive(message: RunMessage, options: RedriveOptions = {}): Promise<boolean> {
     return immediate(this.db, () => {
       const held = options.held === undefined ? null : splitReceipt(options.held)[1];
-      if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version, held })) return false;
       const now = this.now;
+      // A run with a cancel requested whose message waits out a failed try's backoff, received by no
+      // worker (no receipt: no step is in flight), has it now: a cancel waited up to 15 minutes for it.
+      this.sql(`UPDATE queue SET visible_at = ? WHERE dedup_key = ? AND acked_at IS NULL AND receipt IS NULL AND visible_at > ? AND version >= ? AND ${CANCEL_REQUESTED}`)
+        .run(now, message.runId, now, message.version, message.runId);
+      if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version, held })) return false;
       this.sql(
         `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, ?)
          ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded.agent, acked_at = NULL, receipt = NULL, visible_at = excluded.visible_at,
@@ -225,6 +232,15 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
  * checkpoint commit's, which folds them into its transaction (CheckpointWrite.queue).
  */
 export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now: number): void {
+  if (delayMs > 0) {
+    // A delay (a failed try's backoff, up to a retry-after of 15 minutes) is dropped for a run with a
+    // cancel requested: its next delivery only applies the cancel, which waited out the backoff meanwhile.
+    sql(
+      `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
+       VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, CASE WHEN ${CANCEL_REQUESTED} THEN ? ELSE ? END, 0, NULL, ?) ${ON_NEWER_VERSION}`,
+    ).run(message.runId, message.runId, message.runId, message.version, JSON.stringify(message), message.runId, now, now + delayMs, now);
+    return;
+  }
   sql(
     `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
      VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, 0, NULL, ?) ${ON_NEWER_VERSION}`,

@@ -3,6 +3,7 @@ import { advance } from '../../lib/engine/advance.ts';
 import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { Model } from '../../lib/ports.ts';
+import { TransientError } from '../../lib/core/errors.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { captureLogs } from '../aws/log-capture.ts';
@@ -149,6 +150,48 @@ describe('cancel', () => {
     expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table \(it waited for approval by ops@example\.com at step 2\)$/) });
     w.runtime.close();
   });
+
+  /** Step 2's tool fails, rate limited for 10 minutes: the next try's message is delayed that long. */
+  function rateLimitedAtStep2(queueInCommit: boolean, before?: () => Promise<void>) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const agent = rowsAgent(new FakeRows(), {
+      afterWrite: async (step) => {
+        if (step !== 2) return;
+        await before?.();
+        throw new TransientError('rate limited', { retryAfterMs: 600_000 });
+      },
+    });
+    return { w: workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(5)), clock, workerId: 'A', queueInCommit }), clock };
+  }
+
+  // The clock never moves in these: the cancel is applied by what is visible now, not after the backoff.
+  for (const queueInCommit of [true, false]) {
+    const where = queueInCommit ? 'in the checkpoint\'s transaction' : 'after the checkpoint, as on AWS';
+    it(`a run waiting out a failed try's backoff is cancelled at once, not after it (its message sent ${where})`, async () => {
+      const { w } = rateLimitedAtStep2(queueInCommit);
+      await start(w.deps);
+      await workVisible(w.deps, w.runtime);
+      expect(await loadState(w.runtime)).toMatchObject({ status: 'running', step: 1, failures: 1 });
+      expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'requested' });
+      await workVisible(w.deps, w.runtime);
+      expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1 });
+      w.runtime.close();
+    });
+
+    it(`a step that fails while a cancel is asked for sends its next message at once, not after the backoff (${where})`, async () => {
+      const held = gate();
+      const { w } = rateLimitedAtStep2(queueInCommit, () => held.wait());
+      await start(w.deps);
+      const working = workVisible(w.deps, w.runtime);
+      await held.reached;
+      expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'requested' });
+      held.open();
+      await working;
+      expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1, failures: 1 });
+      w.runtime.close();
+    });
+  }
 
   it('refuses to cancel a run that ended, or one that does not exist', async () => {
     db = tempDb();

@@ -54,7 +54,8 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
         const request = cancelRequest(by, deps.clock.now(), input.reason);
         await deps.store.requestCancel(runId, stored.version, request);
         deps.log.info({ event: 'cancel-requested', runId, version: stored.version, request }, 'cancel requested: the run stops at its next step boundary');
-        // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live.
+        // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live,
+        // but on the local file a message waiting out a failed try's backoff is made due now (SqliteQueue.redrive).
         await deps.queue.redrive({ runId, version: stored.version });
         return { outcome: 'requested', runId, version: stored.version, request };
       }
