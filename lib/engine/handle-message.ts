@@ -188,7 +188,13 @@ function leaveForNewerCode(deps: EngineDeps, error: NewerFormatError, runId: str
 async function afterStaleWrite(deps: EngineDeps, runId: string, version: number, delivery: { receiveCount: number; receipt?: string }): Promise<Handled> {
   const { receiveCount } = delivery;
   const latest = await deps.store.load(runId, resumeLoad(stepCacheOf(deps.store).get(runId)));
-  deps.log.warn({ event: 'stale-write', runId, version, latest: latest?.version, status: latest?.status, workerId: deps.workerId }, 'stale write rejected: another worker advanced this run');
+  const line = { event: 'stale-write', runId, version, latest: latest?.version, status: latest?.status, workerId: deps.workerId };
+  // Cancelled under it, this worker held the step past its message's visibility timeout: "another worker
+  // advanced this run" sent an operator looking for a second worker stepping it, where what is worth knowing
+  // is that the step's record is gone while its effect, if it applied one, stays applied.
+  if (latest?.status === 'cancelled') {
+    deps.log.warn(line, `stale write rejected: run ${runId} was cancelled while this worker held its step past its message's visibility timeout (${latest.reason ?? 'cancelled'}); the step is not recorded, and an effect it applied under its idempotency key stays applied`);
+  } else deps.log.warn(line, 'stale write rejected: another worker advanced this run');
   if (!latest || latest.status !== 'running') return { action: 'ack', runId };
   if (latest.version === version) return { action: 'release', delayMs: retryDelayMs(Math.min(receiveCount, 6)), runId };
   await deps.queue.redrive({ runId, version: latest.version }, heldBy(delivery));

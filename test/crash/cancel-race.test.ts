@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { captureLogs } from '../aws/log-capture.ts';
 import { gate, heldModel } from '../support/gate.ts';
 import { ManualClock, VISIBILITY_MS, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
@@ -93,6 +94,8 @@ describe('cancel racing a running step on two workers', () => {
     const modelB = new StubModel(writeRowsScript(5));
     const a = workerProcess({ dbPath: db.path, agent: rowsAgent(rows, { afterWrite: async (step) => { if (step === 2) await held.wait(); } }), model: new StubModel(writeRowsScript(5)), clock, workerId: 'A' });
     const b = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model: modelB, clock, workerId: 'B' });
+    const { log, lines } = captureLogs();
+    a.deps.log = log;
     await start(a.deps);
     await stepOne(a);
     const [m2] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
@@ -112,6 +115,11 @@ describe('cancel racing a running step on two workers', () => {
     // Step 2's effect was applied once, under its own key, by the step that was running; nothing after it.
     expect(rows.received).toEqual(['run/step-1', 'run/step-2']);
     expect(modelB.stepsAsked()).toEqual([]);
+    // A's line says the run was cancelled under it and what that leaves, not that another worker stepped it.
+    expect(lines.find((l) => l.event === 'stale-write')).toMatchObject({
+      level: 40, runId: 'run', status: 'cancelled',
+      msg: expect.stringMatching(/^stale write rejected: run run was cancelled while this worker held its step past its message's visibility timeout \(cancelled by ops@example\.com at .*\); the step is not recorded, and an effect it applied under its idempotency key stays applied$/),
+    });
     a.runtime.close(); b.runtime.close();
   });
 });
