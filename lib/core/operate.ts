@@ -10,6 +10,12 @@ import {
  * cancel, a stop on budget. No I/O; lib/engine/operate writes them, fenced like every checkpoint.
  */
 
+/**
+ * How to give a run a higher budget, in the words of every caller: these refusals reach the CLI, and the
+ * API's and the inspector's callers too, who have no flags (the API's body takes `budget`).
+ */
+export const RAISE_BUDGET = '--budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"})';
+
 /** The statuses `retry` continues from. An unreadable run is `failed` too, but its head cannot be read. */
 export const RETRYABLE_STATUSES: readonly RunStatus[] = ['failed', 'capped', 'over-budget'];
 
@@ -100,7 +106,7 @@ export function retryState(state: RunState, options: RetryOptions, usd?: number,
   const budget = options.budget || state.budget ? checkBudget({ ...state.budget, ...options.budget }) : undefined;
   if (budget) {
     const over = budgetReached(budget, state.usage, usd, unpricedModel);
-    if (over) throw new InvalidInputError(`run ${state.runId} would stop again at once: ${over}; raise it with --budget-tokens or --budget-usd`);
+    if (over) throw new InvalidInputError(`run ${state.runId} would stop again at once: ${over}; raise it with ${RAISE_BUDGET}`);
   }
   const { lastError: _e, reason: _r, budget: _b, ...rest } = state;
   return { ...rest, status: 'running', failures: 0, stepCap, ...(budget ? { budget } : {}), updatedAt: options.now };

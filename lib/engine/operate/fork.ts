@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError, RunIdInUseError } from '../../core/errors.ts';
-import { budgetReached, forkState } from '../../core/operate.ts';
+import { RAISE_BUDGET, budgetReached, forkState } from '../../core/operate.ts';
 import type { Budget, ForkedFrom, RunState } from '../../core/state.ts';
 import { estimatedUsd, unpricedModelOf } from '../budget.ts';
 import { RUN_ID_PATTERN, unappliedStartOptions, validateGoal, validateRunId, type StartOption } from '../start.ts';
@@ -54,7 +54,7 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
   });
   // As a retry is: a fork whose budget its copied steps have reached would stop at once as over-budget.
   const over = state.budget && budgetReached(state.budget, state.usage, estimatedUsd(state, input.pricingModel), unpricedModelOf(state, input.pricingModel));
-  if (over) throw new InvalidInputError(`a fork of run ${parentId} from step ${step} would stop at once: ${over}; give it a budget above that with --budget-tokens or --budget-usd`);
+  if (over) throw new InvalidInputError(`a fork of run ${parentId} from step ${step} would stop at once: ${over}; give it a budget above that with ${RAISE_BUDGET}`);
   const forkedFrom = state.forkedFrom!;
   const first = { runId, version: 1 };
   const created = await deps.store.create(state, { workerId: deps.workerId, codeVersion: deps.codeVersion, ...sendWithWrite(deps.store, first) });
