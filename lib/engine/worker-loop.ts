@@ -101,7 +101,9 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
       consumer.release(delivery, visibilityMs).catch((error: unknown) => deps.log.warn({ event: 'heartbeat-failed', error: errorMessage(error) }, 'heartbeat failed'));
     }
   }, Math.min(Math.max(50, visibilityMs / 3), MAX_TIMER_MS));
-  const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: Date.now(), turnAt: Date.now(), inFlight };
+  // The idle and turn times are spans of this process's life, on its monotonic clock: Date.now() steps with
+  // the system's clock (NTP, a VM restored), and an hour forward stopped an idle worker at once as idle.
+  const shared: Shared = { nextSweepAt: deps.clock.now(), lastActivity: performance.now(), turnAt: performance.now(), inFlight };
   try {
     // The loops take the visibility the heartbeat renews, not a default of their own.
     const resolved: LoopOptions = { ...options, visibilityMs };
@@ -130,9 +132,19 @@ export async function runWorker(deps: EngineDeps, consumer: RunQueueConsumer, op
 
 /**
  * What a worker's loops share: when the next sweep is due (one loop does it), when a loop last started a
- * step, when one last let the event loop turn, and the steps in progress.
+ * step, when one last let the event loop turn (both by performance.now()), and the steps in progress.
  */
 interface Shared { nextSweepAt: number; lastActivity: number; turnAt: number; inFlight: Set<Delivery> }
+
+/**
+ * How long until the next sweep, by the engine's clock. A next sweep further off than one interval can be
+ * (the interval and its fifth) was set before that clock stepped back: it is due now, where the worker
+ * swept again only once the clock had caught up, an hour for an hour's step, sending no wait timer meanwhile.
+ */
+function untilSweep(shared: Shared, now: number, everyMs: number): number {
+  const left = shared.nextSweepAt - now;
+  return left > everyMs * 1.2 ? 0 : Math.max(0, left);
+}
 
 /**
  * A program's options are checked as the CLI checks its flags: a NaN visibility failed the first receive
@@ -159,9 +171,9 @@ type LoopOptions = WorkerOptions & { visibilityMs: number };
  */
 function receiveWaitMs(deps: EngineDeps, options: LoopOptions, shared: Shared, sweeps: boolean): number {
   let wait = options.waitMs ?? 1000;
-  if (sweeps) wait = Math.min(wait, Math.max(0, shared.nextSweepAt - deps.clock.now()));
+  if (sweeps) wait = Math.min(wait, untilSweep(shared, deps.clock.now(), options.sweepEveryMs ?? DEFAULT_SWEEP_EVERY_MS));
   // Only while no loop has a step in hand: the worker is not idle then, and a wait cut to 0 would spin.
-  if (options.idleExitMs !== undefined && !shared.inFlight.size) wait = Math.min(wait, Math.max(0, shared.lastActivity + options.idleExitMs - Date.now()));
+  if (options.idleExitMs !== undefined && !shared.inFlight.size) wait = Math.min(wait, Math.max(0, shared.lastActivity + options.idleExitMs - performance.now()));
   return wait;
 }
 
@@ -178,7 +190,7 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
   let held: Delivery[] = [];
   try {
     while (!options.signal?.aborted) {
-      if (sweep && deps.clock.now() >= shared.nextSweepAt) {
+      if (sweep && untilSweep(shared, deps.clock.now(), sweepEveryMs) === 0) {
         shared.nextSweepAt = deps.clock.now() + sweepEveryMs * (0.8 + 0.4 * Math.random());
         await sweep().catch((error: unknown) => {
           if (options.stopOn?.(error)) throw error;
@@ -193,13 +205,13 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
       const delivery = held.shift();
       if (!delivery) {
         // Idle is the worker's, not this loop's: a loop leaves only when none has started a step for that long.
-        if (options.idleExitMs !== undefined && !shared.inFlight.size && Date.now() - shared.lastActivity >= options.idleExitMs) return;
+        if (options.idleExitMs !== undefined && !shared.inFlight.size && performance.now() - shared.lastActivity >= options.idleExitMs) return;
         // A receive that waits for nothing (waitMs 0) resolves at once: without this, a loop polling an
         // empty queue would hold the event loop, and the other loops' steps (their model, their timers) with it.
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
-      shared.lastActivity = Date.now();
+      shared.lastActivity = performance.now();
       shared.inFlight.add(delivery);
       let handled: Handled;
       try {
@@ -235,9 +247,9 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
       // turn, so the process's timers (the heartbeat, a tool's timeout, the other loops' polls), its I/O
       // (the other loops' model calls) and its signals (SIGTERM) waited until the run stopped, or until a
       // thousand due waits had all been woken. One turn every TURN_EVERY_MS (which says why not more often).
-      if (Date.now() - shared.turnAt >= TURN_EVERY_MS) {
+      if (performance.now() - shared.turnAt >= TURN_EVERY_MS) {
         await new Promise((resolve) => setImmediate(resolve));
-        shared.turnAt = Date.now();
+        shared.turnAt = performance.now();
       }
     }
   } finally {

@@ -149,12 +149,14 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
   }
 
   async receive(options: ReceiveOptions = {}): Promise<Delivery[]> {
-    const deadline = Date.now() + (options.waitMs ?? 0);
+    // A span of this process's life, on its monotonic clock: by Date.now(), a poll of a second lasted an
+    // hour once the system's clock stepped back an hour, and the worker's sweeps waited behind it.
+    const deadline = performance.now() + (options.waitMs ?? 0);
     for (;;) {
       const deliveries = this.takeUnlessLocked(options.max ?? 1, options.visibilityMs ?? DEFAULT_VISIBILITY_MS);
       // A stopped worker's wait ends at its next poll: it polled on for the whole waitMs (a minute's long
       // poll, a minute to stop an idle worker).
-      if (deliveries.length || Date.now() >= deadline || options.signal?.aborted) return deliveries;
+      if (deliveries.length || performance.now() >= deadline || options.signal?.aborted) return deliveries;
       await sleep(POLL_MS);
     }
   }
