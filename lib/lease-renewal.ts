@@ -19,6 +19,11 @@ export class ClaimLostError extends Error {
  * the claim is no longer known to be ours (a holder that froze past its lease and comes back to a
  * throttled store cannot tell whether another attempt took the key), so the signal aborts then too: an
  * effect that checks its signal before it acts never acts on a claim it may have lost.
+ *
+ * "Run out" is read two ways, and either aborts: by the clock (the lease the store holds is on the clocks of
+ * the workers that read it, and a process frozen in a suspended machine sees it jump), and by the time this
+ * process has run since the last confirmed renewal (performance.now()): a clock stepped back an hour
+ * (NTP, a VM restored) kept a claim the other workers saw run out held for that hour more.
  */
 export async function holdWhileRenewing<T>(input: {
   key: string;
@@ -32,6 +37,7 @@ export async function holdWhileRenewing<T>(input: {
   const lost = new AbortController();
   // The claim was written just before this call, with a lease from a moment no later than now.
   let heldUntil = input.clock.now() + input.leaseMs;
+  let confirmedAt = performance.now();
   let inFlight = false;
   const end = (reason: unknown) => {
     if (lost.signal.aborted) return;
@@ -39,27 +45,29 @@ export async function holdWhileRenewing<T>(input: {
     lost.abort(reason);
   };
   const abort = (reason?: string) => end(new ClaimLostError(input.key, reason));
-  const settle = (sentAt: number, ours: boolean) => {
-    if (ours) heldUntil = Math.max(heldUntil, sentAt + input.leaseMs);
-    else abort();
+  const settle = (sentAt: number, sentAfter: number, ours: boolean) => {
+    if (!ours) return abort();
+    heldUntil = Math.max(heldUntil, sentAt + input.leaseMs);
+    confirmedAt = Math.max(confirmedAt, sentAfter);
   };
   const unconfirmed = () => {
-    if (input.clock.now() >= heldUntil) abort('its lease ran out and no renewal could be confirmed');
+    if (input.clock.now() >= heldUntil || performance.now() - confirmedAt >= input.leaseMs) abort('its lease ran out and no renewal could be confirmed');
   };
   const stop = everyOn(input.clock, renewEveryMs(input.leaseMs), () => {
     // One renewal at a time: a slow write is not piled on by the next tick.
     if (lost.signal.aborted || inFlight) return unconfirmed();
     // The store writes a lease from its own reading of the clock, taken after this one.
     const sentAt = input.clock.now();
+    const sentAfter = performance.now();
     let answer: Promise<boolean> | boolean;
     try {
       answer = input.renew();
     } catch {
       return unconfirmed();
     }
-    if (typeof answer === 'boolean') return settle(sentAt, answer);
+    if (typeof answer === 'boolean') return settle(sentAt, sentAfter, answer);
     inFlight = true;
-    return answer.then((ours) => settle(sentAt, ours), unconfirmed).finally(() => { inFlight = false; });
+    return answer.then((ours) => settle(sentAt, sentAfter, ours), unconfirmed).finally(() => { inFlight = false; });
   });
   const onStop = () => end(input.stop!.reason);
   if (input.stop?.aborted) onStop();

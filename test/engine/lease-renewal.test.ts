@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { holdWhileRenewing } from '../../lib/lease-renewal.ts';
 import { ManualClock } from '../support/manual-clock.ts';
 
@@ -53,6 +53,27 @@ describe('holding a claim while its effect runs (both ledgers)', () => {
     const running = holdWhileRenewing({ key: 'k/step-3', clock, leaseMs: LEASE_MS, effect: held.effect, renew: () => false });
     await clock.pass(LEASE_MS / 3);
     expect(held.signal().reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('another attempt took the key') });
+    held.finish('x');
+    await running;
+  });
+
+  it('a store that stops answering just as the holder\'s clock steps back an hour costs the claim once a lease has passed all the same, where it was kept for the hour', { timeout: 60_000 }, async () => {
+    // Real time (the clock's own timers): the step moves the clock, not the time this process runs.
+    let offset = 0;
+    const clock = { now: () => Date.now() + offset };
+    const held = heldEffect();
+    let renewals = 0;
+    const running = holdWhileRenewing({
+      key: 'k/step-4', clock, leaseMs: 1000, effect: held.effect,
+      renew: () => {
+        if (++renewals === 1) return true;
+        offset = -3_600_000;
+        throw new Error('ThrottlingException');
+      },
+    });
+    // Not a timing: a claim kept for the hour fails here.
+    await vi.waitFor(() => expect(held.signal().aborted).toBe(true), { timeout: 20_000, interval: 50 });
+    expect(held.signal().reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('no renewal could be confirmed') });
     held.finish('x');
     await running;
   });
