@@ -76,3 +76,25 @@ describe('SQLite ledger when the file is locked past the busy timeout', () => {
     }
   });
 });
+
+describe('SQLite ledger: workers whose clocks differ (the README\'s "What ctx.once guarantees")', () => {
+  // Each worker judges a claim's lease by its own clock, and a live holder's lease runs at least two thirds
+  // of it ahead of the holder's clock (renewed every third): that much difference is what a claim survives.
+  for (const [ahead, takes] of [[39_000, false], [41_000, true]] as const) {
+    it(`a worker ${ahead / 1000} s ahead of a live holder ${takes ? 'takes its key (beyond two thirds of a 60 s lease)' : 'waits for it'}`, async () => {
+      const clock = new ManualClock();
+      const holder = new SqliteLedger(db, clock);
+      const other = new SqliteLedger(db, { now: () => clock.now() + ahead });
+      let finish!: () => void;
+      const running = holder.once(`skew-${ahead}/step-1`, {}, () => new Promise<string>((resolve) => { finish = () => resolve('first'); }));
+      await new Promise((resolve) => setImmediate(resolve));
+      // Just before the holder's second renewal: its lease runs 40 s past its clock.
+      await clock.pass(39_999);
+      const second = other.once(`skew-${ahead}/step-1`, {}, async () => 'second');
+      if (takes) await expect(second).resolves.toBe('second');
+      else await expect(second).rejects.toBeInstanceOf(IdempotencyInProgressError);
+      finish();
+      await running;
+    });
+  }
+});
