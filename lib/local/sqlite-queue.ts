@@ -30,6 +30,9 @@ const LIVE_MESSAGE = `SELECT 1 FROM queue q WHERE q.dedup_key = :run AND +q.acke
  */
 const NEWEST_VERSION = `(SELECT ${latestVersionOf('r.run_no')} FROM runs r WHERE r.run_id = q.run_id AND r.status = 'running')`;
 
+/** The run (its id the one parameter) has a cancel requested, not yet applied. */
+const CANCEL_REQUESTED = 'EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND cancel_requested IS NOT NULL)';
+
 /**
  * A run has one queue row, its message for its newest version sent: a send for a newer version rewrites
  * it in place (its receipt and receive count too), and one for this version or an older one is a
@@ -37,9 +40,6 @@ const NEWEST_VERSION = `(SELECT ${latestVersionOf('r.run_no')} FROM runs r WHERE
  * (that version's checkpoint is written first), so nothing is lost; in place, a step's send writes the
  * row's page and the live index's, where a row per version also wrote the dedup_key index's.
  */
-/** The run (its id the one parameter) has a cancel requested, not yet applied. */
-const CANCEL_REQUESTED = 'EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND cancel_requested IS NOT NULL)';
-
 const ON_NEWER_VERSION = `ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded.agent, version = excluded.version, body = excluded.body,
   visible_at = excluded.visible_at, receive_count = excluded.receive_count, receipt = excluded.receipt, acked_at = NULL, created_at = excluded.created_at
   WHERE excluded.version > queue.version`;
