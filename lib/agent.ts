@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as z from 'zod';
 import { InvalidInputError } from './core/errors.ts';
+import { checkToolApproval, type ToolApproval } from './core/approval-gate.ts';
 import type { Model, ModelSettings, OnceOptions, ToolSpec } from './ports.ts';
 import type { EventTrigger, IncomingEvent } from './core/waits.ts';
 import { budgetSchema, type Budget } from './core/state.ts';
@@ -64,6 +65,14 @@ export interface ToolDefinition<I = any> {
    * 3), `ctx.signal` aborts, and the worker goes on: a tool that hangs never holds its run for good.
    */
   timeoutMs?: number;
+  /**
+   * A person approves each call before it runs. The engine, not the model, asks: a call of this tool
+   * becomes an approval wait (its email and page show the tool and the arguments), and only an approval
+   * runs it, at the next step, exactly as it was made; a rejection or a timeout is what the model sees, and
+   * the call is not run. Nothing the model says (a tool output may have talked it round) skips or changes
+   * the approved call, and a fork does not inherit its parent's approval. The tool may not itself wait.
+   */
+  approval?: ToolApproval;
   run(input: I, context: ToolContext): unknown;
 }
 
@@ -100,6 +109,8 @@ export interface AgentDefinition {
   eventKey?: (event: IncomingEvent) => { type: string; key: string } | undefined;
 }
 
+export type { ToolApproval };
+
 export function tool<I>(definition: ToolDefinition<I>): ToolDefinition<I> {
   return definition;
 }
@@ -131,6 +142,7 @@ export function defineAgent(definition: AgentDefinition): AgentDefinition {
     if (t.timeoutMs !== undefined && !(Number.isInteger(t.timeoutMs) && t.timeoutMs >= 1 && t.timeoutMs <= MAX_TOOL_TIMEOUT_MS)) {
       throw new InvalidInputError(`tool ${t.name}: timeoutMs must be a whole number of milliseconds from 1 to ${MAX_TOOL_TIMEOUT_MS}, got ${t.timeoutMs}`);
     }
+    if (t.approval !== undefined) checkToolApproval(t.name, t.approval);
     // Here, not at every step of every run: an input the model cannot be sent would fail them all.
     toolSpec(t);
   }
@@ -228,6 +240,18 @@ export function worksRunsOf(agent: AgentDefinition, runAgent: string): boolean {
 const specs = new WeakMap<AgentDefinition, ToolSpec[]>();
 
 /** The tools as the model sees them; computed once per agent, since every step sends them. */
+/** The agent's tools a person approves each call of, by name (none for most agents: checked at every step). */
+const gated = new WeakMap<AgentDefinition, ReadonlySet<string>>();
+function gatedTools(agent: AgentDefinition): ReadonlySet<string> {
+  let names = gated.get(agent);
+  if (!names) gated.set(agent, (names = new Set(agent.tools.filter((t) => t.approval).map((t) => t.name))));
+  return names;
+}
+/** Whether any of the agent's tools needs approval (ToolDefinition.approval). */
+export const gatesAny = (agent: AgentDefinition): boolean => gatedTools(agent).size > 0;
+/** Whether this tool of the agent needs approval. */
+export const needsApproval = (agent: AgentDefinition, tool: string): boolean => gatedTools(agent).has(tool);
+
 export function toolSpecs(agent: AgentDefinition): ToolSpec[] {
   let cached = specs.get(agent);
   if (!cached) {
@@ -271,7 +295,9 @@ function toolSpec(t: ToolDefinition): ToolSpec {
   if (refused.length) {
     throw new InvalidInputError(`tool ${t.name}: the Messages API refuses the field name${refused.length === 1 ? '' : 's'} ${refused.map((name) => JSON.stringify(name)).join(', ')} of its input: a top-level field's name must match ${FIELD_NAME} (rename it, and map it back in run)`);
   }
-  return { name: t.name, description: t.description, inputSchema: schema };
+  // Told, so that the model reads an approval as its call's answer and the run at the next step as its result.
+  const description = t.approval ? `${t.description} (A person approves each call of this tool before it runs: the step shows their answer, and an approved call runs at the next step, as you made it.)` : t.description;
+  return { name: t.name, description, inputSchema: schema };
 }
 
 /** Types zod describes as JSON Schema that no JSON a model sends can be: the tool could never be called. */

@@ -5,14 +5,14 @@
  * `stepwise/cdk`. Anything not exported from these entry points is internal.
  */
 export { defineAgent, loadAgent, tool } from './agent.ts';
-export type { AgentDefinition, AgentSettings, ToolContext, ToolDefinition } from './agent.ts';
+export type { AgentDefinition, AgentSettings, ToolApproval, ToolContext, ToolDefinition } from './agent.ts';
 export {
   IdempotencyKeyReuseError, InvalidInputError, ModelUnavailableError, PermanentError, StepwiseError, ToolError, ToolTimeoutError, TransientError,
 } from './core/errors.ts';
 // What the engine's calls throw, for a program to tell apart (an unknown run from another agent's, a run
 // newer code wrote); ModelKeyError is what a Model of one's own throws when its key is refused.
 export {
-  ModelKeyError, NewerFormatError, RunIdInUseError, RunIdTakenError, RunStateError, UnknownRunError, UnreadableCheckpointError, WrongAgentError,
+  ModelKeyError, NewerFormatError, NoSuchStepError, RunIdInUseError, RunIdTakenError, RunStateError, UnknownRunError, UnreadableCheckpointError, WrongAgentError,
 } from './core/errors.ts';
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';

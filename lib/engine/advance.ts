@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
-import { TOOL_NAME, toolSpecs, worksRunsOf } from '../agent.ts';
+import { TOOL_NAME, gatesAny, needsApproval, toolSpecs, worksRunsOf } from '../agent.ts';
+import { approvalOfCall, approvedCall } from '../core/approval-gate.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
@@ -136,6 +137,13 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   let tool: ToolDefinition | undefined;
   let input: unknown;
   let uncounted = pendingUsage;
+  // A call a person approved at the last step (a tool with `approval`) is this step's, as it was made: the
+  // model is not asked, so nothing it says now changes the call. Past the cap it waits for a retry.
+  const approved = decision || !gatesAny(deps.agent) ? undefined : approvedCall(state, (name) => needsApproval(deps.agent, name));
+  if (approved) {
+    if (capReached(state)) return commit(deps, base, cap(state, now()));
+    decision = { step: n, tool: approved.tool, input: approved.input, at: now(), atVersion: version };
+  }
   if (decision) {
     // Code drift: the tool renamed or removed, or its input changed, since the decision was recorded. The
     // failure keeps the decision, so a retry after redeploying runs this very call.
@@ -143,6 +151,12 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (!resumable.ok) return commit(deps, base, recordFailure(state, new PermanentError(resumable.problem), now(), usageOnly(uncounted)));
     tool = resumable.tool;
     input = resumable.input;
+    // An approved call with a side effect is kept before it runs, as the model's are: a crash then re-runs
+    // this call under this key.
+    if (approved && tool.sideEffect) {
+      decision.idempotencyKey = idempotencyKey(runId, n);
+      await deps.store.recordDecision(runId, version, decision);
+    }
   } else {
     // A budget is checked before the call that would spend more: the run goes past it by at most one step.
     if (state.budget) {
@@ -201,6 +215,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     const model = answeringModel(deps, reply);
     if (model) decision.model = model;
     uncounted = reply.usage;
+    // A tool a person approves: the call waits for their answer instead of running (lib/core/approval-gate.ts).
+    if (tool.approval) return beginWaitStep(deps, state, base, decision, approvalOfCall(tool, reply.input, tool.approval));
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {
@@ -235,7 +251,11 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     ok = false;
   }
   if (deps.probe) await deps.probe('C4', { runId, step: n });
-  if (isWaitRequest(output)) return beginWaitStep(deps, state, base, decision, output);
+  if (isWaitRequest(output)) {
+    // Its answer would read as the approval of its call, and run it again.
+    if (tool.approval) return commit(deps, base, recordFailure(state, new PermanentError(`tool ${tool.name} needs approval, so it may not itself wait (it returned a wait request): wait in another tool`), now(), usageOnly(uncounted)));
+    return beginWaitStep(deps, state, base, decision, output);
+  }
 
   let text: string;
   try {

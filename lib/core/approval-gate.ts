@@ -1,0 +1,65 @@
+import { InvalidInputError } from './errors.ts';
+import { excerpt } from './prompt.ts';
+import type { RunState } from './state.ts';
+import { APPROVER, MAX_WAIT_MS, WaitRequest } from './waits.ts';
+
+/**
+ * A tool whose every call a person approves before it runs (ToolDefinition.approval). request_approval is
+ * a tool the model chooses to call, and nothing held the model to it: a model talked round by a tool's
+ * output called the risky tool without asking, after a rejection, or with other arguments than those
+ * approved. Here the engine asks, for the very call the model made, and runs that call, as it was made,
+ * only on an approval; the model's own words can neither skip the question nor change the call. Pure.
+ */
+
+export interface ToolApproval {
+  /** Email addresses allowed to approve (the email goes to each; any one answer decides). */
+  approvers: string[];
+  /** How long the approval may take before the call is refused as "timed out" (default 3 days). */
+  timeoutMs?: number;
+}
+
+/** The most of a call's arguments an approval's request shows; the whole call is what runs. */
+const REQUEST_ARGUMENTS_CHARS = 8000;
+
+/** A tool's `approval`, checked when the agent loads: a gate that could never ask would block every call. */
+export function checkToolApproval(tool: string, approval: unknown): void {
+  const where = `tool ${tool}: approval`;
+  if (!approval || typeof approval !== 'object' || Array.isArray(approval)) throw new InvalidInputError(`${where} must be { approvers: ["ops@example.com"], timeoutMs? }, not ${JSON.stringify(approval) ?? String(approval)}`);
+  const { approvers, timeoutMs } = approval as Partial<ToolApproval>;
+  if (!Array.isArray(approvers) || !approvers.length) throw new InvalidInputError(`${where} needs at least one approver (approvers: ["ops@example.com"])`);
+  const bad = approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
+  if (bad >= 0) throw new InvalidInputError(`${where}: approver ${approvers[bad] === undefined ? 'undefined (an environment variable not set?)' : JSON.stringify(approvers[bad])} is not an email address`);
+  if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs >= 1 && timeoutMs <= MAX_WAIT_MS)) {
+    throw new InvalidInputError(`${where}: timeoutMs must be from 1 ms to ${MAX_WAIT_MS / 86_400_000} days (in ms), got ${timeoutMs}`);
+  }
+}
+
+/** The approval a call of such a tool waits for instead of running: the approver reads the call itself. */
+export function approvalOfCall(tool: { name: string; description: string }, input: unknown, approval: ToolApproval): WaitRequest {
+  const args = JSON.stringify(input ?? {}, null, 2);
+  const shown = args.length <= REQUEST_ARGUMENTS_CHARS ? args : `${excerpt(args, REQUEST_ARGUMENTS_CHARS)} (${args.length} characters in all)`;
+  return new WaitRequest({
+    kind: 'approval', approvers: approval.approvers, ...(approval.timeoutMs !== undefined ? { timeoutMs: approval.timeoutMs } : {}),
+    request: `Run ${tool.name} (${tool.description}) with these arguments:\n${shown}`,
+  });
+}
+
+/**
+ * The call an approval at the run's last step admits: that step is such a tool's approval (a wait's
+ * answer recorded under the tool's own name), answered "approved", and given in this run. A fork's copy of
+ * its parent's approval admits nothing: the person approved the parent's call, not the fork's, whose goal
+ * may be another; the fork's model is asked, and its call is approved anew. Undefined otherwise: the
+ * model is asked, as at any step.
+ */
+export function approvedCall(state: RunState, needsApproval: (tool: string) => boolean): { tool: string; input: unknown } | undefined {
+  const last = state.steps.at(-1);
+  if (!last?.waitId || last.step !== state.step || !last.result.ok || !needsApproval(last.tool)) return undefined;
+  if (state.forkedFrom && last.step <= state.forkedFrom.step) return undefined;
+  let answer: unknown;
+  try {
+    answer = JSON.parse(last.result.text);
+  } catch {
+    return undefined;
+  }
+  return (answer as { approval?: unknown } | null)?.approval === 'approved' ? { tool: last.tool, input: last.input } : undefined;
+}
