@@ -4,7 +4,9 @@ import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { APIGatewayProxyEventV2, APIGatewayProxyResult, EventBridgeEvent } from 'aws-lambda';
 import { handle } from 'hono/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent, type AgentDefinition } from '../../lib/agent.ts';
+import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
+import { z } from 'zod';
+import { promptText } from '../../lib/core/prompt.ts';
 import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
 import { createEventHandler } from '../../lib/aws/event-handler.ts';
 import type { AwsRuntime } from '../../lib/aws/runtime.ts';
@@ -131,6 +133,48 @@ describe('waits on the AWS runtime (DynamoDB Local, fauxqs, a local SES v2 stand
     expect(done).toMatchObject({ status: 'completed', summary: 'Copied and dropped old_rows.' });
     expect(done.steps[1]!.result.text).toContain('"comment":"from the email"');
     expect(dropped).toEqual([`${runId}/step-3:old_rows`]);
+  });
+
+  it('a tool with approval: the engine asks for the call, and the approval runs that call at the next step, the model not asked', { timeout: 120_000 }, async () => {
+    const dropped: string[] = [];
+    const asked: number[] = [];
+    const agent = defineAgent({
+      name: 'gated-aws',
+      tools: [tool({
+        name: 'drop_table', description: 'Drop a table', input: z.object({ table: z.string() }), sideEffect: true, approval: { approvers: [APPROVER] },
+        run: async ({ table }, ctx) => ctx.once(() => { dropped.push(`${ctx.idempotencyKey}:${table}`); return { dropped: table }; }),
+      })],
+    });
+    // Drops old_rows at step 1; asked later, it would drop everything; DONE once a drop ran.
+    const model: Model = {
+      name: 'talked-round',
+      async decide(request): Promise<ModelReply> {
+        asked.push(request.step);
+        if (promptText(request.prompt).includes('-> ok: {"dropped"')) return { kind: 'done', summary: 'dropped' };
+        return { kind: 'tool', tool: 'drop_table', input: { table: request.step === 1 ? 'old_rows' : 'everything' } };
+      },
+    };
+    const worker = () => new WorkerProcess({ resources, agent, model, waits: waitsOf });
+    const runId = `aws-gate-${randomUUID().slice(0, 6)}`;
+    await startTestRun(resources.runtime(), agent, runId, 'drop old_rows');
+    const a = worker();
+    const waiting = await pollUntil(a, runId, ['waiting']);
+    a.close();
+    expect(waiting.wait).toMatchObject({ kind: 'approval', step: 1, tool: 'drop_table', input: { table: 'old_rows' }, approvers: [APPROVER] });
+    expect(dropped).toEqual([]);
+    const email = ses.sent.find((e) => e.text.includes(`Run: ${runId} `));
+    expect(email?.text).toContain('Run drop_table (Drop a table) with these arguments: { "table": "old_rows" }');
+
+    const path = new URL(/Review and decide: (\S+)/.exec(email!.text)![1]!).pathname;
+    const decided = await apiHandler({ agent })(apiEvent('POST', path, 'decision=approve', { 'content-type': 'application/x-www-form-urlencoded' }));
+    expect(decided.statusCode).toBe(200);
+    const b = worker();
+    const done = await pollUntil(b, runId, ['completed', 'failed']);
+    b.close();
+    expect(done).toMatchObject({ status: 'completed', step: 2 });
+    expect(done.steps[1]).toMatchObject({ tool: 'drop_table', input: { table: 'old_rows' }, idempotencyKey: `${runId}/step-2` });
+    expect(dropped).toEqual([`${runId}/step-2:old_rows`]);
+    expect(asked).toEqual([1, 3]);
   });
 
   it('an approver whose address SES refuses keeps no other approver from their email; the failure names the run and the approver', { timeout: 120_000 }, async () => {
