@@ -1,9 +1,10 @@
 import * as z from 'zod';
-import { defineAgent, requestApproval, tool } from '../../lib/index.ts';
+import { defineAgent, tool } from '../../lib/index.ts';
 
 /**
- * The agent the project's own CDK app deploys (infra/app.ts): it drafts release notes, asks a person to
- * approve them by email, and publishes them only if approved. `publish_notes` stands in for a real effect
+ * The agent the project's own CDK app deploys (infra/app.ts): it drafts release notes and publishes them,
+ * each publication approved by a person first: the engine emails the call, notes and all (its `approval`),
+ * and publishes exactly those notes only if approved. `publish_notes` stands in for a real effect
  * (a release page, a changelog commit): it applies once per step through ctx.once.
  *
  * The approver comes from the worker's environment (the stack's ApproverEmail parameter).
@@ -21,12 +22,12 @@ export default defineAgent({
       sideEffect: false,
       run: ({ version, changes }) => [`Release ${version}`, '', ...changes.map((c) => `- ${c}`)].join('\n'),
     }),
-    requestApproval({ approvers: [approver], timeoutMs: 24 * 3600 * 1000 }),
     tool({
       name: 'publish_notes',
-      description: 'Publish approved release notes. Only call this after request_approval was approved.',
+      description: 'Publish release notes for a version.',
       input: z.object({ version: z.string().min(1).max(40), notes: z.string().min(1).max(20_000) }),
       sideEffect: true,
+      approval: { approvers: [approver], timeoutMs: 24 * 3600 * 1000 },
       run: (input, ctx) => ctx.once(async () => ({ published: input.version, bytes: Buffer.byteLength(input.notes), key: ctx.idempotencyKey })),
     }),
   ],

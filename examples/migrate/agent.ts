@@ -2,7 +2,6 @@ import type Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
-import { requestApproval } from '../../lib/waits/tools.ts';
 import { canonicalJson } from '../../lib/core/canonical-json.ts';
 // What an agent of one's own imports from 'stepwise'.
 import { IdempotencyKeyReuseError } from '../../lib/index.ts';
@@ -63,9 +62,12 @@ export default defineAgent({
     }),
     tool({
       name: 'drop_source',
-      description: 'Drop the source table (its rows go to an archive the application never reads). Only after a verified copy, and only with approval.',
+      description: 'Drop the source table (its rows go to an archive the application never reads). Only after a verified copy.',
       input: z.object({ confirm: z.literal('DROP TABLE source') }),
       sideEffect: true,
+      // The risky step waits for a person: the engine asks for this call, the run saves a waiting
+      // checkpoint and no process is needed; only an approval runs the call.
+      approval: { approvers: [process.env.DEMO_APPROVER ?? 'ops@example.com'], timeoutMs: 24 * 3600 * 1000 },
       run: (_input, ctx) => {
         const d = migrationDb();
         // The key goes in with the effect, in one transaction: a redo after a crash drops nothing twice.
@@ -78,8 +80,6 @@ export default defineAgent({
         })();
       },
     }),
-    // The risky step waits for a person: the run saves a waiting checkpoint and no process is needed.
-    requestApproval({ approvers: [process.env.DEMO_APPROVER ?? 'ops@example.com'], timeoutMs: 24 * 3600 * 1000 }),
     tool({
       name: 'verify',
       description: 'Check that every source row is in target exactly once with the same values.',

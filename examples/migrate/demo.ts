@@ -45,7 +45,7 @@ if (flags.help) {
 }
 
 /**
- * The run takes one step per batch and four more (inspect_tables, verify, request_approval, drop_source):
+ * The run takes one step per batch and four more (inspect_tables, verify, drop_source's approval, drop_source):
  * more batches than the agent's step cap leaves room for would end the run capped, not at its approval.
  */
 function maxRows(): number {

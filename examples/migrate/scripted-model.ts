@@ -24,20 +24,16 @@ export class ScriptedMigrationModel implements Model {
     const copies = steps.filter((s) => s.tool === 'copy_batch').length;
     if (!verified.exactlyOnce) return { kind: 'done', summary: `Copied rows in ${copies} batches, but verification failed: ${JSON.stringify(verified)}.` };
     const copied = `Copied ${verified.targetRows} of ${verified.sourceRows} rows from source to target in ${copies} batches of up to ${BATCH_SIZE}; verification found no duplicates, no missing rows and no mismatched values.`;
-    // Dropping the source is irreversible: ask first, and act on the answer.
-    const approval = steps.findLast((s) => s.tool === 'request_approval');
-    if (!approval) {
-      return call('request_approval', {
-        request: `Drop table source: all ${verified.targetRows} rows are verified in target`,
-        details: 'DROP TABLE source (the migration is verified: no duplicates, none missing)',
-      });
-    }
+    // Dropping the source is irreversible: drop_source waits for a person's approval (its `approval`), whose
+    // answer is that step's result; approved, the engine runs the call at the next step.
+    const drops = steps.filter((s) => s.tool === 'drop_source');
+    const approval = drops.findLast((s) => s.result?.approval !== undefined || s.result?.timedOut === true);
+    if (!approval) return call('drop_source', { confirm: 'DROP TABLE source' });
     if (approval.result?.approval !== 'approved') {
       const why = approval.result?.timedOut ? 'nobody approved in time' : `rejected by ${String(approval.result?.by)}${approval.result?.comment ? `: ${String(approval.result.comment)}` : ''}`;
       return { kind: 'done', summary: `${copied} The source table was kept: dropping it was ${why}.` };
     }
-    const dropped = steps.findLast((s) => s.tool === 'drop_source' && s.ok);
-    if (!dropped) return call('drop_source', { confirm: 'DROP TABLE source' });
+    if (!drops.some((s) => s.ok && s.result?.dropped !== undefined)) return call('drop_source', { confirm: 'DROP TABLE source' });
     return { kind: 'done', summary: `${copied} With approval from ${String(approval.result?.by)}, the source table was dropped.` };
   }
 }
