@@ -251,6 +251,25 @@ export interface EventTrigger {
   goal(event: IncomingEvent): string | undefined;
 }
 
+/**
+ * The approvals among these step records: the steps a person approved, who, and the tool that asked. A fork
+ * copies them with the records, and its model reads each as given to it (a tool with `approval` does not:
+ * lib/core/approval-gate.ts), so a fork says which it copied.
+ */
+export function approvalsAmong(records: readonly StepRecord[]): { step: number; tool: string; by: string }[] {
+  const found: { step: number; tool: string; by: string }[] = [];
+  for (const record of records) {
+    if (!record.waitId || !record.result.ok || !record.result.text.startsWith('{"approval":"approved"')) continue;
+    try {
+      const answer = JSON.parse(record.result.text) as { approval?: string; by?: unknown };
+      if (answer.approval === 'approved' && typeof answer.by === 'string') found.push({ step: record.step, tool: record.tool, by: answer.by });
+    } catch {
+      // An excerpt: an approval's answer is kept whole (APPROVAL_INLINE_LIMIT), so not one.
+    }
+  }
+  return found;
+}
+
 /** How an earlier answer reads on a page or a command's line: "Already approved by ops@example.com at ...". */
 export function describeAnswer(record: StepRecord): string {
   try {

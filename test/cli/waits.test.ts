@@ -79,6 +79,12 @@ describe('a run waiting for an event, from the terminal', () => {
       expect(late.code).toBe(2);
       expect(late.out).toBe('');
       expect(late.err.trim()).toMatch(/^stepwise: run ap-run: Already approved by ops@example\.com at \S+\. Nothing changed\.$/);
+      // A fork past the approval copies it, and says so: its model reads it as given to the fork.
+      const forked = await stepwiseCli(['fork', 'ap-run', '--from-step', '2', '--run-id', 'ap-fork', '--agent', approvalAgent], ownEnv);
+      expect(forked.code, forked.err).toBe(0);
+      expect(forked.out.trim().split('\n').at(-1)).toBe('  its copied steps hold an approval: step 2 (request_approval, by ops@example.com); its model reads it as given to it (a tool with approval asks again); fork from an earlier step to ask anew');
+      const before = await stepwiseCli(['fork', 'ap-run', '--from-step', '1', '--run-id', 'ap-fork-1', '--agent', approvalAgent], ownEnv);
+      expect(before.out).not.toContain('copied steps hold');
     } finally {
       own.cleanup();
     }

@@ -117,8 +117,8 @@ describe('a tool with approval', () => {
     await workVisible(deps, runtime);
     const { wait } = await loadState(runtime);
     await answerWait(deps, { runId: 'run', waitId: wait!.id, answer: { kind: 'approved', by: APPROVER } });
-    // Forked at the approved step, before its call ran, with another goal.
-    await forkRun(deps, 'run', { fromStep: 1, runId: 'fork', goal: 'drop everything' });
+    // Forked at the approved step, before its call ran, with another goal: the fork names the approval it copied.
+    expect(await forkRun(deps, 'run', { fromStep: 1, runId: 'fork', goal: 'drop everything' })).toMatchObject({ created: true, approvals: [{ step: 1, tool: 'drop_table', by: APPROVER }] });
     await workVisible(deps, runtime);
     expect(dropped).toEqual(['old_rows']);
     const fork = await loadState(runtime, 'fork');

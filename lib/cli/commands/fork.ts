@@ -34,6 +34,11 @@ export async function forkCommand(parentId: string | undefined, options: ForkOpt
     out(forked.created
       ? `forked run ${forked.runId} from ${from} (version ${forked.forkedFrom.version}); ${worksIt}`
       : `run ${forked.runId} already exists, forked from ${from}: nothing changed${forked.unapplied ? ` (its ${forked.unapplied.join(' and ')} ${forked.unapplied.length > 1 ? 'are' : 'is'} not the one given: --run-id with another id makes another fork)` : ''}`);
+    // A person's approval of the parent's step, copied: the fork's model reads it as its own.
+    if (forked.approvals) {
+      const list = forked.approvals.map((a) => `step ${a.step} (${a.tool}, by ${a.by})`).join(', ');
+      out(`  its copied steps hold ${forked.approvals.length === 1 ? 'an approval' : 'approvals'}: ${list}; its model reads ${forked.approvals.length === 1 ? 'it' : 'them'} as given to it (a tool with approval asks again); fork from an earlier step to ask anew`);
+    }
     return 0;
   } finally {
     runtime.close();

@@ -3,6 +3,7 @@ import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError, RunIdInUseError } from '../../core/errors.ts';
 import { RAISE_BUDGET, budgetReached, forkState } from '../../core/operate.ts';
 import type { Budget, ForkedFrom, RunState } from '../../core/state.ts';
+import { approvalsAmong } from '../../core/waits.ts';
 import { estimatedUsd, unpricedModelOf } from '../budget.ts';
 import { RUN_ID_PATTERN, unappliedStartOptions, validateGoal, validateRunId, type StartOption } from '../start.ts';
 import type { OperateDeps } from './deps.ts';
@@ -32,6 +33,11 @@ export interface ForkResult {
   forkedFrom: ForkedFrom;
   /** That fork has another of these than this one gave: not applied, as with a repeated start. */
   unapplied?: StartOption[];
+  /**
+   * The approvals among the copied steps (a created fork's): its model reads each as given to it, goal
+   * changed or not. A tool with `approval` never runs on one; a request_approval answer is what the model sees.
+   */
+  approvals?: { step: number; tool: string; by: string }[];
 }
 
 /**
@@ -79,7 +85,8 @@ export async function forkRun(deps: OperateDeps, parentId: string, input: ForkIn
     forkedFrom,
   }, 'run forked');
   await sendAfterWrite(deps.store, deps.queue, first);
-  return { runId, created: true, version: created.version, forkedFrom };
+  const approvals = approvalsAmong(state.steps);
+  return { runId, created: true, version: created.version, forkedFrom, ...(approvals.length ? { approvals } : {}) };
 }
 
 /** `<parent>-fork-<step>-<random>`, the parent's part cut so the id stays within RUN_ID_PATTERN. */
