@@ -2,6 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { defineAgent, type ToolDefinition } from '../../lib/agent.ts';
 import type { AwsRuntime } from '../../lib/aws/runtime.ts';
 import { decodeState } from '../../lib/core/codec.ts';
+import { DeleteMessageCommand } from '@aws-sdk/client-sqs';
+import { cancelRequest } from '../../lib/core/operate.ts';
 import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import type { OperateDeps } from '../../lib/engine/operate/deps.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
@@ -9,7 +11,7 @@ import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { systemClock } from '../../lib/ports.ts';
 import { gate } from '../support/gate.ts';
-import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
+import { createTestResources, receiveAll, startTestRun, type TestResources } from './aws-fixtures.ts';
 import { WorkerProcess, driveRun, pollOnce } from './lambda-harness.ts';
 import { FakeDatabase, ScriptedModel, writeRowsAgent } from './write-rows-agent.ts';
 
@@ -78,7 +80,7 @@ describe('operating runs on AWS', () => {
 
     expect(await cancelRun(operator(runtime), runId, { by: 'ops@example.com', reason: 'stop' })).toMatchObject({ outcome: 'requested', version: 2 });
     // Another container meanwhile gets nothing: the run's message is in flight with A, and the cancel's
-    // re-drive is deduplicated with it.
+    // re-drive waits behind it in the run's group (it then finds the run moved on).
     const modelB = new ScriptedModel({ steps: 4 });
     const b = new WorkerProcess({ resources: r, agent: base, model: modelB });
     expect((await pollOnce(r.clients, r.queueUrl, b, { waitSeconds: 1 })).records).toEqual([]);
@@ -94,6 +96,29 @@ describe('operating runs on AWS', () => {
     expect(modelB.calls).toEqual([]);
     expect((await runtime.store.history(runId)).map((h) => h.status)).toEqual(['running', 'running', 'running', 'cancelled']);
     expect((await runtime.store.load(runId))!.cancelRequested).toBeUndefined();
+  });
+
+  it('a repeated cancel redrives a run whose message is gone and whose first cancel wrote its request but never redrove it', async () => {
+    resources = await createTestResources('cancel-again');
+    const r = resources;
+    const db = new FakeDatabase();
+    const agent = writeRowsAgent(db);
+    const runtime = r.runtime();
+    const runId = await startTestRun(runtime, agent, 'cancel-again');
+    const model = new ScriptedModel({ steps: 4 });
+    const worker = new WorkerProcess({ resources: r, agent, model });
+    await pollOnce(r.clients, r.queueUrl, worker);
+    // The run's message for version 2, sent by its first step seconds ago, is gone (taken and deleted with
+    // no successor), and a cancel wrote its request, then its process was killed before redriving the run.
+    for (const m of await receiveAll(r.clients, r.queueUrl)) await r.clients.sqs.send(new DeleteMessageCommand({ QueueUrl: r.queueUrl, ReceiptHandle: m.ReceiptHandle! }));
+    const first = cancelRequest('ops@example.com', Date.now(), 'stop');
+    await runtime.store.requestCancel(runId, 2, first);
+    expect(await cancelRun(operator(runtime), runId, { by: 'someone-else' })).toEqual({ outcome: 'requested', runId, version: 2, request: first, earlier: true });
+    // The repeated cancel's redrive gets past the deduplication of that lost send: the next delivery cancels.
+    expect((await pollOnce(r.clients, r.queueUrl, worker)).failures).toEqual([]);
+    worker.close();
+    expect(await load(runtime, runId)).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: stop$/) });
+    expect(model.calls).toEqual([1]);
   });
 
   it('retry continues a capped run on the Lambda path', async () => {

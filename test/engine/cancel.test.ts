@@ -4,6 +4,7 @@ import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { Model } from '../../lib/ports.ts';
 import { TransientError } from '../../lib/core/errors.ts';
+import { cancelRequest } from '../../lib/core/operate.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { captureLogs } from '../aws/log-capture.ts';
@@ -72,6 +73,29 @@ describe('cancel', () => {
     expect(await loadState(w.runtime)).toEqual(state);
     expect(model.stepsAsked()).toEqual([1]);
     expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'already-cancelled', version: 3 });
+    w.runtime.close();
+  });
+
+  it('a repeated cancel redrives the run whose first cancel wrote its request but never redrove it; the first request stands', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const model = new StubModel(writeRowsScript(5));
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    // The run's message is gone (taken and acked with no successor), and a cancel's process wrote its
+    // request, as cancelRun's first write does, then was killed before redriving the run.
+    for (let d; (d = (await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS }))[0]);) await w.runtime.queue.ack(d);
+    expect(w.runtime.queue.depth()).toBe(0);
+    const first = cancelRequest('ops@example.com', clock.now(), 'wrong table');
+    await w.runtime.store.requestCancel('run', 2, first);
+    expect(await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' })).toEqual({ outcome: 'requested', runId: 'run', version: 2, request: first, earlier: true });
+    // The run has its message again, and the next delivery applies the first request: no sweep needed.
+    expect(w.runtime.queue.depth()).toBe(1);
+    expect(await workVisible(w.deps, w.runtime)).toBe(1);
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
+    expect(model.stepsAsked()).toEqual([1]);
     w.runtime.close();
   });
 

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError, RunStateError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
 import { cancelRequest } from '../../core/operate.ts';
@@ -22,7 +23,7 @@ export type CancelOutcome =
   | { outcome: 'cancelled'; runId: string; version: number; request?: string; earlier?: true }
   /**
    * The run is running: it stops at its next step boundary (a step running now still finishes).
-   * `earlier`: a cancel was already asked for, and `request` is that one's; this one changed nothing.
+   * `earlier`: a cancel was already asked for, and `request` is that one's; this one only redrove the run.
    */
   | { outcome: 'requested'; runId: string; version: number; request: string; earlier?: true }
   | { outcome: 'already-cancelled'; runId: string; version: number };
@@ -50,13 +51,18 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
     if (isTerminal(stored.status)) throw new RunStateError(runId, stored.status, `run ${runId} has already ended (${stored.status}): nothing to cancel`);
     try {
       if (stored.status === 'running') {
-        if (stored.cancelRequested !== undefined) return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested, earlier: true };
+        if (stored.cancelRequested !== undefined) {
+          // The first cancel's redrive may never have been sent (its process killed after writing the request):
+          // redriving again is what moves a run whose message was lost, where otherwise only the sweep would.
+          await deps.queue.redrive({ runId, version: stored.version }, { token: redriveToken(stored.cancelRequested) });
+          return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested, earlier: true };
+        }
         const request = cancelRequest(by, deps.clock.now(), input.reason);
         await deps.store.requestCancel(runId, stored.version, request);
         deps.log.info({ event: 'cancel-requested', runId, version: stored.version, request }, 'cancel requested: the run stops at its next step boundary');
         // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live,
         // but on the local file a message waiting out a failed try's backoff is made due now (SqliteQueue.redrive).
-        await deps.queue.redrive({ runId, version: stored.version });
+        await deps.queue.redrive({ runId, version: stored.version }, { token: redriveToken(request) });
         return { outcome: 'requested', runId, version: stored.version, request };
       }
       if (stored.cancelRequested !== undefined) {
@@ -73,3 +79,13 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
   }
 }
 
+
+/**
+ * SQS's token for a cancel's redrive, the same for every cancel of one request. Without one the redrive was
+ * deduplicated for 5 minutes against the version's own send, the very message that may be lost; with it a
+ * request adds at most one copy in that window (a copy behind a live message finds the run moved on).
+ * Hashed: a request has spaces, which a deduplication id may not.
+ */
+function redriveToken(request: string): string {
+  return `cancel-${createHash('sha256').update(request).digest('hex').slice(0, 16)}`;
+}
