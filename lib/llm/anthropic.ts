@@ -92,7 +92,8 @@ export class AnthropicModel implements Model {
   }
 
   private async send({ key, anthropic: client }: { key: string; anthropic: MessagesClient }, params: Anthropic.MessageCreateParamsNonStreaming, request: ModelRequest): Promise<ModelReply> {
-    const deadline = Date.now() + this.deadlineMs;
+    // On the process's own clock: a step of the system clock (NTP, a VM restored) must not move the deadline.
+    const deadline = performance.now() + this.deadlineMs;
     const deadlineHit = new AbortController();
     const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
     const signal = request.signal ? AbortSignal.any([request.signal, deadlineHit.signal]) : deadlineHit.signal;
@@ -230,11 +231,13 @@ export function userContent(prompt: PromptBlock[]): Anthropic.TextBlockParam[] {
  * retryable so the call fails now, as a transient error, instead of sleeping until the deadline.
  */
 function stopRetryingPastDeadline(deadline: number): Middleware {
+  // `deadline` is on performance.now(): by Date.now() a system clock stepped forward ended the retries at
+  // once, and one stepped back slept a retry-after until the deadline's abort instead of failing now.
   return async (request, next) => {
     const response = await next(request);
     if (response.ok) return response;
     const waitMs = retryAfterMs(response.headers);
-    if (waitMs === undefined || Date.now() + waitMs < deadline) return response;
+    if (waitMs === undefined || performance.now() + waitMs < deadline) return response;
     const headers = new Headers(response.headers);
     headers.set('x-should-retry', 'false');
     headers.set(PAST_DEADLINE_HEADER, String(Math.round(waitMs)));

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { toolSpecs } from '../../lib/agent.ts';
 import { InvalidInputError, ModelKeyError, PermanentError, TransientError } from '../../lib/core/errors.ts';
 import { renderStepPrompt } from '../../lib/core/prompt.ts';
@@ -32,6 +32,21 @@ describe('Anthropic adapter errors', () => {
     const reply = await modelWith().decide(request());
     expect(reply).toMatchObject({ kind: 'tool', tool: 'write_row', input: { row: 3 } });
     expect(server.requests.map((r) => [r.retryCount, r.outcome])).toEqual([[0, 429], [1, 200]]);
+  });
+
+  it('a step of the system clock an hour forward during the call does not end its retries: 529, then the reply', async () => {
+    // The clock steps (NTP, a VM restored) as the first attempt is answered, after the call took its deadline.
+    const realNow = Date.now.bind(Date);
+    let stepped = 0;
+    const clock = vi.spyOn(Date, 'now').mockImplementation(() => realNow() + stepped);
+    try {
+      server.script(() => { stepped = 3_600_000; return apiError(529, 'Overloaded', NOW); }, toolUse('write_row', { row: 3 }));
+      const reply = await modelWith().decide(request());
+      expect(reply).toMatchObject({ kind: 'tool', tool: 'write_row', input: { row: 3 } });
+      expect(server.requests.map((r) => [r.retryCount, r.outcome])).toEqual([[0, 529], [1, 200]]);
+    } finally {
+      clock.mockRestore();
+    }
   });
 
   it('persistent 529 overloaded: TransientError after the bounded retries', async () => {
