@@ -60,8 +60,12 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
     // Ended or gone since the listing: nothing to resume.
     if (!stored || (stored.status !== 'running' && stored.status !== 'waiting')) continue;
     report.checked++;
+    // Status, step and version all from this read: the listing's step is of an earlier version when the
+    // run moved since (a worker committed a step), and the row then named a step and version that never
+    // went together. A record this code cannot decode still has its step records counted.
+    const storedStep = (stored.stepsAfter ?? 0) + stored.steps.length;
     const blocked = (problem: string, needs?: string) => report.blocked.push({
-      runId: stored.runId, status: stored.status, step: summary.step, version: stored.version, problem, ...(needs ? { needs } : {}),
+      runId: stored.runId, status: stored.status, step: storedStep, version: stored.version, problem, ...(needs ? { needs } : {}),
     });
     let state;
     try {

@@ -2,8 +2,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../lib/agent.ts';
 import { advance } from '../../lib/engine/advance.ts';
+import { findDrift } from '../../lib/engine/drift.ts';
 import { startRun } from '../../lib/engine/start.ts';
-import type { ModelReply } from '../../lib/ports.ts';
+import type { CheckpointStore, ListRunsQuery, ModelReply } from '../../lib/ports.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { driftAgent } from '../support/drift-agents/build.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
@@ -122,5 +123,33 @@ describe('stepwise drift: which paused runs a new agent cannot resume', () => {
     const r = await stepwiseCli(['drift'], { STEPWISE_DB: db.path, STEPWISE_AGENT: '' });
     expect(r.code).toBe(2);
     expect(r.err).toMatch(/--agent/);
+  });
+
+  // Last: it moves a run of the shared file on.
+  it('a run that moves between the listing and its read is reported at the step and version of that read', async () => {
+    await runSteps(driftAgent(), 'moving-1', 'goal-write', 1, 2);
+    const { runtime } = workerProcess({ dbPath: db.path, agent: driftAgent(), model: new StubModel(script), clock, workerId: 'reader' });
+    // The store lists the runs; then, before drift reads moving-1, a worker commits its step 2 and records
+    // its decision for step 3 (a crash after it), so the run is still blocked, one step on.
+    let moved = false;
+    const store: CheckpointStore = Object.assign(Object.create(runtime.store) as CheckpointStore, {
+      list: async (query?: ListRunsQuery) => {
+        const runs = await runtime.store.list(query);
+        if (!moved) {
+          moved = true;
+          await runSteps(driftAgent(), 'moving-1', 'goal-write', 1, 3);
+        }
+        return runs;
+      },
+    });
+    try {
+      const report = await findDrift(store, driftAgent('renamed'));
+      const after = (await runtime.store.load('moving-1'))!;
+      expect(report.blocked.find((b) => b.runId === 'moving-1')).toEqual({
+        runId: 'moving-1', status: 'running', step: 2, version: after.version, problem: expect.stringMatching(/^step 3: the recorded decision calls tool "write_row"/),
+      });
+    } finally {
+      runtime.close();
+    }
   });
 });
