@@ -106,7 +106,7 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     // A second cancel keeps the first request, and says so rather than present it as its own.
     const again = stepwise('cancel', 'in-opt', '--reason', 'another reason', '--as', 'someone-else');
     expect(again.code).toBe(0);
-    expect(again.out.trim()).toMatch(/^a cancel was already requested for run in-opt \(by \S+ at \S+: started by mistake\): nothing changed; it stops at its next step boundary, when a worker takes its next message$/);
+    expect(again.out.trim()).toMatch(/^a cancel was already requested for run in-opt \(by \S+ at \S+: started by mistake\): that request stands; it stops at its next step boundary, when a worker takes its next message \(sent again, should it have been lost\)$/);
     expect(cancelOf()).toMatch(/: started by mistake$/);
   });
 

@@ -21,7 +21,7 @@ export async function cancelCommand(runId: string | undefined, options: CancelOp
       // Said outright: with no worker running, the run stays "running" until one takes its next message.
       // Another's request stands: this one's --as and --reason are not kept, and it says so.
       case 'requested': out(outcome.earlier
-        ? `a cancel was already requested for run ${runId} (${outcome.request}): nothing changed; it stops at its next step boundary, when a worker takes its next message`
+        ? `a cancel was already requested for run ${runId} (${outcome.request}): that request stands; it stops at its next step boundary, when a worker takes its next message (sent again, should it have been lost)`
         : `cancel requested for run ${runId}: it stops at its next step boundary (a step running now finishes first), when a worker takes its next message; ${outcome.request}`); break;
       case 'already-cancelled': out(`run ${runId} is already cancelled: nothing changed`); break;
     }
