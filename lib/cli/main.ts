@@ -1,6 +1,7 @@
 import { writeSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { StepwiseError } from '../core/errors.ts';
+import { DECIMAL, DIGITS, dollarsAboveZero, wholeAboveZero } from '../core/limit-text.ts';
 import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, chooseLogLevel, setLogFormat } from '../log-format.ts';
 import { MAX_WORKER_CONCURRENCY } from '../settings.ts';
@@ -97,11 +98,6 @@ const OPTIONS = {
   version: { type: 'boolean', short: 'V' },
 } as const;
 
-/** Digits only: Number() would also read "" as 0, and " 2", "0x2" and "2e0" as 2. */
-const DIGITS = /^\d+$/;
-/** A plain decimal (dollars, days): digits, at most one point; no sign, exponent, hex or blanks. */
-const DECIMAL = /^(\d+\.?\d*|\.\d+)$/;
-
 function wholeNumber(name: string, value: string | undefined, least = 0): number | undefined {
   if (value === undefined) return undefined;
   const n = DIGITS.test(value) ? Number(value) : Number.NaN;
@@ -138,13 +134,13 @@ function budgetOf(tokens: string | undefined, usd: string | undefined): { budget
   if (tokens === undefined && usd === undefined) return {};
   const budget: Budget = {};
   if (tokens !== undefined) {
-    const n = DIGITS.test(tokens) ? Number(tokens) : Number.NaN;
-    if (!Number.isSafeInteger(n) || n < 1) throw new StepwiseUsageError(`--budget-tokens must be a whole number above 0, got ${JSON.stringify(tokens)}`);
+    const n = wholeAboveZero(tokens);
+    if (n === undefined) throw new StepwiseUsageError(`--budget-tokens must be a whole number above 0, got ${JSON.stringify(tokens)}`);
     budget.tokens = n;
   }
   if (usd !== undefined) {
-    const n = DECIMAL.test(usd) ? Number(usd) : Number.NaN;
-    if (!Number.isFinite(n) || n <= 0) throw new StepwiseUsageError(`--budget-usd must be a number above 0 (dollars, in plain decimals: 0.000001, not 1e-6), got ${JSON.stringify(usd)}`);
+    const n = dollarsAboveZero(usd);
+    if (n === undefined) throw new StepwiseUsageError(`--budget-usd must be a number above 0 (dollars, in plain decimals: 0.000001, not 1e-6), got ${JSON.stringify(usd)}`);
     budget.usd = n;
   }
   return { budget };

@@ -12,9 +12,10 @@ import {
 
 /**
  * How to give a run a higher budget, in the words of every caller: these refusals reach the CLI, and the
- * API's and the inspector's callers too, who have no flags (the API's body takes `budget`).
+ * API's and the inspector's callers too, who have no flags (the API's body takes `budget`, the inspector's
+ * Fork and Retry forms a token and a dollar budget).
  */
-export const RAISE_BUDGET = '--budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"})';
+export const RAISE_BUDGET = '--budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"}; in the inspector, the token or dollar budget)';
 
 /** The statuses `retry` continues from. An unreadable run is `failed` too, but its head cannot be read. */
 export const RETRYABLE_STATUSES: readonly RunStatus[] = ['failed', 'capped', 'over-budget'];

@@ -1,6 +1,7 @@
 import { html, raw } from 'hono/html';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { cutAt } from '../core/cut.ts';
+import { defaultRaisedCap } from '../core/operate.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord } from '../core/state.ts';
 import { RUN_STATUSES, type RunStatus } from '../core/statuses.ts';
@@ -151,11 +152,23 @@ ${(wait.approvers ?? []).length > 1 ? html`<label>answering as <select name="as"
 
 function actionsPanel(state: RunState, base: string) {
   const live = state.status === 'running' || state.status === 'waiting';
+  // A retry of a capped run given no cap gets the raised one (retryState); a fork keeps its parent's.
+  const retryCap = state.status === 'capped' ? defaultRaisedCap(state) : state.stepCap;
   return html`<h2>Actions</h2><div class="actions">
-<form method="post" action="${base}/fork"><label>fork from step <input type="number" name="fromStep" min="0" max="${state.step}" value="${state.step}"></label> <button id="fork" type="submit">Fork</button></form>
+<form method="post" action="${base}/fork"><label>fork from step <input type="number" name="fromStep" min="0" max="${state.step}" value="${state.step}"></label> ${limitFields(state, state.stepCap)} <button id="fork" type="submit">Fork</button></form>
 ${live ? html`<form method="post" action="${base}/cancel"><button id="cancel" type="submit">Cancel</button></form>` : ''}
-${!live && state.status !== 'completed' && state.status !== 'cancelled' ? html`<form method="post" action="${base}/retry"><button id="retry" type="submit">Retry</button></form>` : ''}
+${!live && state.status !== 'completed' && state.status !== 'cancelled' ? html`<form method="post" action="${base}/retry">${limitFields(state, retryCap)} <button id="retry" type="submit">Retry</button></form>` : ''}
 </div>`;
+}
+
+/**
+ * The step cap and budget a fork or retry takes, as `stepwise fork` and `retry` do: left empty, the run's
+ * own (the placeholder). A capped run forked at its last step, or an over-budget run retried, needs them.
+ */
+function limitFields(state: RunState, cap: number) {
+  return html`<label>step cap <input type="number" name="stepCap" min="1" step="1" placeholder="${cap}"></label>
+<label>token budget <input type="number" name="budgetTokens" min="1" step="1" placeholder="${state.budget?.tokens ?? 'none'}"></label>
+<label>dollar budget <input type="text" name="budgetUsd" inputmode="decimal" pattern="\\d+\\.?\\d*|\\.\\d+" placeholder="${state.budget?.usd ?? 'none'}"></label>`;
 }
 
 /** Bars of tokens per step with the cost as a title: plain SVG, no script. */

@@ -4,7 +4,8 @@ import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
 import { decodeState } from '../core/codec.ts';
 import { NewerFormatError, StepwiseError, UnreadableCheckpointError, isPermanent } from '../core/errors.ts';
-import type { StepRecord } from '../core/state.ts';
+import { dollarsAboveZero, wholeAboveZero } from '../core/limit-text.ts';
+import type { Budget, StepRecord } from '../core/state.ts';
 import { RUN_STATUSES, isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -151,7 +152,8 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
 
   // The same operations as the API's POST /runs/:id/fork, /retry and /cancel, from forms.
   app.post('/runs/:runId/fork', async (c) => {
-    const given = (await readForm(c))?.fromStep;
+    const form = await readForm(c);
+    const given = form?.fromStep;
     // Digits only, as GET /runs/:id/steps/:step reads a step: Number() would read "" as step 0, and " 3",
     // "0x2" and "1e0" as other steps than the form shows.
     const fromStep = typeof given === 'string' && /^\d{1,9}$/.test(given) ? Number(given) : undefined;
@@ -159,15 +161,21 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
       const got = typeof given === 'string' ? `got ${JSON.stringify(given)}` : 'got none';
       return c.html(messagePage('Not understood', `The step to fork from is a whole number from 0, in digits only; ${got}.`), 400);
     }
+    const limits = limitsOf(form);
+    if ('refused' in limits) return c.html(messagePage('Not understood', `${limits.refused} Nothing was changed.`), 400);
     return refusal(c, async () => {
-      const forked = await forkRun(deps, c.req.param('runId'), { fromStep, pricingModel: model() });
+      const forked = await forkRun(deps, c.req.param('runId'), { fromStep, ...limits, pricingModel: model() });
       return back(c, forked.runId);
     });
   });
-  app.post('/runs/:runId/retry', (c) => refusal(c, async () => {
-    await retryRun(deps, c.req.param('runId'), { pricingModel: model() });
-    return back(c, c.req.param('runId'));
-  }));
+  app.post('/runs/:runId/retry', async (c) => {
+    const limits = limitsOf(await readForm(c));
+    if ('refused' in limits) return c.html(messagePage('Not understood', `${limits.refused} Nothing was changed.`), 400);
+    return refusal(c, async () => {
+      await retryRun(deps, c.req.param('runId'), { ...limits, pricingModel: model() });
+      return back(c, c.req.param('runId'));
+    });
+  });
   app.post('/runs/:runId/cancel', (c) => refusal(c, async () => {
     await cancelRun(deps, c.req.param('runId'), { by: 'the inspector', reason: 'cancelled from the run inspector' });
     return back(c, c.req.param('runId'));
@@ -209,6 +217,32 @@ async function stepOf(c: Context, deps: HttpDeps): Promise<{ record: StepRecord 
   return { record };
 }
 
+
+/**
+ * The step cap and budget a Fork or Retry form gives, read as the CLI reads --step-cap, --budget-tokens and
+ * --budget-usd: without them a capped run forked at its last step (the form's default) or an over-budget run
+ * retried was always refused, and the refusal asked for a cap or a budget the form had no field for. A field
+ * left empty is not given (the run's own, or a retry's raised cap); any other value that is not one is
+ * refused, naming the field, before anything is read or written.
+ */
+function limitsOf(form: Record<string, unknown> | undefined): { stepCap?: number; budget?: Budget } | { refused: string } {
+  const field = (name: string, label: string, parse: (text: string) => number | undefined, kind: string) => {
+    const given = form?.[name];
+    if (given === undefined || given === '') return {};
+    const value = typeof given === 'string' ? parse(given) : undefined;
+    if (value !== undefined) return { value };
+    const got = typeof given === 'string' ? `got ${JSON.stringify(given)}` : Array.isArray(given) ? 'got it more than once' : 'got a file';
+    return { refused: `The ${label} (${name}) is ${kind}, or left empty for the run's own; ${got}.` };
+  };
+  const whole = 'a whole number from 1, in digits only';
+  const stepCap = field('stepCap', 'step cap', wholeAboveZero, whole);
+  const tokens = field('budgetTokens', 'token budget', wholeAboveZero, whole);
+  const usd = field('budgetUsd', 'dollar budget', dollarsAboveZero, 'a number of dollars above 0, in plain decimals (0.000001, not 1e-6)');
+  const refused = [stepCap, tokens, usd].map((f) => f.refused).filter((r) => r !== undefined);
+  if (refused.length) return { refused: refused.join(' ') };
+  const budget = { ...(tokens.value !== undefined ? { tokens: tokens.value } : {}), ...(usd.value !== undefined ? { usd: usd.value } : {}) };
+  return { ...(stepCap.value !== undefined ? { stepCap: stepCap.value } : {}), ...(Object.keys(budget).length ? { budget } : {}) };
+}
 
 /** An operation the run's state refuses (retry a completed run, fork past its last step): a page that says why. */
 async function refusal(c: Context, operate: () => Promise<Response>): Promise<Response> {

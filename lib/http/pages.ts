@@ -16,7 +16,7 @@ export type Page = HtmlEscapedString | Promise<HtmlEscapedString>;
 
 const STYLE = `body{font:15px/1.5 system-ui,sans-serif;max-width:46rem;margin:2rem auto;padding:0 1rem;color:#1b1b1b}
 h1{font-size:1.35rem}pre{background:#f4f4f4;padding:.75rem;overflow:auto;white-space:pre-wrap;word-break:break-word}
-.meta{color:#555}.actions{display:flex;gap:.75rem;margin-top:1rem}button{font:inherit;padding:.5rem 1.25rem;border-radius:6px;border:1px solid #888;cursor:pointer}
+.meta{color:#555}.actions{display:flex;flex-wrap:wrap;gap:.75rem;margin-top:1rem}button{font:inherit;padding:.5rem 1.25rem;border-radius:6px;border:1px solid #888;cursor:pointer}
 button.approve{background:#1f7a3a;color:#fff;border-color:#1f7a3a}button.reject{background:#a32121;color:#fff;border-color:#a32121}
 textarea{width:100%;min-height:4rem;font:inherit}.outcome{padding:.75rem;border-radius:6px;background:#eef4ff}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top;font-size:.9rem}`;

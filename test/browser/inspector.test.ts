@@ -70,6 +70,13 @@ describe('the run inspector in a browser', () => {
     await ops.goto(`${url}/inspect?token=${token}`);
     await ops.goto(`${url}/inspect/runs/insp-1`);
     await ops.fill('input[name=fromStep]', '1');
+    // With its own step cap and budget, in the fork form's fields (the dollar one a plain decimal the browser lets through).
+    await ops.fill('form[action$="/fork"] input[name=stepCap]', '7');
+    await ops.fill('form[action$="/fork"] input[name=budgetTokens]', '50000');
+    const usd = 'form[action$="/fork"] input[name=budgetUsd]';
+    await ops.fill(usd, '1e-6');
+    expect(await ops.$eval(usd, (input) => (input as unknown as { validity: { patternMismatch: boolean } }).validity.patternMismatch)).toBe(true);
+    await ops.fill(usd, '0.5');
     await Promise.all([ops.waitForNavigation(), ops.click('#fork')]);
     const forkId = (await ops.textContent('#run-id'))!;
     expect(forkId).toMatch(/^insp-1-fork-1-/);
@@ -82,7 +89,7 @@ describe('the run inspector in a browser', () => {
     expect(await ops.locator('#cancel').count()).toBe(0);
     await ops.close();
     const fork = JSON.parse((await stepwiseCli(['status', forkId, '--json'], env)).out) as { status: string; forkedFrom: { runId: string; step: number }; steps: { step: number }[] };
-    expect(fork).toMatchObject({ status: 'cancelled', forkedFrom: { runId: 'insp-1', step: 1 } });
+    expect(fork).toMatchObject({ status: 'cancelled', forkedFrom: { runId: 'insp-1', step: 1 }, stepCap: 7, budget: { tokens: 50_000, usd: 0.5 } });
     // Its own keys: the fork's step 1 is the parent's copy; nothing of the parent ran again.
     const parent = JSON.parse((await stepwiseCli(['status', 'insp-1', '--json'], env)).out) as { status: string; version: number };
     expect(parent.status).toBe('completed');

@@ -40,7 +40,7 @@ describe('budgets', () => {
     expect((await runtime.store.list({ status: 'over-budget' })).map((r) => r.runId)).toEqual(['run']);
 
     // Said for the API's callers too, who give a budget in the body, not with flags.
-    await expect(retryRun(deps, 'run', {})).rejects.toThrow('would stop again at once: token budget of 300 reached: 360 tokens used; raise it with --budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"})');
+    await expect(retryRun(deps, 'run', {})).rejects.toThrow('would stop again at once: token budget of 300 reached: 360 tokens used; raise it with --budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"}; in the inspector, the token or dollar budget)');
     await expect(retryRun(deps, 'run', { budget: { tokens: 360 } })).rejects.toThrow(/would stop again at once/);
     expect(await retryRun(deps, 'run', { budget: { tokens: 1000 } })).toMatchObject({ from: 'over-budget', budget: { tokens: 1000 } });
     await drain(deps, runtime, clock);

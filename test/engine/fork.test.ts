@@ -117,7 +117,7 @@ describe('fork', () => {
     // only stop as over-budget at its first step, as a retry with it would.
     // Said for the API's callers too, who give a budget in the body, not with flags.
     await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { tokens: 120 } })).rejects.toThrow(
-      'a fork of run run from step 1 would stop at once: token budget of 120 reached: 120 tokens used; give it a budget above that with --budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"})');
+      'a fork of run run from step 1 would stop at once: token budget of 120 reached: 120 tokens used; give it a budget above that with --budget-tokens or --budget-usd (in the API, "budget": {"tokens", "usd"}; in the inspector, the token or dollar budget)');
     await expect(forkRun(a.deps, 'run', { fromStep: 1, budget: { usd: 0.0008 } })).rejects.toThrow(/dollar budget of \$0.0008 reached/);
     expect((await a.runtime.store.list()).map((r) => r.runId)).toEqual(['run']);
     // The same fork again is recognised and changes nothing.
