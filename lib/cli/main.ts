@@ -27,6 +27,8 @@ usage:
                    [--concurrency <n>] steps at once in this process, each on its own run (default 1)
   stepwise status  [<runId>] [--status <status>] [--json] [--cursor <c>]           one run, or a table of runs (1,000 a page)
   stepwise history <runId> [--json]                                                the checkpoint timeline
+  stepwise watch   <runId>                                                         each checkpoint as the workers write
+                   it, until the run ends (exit 0 completed, 3 ended otherwise)
   stepwise prune   [--older-than-days <n>]                                         drop checkpoint versions past the
                    retention window they were written with (14 days, or STEPWISE_RETENTION_DAYS then), the
                    latest of every run kept
@@ -169,6 +171,7 @@ const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly
   worker: { most: 0, usage: 'stepwise worker --agent <path>', options: ['agent', 'visibility-ms', 'idle-exit-ms', 'stall-ms', 'concurrency'] },
   status: { most: 1, usage: 'stepwise status [<runId>]', options: ['status', 'json', 'cursor'] },
   history: { most: 1, usage: 'stepwise history <runId>', options: ['json'] },
+  watch: { most: 1, usage: 'stepwise watch <runId>', options: [] },
   prune: { most: 0, usage: 'stepwise prune [--older-than-days <n>]', options: ['older-than-days'] },
   drift: { most: 0, usage: 'stepwise drift --agent <new-agent>', options: ['agent', 'json'] },
   show: { most: 1, usage: 'stepwise show <runId> [--step <n>]', options: ['step', 'full', 'json'] },
@@ -273,6 +276,7 @@ export async function main(
     case 'worker': return (await import('./commands/worker.ts')).workerCommand({ ...common, ...(visibilityMs ? { visibilityMs } : {}), ...(idleExitMs !== undefined ? { idleExitMs } : {}), ...(stallMs ? { stallMs } : {}), ...(concurrency ? { concurrency } : {}) }, out);
     case 'status': return (await import('./commands/read.ts')).statusCommand(arg, read, out);
     case 'history': return (await import('./commands/read.ts')).historyCommand(arg, read, out);
+    case 'watch': return (await import('./commands/watch.ts')).watchCommand(arg, common, out);
     case 'serve': return (await import('./commands/serve.ts')).serveCommand({ ...common, ...(port !== undefined ? { port } : {}), ...(values.host ? { host: values.host } : {}) }, out);
     case 'approve':
     case 'reject':

@@ -1,4 +1,4 @@
-import type { WaitRecord } from '../core/state.ts';
+import type { RunState, StepRecord, WaitRecord } from '../core/state.ts';
 import { failureDelayMs, type Handled } from '../engine/handle-message.ts';
 import { waitedFor } from '../core/waited-for.ts';
 import { cutAt } from '../core/cut.ts';
@@ -18,8 +18,18 @@ export function progressLine(handled: Handled): string | undefined {
   if (state.failures) return `${where}  step ${state.step + 1} attempt ${state.failures} failed: ${escapeLineBreaks(state.lastError ?? '')} (will retry in ${failureDelayMs(state.failures, handled.outcome.retryAfterMs) / 1000} s)`;
   const last = state.steps[state.steps.length - 1];
   if (!last) return undefined;
-  const result = cutAt(last.result.text.replace(/\s+/g, ' '), 70);
-  return `${where}  step ${last.step}  ${last.tool}  ${last.result.ok ? 'ok' : 'error'}: ${result}  (${bytes} B${last.idempotencyKey ? `, key ${last.idempotencyKey}` : ''})`;
+  return recordLine(where, last, bytes);
+}
+
+/** A completed step: its tool, its result's start and where it was kept. */
+export function recordLine(where: string, record: StepRecord, bytes: number): string {
+  const result = cutAt(record.result.text.replace(/\s+/g, ' '), 70);
+  return `${where}  step ${record.step}  ${record.tool}  ${record.result.ok ? 'ok' : 'error'}: ${result}  (${bytes} B${record.idempotencyKey ? `, key ${record.idempotencyKey}` : ''})`;
+}
+
+/** The line of a run now: what `run` prints of its last step, for the state a store holds (`stepwise watch`). */
+export function stateLine(state: RunState, version: number, bytes: number): string | undefined {
+  return progressLine({ action: 'ack', runId: state.runId, outcome: { kind: 'advanced', state, version, bytes } });
 }
 
 /** A run that just began waiting: what for, until when, and the approval links (the emails hold them too). */

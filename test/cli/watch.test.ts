@@ -1,0 +1,73 @@
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { tempDb } from '../support/harness.ts';
+
+/**
+ * `stepwise watch`: another process's view of a run the workers move, line by line, to its end. Real
+ * processes: the watch and the workers share only the database file.
+ */
+const AGENT = join(ROOT, 'test/support/process-agent.ts');
+const APPROVAL_AGENT = join(ROOT, 'test/support/approval-agent.ts');
+const db = tempDb();
+afterAll(() => db.cleanup());
+const env = {
+  STEPWISE_DB: db.path, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'effects.db'), PROCESS_AGENT_ROWS: '3',
+  ANTHROPIC_API_KEY: '', STEPWISE_LOG_LEVEL: undefined, STEPWISE_LOG_FORMAT: undefined,
+};
+const lines = (out: string) => out.trim().split('\n');
+
+describe('stepwise watch', () => {
+  it('prints each step as a worker elsewhere writes it, then the end, and exits 0 when the run completed', { timeout: 120_000 }, async () => {
+    expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-1'], env)).code).toBe(0);
+    const watching = stepwiseCli(['watch', 'w-1'], env);
+    // The watch has had its first look before the worker starts: every step comes after it.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect((await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '1000'], env)).code).toBe(0);
+    const watched = await watching;
+    expect(watched.code, watched.err).toBe(0);
+    expect(lines(watched.out)).toEqual([
+      'run w-1 v1  running at step 0',
+      expect.stringMatching(/^run w-1 v\d+ {2}step 1 {2}write_row {2}ok: .* \(\d+ B, key w-1\/step-1\)$/),
+      expect.stringMatching(/^run w-1 v\d+ {2}step 2 {2}write_row {2}ok: .* \(\d+ B, key w-1\/step-2\)$/),
+      expect.stringMatching(/^run w-1 v\d+ {2}step 3 {2}write_row {2}ok: .* \(\d+ B, key w-1\/step-3\)$/),
+      expect.stringMatching(/^run w-1 v\d+ {2}completed after 3 steps: /),
+    ]);
+    // Watched again once it has ended: the end at once.
+    const again = await stepwiseCli(['watch', 'w-1'], env);
+    expect(again.code).toBe(0);
+    expect(lines(again.out)).toEqual([expect.stringMatching(/^run w-1 v\d+ {2}completed after 3 steps: /)]);
+  });
+
+  it('exits 3 for a run that ended without completing, and 2 for a run that is not there', { timeout: 120_000 }, async () => {
+    expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-capped', '--step-cap', '1'], env)).code).toBe(0);
+    expect((await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '1000'], env)).code).toBe(0);
+    const capped = await stepwiseCli(['watch', 'w-capped'], env);
+    expect(capped.code).toBe(3);
+    expect(lines(capped.out)).toEqual([expect.stringMatching(/^run w-capped v\d+ {2}capped: step cap of 1 reached/)]);
+    const nobody = await stepwiseCli(['watch', 'nobody'], env);
+    expect(nobody.code).toBe(2);
+    expect(nobody.err.trim()).toBe('stepwise: unknown run: nobody');
+    expect((await stepwiseCli(['watch'], env)).code).toBe(2);
+  });
+
+  it('follows a run through its wait: the wait, its answer, the rest', { timeout: 120_000 }, async () => {
+    const approvalEnv = { ...env, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'approval-effects.db') };
+    expect((await stepwiseCli(['start', '--agent', APPROVAL_AGENT, '--goal', 'copy, then drop', '--run-id', 'w-wait'], approvalEnv)).code).toBe(0);
+    const watching = stepwiseCli(['watch', 'w-wait'], approvalEnv);
+    expect((await stepwiseCli(['worker', '--agent', APPROVAL_AGENT, '--idle-exit-ms', '1000'], approvalEnv)).code).toBe(0);
+    expect((await stepwiseCli(['approve', 'w-wait', '--agent', APPROVAL_AGENT], approvalEnv)).code).toBe(0);
+    expect((await stepwiseCli(['worker', '--agent', APPROVAL_AGENT, '--idle-exit-ms', '1000'], approvalEnv)).code).toBe(0);
+    const watched = await watching;
+    expect(watched.code, watched.err).toBe(0);
+    const out = watched.out;
+    expect(out).toMatch(/^run w-wait v\d+ {2}step 2 {2}waiting for approval by ops@example\.com until \S+$/m);
+    expect(out).toMatch(/^run w-wait v\d+ {2}step 2 {2}request_approval {2}ok: \{"approval":"approved"/m);
+    expect(out).toMatch(/^run w-wait v\d+ {2}step 3 {2}drop_table {2}ok: /m);
+    expect(lines(out).at(-1)).toMatch(/^run w-wait v\d+ {2}completed after 3 steps: /);
+    // In order, each once.
+    const order = ['write_row', 'waiting for approval', 'request_approval', 'drop_table', 'completed after'].map((text) => out.indexOf(text));
+    expect(order).toEqual([...order].sort((a, b) => a - b));
+    expect(out.split('waiting for approval').length).toBe(2);
+  });
+});
