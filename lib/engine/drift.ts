@@ -1,4 +1,5 @@
-import { worksRunsOf, type AgentDefinition } from '../agent.ts';
+import { needsApproval, worksRunsOf, type AgentDefinition } from '../agent.ts';
+import { approvedCall } from '../core/approval-gate.ts';
 import { decodeState } from '../core/codec.ts';
 import { checkDecision } from '../core/drift.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
@@ -37,7 +38,8 @@ export const DRIFT_LIST_LIMIT = 100_000;
  * and this agent cannot resume: a record in a format it cannot read (newer, unknown fields, unreadable),
  * or a recorded decision for a tool the agent no longer has or whose input no longer fits the tool's
  * schema. Writes nothing. A waiting run's decision became its wait: the answer completes that step under
- * any agent, so only running runs' decisions are checked.
+ * any agent. But a call of a tool with `approval` is a decision still to run: approved, it runs at the next
+ * step as it was made, not asked of the model again, so such a call, waiting or approved, is checked too.
  */
 export async function findDrift(store: CheckpointStore, agent: AgentDefinition, options: { limit?: number } = {}): Promise<DriftReport> {
   const limit = options.limit ?? DRIFT_LIST_LIMIT;
@@ -78,6 +80,17 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
     if (state.status === 'running' && state.pending) {
       const resumable = await checkDecision(state.pending, agent, state.runId);
       if (!resumable.ok) blocked(`step ${state.pending.step}: ${resumable.problem}`);
+      continue;
+    }
+    // Under the new agent's gates: a tool it no longer gates (or has) is asked of the model again, not run.
+    const gated = (tool: string) => needsApproval(agent, tool);
+    const { wait } = state;
+    const call = state.status === 'waiting'
+      ? wait?.kind === 'approval' && gated(wait.tool) ? { step: wait.step + 1, tool: wait.tool, input: wait.input, what: 'the call waiting for approval (approved, it runs as it was made, the model not asked)' } : undefined
+      : (() => { const approved = approvedCall(state, gated); return approved && { step: state.step + 1, ...approved, what: 'the approved call (it runs as it was made, the model not asked)' }; })();
+    if (call) {
+      const resumable = await checkDecision({ step: call.step, tool: call.tool, input: call.input, at: state.updatedAt }, agent, state.runId);
+      if (!resumable.ok) blocked(`step ${call.step}: ${call.what}: ${resumable.problem}`);
     }
   }
   report.others = [...others].map(([name, runs]) => ({ agent: name, runs })).sort((a, b) => b.runs - a.runs || a.agent.localeCompare(b.agent));

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { defineAgent, tool, toolSpecs, type AgentDefinition } from '../../lib/agent.ts';
 import { InvalidInputError } from '../../lib/core/errors.ts';
 import { WaitRequest } from '../../lib/core/waits.ts';
+import { findDrift } from '../../lib/engine/drift.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
@@ -189,5 +190,24 @@ describe('a tool with approval', () => {
     for (const [approval, message] of bad) {
       expect(() => gateAgent([], { approval: approval as never }), message).toThrow(new InvalidInputError(message));
     }
+  });
+
+  it('stepwise drift checks a call waiting for approval, and one approved, against the new agent: approved, it runs as it was made', async () => {
+    const { deps, runtime } = setup();
+    await start(deps);
+    await workVisible(deps, runtime);
+    // The new code's drop_table takes another field: the approved call would fail the run at its next step.
+    const changed = defineAgent({ ...gateAgent([]), tools: [tool({ ...gateAgent([]).tools[0]!, input: z.object({ name: z.string() }) } as never)] });
+    const ungated = defineAgent({ ...gateAgent([]), tools: [tool({ ...gateAgent([]).tools[0]!, approval: undefined, input: z.object({ name: z.string() }) } as never)] });
+    expect((await findDrift(runtime.store, gateAgent([]))).blocked).toEqual([]);
+    const waiting = await findDrift(runtime.store, changed);
+    expect(waiting.blocked).toEqual([expect.objectContaining({ runId: 'run', status: 'waiting', problem: expect.stringMatching(/^step 2: the call waiting for approval \(approved, it runs as it was made, the model not asked\): the recorded decision for tool "drop_table" no longer fits its input schema \(name: /) })]);
+    // A tool the new agent does not gate is asked of the model again, not run: nothing to block.
+    expect((await findDrift(runtime.store, ungated)).blocked).toEqual([]);
+    const { wait } = await loadState(runtime);
+    await answerWait(deps, { runId: 'run', waitId: wait!.id, answer: { kind: 'approved', by: APPROVER } });
+    const approved = await findDrift(runtime.store, changed);
+    expect(approved.blocked).toEqual([expect.objectContaining({ runId: 'run', status: 'running', problem: expect.stringMatching(/^step 2: the approved call \(it runs as it was made, the model not asked\): .*no longer fits its input schema/) })]);
+    expect((await findDrift(runtime.store, gateAgent([]))).blocked).toEqual([]);
   });
 });
