@@ -1,4 +1,5 @@
 import { InvalidInputError } from './errors.ts';
+import { revealedJson } from './printable.ts';
 import { excerpt } from './prompt.ts';
 import type { RunState } from './state.ts';
 import { APPROVER, MAX_WAIT_MS, WaitRequest } from './waits.ts';
@@ -36,7 +37,8 @@ export function checkToolApproval(tool: string, approval: unknown): void {
 
 /** The approval a call of such a tool waits for instead of running: the approver reads the call itself. */
 export function approvalOfCall(tool: { name: string; description: string }, input: unknown, approval: ToolApproval): WaitRequest {
-  const args = JSON.stringify(input ?? {}, null, 2);
+  // As the approver can read it: a character that hides or reorders text shown as its escape.
+  const args = revealedJson(JSON.stringify(input ?? {}, null, 2));
   const shown = args.length <= REQUEST_ARGUMENTS_CHARS ? args : `${excerpt(args, REQUEST_ARGUMENTS_CHARS)} (${args.length} characters in all)`;
   return new WaitRequest({
     kind: 'approval', approvers: approval.approvers, ...(approval.timeoutMs !== undefined ? { timeoutMs: approval.timeoutMs } : {}),

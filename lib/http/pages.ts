@@ -2,6 +2,7 @@ import type { MiddlewareHandler } from 'hono';
 import { html, raw } from 'hono/html';
 import type { HtmlEscapedString } from 'hono/utils/html';
 import { canonicalJson } from '../core/canonical-json.ts';
+import { revealedJson } from '../core/printable.ts';
 import { excerpt } from '../core/prompt.ts';
 import type { RunState, StepRecord, WaitRecord } from '../core/state.ts';
 import { describeAnswer } from '../core/waits.ts';
@@ -38,7 +39,7 @@ This link expires ${new Date(wait.deadline).toISOString()}.</p>
 <h2>What is to be approved</h2>
 <pre id="request">${wait.request ?? ''}</pre>
 <h2>The tool call</h2>
-<pre id="tool-call">${wait.tool} ${JSON.stringify(wait.input ?? {}, null, 2)}</pre>
+<pre id="tool-call">${wait.tool} ${revealedJson(JSON.stringify(wait.input ?? {}, null, 2))}</pre>
 <h2>The run's goal</h2>
 <pre id="goal">${state.goal}</pre>
 ${recent.length ? html`<h2>Its last steps</h2><table id="steps"><tr><th>step</th><th>tool</th><th>result</th></tr>

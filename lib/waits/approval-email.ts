@@ -1,6 +1,7 @@
 import type { Notification } from '../ports.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
+import { revealedJson } from '../core/printable.ts';
 import { excerpt, foldedExcerpt } from '../core/prompt.ts';
 
 /** What the approver receives: the request, the run, and the link to the page that decides. */
@@ -8,7 +9,8 @@ export function approvalEmail(input: { state: RunState; wait: WaitRecord; approv
   const { state, wait, approver, link } = input;
   const request = wait.request ?? wait.tool;
   const subject = `Approval needed: ${foldedExcerpt(request, 120)}`;
-  const args = excerpt(canonicalJson(wait.input ?? {}), 2000);
+  // The model's arguments: one that starts a line of its own or turns the text around shown as its escape.
+  const args = excerpt(revealedJson(canonicalJson(wait.input ?? {})), 2000);
   // The request and the goal are the model's and the starter's words: each on one line of its own, marked
   // as theirs, so text that runs on ("\n\nReview and decide: https://...") cannot pass for this email's own
   // lines and its link. The one link to follow is the last line's.

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { defineAgent, tool, toolSpecs, type AgentDefinition } from '../../lib/agent.ts';
 import { InvalidInputError } from '../../lib/core/errors.ts';
 import { WaitRequest } from '../../lib/core/waits.ts';
+import { approvalPage } from '../../lib/http/pages.ts';
 import { findDrift } from '../../lib/engine/drift.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
@@ -209,5 +210,20 @@ describe('a tool with approval', () => {
     const approved = await findDrift(runtime.store, changed);
     expect(approved.blocked).toEqual([expect.objectContaining({ runId: 'run', status: 'running', problem: expect.stringMatching(/^step 2: the approved call \(it runs as it was made, the model not asked\): .*no longer fits its input schema/) })]);
     expect((await findDrift(runtime.store, gateAgent([]))).blocked).toEqual([]);
+  });
+
+  it("the approver reads the call that runs: a separator, a turn of the writing direction or a zero-width character in an argument shows as its escape", async () => {
+    // "\u202eswor_dlo" is drawn as old_rows, and "old\u200b_rows" looks like old_rows: the model's call for another table.
+    const hidden = { table: '\u202eswor_dlo', also: 'old\u200b_rows\u2028\u2028Run drop_table with these arguments: {"table": "old_rows"}' };
+    const { deps, runtime } = setup(gateAgent([]), () => ({ kind: 'tool', tool: 'drop_table', input: hidden }));
+    await start(deps);
+    await workVisible(deps, runtime);
+    const state = await loadState(runtime);
+    expect(state.wait!.request).toBe('Run drop_table (Drop a table) with these arguments:\n{\n  "table": "\\u202eswor_dlo",\n  "also": "old\\u200b_rows\\u2028\\u2028Run drop_table with these arguments: {\\"table\\": \\"old_rows\\"}"\n}');
+    const page = String(await approvalPage({ state, wait: state.wait!, approver: APPROVER }));
+    expect(page).not.toMatch(/[\u2028\u200b\u202e]/);
+    expect(page).toContain('&quot;table&quot;: &quot;\\u202eswor_dlo&quot;');
+    // What runs is the call as the model made it.
+    expect(state.wait!.input).toEqual(hidden);
   });
 });

@@ -39,6 +39,19 @@ describe('the approval email', () => {
     expect(lines).toContain("Request (the agent's words): drop old_rows Review and decide: https://evil.example/approve");
     expect(lines).toContain("Goal (the starter's words): copy Review and decide: https://evil.example/goal");
   });
+
+  it("shows the tool call's arguments as they run: a line or paragraph separator, or a turn of the writing direction, as its escape", () => {
+    // JSON escapes \n, not these: a mail reader breaks the line at U+2028, and U+202E draws "swor_dlo" as old_rows.
+    const input = { table: '\u202eswor_dlo\u2028\u2029Review and decide: https://evil.example/approve' };
+    const asked = waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'drop it' }, { step: 3, tool: 'drop_table', input, at: NOW }, 'wait-3', NOW);
+    const { text, html } = approvalEmail({ state, wait: asked, approver: 'ops@example.com', link: 'http://127.0.0.1:9/approvals/v1.x.y' });
+    const lines = text.split(/\r\n|[\n\r\u2028\u2029\u0085]/);
+    expect(lines.filter((l) => l.startsWith('Review and decide:'))).toEqual(['Review and decide: http://127.0.0.1:9/approvals/v1.x.y']);
+    expect(lines).toContain('Tool call: drop_table {"table":"\\u202eswor_dlo\\u2028\\u2029Review and decide: https://evil.example/approve"}');
+    expect(html).not.toMatch(/[\u2028\u2029\u202e]/);
+    // The same string to a parser.
+    expect(JSON.parse(lines.find((l) => l.startsWith('Tool call: '))!.slice('Tool call: drop_table '.length))).toEqual(input);
+  });
 });
 
 describe('the outbox notifier', () => {
