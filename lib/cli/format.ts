@@ -4,7 +4,7 @@ import type { RunRow } from '../engine/operate/list.ts';
 import { costText, formatUsd, runCost, stepCostText } from '../llm/cost.ts';
 import type { CheckpointInfo } from '../ports.ts';
 import { cutAt } from '../core/cut.ts';
-import { escapeLineBreaks, printable } from '../core/printable.ts';
+import { escapeLineBreaks, printable, revealedJson } from '../core/printable.ts';
 import { waitedFor } from '../core/waited-for.ts';
 
 /** A word as a POSIX shell reads it back: as it is when plain, else in single quotes. */
@@ -112,6 +112,17 @@ function waitingLine(runId: string, wait: WaitRecord, now: number, backend: 'loc
   return `${head}${answer ? `; answer: ${answer}` : ''}`;
 }
 
+/**
+ * The call an approval is asked for, under the waiting line: `stepwise approve` is answered from here, and
+ * for a tool with `approval` the approved call runs as it is shown (a request_approval shows its request).
+ * A character that hides or turns text around shows as its escape, as on the approval page.
+ */
+function approvalCallLine(wait: WaitRecord, full = false): string[] {
+  if (wait.kind !== 'approval') return [];
+  const input = revealedJson(JSON.stringify(wait.input ?? {}));
+  return [`call     ${wait.tool} ${full ? input : oneLine(input, INPUT_EXCERPT)}`];
+}
+
 export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string; backend?: 'local' | 'aws' } = {}, now = Date.now()): string {
   const lines = [
     ...headLines(state, extra.cancelRequested),
@@ -120,7 +131,7 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
   ];
   if (state.failures) lines.push(`failures ${state.failures} on step ${state.step + 1}: ${state.lastError ?? ''}`);
   if (state.pending) lines.push(`pending  step ${state.pending.step}: ${state.pending.tool} (decision recorded, key ${state.pending.idempotencyKey ?? '-'})`);
-  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now, extra.backend));
+  if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now, extra.backend), ...approvalCallLine(state.wait));
   if (state.summary) lines.push(`summary  ${state.summary}`);
   lines.push('', table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], state.steps.map((s) => [
     s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${cutAt(s.result.text.replace(/\s+/g, ' '), 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
@@ -149,7 +160,7 @@ export function showHeadText(view: RunView, fallbackModel: string, options: { fu
   if (view.atStep === view.step) {
     if (view.failures) lines.push(`failures ${view.failures} on step ${view.step + 1}: ${view.lastError ?? ''}`);
     if (view.pending) lines.push(`pending  step ${view.pending.step}: ${view.pending.tool} ${excerpt(view.pending.input, options.full)} (decision recorded, key ${view.pending.idempotencyKey ?? '-'})`);
-    if (view.wait) lines.push(waitingLine(view.runId, view.wait, options.now ?? Date.now(), options.backend));
+    if (view.wait) lines.push(waitingLine(view.runId, view.wait, options.now ?? Date.now(), options.backend), ...approvalCallLine(view.wait, options.full));
     if (view.summary) lines.push(`summary  ${view.summary}`);
   }
   return lines.join('\n');

@@ -29,4 +29,16 @@ describe("a waiting run's line in status and show", () => {
     const view = { ...approval, version: 2, atStep: 0 } as unknown as RunView;
     expect(waitingLine(showText(view, '', { now: 70_000, backend: 'aws' }))).toMatch(expected);
   });
+
+  it('an approval shows the call it is asked for, so `stepwise approve` is not answered blind: a gated tool\'s approved call runs as shown', () => {
+    const call = { ...decisionFor('r', 1), tool: 'drop_table', input: { table: '\u202eswor_dlo', rows: 'x'.repeat(400) } };
+    const gated = beginWait(newState('r'), waitRecordFor({ kind: 'approval', approvers: ['ops@example.com'], request: 'Run drop_table' }, call, 'w3', 10_000), 10_000);
+    const callLine = (text: string) => text.split('\n').find((l) => l.startsWith('call     '));
+    // Cut to one line in status; whole in show --full. A turn of the writing direction shows as its escape.
+    expect(callLine(runDetail(gated, 2, '', {}, 20_000))).toMatch(/^call     drop_table \{"table":"\\u202eswor_dlo","rows":"x{250,}\.\.\. \(\d+ B\)$/);
+    const view = { ...gated, version: 2, atStep: 0 } as unknown as RunView;
+    expect(callLine(showText(view, '', { now: 20_000, full: true }))).toBe(`call     drop_table {"table":"\\u202eswor_dlo","rows":"${'x'.repeat(400)}"}`);
+    expect(callLine(runDetail(approval, 2, '', {}, 20_000))).toBe('call     request_approval {"batch":1}');
+    expect(callLine(runDetail(sleep, 2, '', {}, 20_000))).toBeUndefined();
+  });
 });
