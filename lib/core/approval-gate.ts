@@ -35,15 +35,28 @@ export function checkToolApproval(tool: string, approval: unknown): void {
   }
 }
 
-/** The approval a call of such a tool waits for instead of running: the approver reads the call itself. */
-export function approvalOfCall(tool: { name: string; description: string }, input: unknown, approval: ToolApproval): WaitRequest {
+/**
+ * The approval a call of such a tool waits for instead of running: the approver reads the call itself.
+ * `parsed`: the input as the tool takes it (its schema's output), to name the fields the tool never gets.
+ */
+export function approvalOfCall(tool: { name: string; description: string }, input: unknown, approval: ToolApproval, parsed?: unknown): WaitRequest {
   // As the approver can read it: a character that hides or reorders text shown as its escape.
   const args = revealedJson(JSON.stringify(input ?? {}, null, 2));
   const shown = args.length <= REQUEST_ARGUMENTS_CHARS ? args : `${excerpt(args, REQUEST_ARGUMENTS_CHARS)} (${args.length} characters in all)`;
+  const ignored = ignoredFields(input, parsed);
+  // A field the schema drops reads as part of the call ("dry_run": true) though the tool never sees it.
+  const note = ignored.length ? `\n${tool.name} does not take ${ignored.length === 1 ? 'the field' : 'the fields'} ${excerpt(ignored.map((f) => revealedJson(JSON.stringify(f))).join(', '), 500)}: its input drops ${ignored.length === 1 ? 'it' : 'them'}, and the call runs without.` : '';
   return new WaitRequest({
     kind: 'approval', approvers: approval.approvers, ...(approval.timeoutMs !== undefined ? { timeoutMs: approval.timeoutMs } : {}),
-    request: `Run ${tool.name} (${tool.description}) with these arguments:\n${shown}`,
+    request: `Run ${tool.name} (${tool.description}) with these arguments:\n${shown}${note}`,
   });
+}
+
+/** The top-level fields of a call that its tool's input schema dropped (zod's z.object strips the others). */
+function ignoredFields(input: unknown, parsed: unknown): string[] {
+  const plain = (value: unknown): value is Record<string, unknown> => !!value && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype;
+  if (!plain(input) || !plain(parsed)) return [];
+  return Object.keys(input).filter((key) => !Object.hasOwn(parsed, key));
 }
 
 /**

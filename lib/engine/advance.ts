@@ -216,7 +216,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (model) decision.model = model;
     uncounted = reply.usage;
     // A tool a person approves: the call waits for their answer instead of running (lib/core/approval-gate.ts).
-    if (tool.approval) return beginWaitStep(deps, state, base, decision, approvalOfCall(tool, reply.input, tool.approval));
+    if (tool.approval) return beginWaitStep(deps, state, base, decision, approvalOfCall(tool, reply.input, tool.approval, input));
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {

@@ -219,11 +219,23 @@ describe('a tool with approval', () => {
     await start(deps);
     await workVisible(deps, runtime);
     const state = await loadState(runtime);
-    expect(state.wait!.request).toBe('Run drop_table (Drop a table) with these arguments:\n{\n  "table": "\\u202eswor_dlo",\n  "also": "old\\u200b_rows\\u2028\\u2028Run drop_table with these arguments: {\\"table\\": \\"old_rows\\"}"\n}');
+    expect(state.wait!.request).toBe('Run drop_table (Drop a table) with these arguments:\n{\n  "table": "\\u202eswor_dlo",\n  "also": "old\\u200b_rows\\u2028\\u2028Run drop_table with these arguments: {\\"table\\": \\"old_rows\\"}"\n}\ndrop_table does not take the field "also": its input drops it, and the call runs without.');
     const page = String(await approvalPage({ state, wait: state.wait!, approver: APPROVER }));
     expect(page).not.toMatch(/[\u2028\u200b\u202e]/);
     expect(page).toContain('&quot;table&quot;: &quot;\\u202eswor_dlo&quot;');
     // What runs is the call as the model made it.
     expect(state.wait!.input).toEqual(hidden);
+  });
+
+  it('a field the tool\'s input drops is named as one the call runs without: "dry_run": true would read as part of what runs', async () => {
+    const dropped: string[] = [];
+    const { deps, runtime } = setup(gateAgent(dropped), () => ({ kind: 'tool', tool: 'drop_table', input: { table: 'everything', dry_run: true, note: 'a preview only' } }));
+    await start(deps);
+    await workVisible(deps, runtime);
+    const { wait } = await loadState(runtime);
+    expect(wait!.request).toBe('Run drop_table (Drop a table) with these arguments:\n{\n  "table": "everything",\n  "dry_run": true,\n  "note": "a preview only"\n}\ndrop_table does not take the fields "dry_run", "note": its input drops them, and the call runs without.');
+    await answerWait(deps, { runId: 'run', waitId: wait!.id, answer: { kind: 'approved', by: APPROVER } });
+    await workVisible(deps, runtime);
+    expect(dropped).toEqual(['everything']);
   });
 });
