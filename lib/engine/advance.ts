@@ -156,6 +156,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (approved && tool.sideEffect) {
       decision.idempotencyKey = idempotencyKey(runId, n);
       await deps.store.recordDecision(runId, version, decision);
+      // The same crash point as a model's call kept before its tool runs, so crash tests reach this one.
+      if (deps.probe) await deps.probe('C3', { runId, step: n });
     }
   } else {
     // A budget is checked before the call that would spend more: the run goes past it by at most one step.

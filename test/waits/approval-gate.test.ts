@@ -238,4 +238,27 @@ describe('a tool with approval', () => {
     await workVisible(deps, runtime);
     expect(dropped).toEqual(['everything']);
   });
+
+  it('a worker killed after the approved call was kept (C3) and before it ran: the next delivery runs it once, the model not asked', async () => {
+    const dropped: string[] = [];
+    const agent = gateAgent(dropped);
+    db = tempDb();
+    const clock = new ManualClock();
+    const model = new StubModel(injected);
+    const crashing = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A', crashAt: { point: 'C3', step: 2 } });
+    await start(crashing.deps);
+    await workVisible(crashing.deps, crashing.runtime);
+    const { wait } = await loadState(crashing.runtime);
+    await answerWait(crashing.deps, { runId: 'run', waitId: wait!.id, answer: { kind: 'approved', by: APPROVER } });
+    const [delivery] = await crashing.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    await expect(handleDelivery(crashing.deps, delivery!)).rejects.toBeInstanceOf(SimulatedCrash);
+    expect(dropped).toEqual([]);
+    expect((await loadState(crashing.runtime)).pending).toMatchObject({ step: 2, tool: 'drop_table', input: { table: 'old_rows' }, idempotencyKey: 'run/step-2' });
+    clock.advance(VISIBILITY_MS + 1);
+    const next = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'B' });
+    await workVisible(next.deps, next.runtime);
+    expect(dropped).toEqual(['old_rows']);
+    expect(await loadState(next.runtime)).toMatchObject({ status: 'completed', step: 2 });
+    expect(model.stepsAsked()).toEqual([1, 3]);
+  });
 });
