@@ -145,30 +145,6 @@ describe('a tool with approval', () => {
     expect(model.stepsAsked()).toEqual([1, 3]);
   });
 
-  it('a worker killed in the approved call: the next delivery runs that call again under its key, applied once', async () => {
-    const dropped: string[] = [];
-    const agent = gateAgent(dropped);
-    db = tempDb();
-    const clock = new ManualClock();
-    const model = new StubModel(injected);
-    const crashing = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A', crashAt: { point: 'C4', step: 2 } });
-    await start(crashing.deps);
-    await workVisible(crashing.deps, crashing.runtime);
-    const { wait } = await loadState(crashing.runtime);
-    await answerWait(crashing.deps, { runId: 'run', waitId: wait!.id, answer: { kind: 'approved', by: APPROVER } });
-    const [delivery] = await crashing.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
-    await expect(handleDelivery(crashing.deps, delivery!)).rejects.toBeInstanceOf(SimulatedCrash);
-    expect(dropped).toEqual(['old_rows']);
-    // The call was kept before it ran: the state shows it pending, under its key.
-    expect((await loadState(crashing.runtime)).pending).toMatchObject({ step: 2, tool: 'drop_table', input: { table: 'old_rows' }, idempotencyKey: 'run/step-2' });
-    clock.advance(VISIBILITY_MS + 1);
-    const next = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'B' });
-    await workVisible(next.deps, next.runtime);
-    expect(dropped).toEqual(['old_rows']);
-    expect(await loadState(next.runtime)).toMatchObject({ status: 'completed', step: 2 });
-    expect(model.stepsAsked()).toEqual([1, 3]);
-  });
-
   it('a tool with approval that itself returns a wait fails the run, naming why: its answer would read as an approval', async () => {
     const agent = gateAgent([], { sideEffect: false, run: () => new WaitRequest({ kind: 'approval', approvers: [APPROVER], request: 'me again' }) });
     const { deps, runtime } = setup(agent);
@@ -239,20 +215,22 @@ describe('a tool with approval', () => {
     expect(dropped).toEqual(['everything']);
   });
 
-  it('a worker killed after the approved call was kept (C3) and before it ran: the next delivery runs it once, the model not asked', async () => {
+  // C3: the approved call kept, not yet run; C4: run, its checkpoint not yet written.
+  it.each([['C3', []], ['C4', ['old_rows']]] as const)('a worker killed at %s in the approved step: the next delivery runs the kept call under its key, applied once, the model not asked', async (point, droppedByCrash) => {
     const dropped: string[] = [];
     const agent = gateAgent(dropped);
     db = tempDb();
     const clock = new ManualClock();
     const model = new StubModel(injected);
-    const crashing = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A', crashAt: { point: 'C3', step: 2 } });
+    const crashing = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A', crashAt: { point, step: 2 } });
     await start(crashing.deps);
     await workVisible(crashing.deps, crashing.runtime);
     const { wait } = await loadState(crashing.runtime);
     await answerWait(crashing.deps, { runId: 'run', waitId: wait!.id, answer: { kind: 'approved', by: APPROVER } });
     const [delivery] = await crashing.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     await expect(handleDelivery(crashing.deps, delivery!)).rejects.toBeInstanceOf(SimulatedCrash);
-    expect(dropped).toEqual([]);
+    expect(dropped).toEqual(droppedByCrash);
+    // The call was kept before it ran: the state shows it pending, under its key.
     expect((await loadState(crashing.runtime)).pending).toMatchObject({ step: 2, tool: 'drop_table', input: { table: 'old_rows' }, idempotencyKey: 'run/step-2' });
     clock.advance(VISIBILITY_MS + 1);
     const next = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'B' });
