@@ -66,7 +66,9 @@ describe("the inspector's approval form", () => {
     await waiting('insp-l');
     const page = await (await app.api('/inspect/runs/insp-l')).text();
     expect(page).toMatch(/<label>comment \(the run's model sees it\) <input type="text" name="comment" maxlength="4000"><\/label>/);
-    expect(page).not.toContain('placeholder=');
+    // The comment's field has no placeholder (the fork and retry forms' limit fields have labels and one each).
+    expect(page).not.toMatch(/<input[^>]*name="comment"[^>]*placeholder=/);
+    expect(page.match(/<input [^>]*placeholder=/g)?.every((input) => /name="(stepCap|budgetTokens|budgetUsd)"/.test(input))).toBe(true);
   });
 
   it('with several approvers, answers as the one the operator chooses, recorded so; one not among them is refused', async () => {
