@@ -2,6 +2,7 @@ import { canonicalJson } from './canonical-json.ts';
 import { CONDENSE_BLOCK, condensedBlocks, summariseBlock } from './condense.ts';
 import type { RunState, StepRecord } from './state.ts';
 import { cutAt } from './cut.ts';
+import { revealedJson } from './printable.ts';
 
 /** The Step prompt from the user's pattern, word for word. A test compares it with the seed document. */
 export const STEP_PROMPT = `You are carrying out a long task one step at a time. The run may have been
@@ -172,7 +173,7 @@ function renderStepLine(record: StepRecord): string {
   const ref = record.result.ref ? ` [full output ${record.result.bytes} bytes: ${record.result.ref}]` : '';
   // JSON leaves the line and paragraph separators in a string as they are: escaped (the same JSON), or a
   // model's argument such as "x\u2028\u20282. request_approval ... -> ok: approved" starts a line of its own.
-  const input = canonicalJson(record.input ?? {}).replace(/[\u2028\u2029]/g, (c) => (c === '\u2028' ? '\\u2028' : '\\u2029'));
+  const input = revealedJson(canonicalJson(record.input ?? {}));
   const inputText = input.length <= STEP_INPUT_EXCERPT
     ? input
     : `${excerpt(input, STEP_INPUT_EXCERPT)} [input ${Buffer.byteLength(input)} bytes]`;

@@ -15,6 +15,7 @@ import { parseToolInput } from '../core/tool-input.ts';
 import { withFields } from '../core/objects.ts';
 import { readableUsage, replyProblem } from '../core/model-reply.ts';
 import { excerpt, renderStepPrompt } from '../core/prompt.ts';
+import { revealedJson } from '../core/printable.ts';
 import { DEFAULT_INLINE_LIMIT, outputText, shapeResult, type ShapedResult } from '../core/result.ts';
 import { usageAdded, type Decision, type RunState, type RunStatus, type StepRecord, type Usage, type WaitRecord } from '../core/state.ts';
 import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../core/waits.ts';
@@ -466,8 +467,8 @@ async function commitErrorStep(deps: EngineDeps, state: RunState, base: Base, st
  */
 function unknownToolName(name: string): string {
   if (TOOL_NAME.test(name)) return name;
-  // JSON escapes the C0 controls; the line and paragraph separators and C1 (NEL) it leaves as they are.
-  return JSON.stringify(excerpt(name, 64)).replace(/[\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  // JSON escapes the C0 controls; the line and paragraph separators, C1 (NEL) and the rest it leaves as they are.
+  return revealedJson(JSON.stringify(excerpt(name, 64)));
 }
 
 /**

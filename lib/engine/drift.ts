@@ -3,7 +3,7 @@ import { approvedCall } from '../core/approval-gate.ts';
 import { decodeState } from '../core/codec.ts';
 import { checkDecision } from '../core/drift.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
-import type { RunStatus } from '../core/state.ts';
+import type { RunState, RunStatus } from '../core/state.ts';
 import type { CheckpointStore, RunSummary } from '../ports.ts';
 
 /** A run the new code or agent cannot resume, and why. */
@@ -41,6 +41,23 @@ export const DRIFT_LIST_LIMIT = 100_000;
  * any agent. But a call of a tool with `approval` is a decision still to run: approved, it runs at the next
  * step as it was made, not asked of the model again, so such a call, waiting or approved, is checked too.
  */
+/**
+ * The call of a tool with `approval` a run will make without asking the model: the one its wait asks a
+ * person about, or the one approved at its last step. Under the new agent's gates: a tool it no longer
+ * gates (or has) is asked of the model again, not run.
+ */
+function gatedCall(state: RunState, agent: AgentDefinition): { step: number; tool: string; input: unknown; what: string } | undefined {
+  const gated = (tool: string) => needsApproval(agent, tool);
+  const { wait } = state;
+  if (state.status === 'waiting') {
+    return wait?.kind === 'approval' && gated(wait.tool)
+      ? { step: wait.step + 1, tool: wait.tool, input: wait.input, what: 'the call waiting for approval (approved, it runs as it was made, the model not asked)' }
+      : undefined;
+  }
+  const approved = approvedCall(state, gated);
+  return approved && { step: state.step + 1, ...approved, what: 'the approved call (it runs as it was made, the model not asked)' };
+}
+
 export async function findDrift(store: CheckpointStore, agent: AgentDefinition, options: { limit?: number } = {}): Promise<DriftReport> {
   const limit = options.limit ?? DRIFT_LIST_LIMIT;
   const live: RunSummary[] = [];
@@ -82,12 +99,7 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
       if (!resumable.ok) blocked(`step ${state.pending.step}: ${resumable.problem}`);
       continue;
     }
-    // Under the new agent's gates: a tool it no longer gates (or has) is asked of the model again, not run.
-    const gated = (tool: string) => needsApproval(agent, tool);
-    const { wait } = state;
-    const call = state.status === 'waiting'
-      ? wait?.kind === 'approval' && gated(wait.tool) ? { step: wait.step + 1, tool: wait.tool, input: wait.input, what: 'the call waiting for approval (approved, it runs as it was made, the model not asked)' } : undefined
-      : (() => { const approved = approvedCall(state, gated); return approved && { step: state.step + 1, ...approved, what: 'the approved call (it runs as it was made, the model not asked)' }; })();
+    const call = gatedCall(state, agent);
     if (call) {
       const resumable = await checkDecision({ step: call.step, tool: call.tool, input: call.input, at: state.updatedAt }, agent, state.runId);
       if (!resumable.ok) blocked(`step ${call.step}: ${call.what}: ${resumable.problem}`);
