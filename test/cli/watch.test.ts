@@ -2,6 +2,11 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
+import { META, newState, recordFor } from '../support/states.ts';
+import { watchRun } from '../../lib/cli/commands/watch.ts';
+import { complete, completeStep } from '../../lib/core/transitions.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
+import type { CheckpointStore } from '../../lib/ports.ts';
 
 /**
  * `stepwise watch`: another process's view of a run the workers move, line by line, to its end. Real
@@ -69,5 +74,70 @@ describe('stepwise watch', () => {
     const order = ['write_row', 'waiting for approval', 'request_approval', 'drop_table', 'completed after'].map((text) => out.indexOf(text));
     expect(order).toEqual([...order].sort((a, b) => a - b));
     expect(out.split('waiting for approval').length).toBe(2);
+  });
+});
+
+/**
+ * The watch's looks, in this process: checkpoints written to the store between looks (a run that moves
+ * faster than the poll), and what each look reads.
+ */
+describe('watchRun', () => {
+  type Write = () => Promise<void>;
+  /** A store whose nth load first writes the checkpoints `between[n]`: the run moved since the last look. */
+  function storeWithWrites(dbPath: string, between: Write[][]) {
+    const runtime = openLocalRuntime({ dbPath });
+    const loads: { options: unknown; records: number }[] = [];
+    const store = new Proxy(runtime.store, {
+      get(target, name, receiver) {
+        if (name !== 'load') return Reflect.get(target, name, receiver);
+        return async (runId: string, options?: { afterStep?: number; recent?: boolean }) => {
+          for (const write of between[loads.length] ?? []) await write();
+          const stored = await target.load(runId, options);
+          loads.push({ options, records: stored?.steps.length ?? 0 });
+          return stored;
+        };
+      },
+    });
+    return { runtime, store, loads };
+  }
+  const watchOf = async (store: CheckpointStore, runId: string) => {
+    const lines: string[] = [];
+    const stop = new AbortController();
+    const ended = await watchRun(store, runId, { pollMs: 1, signal: stop.signal, out: (line) => lines.push(line) });
+    return { ended, lines };
+  };
+
+  it('a look reads the head and the records written since the last, not every record of the run', async () => {
+    const file = tempDb();
+    try {
+      let state = newState('long');
+      const runtime = openLocalRuntime({ dbPath: file.path });
+      let version = (await runtime.store.create(state, META)).version;
+      const step = async () => {
+        const record = recordFor('long', state.step + 1);
+        state = completeStep(state, record, 4_000 + state.step);
+        version = (await runtime.store.commit({ runId: 'long', expectedVersion: version, state, appended: record, ...META })).version;
+      };
+      for (let n = 0; n < 50; n++) await step();
+      // Looks 1-3 find the run at step 50; before look 4 it takes one step more, and before look 6 it completes.
+      const between: Write[][] = [[], [], [], [step], [], [async () => {
+        state = complete(state, 'done', undefined, 9_000);
+        version = (await runtime.store.commit({ runId: 'long', expectedVersion: version, state, ...META })).version;
+      }]];
+      const watched = storeWithWrites(file.path, between);
+      const { ended, lines } = await watchOf(watched.store, 'long');
+      expect(ended).toEqual({ exitCode: 0 });
+      expect(lines).toEqual([
+        expect.stringMatching(/^run long v51 {2}step 50 {2}write_row {2}ok: wrote row 50/),
+        expect.stringMatching(/^run long v52 {2}step 51 {2}write_row {2}ok: wrote row 51/),
+        'run long v53  completed after 51 steps: done',
+      ]);
+      // The first look reads the run; each after it, only what was written since: one record, then none.
+      expect(watched.loads.map((l) => l.records)).toEqual([50, 0, 0, 1, 0, 0]);
+      watched.runtime.close();
+      runtime.close();
+    } finally {
+      file.cleanup();
+    }
   });
 });

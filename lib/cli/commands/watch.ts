@@ -1,5 +1,7 @@
 import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
+import type { HeldSteps } from '../../core/codec.ts';
 import { isTerminal, type RunState } from '../../core/state.ts';
+import { resumeLoad } from '../../engine/step-cache.ts';
 import type { CheckpointStore } from '../../ports.ts';
 import { openBackend, type CliOptions } from '../context.ts';
 import { recordLine, stateLine } from '../progress.ts';
@@ -25,39 +27,62 @@ export async function watchCommand(runId: string | undefined, options: CliOption
   const stop = new AbortController();
   const offSignals = onStopSignals(() => stop.abort());
   try {
-    const { decodeState } = await import('../../core/codec.ts');
-    let seen = 0;
-    let seenStep = 0;
-    let waitedAt: number | undefined;
-    for (;;) {
-      const stored = await runtime.store.load(runId);
-      if (!stored) throw new UnknownRunError(runId);
-      if (stored.version > seen) {
-        let state: RunState;
-        try {
-          state = decodeState(stored);
-        } catch (error) {
-          // A run this code cannot read still has its status column: said, and watched no further.
-          out(`run ${runId} v${stored.version}  ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}: this code cannot read it: ${(error as Error).message}`);
-          return isTerminal(stored.status) && stored.status === 'completed' ? 0 : 3;
-        }
-        for (const line of await linesSince(runtime.store, state, stored.version, seen, seenStep)) out(line);
-        seen = stored.version;
-        seenStep = state.step;
-        // A wait's own line once, however many looks it lasts; its answer is the next step's line.
-        if (state.status === 'waiting') waitedAt = stored.version;
-      }
-      if (isTerminal(stored.status)) return stored.status === 'completed' ? 0 : 3;
-      if (stop.signal.aborted) return 130;
-      await sleep(POLL_MS[runtime.kind], stop.signal);
-      if (stop.signal.aborted) {
-        out(`stopped watching run ${runId} at version ${seen}${waitedAt === seen ? ' (waiting)' : ''}: the run goes on`);
-        return 130;
-      }
-    }
+    const watched = await watchRun(runtime.store, runId, { pollMs: POLL_MS[runtime.kind], signal: stop.signal, out });
+    if ('exitCode' in watched) return watched.exitCode;
+    out(`stopped watching run ${runId} at version ${watched.version}${watched.waiting ? ' (waiting)' : ''}: the run goes on`);
+    return 130;
   } finally {
     offSignals();
     runtime.close();
+  }
+}
+
+/**
+ * Follows a run in `store` until it ends (`exitCode` 0 completed, 3 otherwise) or `signal` aborts (where
+ * it was). A look reads the run's head and the step records written since the last look, never the
+ * records it holds: on DynamoDB a GetItem when nothing moved, where reading every record was a Query of
+ * the whole run (tens of read units a look at 600 steps, and an S3 GET for each record kept there).
+ */
+export async function watchRun(
+  store: CheckpointStore, runId: string, options: { pollMs: number; signal: AbortSignal; out: (line: string) => void },
+): Promise<{ exitCode: number } | { version: number; waiting: boolean }> {
+  const { decodeState } = await import('../../core/codec.ts');
+  const { signal, out } = options;
+  let seen = 0;
+  let seenStep = 0;
+  let waitedAt: number | undefined;
+  let held: HeldSteps | undefined;
+  for (;;) {
+    let stored = await store.load(runId, resumeLoad(held));
+    if (!stored) throw new UnknownRunError(runId);
+    if (stored.version > seen) {
+      let state: RunState;
+      try {
+        try {
+          state = decodeState(stored, held);
+        } catch (error) {
+          if (!held) throw error;
+          // Judged on a whole read, never on what this watch holds.
+          held = undefined;
+          stored = (await store.load(runId))!;
+          state = decodeState(stored);
+        }
+      } catch (error) {
+        // A run this code cannot read still has its status column: said, and watched no further.
+        out(`run ${runId} v${stored.version}  ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}: this code cannot read it: ${(error as Error).message}`);
+        return { exitCode: isTerminal(stored.status) && stored.status === 'completed' ? 0 : 3 };
+      }
+      held = { from: state.stepsFrom ?? 0, steps: state.steps, condensed: state.condensed ?? [] };
+      for (const line of await linesSince(store, state, stored.version, seen, seenStep)) out(line);
+      seen = stored.version;
+      seenStep = state.step;
+      // A wait's own line once, however many looks it lasts; its answer is the next step's line.
+      if (state.status === 'waiting') waitedAt = stored.version;
+    }
+    if (isTerminal(stored.status)) return { exitCode: stored.status === 'completed' ? 0 : 3 };
+    if (signal.aborted) return { version: seen, waiting: waitedAt === seen };
+    await sleep(options.pollMs, signal);
+    if (signal.aborted) return { version: seen, waiting: waitedAt === seen };
   }
 }
 
