@@ -4,7 +4,9 @@ import { ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { META, newState, recordFor } from '../support/states.ts';
 import { watchRun } from '../../lib/cli/commands/watch.ts';
-import { complete, completeStep } from '../../lib/core/transitions.ts';
+import { retryState } from '../../lib/core/operate.ts';
+import type { RunState, StepRecord } from '../../lib/core/state.ts';
+import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import type { CheckpointStore } from '../../lib/ports.ts';
 
@@ -136,6 +138,42 @@ describe('watchRun', () => {
       expect(watched.loads.map((l) => l.records)).toEqual([50, 0, 0, 1, 0, 0]);
       watched.runtime.close();
       runtime.close();
+    } finally {
+      file.cleanup();
+    }
+  });
+
+  it('a failed try, an end and a retry written between two looks each get a line, where the run read as if it never failed', async () => {
+    const file = tempDb();
+    try {
+      const runtime = openLocalRuntime({ dbPath: file.path });
+      let state = newState('quick');
+      let version = (await runtime.store.create(state, META)).version;
+      const write = async (next: RunState, appended?: StepRecord) => {
+        state = next;
+        version = (await runtime.store.commit({ runId: 'quick', expectedVersion: version, state, ...(appended ? { appended } : {}), ...META })).version;
+      };
+      const step = () => { const record = recordFor('quick', state.step + 1); return write(completeStep(state, record, 4_000 + state.step), record); };
+      const fail = () => write(recordFailure(state, new Error(`refused at step ${state.step + 1}`), 5_000));
+      await step();
+      const between: Write[][] = [[], [fail, fail, step], [fail, fail, fail, () => write(retryState(state, { now: 6_000 })), step, () => write(complete(state, 'done', undefined, 9_000))]];
+      const watched = storeWithWrites(file.path, between);
+      const { ended, lines } = await watchOf(watched.store, 'quick');
+      watched.runtime.close();
+      runtime.close();
+      expect(ended).toEqual({ exitCode: 0 });
+      expect(lines).toEqual([
+        expect.stringMatching(/^run quick v2 {2}step 1 {2}write_row {2}ok: /),
+        'run quick v3  step 2 attempt 1 failed (between two looks of this watch: the worker\'s log line has its error)',
+        'run quick v4  step 2 attempt 2 failed (between two looks of this watch: the worker\'s log line has its error)',
+        expect.stringMatching(/^run quick v5 {2}step 2 {2}write_row {2}ok: /),
+        'run quick v6  step 3 attempt 1 failed (between two looks of this watch: the worker\'s log line has its error)',
+        'run quick v7  step 3 attempt 2 failed (between two looks of this watch: the worker\'s log line has its error)',
+        'run quick v8  failed at step 3 (retried before this watch looked)',
+        'run quick v9  retried at step 3',
+        expect.stringMatching(/^run quick v10 {2}step 3 {2}write_row {2}ok: /),
+        'run quick v11  completed after 3 steps: done',
+      ]);
     } finally {
       file.cleanup();
     }

@@ -1,6 +1,6 @@
-import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
 import type { HeldSteps } from '../../core/codec.ts';
-import { isTerminal, type RunState } from '../../core/state.ts';
+import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
+import { isTerminal, type RunState, type RunStatus } from '../../core/state.ts';
 import { resumeLoad } from '../../engine/step-cache.ts';
 import type { CheckpointStore } from '../../ports.ts';
 import { openBackend, type CliOptions } from '../context.ts';
@@ -48,14 +48,13 @@ export async function watchRun(
 ): Promise<{ exitCode: number } | { version: number; waiting: boolean }> {
   const { decodeState } = await import('../../core/codec.ts');
   const { signal, out } = options;
-  let seen = 0;
-  let seenStep = 0;
-  let waitedAt: number | undefined;
+  let seen: Seen | undefined;
   let held: HeldSteps | undefined;
   for (;;) {
     let stored = await store.load(runId, resumeLoad(held));
     if (!stored) throw new UnknownRunError(runId);
-    if (stored.version > seen) {
+    // Lines for a version not seen: a wait's own line once, however many looks it lasts.
+    if (stored.version > (seen?.version ?? 0)) {
       let state: RunState;
       try {
         try {
@@ -73,39 +72,68 @@ export async function watchRun(
         return { exitCode: isTerminal(stored.status) && stored.status === 'completed' ? 0 : 3 };
       }
       held = { from: state.stepsFrom ?? 0, steps: state.steps, condensed: state.condensed ?? [] };
-      for (const line of await linesSince(store, state, stored.version, seen, seenStep)) out(line);
-      seen = stored.version;
-      seenStep = state.step;
-      // A wait's own line once, however many looks it lasts; its answer is the next step's line.
-      if (state.status === 'waiting') waitedAt = stored.version;
+      for (const line of await linesSince(store, state, stored.version, seen)) out(line);
+      seen = { version: stored.version, step: state.step, status: state.status, failures: state.failures };
     }
     if (isTerminal(stored.status)) return { exitCode: stored.status === 'completed' ? 0 : 3 };
-    if (signal.aborted) return { version: seen, waiting: waitedAt === seen };
-    await sleep(options.pollMs, signal);
-    if (signal.aborted) return { version: seen, waiting: waitedAt === seen };
+    if (!signal.aborted) await sleep(options.pollMs, signal);
+    if (signal.aborted) return { version: seen!.version, waiting: seen!.status === 'waiting' };
   }
 }
 
+/** What the last look showed of the run. */
+interface Seen { version: number; step: number; status: RunStatus; failures: number }
+
 /**
- * The lines of the checkpoints after version `seen` (whose run had completed `seenStep` steps): each that
- * recorded a step, by its record; the newest also as `run` says it when it is more than a step (a failed
- * try, a wait, the end). The first look shows the run as it stands.
+ * The lines of the checkpoints after the last look (`seen`): each that recorded a step, by its record;
+ * the newest also as `run` says it when it is more than a step (a failed try, a wait, the end); and each
+ * other one written between two looks by what its history row says (a try that failed, a wait answered
+ * since, an end retried since), where it was left out and the run read as if it had never failed. The
+ * first look shows the run as it stands.
  */
-async function linesSince(store: CheckpointStore, state: RunState, version: number, seen: number, seenStep: number): Promise<string[]> {
-  if (seen === 0) {
+async function linesSince(store: CheckpointStore, state: RunState, version: number, seen: Seen | undefined): Promise<string[]> {
+  if (!seen) {
     const [newest] = await store.history(state.runId, { before: version + 1, limit: 1 });
     return [stateLine(state, version, newest?.bytes ?? 0) ?? `run ${state.runId} v${version}  ${state.status} at step ${state.step}`];
   }
-  const infos = await store.history(state.runId, { before: version + 1, limit: Math.min(version - seen, LINES_AT_ONCE) });
+  const shown = Math.min(version - seen.version, LINES_AT_ONCE);
+  // One row more than the lines: the checkpoint before the first shown, which that one is told from.
+  const page = await store.history(state.runId, { before: version + 1, limit: shown + 1 });
+  const infos = page.filter((info) => info.version > seen.version).slice(-shown);
+  const first = infos[0];
+  if (!first) return [stateLine(state, version, 0) ?? `run ${state.runId} v${version}  ${state.status} at step ${state.step}`];
+  const before: { step: number; status: RunStatus; failures?: number } = first.version === seen.version + 1 ? seen
+    : page.find((info) => info.version === first.version - 1) ?? { step: first.step - 1, status: 'running' };
   const lines: string[] = [];
-  const skipped = version - seen - infos.length;
-  if (skipped > 0) lines.push(`run ${state.runId}  ${skipped} checkpoint${skipped === 1 ? '' : 's'} since v${seen} not shown (stepwise history ${state.runId} lists them)`);
+  const skipped = version - seen.version - infos.length;
+  if (skipped > 0) lines.push(`run ${state.runId}  ${skipped} checkpoint${skipped === 1 ? '' : 's'} since v${seen.version} not shown (stepwise history ${state.runId} lists them)`);
   const records = new Map(state.steps.map((record) => [record.step, record]));
-  let lastStep = skipped > 0 && infos[0] ? infos[0].step - 1 : seenStep;
+  let lastStep = before.step;
+  let lastStatus = before.status;
+  // Failed tries of the step in hand, when known: the last look's count, or none after a step's record.
+  let failures = before.failures;
   for (const info of infos) {
+    const where = `run ${state.runId} v${info.version}`;
     const record = info.step > lastStep ? records.get(info.step) : undefined;
+    if (record) {
+      lines.push(recordLine(where, record, info.bytes));
+      failures = 0;
+    } else if (info.version !== version && info.step === lastStep) {
+      // Passed between two looks: the history row has its status, not the error or the wait it held.
+      if (info.status === 'running' && isTerminal(lastStatus)) {
+        lines.push(`${where}  retried at step ${info.step + 1}`);
+        failures = 0;
+      } else if (info.status === 'running') {
+        failures = failures === undefined ? undefined : failures + 1;
+        lines.push(`${where}  step ${info.step + 1} attempt${failures ? ` ${failures}` : ''} failed (between two looks of this watch: the worker's log line has its error)`);
+      } else if (info.status === 'waiting') {
+        lines.push(`${where}  step ${info.step + 1}  waiting (answered before this watch looked)`);
+      } else {
+        lines.push(`${where}  ${info.status} at step ${info.step + 1} (retried before this watch looked)`);
+      }
+    }
     lastStep = Math.max(lastStep, info.step);
-    if (record) lines.push(recordLine(`run ${state.runId} v${info.version}`, record, info.bytes));
+    lastStatus = info.status;
     // The newest, when it is more than a step's record: a failed try, a wait, the end.
     if (info.version === version && (state.status !== 'running' || state.failures)) {
       const line = stateLine(state, version, info.bytes);
