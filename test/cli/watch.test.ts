@@ -1,6 +1,7 @@
+import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { META, newState, recordFor } from '../support/states.ts';
 import { watchRun } from '../../lib/cli/commands/watch.ts';
@@ -56,6 +57,24 @@ describe('stepwise watch', () => {
     expect(nobody.code).toBe(2);
     expect(nobody.err.trim()).toBe('stepwise: unknown run: nobody');
     expect((await stepwiseCli(['watch'], env)).code).toBe(2);
+  });
+
+  it('stopped, says where it was and exits as the signal would have: 130 for Ctrl-C, 143 for the SIGTERM of timeout', { timeout: 120_000 }, async () => {
+    expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-stop'], env)).code).toBe(0);
+    for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+      // SIGTERM read as Ctrl-C (130): `timeout --preserve-status` and a supervisor saw an interrupt by hand.
+      const child = spawn(process.execPath, [BIN, 'watch', 'w-stop'], { cwd: ROOT, env: { ...process.env, ...env } });
+      let out = '';
+      let sent = false;
+      child.stdout.on('data', (d: Buffer) => {
+        out += d;
+        // Once: a second signal stops the command at once, as it does `worker` and `run`.
+        if (!sent && out.includes('\n')) sent = child.kill(signal);
+      });
+      const exitCode = await new Promise((done) => child.on('exit', done));
+      expect(exitCode, signal).toBe(code);
+      expect(lines(out)).toEqual(['run w-stop v1  running at step 0', 'stopped watching run w-stop at version 1: the run goes on']);
+    }
   });
 
   it('follows a run through its wait: the wait, its answer, the rest', { timeout: 120_000 }, async () => {

@@ -1,3 +1,4 @@
+import { constants } from 'node:os';
 import type { HeldSteps } from '../../core/codec.ts';
 import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
 import { isTerminal, type RunState, type RunStatus } from '../../core/state.ts';
@@ -25,12 +26,14 @@ export async function watchCommand(runId: string | undefined, options: CliOption
   if (!runId) throw new InvalidInputError('usage: stepwise watch <runId>');
   const runtime = await openBackend(options, ['table'], { readOnly: true });
   const stop = new AbortController();
-  const offSignals = onStopSignals(() => stop.abort());
+  let stoppedBy: NodeJS.Signals = 'SIGINT';
+  const offSignals = onStopSignals((signal) => { stoppedBy = signal; stop.abort(); });
   try {
     const watched = await watchRun(runtime.store, runId, { pollMs: POLL_MS[runtime.kind], signal: stop.signal, out });
     if ('exitCode' in watched) return watched.exitCode;
     out(`stopped watching run ${runId} at version ${watched.version}${watched.waiting ? ' (waiting)' : ''}: the run goes on`);
-    return 130;
+    // As the signal would have ended it: 130 for Ctrl-C, 143 for the SIGTERM of `timeout` or a supervisor.
+    return 128 + (constants.signals[stoppedBy] ?? 0);
   } finally {
     offSignals();
     runtime.close();
