@@ -1,3 +1,4 @@
+import Database from 'better-sqlite3';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -75,6 +76,16 @@ describe('stepwise watch', () => {
       expect(exitCode, signal).toBe(code);
       expect(lines(out)).toEqual(['run w-stop v1  running at step 0', 'stopped watching run w-stop at version 1: the run goes on']);
     }
+  });
+
+  it('a running run this code cannot read (newer code wrote it): said, exit 2, not the 3 of a run that ended', { timeout: 60_000 }, async () => {
+    expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-newer'], env)).code).toBe(0);
+    const file = new Database(db.path);
+    file.prepare("UPDATE checkpoints SET head = json_set(head, '$.formatVersion', 99) WHERE run_id = 'w-newer'").run();
+    file.close();
+    const watched = await stepwiseCli(['watch', 'w-newer'], env);
+    expect(watched.code).toBe(2);
+    expect(watched.out).toMatch(/^run w-newer v1 {2}running: this code cannot read it: /);
   });
 
   it('follows a run through its wait: the wait, its answer, the rest', { timeout: 120_000 }, async () => {

@@ -70,9 +70,10 @@ export async function watchRun(
           state = decodeState(stored);
         }
       } catch (error) {
-        // A run this code cannot read still has its status column: said, and watched no further.
+        // A run this code cannot read still has its status column: said, and watched no further. Ended, its
+        // status's exit code; still moving, 2: newer code watches it (3 would say it ended).
         out(`run ${runId} v${stored.version}  ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}: this code cannot read it: ${(error as Error).message}`);
-        return { exitCode: isTerminal(stored.status) && stored.status === 'completed' ? 0 : 3 };
+        return { exitCode: !isTerminal(stored.status) ? 2 : stored.status === 'completed' ? 0 : 3 };
       }
       held = { from: state.stepsFrom ?? 0, steps: state.steps, condensed: state.condensed ?? [] };
       for (const line of await linesSince(store, state, stored.version, seen)) out(line);
