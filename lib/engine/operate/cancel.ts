@@ -79,7 +79,6 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
   }
 }
 
-
 /**
  * SQS's token for a cancel's redrive, the same for every cancel of one request. Without one the redrive was
  * deduplicated for 5 minutes against the version's own send, the very message that may be lost; with it a
