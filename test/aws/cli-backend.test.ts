@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, stepwiseCli } from '../support/cli.ts';
+import { ROOT, startCli, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { createTestResources, type TestResources } from './aws-fixtures.ts';
 
@@ -12,9 +12,10 @@ beforeAll(async () => { aws = await createTestResources('cli'); });
 afterAll(() => { aws?.close(); effects.cleanup(); });
 
 /** The CLI against DynamoDB Local + fauxqs (endpoints from AWS_ENDPOINT_URL_* set by the test setup). */
+const flags = () => ['--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl];
+const ENV = { EFFECTS_DB: effects.path, PROCESS_AGENT_ROWS: '3', STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' };
 function stepwise(...args: string[]) {
-  return stepwiseCli([...args, '--backend', 'aws', '--table', aws.tableName, '--bucket', aws.bucketName, '--queue-url', aws.queueUrl],
-    { EFFECTS_DB: effects.path, PROCESS_AGENT_ROWS: '3', STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' });
+  return stepwiseCli([...args, ...flags()], ENV);
 }
 
 describe('the stepwise command on the AWS backend', () => {
@@ -44,6 +45,19 @@ describe('the stepwise command on the AWS backend', () => {
     expect(forked.out.trim()).toBe(`forked run aws-cli-1-f from aws-cli-1 at step 2 (version 5); \`stepwise worker --agent ${AGENT} ${flags}\` works it`);
     const fromFork = await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '2500');
     expect(fromFork.out).toMatch(/run aws-cli-1-f v\d+ {2}completed after 3 steps/);
+  });
+
+  it('watch follows a run that another process works on DynamoDB and SQS, to its end', { timeout: 60_000 }, async () => {
+    expect((await stepwise('start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'aws-watch-1')).code).toBe(0);
+    // Its first look taken before the worker starts: every step comes after it.
+    const watching = startCli(['watch', 'aws-watch-1', ...flags()], ENV);
+    expect(await watching.firstLine).toBe('run aws-watch-1 v1  running at step 0');
+    expect((await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '2500')).code).toBe(0);
+    const watched = await watching.done;
+    expect(watched.code, watched.err).toBe(0);
+    const out = watched.out;
+    for (const step of [1, 2, 3]) expect(out).toMatch(new RegExp(`^run aws-watch-1 v\\d+ {2}step ${step} {2}write_row {2}ok: .*key aws-watch-1/step-${step}\\)$`, 'm'));
+    expect(out.trim().split('\n').at(-1)).toMatch(/^run aws-watch-1 v5 {2}completed after 3 steps: wrote 3 rows/);
   });
 
   it('run is local only, and a missing table is a clear error', async () => {

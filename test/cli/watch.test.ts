@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, ROOT, stepwiseCli } from '../support/cli.ts';
+import { BIN, ROOT, startCli, stepwiseCli } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
 import { META, newState, recordFor } from '../support/states.ts';
 import { watchRun } from '../../lib/cli/commands/watch.ts';
@@ -29,11 +29,11 @@ const lines = (out: string) => out.trim().split('\n');
 describe('stepwise watch', () => {
   it('prints each step as a worker elsewhere writes it, then the end, and exits 0 when the run completed', { timeout: 120_000 }, async () => {
     expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-1'], env)).code).toBe(0);
-    const watching = stepwiseCli(['watch', 'w-1'], env);
     // The watch has had its first look before the worker starts: every step comes after it.
-    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const watching = startCli(['watch', 'w-1'], env);
+    expect(await watching.firstLine).toBe('run w-1 v1  running at step 0');
     expect((await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '1000'], env)).code).toBe(0);
-    const watched = await watching;
+    const watched = await watching.done;
     expect(watched.code, watched.err).toBe(0);
     expect(lines(watched.out)).toEqual([
       'run w-1 v1  running at step 0',
@@ -91,11 +91,12 @@ describe('stepwise watch', () => {
   it('follows a run through its wait: the wait, its answer, the rest', { timeout: 120_000 }, async () => {
     const approvalEnv = { ...env, EFFECTS_DB: db.path.replace(/stepwise\.db$/, 'approval-effects.db') };
     expect((await stepwiseCli(['start', '--agent', APPROVAL_AGENT, '--goal', 'copy, then drop', '--run-id', 'w-wait'], approvalEnv)).code).toBe(0);
-    const watching = stepwiseCli(['watch', 'w-wait'], approvalEnv);
+    const watching = startCli(['watch', 'w-wait'], approvalEnv);
+    expect(await watching.firstLine).toBe('run w-wait v1  running at step 0');
     expect((await stepwiseCli(['worker', '--agent', APPROVAL_AGENT, '--idle-exit-ms', '1000'], approvalEnv)).code).toBe(0);
     expect((await stepwiseCli(['approve', 'w-wait', '--agent', APPROVAL_AGENT], approvalEnv)).code).toBe(0);
     expect((await stepwiseCli(['worker', '--agent', APPROVAL_AGENT, '--idle-exit-ms', '1000'], approvalEnv)).code).toBe(0);
-    const watched = await watching;
+    const watched = await watching.done;
     expect(watched.code, watched.err).toBe(0);
     const out = watched.out;
     expect(out).toMatch(/^run w-wait v\d+ {2}step 2 {2}waiting for approval by ops@example\.com until \S+$/m);

@@ -19,3 +19,25 @@ export function stepwiseCli(args: string[], env: Record<string, string | undefin
   child.stderr.on('data', (d: Buffer) => { err += d; });
   return new Promise((done) => child.on('exit', (code) => done({ code, out, err })));
 }
+
+/**
+ * The stepwise command started in a child process, with `firstLine` resolved at its first line of stdout:
+ * a test waits for a command to have looked (`watch`'s first look) before it moves on, instead of a sleep.
+ */
+export function startCli(args: string[], env: Record<string, string | undefined>, cwd = ROOT): { firstLine: Promise<string>; done: Promise<CliResult> } {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...process.env, ...env } });
+  let out = '';
+  let err = '';
+  let seen: (line: string) => void = () => {};
+  const firstLine = new Promise<string>((resolve) => { seen = resolve; });
+  child.stdout.on('data', (d: Buffer) => {
+    out += d;
+    if (out.includes('\n')) seen(out.slice(0, out.indexOf('\n')));
+  });
+  child.stderr.on('data', (d: Buffer) => { err += d; });
+  const done = new Promise<CliResult>((resolve) => child.on('exit', (code) => {
+    seen(out);
+    resolve({ code, out, err });
+  }));
+  return { firstLine, done };
+}
