@@ -5,7 +5,7 @@ import * as z from 'zod';
 import { agentNames } from '../agent.ts';
 import { decodeState } from '../core/codec.ts';
 import { NoSuchStepError } from '../core/errors.ts';
-import { RUN_STATUSES, budgetSchema, type RunState } from '../core/state.ts';
+import { RUN_STATUSES, budgetSchema, isTerminal, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
@@ -49,6 +49,21 @@ const cancelBody = z.object({
 }).strict();
 
 const stepQuery = z.object({ full: z.enum(['true', 'false']).optional() }).strict();
+
+/** The longest a GET /runs/:id waits for a newer version: under API Gateway's 29 s, the API function's timeout. */
+export const MAX_RUN_WAIT_SECONDS = 20;
+/** How often a waiting GET /runs/:id reads the run's head (one row, or one GetItem, each). */
+const RUN_WAIT_POLL_MS = 250;
+const digitsFrom = (least: number, most: number) => z.string().refine((v) => /^\d{1,9}$/.test(v) && Number(v) >= least && Number(v) <= most, {
+  error: (issue) => `a whole number from ${least} to ${most}, got ${JSON.stringify(issue.input)}`,
+}).transform(Number);
+/**
+ * `after` (a version) with `waitSeconds`: the answer waits until the run has a newer version than that, or
+ * the seconds pass, so a program follows a run without polling it in a loop of its own (as `stepwise watch`
+ * does).
+ */
+const runQuery = z.object({ after: digitsFrom(0, Number.MAX_SAFE_INTEGER).optional(), waitSeconds: digitsFrom(1, MAX_RUN_WAIT_SECONDS).optional() }).strict()
+  .refine((q) => (q.after === undefined) === (q.waitSeconds === undefined), { error: 'after and waitSeconds go together: the version to wait past, and for how long' });
 
 const answerBody = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -131,8 +146,19 @@ export function apiRoutes(deps: HttpDeps): Hono {
     return c.json(await listRunsPage(deps.store, { ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) }));
   });
 
-  app.get('/runs/:runId', async (c) => {
+  app.get('/runs/:runId', zValidator('query', runQuery, invalid), async (c) => {
     const runId = c.req.param('runId');
+    const { after, waitSeconds } = c.req.valid('query');
+    if (after !== undefined && waitSeconds !== undefined) {
+      // The head alone at each look (no step records): the run's version and status, until it moves past `after`.
+      const until = performance.now() + waitSeconds * 1000;
+      for (;;) {
+        const head = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
+        if (!head) return c.json({ error: `unknown run: ${runId}` }, 404);
+        if (head.version > after || isTerminal(head.status) || performance.now() >= until) break;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now()))));
+      }
+    }
     const stored = await deps.store.load(runId);
     if (!stored) return c.json({ error: `unknown run: ${runId}` }, 404);
     return c.json({ run: runView(decodeState(stored), stored.version, pricingModelFor(deps), stored.cancelRequested) });

@@ -123,4 +123,33 @@ describe('operating runs through the API', () => {
     const refused = await json(await post('/runs/op-ended/cancel', { by: 'ops@example.com' }));
     expect(refused).toMatchObject({ status: 409, body: { runId: 'op-ended', status: 'capped', error: 'run op-ended has already ended (capped): nothing to cancel' } });
   });
+
+  it('GET /runs/:id?after=v&waitSeconds=n answers once the run has a version past v, or when the seconds pass', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-wait' })).status).toBe(201);
+    // Nothing moves it: the answer comes when the second passes, the run as it is.
+    expect(await json(await app.api('/runs/op-wait?after=1&waitSeconds=1'))).toMatchObject({ status: 200, body: { run: { runId: 'op-wait', version: 1, status: 'running' } } });
+    // A worker moves it while the request waits: the answer is the newer version.
+    let answered = false;
+    const waiting = app.api('/runs/op-wait?after=1&waitSeconds=20').then(async (response) => { answered = true; return json(response); });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(answered).toBe(false);
+    await workVisible(app.deps, app.runtime);
+    const moved = await waiting;
+    expect(moved.status).toBe(200);
+    expect(moved.body.run.version).toBeGreaterThan(1);
+    // Past the version it has: at once.
+    expect((await json(await app.api(`/runs/op-wait?after=0&waitSeconds=20`))).body.run.version).toBe(moved.body.run.version);
+    for (const [query, error] of [
+      ['after=1', /after and waitSeconds go together/],
+      ['waitSeconds=5', /after and waitSeconds go together/],
+      ['after=1&waitSeconds=21', /waitSeconds: a whole number from 1 to 20, got "21"/],
+      ['after=-1&waitSeconds=2', /after: a whole number from 0/],
+      ['after=1&waitSeconds=2&soon=1', /unknown query parameter "soon"/],
+    ] as const) {
+      const refused = await json(await app.api(`/runs/op-wait?${query}`));
+      expect(refused.status, query).toBe(400);
+      expect(refused.body.error, query).toMatch(error);
+    }
+    expect((await app.api('/runs/nobody?after=1&waitSeconds=1')).status).toBe(404);
+  });
 });
