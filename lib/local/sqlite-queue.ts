@@ -44,6 +44,13 @@ const ON_NEWER_VERSION = `ON CONFLICT (dedup_key) DO UPDATE SET agent = excluded
   visible_at = excluded.visible_at, receive_count = excluded.receive_count, receipt = excluded.receipt, acked_at = NULL, created_at = excluded.created_at
   WHERE excluded.version > queue.version`;
 
+/** A message's row, visible at the time `visibleAt` gives (its SQL), the run's agent its tag. */
+const sendAt = (visibleAt: string) => `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
+  VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ${visibleAt}, 0, NULL, ?) ${ON_NEWER_VERSION}`;
+/** Written once, not at every step's send. */
+const SEND = sendAt('?');
+const SEND_DELAYED = sendAt(`CASE WHEN ${CANCEL_REQUESTED} THEN ? ELSE ? END`);
+
 /**
  * Running runs with no checkpoint since :before and no live message for their latest version. A running
  * run's latest version is its newest checkpoint row (its steps do not write the runs row).
@@ -234,19 +241,11 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
  * checkpoint commit's, which folds them into its transaction (CheckpointWrite.queue).
  */
 export function enqueue(sql: Prepare, message: RunMessage, delayMs: number, now: number): void {
-  if (delayMs > 0) {
-    // A delay (a failed try's backoff, up to a retry-after of 15 minutes) is dropped for a run with a
-    // cancel requested: its next delivery only applies the cancel, which waited out the backoff meanwhile.
-    sql(
-      `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
-       VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, CASE WHEN ${CANCEL_REQUESTED} THEN ? ELSE ? END, 0, NULL, ?) ${ON_NEWER_VERSION}`,
-    ).run(message.runId, message.runId, message.runId, message.version, JSON.stringify(message), message.runId, now, now + delayMs, now);
-    return;
-  }
-  sql(
-    `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, receive_count, receipt, created_at)
-     VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, 0, NULL, ?) ${ON_NEWER_VERSION}`,
-  ).run(message.runId, message.runId, message.runId, message.version, JSON.stringify(message), now + delayMs, now);
+  const body = JSON.stringify(message);
+  // A delay (a failed try's backoff, up to a retry-after of 15 minutes) is dropped for a run with a cancel
+  // requested: its next delivery only applies the cancel, which waited out the backoff meanwhile.
+  if (delayMs > 0) sql(SEND_DELAYED).run(message.runId, message.runId, message.runId, message.version, body, message.runId, now, now + delayMs, now);
+  else sql(SEND).run(message.runId, message.runId, message.runId, message.version, body, now + delayMs, now);
 }
 
 /**
