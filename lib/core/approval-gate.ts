@@ -2,7 +2,7 @@ import { InvalidInputError } from './errors.ts';
 import { revealedJson } from './printable.ts';
 import { excerpt } from './prompt.ts';
 import type { RunState } from './state.ts';
-import { APPROVER, MAX_WAIT_MS, WaitRequest } from './waits.ts';
+import { WaitRequest, approvedBy, checkApprovers, checkWaitDuration } from './waits.ts';
 
 /**
  * A tool whose every call a person approves before it runs (ToolDefinition.approval). request_approval is
@@ -27,12 +27,8 @@ export function checkToolApproval(tool: string, approval: unknown): void {
   const where = `tool ${tool}: approval`;
   if (!approval || typeof approval !== 'object' || Array.isArray(approval)) throw new InvalidInputError(`${where} must be { approvers: ["ops@example.com"], timeoutMs? }, not ${JSON.stringify(approval) ?? String(approval)}`);
   const { approvers, timeoutMs } = approval as Partial<ToolApproval>;
-  if (!Array.isArray(approvers) || !approvers.length) throw new InvalidInputError(`${where} needs at least one approver (approvers: ["ops@example.com"])`);
-  const bad = approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
-  if (bad >= 0) throw new InvalidInputError(`${where}: approver ${approvers[bad] === undefined ? 'undefined (an environment variable not set?)' : JSON.stringify(approvers[bad])} is not an email address`);
-  if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs >= 1 && timeoutMs <= MAX_WAIT_MS)) {
-    throw new InvalidInputError(`${where}: timeoutMs must be from 1 ms to ${MAX_WAIT_MS / 86_400_000} days (in ms), got ${timeoutMs}`);
-  }
+  checkApprovers(where, approvers);
+  checkWaitDuration(`${where}: timeoutMs`, timeoutMs);
 }
 
 /**
@@ -68,13 +64,7 @@ function ignoredFields(input: unknown, parsed: unknown): string[] {
  */
 export function approvedCall(state: RunState, needsApproval: (tool: string) => boolean): { tool: string; input: unknown } | undefined {
   const last = state.steps.at(-1);
-  if (!last?.waitId || last.step !== state.step || !last.result.ok || !needsApproval(last.tool)) return undefined;
+  if (!last || last.step !== state.step || !needsApproval(last.tool)) return undefined;
   if (state.forkedFrom && last.step <= state.forkedFrom.step) return undefined;
-  let answer: unknown;
-  try {
-    answer = JSON.parse(last.result.text);
-  } catch {
-    return undefined;
-  }
-  return (answer as { approval?: unknown } | null)?.approval === 'approved' ? { tool: last.tool, input: last.input } : undefined;
+  return approvedBy(last) !== undefined ? { tool: last.tool, input: last.input } : undefined;
 }

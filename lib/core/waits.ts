@@ -38,6 +38,31 @@ export function approverKey(address: string): string {
   return address.trim().normalize('NFC').toLowerCase();
 }
 
+/**
+ * An agent's own wait settings, checked when it loads (a wait tool's, a tool's `approval`): a wait that
+ * could never begin would become an error result when the model asks for it, and a model refused an
+ * approval might go on without one.
+ */
+export function checkWaitDuration(what: string, ms: number | undefined): void {
+  if (ms !== undefined && !(Number.isFinite(ms) && ms >= 1 && ms <= MAX_WAIT_MS)) {
+    throw new InvalidInputError(`${what} must be from 1 ms to ${MAX_WAIT_MS / 86_400_000} days (in ms), got ${ms}`);
+  }
+}
+
+/**
+ * Who may approve, as an agent gives it: at least one email address. By index: an approver that is
+ * undefined (`[process.env.APPROVER!]` with it unset) is what find() returns for none found, and it passed,
+ * to throw a TypeError when the wait began.
+ */
+export function checkApprovers(where: string, approvers: unknown): void {
+  if (!Array.isArray(approvers) || !approvers.length) throw new InvalidInputError(`${where} needs at least one approver (approvers: ["ops@example.com"])`);
+  const bad = approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
+  if (bad >= 0) {
+    const given: unknown = approvers[bad];
+    throw new InvalidInputError(`${where}: approver ${given === undefined ? 'undefined (an environment variable not set?)' : JSON.stringify(given)} is not an email address`);
+  }
+}
+
 /** The longest comment an approver may give (the page, the API and the CLI alike). */
 export const MAX_COMMENT = 4000;
 /**
@@ -251,23 +276,27 @@ export interface EventTrigger {
   goal(event: IncomingEvent): string | undefined;
 }
 
+/** Who approved, when this step record is a wait's answer "approved" (an approval's answer is kept whole). */
+export function approvedBy(record: Pick<StepRecord, 'waitId' | 'result'>): string | undefined {
+  if (!record.waitId || !record.result.ok || !record.result.text.startsWith('{"approval":"approved"')) return undefined;
+  try {
+    const answer = JSON.parse(record.result.text) as { approval?: string; by?: unknown };
+    return answer.approval === 'approved' && typeof answer.by === 'string' ? answer.by : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The approvals among these step records: the steps a person approved, who, and the tool that asked. A fork
  * copies them with the records, and its model reads each as given to it (a tool with `approval` does not:
  * lib/core/approval-gate.ts), so a fork says which it copied.
  */
 export function approvalsAmong(records: readonly StepRecord[]): { step: number; tool: string; by: string }[] {
-  const found: { step: number; tool: string; by: string }[] = [];
-  for (const record of records) {
-    if (!record.waitId || !record.result.ok || !record.result.text.startsWith('{"approval":"approved"')) continue;
-    try {
-      const answer = JSON.parse(record.result.text) as { approval?: string; by?: unknown };
-      if (answer.approval === 'approved' && typeof answer.by === 'string') found.push({ step: record.step, tool: record.tool, by: answer.by });
-    } catch {
-      // An excerpt: an approval's answer is kept whole (APPROVAL_INLINE_LIMIT), so not one.
-    }
-  }
-  return found;
+  return records.flatMap((record) => {
+    const by = approvedBy(record);
+    return by === undefined ? [] : [{ step: record.step, tool: record.tool, by }];
+  });
 }
 
 /** How an earlier answer reads on a page or a command's line: "Already approved by ops@example.com at ...". */

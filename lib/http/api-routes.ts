@@ -1,4 +1,5 @@
 import { randomUUID, timingSafeEqual } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
@@ -156,7 +157,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
         const head = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
         if (!head) return c.json({ error: `unknown run: ${runId}` }, 404);
         if (head.version > after || isTerminal(head.status) || performance.now() >= until) break;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now()))));
+        await sleep(Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now())));
       }
     }
     const stored = await deps.store.load(runId);

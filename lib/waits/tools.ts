@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import type { ToolDefinition } from '../agent.ts';
 import { InvalidInputError } from '../core/errors.ts';
-import { APPROVER, DEFAULT_WAIT_MS, EVENT_NAME, MAX_WAIT_MS, WaitRequest } from '../core/waits.ts';
+import { DEFAULT_WAIT_MS, EVENT_NAME, MAX_WAIT_MS, WaitRequest, checkApprovers, checkWaitDuration } from '../core/waits.ts';
 
 /**
  * The wait tools an agent can offer the model. Each is a tool like any other whose `run` returns a
@@ -19,21 +19,11 @@ export interface ApprovalToolOptions {
 }
 
 /**
- * The agent's own settings are checked when it loads: a wait that could never begin would become an error
- * result when the model asks for it, and a model refused an approval might go on without one.
- */
-function checkDuration(what: string, ms: number | undefined): void {
-  if (ms !== undefined && !(Number.isFinite(ms) && ms >= 1 && ms <= MAX_WAIT_MS)) {
-    throw new InvalidInputError(`${what} must be from 1 ms to ${MAX_WAIT_MS / 86_400_000} days (in ms), got ${ms}`);
-  }
-}
-
-/**
  * A longest wait the model names in whole seconds. Under one second its `seconds` field could take no value
  * at all (at most 0), and the tool's description told the model it may wait "at most 0 seconds".
  */
 function checkSecondsCap(what: string, ms: number | undefined): void {
-  checkDuration(what, ms);
+  checkWaitDuration(what, ms);
   if (ms !== undefined && ms < 1000) {
     throw new InvalidInputError(`${what} must be at least 1000 ms: the model asks for whole seconds, so under 1 s it could ask for none; got ${ms}`);
   }
@@ -41,15 +31,8 @@ function checkSecondsCap(what: string, ms: number | undefined): void {
 
 export function requestApproval(options: ApprovalToolOptions): ToolDefinition<{ request: string; details?: string }> {
   const approvers = [...(options.approvers ?? [])];
-  if (!approvers.length) throw new InvalidInputError('requestApproval needs at least one approver (approvers: ["ops@example.com"])');
-  // By index: an approver that is undefined (`[process.env.APPROVER!]` with it unset) is what find() returns
-  // for none found, and it passed, to throw a TypeError when the wait began.
-  const bad = approvers.findIndex((a) => typeof a !== 'string' || !APPROVER.test(a));
-  if (bad >= 0) {
-    const given = approvers[bad];
-    throw new InvalidInputError(`requestApproval: approver ${given === undefined ? 'undefined (an environment variable not set?)' : JSON.stringify(given)} is not an email address`);
-  }
-  checkDuration('requestApproval timeoutMs', options.timeoutMs);
+  checkApprovers('requestApproval', approvers);
+  checkWaitDuration('requestApproval timeoutMs', options.timeoutMs);
   const timeoutMs = options.timeoutMs ?? DEFAULT_WAIT_MS.approval;
   return {
     name: options.name ?? 'request_approval',

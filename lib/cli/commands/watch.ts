@@ -1,4 +1,5 @@
 import { constants } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { HeldSteps } from '../../core/codec.ts';
 import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
 import { isTerminal, type RunState, type RunStatus } from '../../core/state.ts';
@@ -80,7 +81,8 @@ export async function watchRun(
       seen = { version: stored.version, step: state.step, status: state.status, failures: state.failures };
     }
     if (isTerminal(stored.status)) return { exitCode: stored.status === 'completed' ? 0 : 3 };
-    if (!signal.aborted) await sleep(options.pollMs, signal);
+    // Cut short by the signal: its AbortError is the stop, said below.
+    if (!signal.aborted) await sleep(options.pollMs, undefined, { signal }).catch(() => undefined);
     if (signal.aborted) return { version: seen!.version, waiting: seen!.status === 'waiting' };
   }
 }
@@ -145,16 +147,4 @@ async function linesSince(store: CheckpointStore, state: RunState, version: numb
     }
   }
   return lines;
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-  });
 }
