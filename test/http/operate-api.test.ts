@@ -151,5 +151,28 @@ describe('operating runs through the API', () => {
       expect(refused.body.error, query).toMatch(error);
     }
     expect((await app.api('/runs/nobody?after=1&waitSeconds=1')).status).toBe(404);
+
+    // While it waits it reads the run's head alone; the whole run once, for the answer.
+    const store = app.runtime.store;
+    const load = store.load.bind(store);
+    const reads: ('head' | 'whole')[] = [];
+    store.load = async (runId, options) => {
+      reads.push(options?.afterStep === Number.MAX_SAFE_INTEGER ? 'head' : 'whole');
+      return load(runId, options);
+    };
+    try {
+      const version = moved.body.run.version as number;
+      expect((await json(await app.api(`/runs/op-wait?after=${version}&waitSeconds=1`))).body.run.version).toBe(version);
+      expect(reads.filter((r) => r === 'head').length).toBeGreaterThan(1);
+      expect(reads.filter((r) => r === 'whole')).toEqual(['whole']);
+      // An ended run will not move: answered at its first look, not when the 20 seconds pass.
+      expect((await post('/runs/op-wait/cancel', { by: 'ops@example.com' })).status).toBe(200);
+      const ended = (await json(await app.api('/runs/op-wait'))).body.run.version as number;
+      reads.length = 0;
+      expect((await json(await app.api(`/runs/op-wait?after=${ended}&waitSeconds=20`))).body.run).toMatchObject({ status: 'cancelled', version: ended });
+      expect(reads).toEqual(['head', 'whole']);
+    } finally {
+      store.load = load;
+    }
   });
 });
