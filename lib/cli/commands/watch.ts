@@ -100,14 +100,14 @@ interface Seen { version: number; step: number; status: RunStatus; failures: num
 async function linesSince(store: CheckpointStore, state: RunState, version: number, seen: Seen | undefined): Promise<string[]> {
   if (!seen) {
     const [newest] = await store.history(state.runId, { before: version + 1, limit: 1 });
-    return [stateLine(state, version, newest?.bytes ?? 0) ?? `run ${state.runId} v${version}  ${state.status} at step ${state.step}`];
+    return [asItStands(state, version, newest?.bytes ?? 0)];
   }
   const shown = Math.min(version - seen.version, LINES_AT_ONCE);
   // One row more than the lines: the checkpoint before the first shown, which that one is told from.
   const page = await store.history(state.runId, { before: version + 1, limit: shown + 1 });
   const infos = page.filter((info) => info.version > seen.version).slice(-shown);
   const first = infos[0];
-  if (!first) return [stateLine(state, version, 0) ?? `run ${state.runId} v${version}  ${state.status} at step ${state.step}`];
+  if (!first) return [asItStands(state, version, 0)];
   const before: { step: number; status: RunStatus; failures?: number } = first.version === seen.version + 1 ? seen
     : page.find((info) => info.version === first.version - 1) ?? { step: first.step - 1, status: 'running' };
   const lines: string[] = [];
@@ -147,4 +147,9 @@ async function linesSince(store: CheckpointStore, state: RunState, version: numb
     }
   }
   return lines;
+}
+
+/** The run as it stands: `run`'s line of it, or its status and step when that has none (no step yet). */
+function asItStands(state: RunState, version: number, bytes: number): string {
+  return stateLine(state, version, bytes) ?? `run ${state.runId} v${version}  ${state.status} at step ${state.step}`;
 }
