@@ -8,7 +8,8 @@
  * deliveries, and model faults from the local Messages API server through the real Anthropic adapter (429
  * bursts with retry-after, 529, 500, connections dropped before or in the middle of a reply, replies slower
  * than the client's timeout, unusable replies, one permanent 400). The server's replies are the agents'
- * decisions. Some runs wait once (an approval, an event or a sleep), answered once, twice, late or never.
+ * decisions. Some runs wait once (an approval, an event or a sleep), answered once, twice, late or never;
+ * some make a call a person approves first (a gated tool), approved or rejected, once, twice, late or never.
  * In one schedule of ten (`hangs`) one effect never returns, before or after it is applied, while its
  * process lives: the try ends at the tool's timeoutMs (HUNG_TOOL_TIMEOUT_MS) and its claim stays until
  * its lease ends; that schedule parks no worker (bench/chaos/hangs.ts). Time is a ManualClock: leases,
@@ -60,13 +61,23 @@ const MAX_TIMER_MS = 300_000;
 const TIMER_LOOKAHEAD_MS = 60_000;
 const EVENT_TYPE = 'chaos.go';
 
-/** How a schedule answers a run's wait. A sleep is never answered: its deadline wakes it. */
-export type WaitPlan = { step: number; kind: 'approval' | 'event' | 'sleep'; answer: 'once' | 'twice' | 'late' | 'never'; sleepSeconds: number };
+/**
+ * How a schedule answers a run's wait. A sleep is never answered: its deadline wakes it. A gate is a call
+ * of a tool with `approval`: its first answer is `verdict`; approved, the engine runs the call at the next
+ * step, so the model makes it with that step's n.
+ */
+export type WaitPlan = {
+  step: number; kind: 'approval' | 'event' | 'sleep' | 'gate'; answer: 'once' | 'twice' | 'late' | 'never'; sleepSeconds: number; verdict?: 'approved' | 'rejected';
+};
 
 /** The figures of waits and model faults; optional, so a schedule without them (real processes) reports none. */
 export interface WaitFigures {
   /** Waits that began. */
   waits: number;
+  /** Of those, calls of a tool a person approves first: approved, and how many of those the engine ran. */
+  gates: number;
+  gatesApproved: number;
+  gatedRuns: number;
   answeredTwice: number;
   answeredLate: number;
   neverAnswered: number;
@@ -122,23 +133,24 @@ type Park = { mode: 'freeze' | 'long'; proc: Proc; go: Deferred<void> };
 /** The step's tool: odd steps an exact effect (key stored with it), even steps a ledger-only one. */
 export const toolOf = (step: number): string => (step % 2 === 1 ? 'write_row' : 'notify');
 
-const WAIT_TOOL = { approval: 'request_approval', event: 'wait_for_event', sleep: 'sleep_until' } as const;
+const WAIT_TOOL = { approval: 'request_approval', event: 'wait_for_event', sleep: 'sleep_until', gate: 'gated_row' } as const;
 
 function waitInput(plan: WaitPlan, key: string, runId: string): unknown {
   switch (plan.kind) {
     case 'approval': return { request: `step ${plan.step} of ${runId}: go on?` };
     case 'event': return { type: EVENT_TYPE, key: `${key}-${runId}`, timeoutSeconds: WAIT_MS / 1000 };
     case 'sleep': return { seconds: plan.sleepSeconds };
+    case 'gate': return { n: plan.step + 1 };
   }
 }
 
 /**
  * A defect planted on purpose, to show that the schedules and the checker find one: a ledger that
  * forgets (runs every effect each time it is asked), a queue that loses one send in ten, a checkpoint
- * commit that drops the send it carries one time in ten (the one-transaction path), or a sweeper that
- * never sends the timers of long waits.
+ * commit that drops the send it carries one time in ten (the one-transaction path), a sweeper that
+ * never sends the timers of long waits, or a gated tool whose approval was left off (its call runs unasked).
  */
-export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends' | 'timers-lost';
+export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends' | 'timers-lost' | 'gate-left-off';
 
 export async function engineSchedule(
   seed: number, options: { intensity?: number; sabotage?: Sabotage; /** The chance that a schedule hangs one tool (default 0.1). */ hangs?: number } = {},
@@ -152,10 +164,12 @@ export async function engineSchedule(
   const report: ScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
-    waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {}, hungTools: 0,
+    waits: 0, gates: 0, gatesApproved: 0, gatedRuns: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {}, hungTools: 0,
   };
 
-  // The runs, their waits and their faults.
+  // The runs, their waits and their faults. Whether an approval is a gate comes from a stream of its own,
+  // so the schedules of seeds from before gates draw everything else as they did.
+  const gates = rng(seed ^ 0x6a7e5);
   const plans = new Map<string, WaitPlan>();
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => {
     const runId = `run-${i}`;
@@ -165,8 +179,13 @@ export async function engineSchedule(
     const plan: WaitPlan = {
       step: r.int(1, steps), kind, answer: kind === 'sleep' ? 'never' : r.pick(['once', 'twice', 'late', 'never'] as const), sleepSeconds: r.int(60, WAIT_MS / 1000),
     };
+    if (kind === 'approval' && gates.chance(0.5)) {
+      // Approved, the call runs at the step after the gate: both within the run's steps.
+      Object.assign(plan, { kind: 'gate', step: Math.min(plan.step, steps - 1), verdict: gates.chance(0.7) ? 'approved' : 'rejected' });
+    }
     plans.set(runId, plan);
-    return { runId, steps, toolOf: (n: number) => (n === plan.step ? WAIT_TOOL[kind] : toolOf(n)) };
+    const gated = plan.kind === 'gate' && plan.verdict === 'approved';
+    return { runId, steps, toolOf: (n: number) => (n === plan.step || (gated && n === plan.step + 1) ? WAIT_TOOL[plan.kind] : toolOf(n)) };
   });
   const stepsOf = new Map(runs.map((run) => [run.runId, run.steps]));
   const doomed = r.chance(0.2) ? { runId: r.pick(runs).runId, step: 0 } : undefined;
@@ -177,6 +196,8 @@ export async function engineSchedule(
   // What really happened outside: applications per idempotency key, and the keys the exact effect stored.
   const applied = new Map<string, number>();
   const storedKeys = new Set<string>();
+  /** The effects of the gated tool, by key: each must follow an approval of its call. */
+  const gatedApplied = new Map<string, string>();
   const bump = (key: string) => applied.set(key, (applied.get(key) ?? 0) + 1);
 
   let brownoutCalls = 0;
@@ -241,6 +262,17 @@ export async function engineSchedule(
           if (signal.aborted) throw new TransientError('claim lost while frozen');
           bump(ctx.idempotencyKey);
           return { sent: input.n };
+        }),
+      }),
+      tool({
+        name: 'gated_row', description: 'Write one row a person approves first; the key is stored with it.', input: z.object({ n: z.number().int().positive() }), sideEffect: true,
+        ...(options.sabotage === 'gate-left-off' ? {} : { approval: { approvers: [APPROVER], timeoutMs: WAIT_MS } }),
+        ...hang.toolTime,
+        run: (input, ctx) => ctx.once(async () => {
+          await inside(proc, ctx, 'before');
+          if (!storedKeys.has(ctx.idempotencyKey)) { storedKeys.add(ctx.idempotencyKey); bump(ctx.idempotencyKey); gatedApplied.set(ctx.idempotencyKey, 'gated_row'); }
+          await inside(proc, ctx, 'after');
+          return { n: input.n, approved: true };
         }),
       }),
       requestApproval({ approvers: [APPROVER], timeoutMs: WAIT_MS }),
@@ -393,8 +425,9 @@ export async function engineSchedule(
     /** One answer to a run's wait (an approval, or an event emitted); what became of it. */
     const answer = async (runId: string, plan: WaitPlan, waitId: string, again: boolean): Promise<AnswerOutcome['outcome'] | 'none'> => {
       let outcomes: AnswerOutcome[];
-      if (plan.kind === 'approval') {
-        outcomes = [await answerWait(api, { runId, waitId, answer: { kind: again && r.chance(0.5) ? 'rejected' : 'approved', by: APPROVER } })];
+      if (plan.kind === 'approval' || plan.kind === 'gate') {
+        const kind = again ? (r.chance(0.5) ? 'rejected' : 'approved') : plan.verdict ?? 'approved';
+        outcomes = [await answerWait(api, { runId, waitId, answer: { kind, by: APPROVER } })];
       } else {
         // A second event is EventBridge delivering the same one again, or another event of the same kind.
         const id = again && r.chance(0.5) ? `evt-${runId}-${events}` : `evt-${runId}-${++events}`;
@@ -416,6 +449,7 @@ export async function engineSchedule(
           const wait = decodeState(stored).wait!;
           Object.assign(track, { waitId: wait.id, deadline: wait.deadline });
           report.waits!++;
+          if (plan.kind === 'gate') { report.gates!++; if (plan.verdict === 'approved' && plan.answer !== 'late' && plan.answer !== 'never') report.gatesApproved!++; }
           if (plan.answer === 'never') { if (plan.kind !== 'sleep') report.neverAnswered!++; track.done = true; continue; }
         }
         const waitId = track.waitId!;
@@ -523,8 +557,9 @@ export async function engineSchedule(
       injected: (reason) => !MODEL_OUTAGE_FAILURE.test(reason) && (reason.includes('injected') || /started \d+ times without finishing/.test(reason) || ADAPTER_FAULT.test(reason)
         || (report.hungTools! > 0 && HUNG_TOOL.test(reason))
         || [...plans].some(([runId, plan]) => (plan.answer === 'late' || plan.answer === 'never') && plan.kind !== 'sleep' && reason === waitTimedOut(runId))),
-      answers, now: root.now(), blobs: reader.blobs,
+      answers, now: root.now(), blobs: reader.blobs, gated: gatedApplied,
     });
+    report.gatedRuns = gatedApplied.size;
     Object.assign(report, {
       completed: verdict.completed, failed: verdict.failed, completedSteps: verdict.completedSteps, blobsChecked: verdict.blobsChecked,
       appliedTwice: verdict.appliedTwice, stepsLost: verdict.stepsLost, stuck: verdict.stuck, violations: verdict.violations,

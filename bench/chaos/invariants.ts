@@ -4,6 +4,8 @@
  */
 import { decodeState } from '../../lib/core/codec.ts';
 import { UnreadableCheckpointError } from '../../lib/core/errors.ts';
+import { approvedBy } from '../../lib/core/waits.ts';
+import type { StepRecord } from '../../lib/core/state.ts';
 import type { BlobStore, CheckpointStore } from '../../lib/ports.ts';
 
 /** A run of the chaos agent: step n calls the tool the script names for n, with input {n}, then DONE. */
@@ -25,7 +27,7 @@ export type Applications = ReadonlyMap<string, number>;
 
 export type ViolationKind =
   | 'applied-twice' | 'step-lost' | 'phantom-effect' | 'history' | 'steps' | 'stuck' | 'reason' | 'incomplete' | 'ledger' | 'wait-twice' | 'blob'
-  | 'unreadable';
+  | 'unreadable' | 'ungated';
 
 export interface Violation { runId: string; kind: ViolationKind; detail: string }
 
@@ -63,6 +65,11 @@ export interface CheckInput {
   now?: number;
   /** The runtime's blobs: every step record's output stored by reference must be there, whole. */
   blobs?: Pick<BlobStore, 'get'>;
+  /**
+   * The effects of tools a person approves (ToolDefinition.approval) that were applied: idempotency key to
+   * the tool. Each must follow an approval of that very call, recorded at the step before the key's own.
+   */
+  gated?: ReadonlyMap<string, string>;
 }
 
 export async function checkInvariants(input: CheckInput): Promise<Verdict> {
@@ -140,6 +147,7 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
         else flag(run.runId, 'blob', `step ${s.step}'s output ${s.result.ref} is ${blob ? `${blob.length} bytes, not ${s.result.bytes}` : 'missing'}`);
       }
     }
+    for (const detail of ungatedEffects(run.runId, state.steps, input.gated ?? new Map())) flag(run.runId, 'ungated', detail);
     verdict.completedSteps += state.steps.length;
     if (state.status === 'completed') {
       for (const key of input.applied.keys()) {
@@ -176,4 +184,25 @@ export async function checkInvariants(input: CheckInput): Promise<Verdict> {
     }
   }
   return verdict;
+}
+
+/**
+ * A gated effect ran only on an approval of that very call: the record before its step is that tool's
+ * approval, answered "approved", and the step that ran it (once recorded) ran the call as it was approved.
+ * `gated`: applied keys to their tools, of every run; what is wrong with this run's, one line each.
+ */
+export function ungatedEffects(runId: string, steps: readonly StepRecord[], gated: ReadonlyMap<string, string>): string[] {
+  const wrong: string[] = [];
+  for (const [key, tool] of gated) {
+    if (!key.startsWith(`${runId}/`)) continue;
+    const step = Number(/\/step-(\d+)$/.exec(key)?.[1]);
+    const gate = steps[step - 2];
+    const ran = steps[step - 1];
+    if (!gate || gate.tool !== tool || approvedBy(gate) === undefined) {
+      wrong.push(`${tool} applied under ${key} without an approval at step ${step - 1} (${gate ? `${gate.tool}: ${gate.result.text.slice(0, 80)}` : 'no record'})`);
+    } else if (ran && (ran.tool !== tool || JSON.stringify(ran.input) !== JSON.stringify(gate.input))) {
+      wrong.push(`step ${step} ran ${ran.tool}(${JSON.stringify(ran.input)}), not the call approved at step ${step - 1}: ${tool}(${JSON.stringify(gate.input)})`);
+    }
+  }
+  return wrong;
 }

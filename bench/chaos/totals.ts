@@ -29,7 +29,7 @@ export function emptyTotals(): Totals {
     schedules: 0, runs: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0, blobsChecked: 0,
     violations: 0, unexpected: 0, badSeeds: [],
-    waits: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
+    waits: 0, gates: 0, gatesApproved: 0, gatedRuns: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
     received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0,
   };
 }
@@ -38,7 +38,7 @@ export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { s
   totals.schedules++;
   for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
     'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls', 'blobsChecked',
-    'waits', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools'] as const) {
+    'waits', 'gates', 'gatesApproved', 'gatedRuns', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools'] as const) {
     totals[key] += r[key] ?? 0;
   }
   for (const [point, n] of Object.entries(r.crashesByPoint ?? {})) totals.crashesByPoint[point] = (totals.crashesByPoint[point] ?? 0) + n;
@@ -78,6 +78,7 @@ export function formatTotals(t: Totals, label: string): string {
     // Only the engine's schedules wait (the AWS agent has no waits): that block does not claim zero of them.
     ...(t.waits ? [
       `  waits                         ${t.waits}`,
+      `  calls a person approves first ${t.gates} (${t.gatesApproved} approved in time, ${t.gatedRuns} run)`,
       `  waits answered twice          ${t.answeredTwice}`,
       `  waits answered late           ${t.answeredLate}`,
       `  waits never answered          ${t.neverAnswered}`,

@@ -32,6 +32,9 @@ describe('chaos: seeded fault schedules over the engine and the SQLite runtime',
     // Waits answered once, twice, late and never; the second and late answers changed nothing.
     expect(totals.waits).toBeGreaterThan(5);
     for (const key of ['answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut'] as const) expect(totals[key], key).toBeGreaterThan(0);
+    // Calls a person approves first: some approved and run (each checked to follow its approval), some not.
+    expect(totals.gatedRuns).toBeGreaterThan(0);
+    expect(totals.gates).toBeGreaterThan(totals.gatedRuns);
     expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0, waitsTwice: 0 });
     expect(totals.completed + totals.failed + totals.timedOut).toBe(totals.runs);
     expect(totals.completed).toBeGreaterThan(totals.failed);
@@ -88,6 +91,15 @@ describe('chaos: seeded fault schedules over the engine and the SQLite runtime',
     }
     expect(totals.stuck).toBeGreaterThan(0);
     expect(stuck.some((detail) => detail.includes('past its deadline'))).toBe(true);
+  });
+
+  it('finds a planted defect: a gated tool whose approval was left off runs its call unasked', async () => {
+    const ungated: string[] = [];
+    for (let i = 0; i < 12 && !ungated.length; i++) {
+      const report = await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'gate-left-off', hangs: 0 });
+      ungated.push(...report.violations.filter((v) => v.kind === 'ungated').map((v) => v.detail));
+    }
+    expect(ungated[0]).toMatch(/gated_row applied under run-\d+\/step-\d+ without an approval at step \d+/);
   });
 
   it('finds a planted defect: a queue that loses sends leaves runs stuck', async () => {

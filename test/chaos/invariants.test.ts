@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { PermanentError } from '../../lib/core/errors.ts';
-import { checkInvariants, type RunExpectation } from '../../bench/chaos/invariants.ts';
+import { checkInvariants, ungatedEffects, type RunExpectation } from '../../bench/chaos/invariants.ts';
+import type { StepRecord } from '../../lib/core/state.ts';
 import { ManualClock, drain, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel } from '../support/stub-model.ts';
 import { workVisible } from '../support/queue-work.ts';
@@ -31,6 +32,34 @@ async function cleanRun(db: ReturnType<typeof tempDb>, output: (n: number) => un
   const runs: RunExpectation[] = [{ runId: 'run', steps: 3, toolOf }];
   return { applied, runtime: w.runtime, runs };
 }
+
+/** Step records as far as the gate rule reads them. */
+const record = (step: number, tool: string, input: unknown, text: string, waitId?: string) =>
+  ({ step, tool, input, result: { ok: true, text }, ...(waitId ? { waitId } : {}) }) as unknown as StepRecord;
+const APPROVED = '{"approval":"approved","by":"ops@example.com","at":"2026-12-07T08:00:00.000Z"}';
+const REJECTED = '{"approval":"rejected","by":"ops@example.com","at":"2026-12-07T08:00:00.000Z"}';
+
+describe('the chaos invariants: a gated effect follows an approval of its very call', () => {
+  const gated = new Map([['run/step-3', 'gated_row']]);
+
+  it('passes an effect applied at the step after its call was approved, as approved, recorded or not yet', () => {
+    const steps = [record(1, 'write_row', { n: 1 }, '{}'), record(2, 'gated_row', { n: 3 }, APPROVED, 'w1'), record(3, 'gated_row', { n: 3 }, '{"n":3}')];
+    expect(ungatedEffects('run', steps, gated)).toEqual([]);
+    expect(ungatedEffects('run', steps.slice(0, 2), gated)).toEqual([]);
+    // Another run's key is not this run's.
+    expect(ungatedEffects('other', [], gated)).toEqual([]);
+  });
+
+  it('flags one applied after a rejection, with no gate before it, or other than the call approved', () => {
+    expect(ungatedEffects('run', [record(1, 'write_row', { n: 1 }, '{}'), record(2, 'gated_row', { n: 3 }, REJECTED, 'w1')], gated))
+      .toEqual([expect.stringMatching(/^gated_row applied under run\/step-3 without an approval at step 2 \(gated_row: \{"approval":"rejected"/)]);
+    expect(ungatedEffects('run', [record(1, 'write_row', { n: 1 }, '{}'), record(2, 'write_row', { n: 2 }, '{}')], gated))
+      .toEqual([expect.stringMatching(/without an approval at step 2 \(write_row/)]);
+    expect(ungatedEffects('run', [record(1, 'write_row', { n: 1 }, '{}')], gated)).toEqual([expect.stringMatching(/at step 2 \(no record\)/)]);
+    expect(ungatedEffects('run', [record(1, 'write_row', { n: 1 }, '{}'), record(2, 'gated_row', { n: 3 }, APPROVED, 'w1'), record(3, 'gated_row', { n: 4 }, '{"n":4}')], gated))
+      .toEqual(['step 3 ran gated_row({"n":4}), not the call approved at step 2: gated_row({"n":3})']);
+  });
+});
 
 describe('the chaos invariants', () => {
   let db: ReturnType<typeof tempDb>;
