@@ -10,6 +10,7 @@ import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { damagedDatabaseHint, isDamaged } from '../local/damaged.ts';
 import { isDiskFull } from '../local/disk-full.ts';
 import { awsRefusal, refusalFix } from '../aws/refusal.ts';
+import { exitBecause } from './exit-in-step.ts';
 
 const USAGE = `stepwise: run long LLM agents one checkpointed step at a time
 
@@ -301,20 +302,38 @@ export async function main(
   }
 }
 
+/** Commands that go on after their first lines and end with an exit code that says how (README: the `stepwise` command). */
+const GOES_ON = new Set(['run', 'worker', 'watch', 'serve']);
+/** 128 + SIGPIPE (13), as a shell reports a process the signal ended. */
+const SIGPIPE_EXIT = 141;
+
+/** The command named on this command line, read leniently (the strict read in `main` reports what is wrong with it). */
+function commandOf(argv: string[]): string | undefined {
+  try {
+    return parseArgs({ args: joinNegativeValues(argv), options: OPTIONS, allowPositionals: true, strict: false }).positionals[0];
+  } catch {
+    return undefined;
+  }
+}
+
 /** Runs the CLI on this process's arguments and sets the exit code. */
 export async function runCli(): Promise<void> {
   // `stepwise status | head` (or `2>&1 | head`, which closes stderr too): the reader is gone, so is the
   // need to write. Quietly, as Unix tools end on SIGPIPE (which Node ignores, raising EPIPE on the next
   // write instead). Nothing is lost by stopping anywhere: a worker stopped mid-step is a crash its run
   // recovers from.
+  const goesOn = GOES_ON.has(commandOf(process.argv.slice(2)) ?? '');
   for (const stream of [process.stdout, process.stderr]) {
     stream.on('error', (error: NodeJS.ErrnoException) => {
-      if (error.code === 'EPIPE') process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+      // A command whose exit code says how a run or a worker ended (`run | head -1`, `set -o pipefail`), cut
+      // off before it ended, did not end so: 141, what a shell reports of a tool SIGPIPE stopped, where 0 read
+      // as the run completed. One that only reads had printed what it was asked for by then: 0.
+      const name = stream === process.stdout ? 'stdout' : 'stderr';
+      if (error.code === 'EPIPE') exitBecause(`its ${name}'s reader went away (a pipe closed, as \`| head\` closes it)`, typeof process.exitCode === 'number' ? process.exitCode : goesOn ? SIGPIPE_EXIT : 0);
       // Any other refusal (stdout on a full disk: ENOSPC; a terminal gone: EIO) was thrown from here as an
       // uncaught exception, a stack trace in place of the one line every other error gets. Said on stderr
       // if it still takes a line, and exit 1 (or the code already set, when the line that failed said why):
       // the output asked for was not all written.
-      const name = stream === process.stdout ? 'stdout' : 'stderr';
       try {
         writeSync(2, `stepwise: cannot write to ${name}: ${printable(cliErrorLine(error))}\n`);
       } catch {

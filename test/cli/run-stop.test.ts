@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -52,3 +53,39 @@ describe('stepwise run, stopped by a signal', () => {
     expect(unknown.err.trim()).toBe('stepwise: run no-such-run does not exist: give --goal to start it');
   });
 });
+
+describe('stepwise run, its reader gone (`| head -1`)', () => {
+  it('exits 141, as a tool SIGPIPE stopped, not 0 as though the run had ended well; the run goes on from its checkpoint', { timeout: 120_000 }, async () => {
+    // Step 2's effect holds 1.5 s: head has read its line and gone long before run writes again.
+    const script = `"${process.execPath}" "${join(ROOT, 'bin/stepwise.js')}" run --agent "${AGENT}" --goal "write 4 rows" --run-id pipe-1 | head -1; echo "exit \${PIPESTATUS[0]}"`;
+    const shell = await runShell(script, { ...process.env, ...env, STEPWISE_LOG_FORMAT: 'json' });
+    expect(shell.out.split('\n')[0]).toMatch(/^model: offline scripted model/);
+    expect(shell.out.trim().split('\n').at(-1)).toBe('exit 141');
+    // The line on stderr says why the run stopped where it did, not that a tool ended the process.
+    const line = JSON.parse(shell.err.trim().split('\n').find((l) => l.includes('exited-in-step'))!) as { code: number; msg: string };
+    expect(line.code).toBe(141);
+    expect(line.msg).toMatch(/^stepwise run exited \(code 141\) before run pipe-1 had ended; .*; its stdout's reader went away \(a pipe closed, as `\| head` closes it\)$/);
+    const status = await stepwiseCli(['status', 'pipe-1', '--json'], env);
+    expect(JSON.parse(status.out)).toMatchObject({ runId: 'pipe-1', status: 'running' });
+    const again = await stepwiseCli(['run', '--agent', AGENT, '--run-id', 'pipe-1'], env);
+    expect(again.code).toBe(0);
+    expect(again.out).toMatch(/^run pipe-1 v\d+ {2}completed after 4 steps: wrote 4 rows$/m);
+    for (const step of [1, 2, 3, 4]) expect(received(`pipe-1/step-${step}`)).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a command that only reads still exits 0 when its reader goes away', { timeout: 60_000 }, async () => {
+    const script = `"${process.execPath}" "${join(ROOT, 'bin/stepwise.js')}" history pipe-1 | true; echo "exit \${PIPESTATUS[0]}"`;
+    expect((await runShell(script, { ...process.env, ...env })).out.trim()).toBe('exit 0');
+  });
+});
+
+/** A bash script's stdout and stderr, once it exits. */
+async function runShell(script: string, shellEnv: NodeJS.ProcessEnv): Promise<{ out: string; err: string }> {
+  const child = spawn('bash', ['-c', script], { cwd: ROOT, env: shellEnv });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d: Buffer) => { out += d; });
+  child.stderr.on('data', (d: Buffer) => { err += d; });
+  await once(child, 'exit');
+  return { out, err };
+}

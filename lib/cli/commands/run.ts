@@ -60,8 +60,8 @@ async function runAfterSignals(
       if (unapplied) throw new InvalidInputError(`run ${started.runId} exists, so it was not worked: ${unapplied}; leave them out to work it on as it is`);
     }
     out(started.created ? `run ${started.runId} started` : `run ${started.runId} exists at version ${started.version}: resuming it`);
-    const offExit = onExitInStep(engine.deps.log, {}, () => [started.runId], (code, runId) =>
-      `stepwise run exited (code ${code}) before run ${runId} had ended; \`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${runId}\` or a worker continues it once its message's visibility timeout has passed; a tool that calls process.exit, or throws from a timer or a promise nobody awaits, ends the process so`);
+    const offExit = onExitInStep(engine.deps.log, {}, () => [started.runId], (code, runId, cause) =>
+      `stepwise run exited (code ${code}) before run ${runId} had ended; \`stepwise run${agentFlag(options)}${storeFlags(options)} --run-id ${runId}\` or a worker continues it once its message's visibility timeout has passed; ${cause ?? 'a tool that calls process.exit, or throws from a timer or a promise nobody awaits, ends the process so'}`);
     let final;
     try {
       final = await engine.work(started.runId, {

@@ -81,8 +81,8 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
     );
   }
   const inHand = new Set<Delivery>();
-  const offExit = onExitInStep(deps.log, { workerId: id }, () => [...inHand].map(runOf), (code, runs) =>
-    `worker ${id} exited (code ${code}) in the middle of a step of run ${runs}, which is tried again once its message's visibility timeout has passed; a tool that calls process.exit, or throws from a timer or a promise nobody awaits, ends its worker so`);
+  const offExit = onExitInStep(deps.log, { workerId: id }, () => [...inHand].map(runOf), (code, runs, cause) =>
+    `worker ${id} exited (code ${code}) in the middle of a step of run ${runs}, which is tried again once its message's visibility timeout has passed; ${cause ?? 'a tool that calls process.exit, or throws from a timer or a promise nobody awaits, ends its worker so'}`);
   // The ready line is a stable, documented form (README): supervisors and scripts wait for it.
   out(`worker ${id} ready: agent ${agent.name}, model ${label}`);
   deps.log.info({ event: 'worker-ready', workerId: id, model: label, backend: runtime.kind, concurrency: options.concurrency ?? 1 }, 'worker ready');
