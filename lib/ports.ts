@@ -258,6 +258,19 @@ export interface RunQueue {
    * it sent (SQS: always).
    */
   redrive(message: RunMessage, options?: RedriveOptions): Promise<boolean>;
+  /**
+   * Takes this run's message as a worker's receive would, if one is visible now, so no worker holds it:
+   * what lets a cancel apply at once to a run nothing is working (cancelRun). Only a queue that receives by
+   * run has it (the local one); on SQS a worker function is always there to apply the request. The taker
+   * acks it once the run is cancelled, or hands it back.
+   */
+  takeIdle?(runId: string, visibilityMs: number): Promise<TakenMessage | undefined>;
+}
+
+/** A message RunQueue.takeIdle took: acked once the run moved on without it, or visible again at once. */
+export interface TakenMessage {
+  ack(): Promise<boolean>;
+  handBack(): Promise<boolean>;
 }
 
 export interface RedriveOptions {

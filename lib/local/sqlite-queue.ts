@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RunStatus } from '../core/state.ts';
-import type { Clock, Delivery, QueueReceive, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions } from '../ports.ts';
+import type { Clock, Delivery, QueueReceive, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions, TakenMessage } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, isBusy, latestVersionOf, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
@@ -131,6 +131,13 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const now = this.now;
     this.sql('INSERT INTO queue (dedup_key, run_id, body, visible_at, created_at) VALUES (?, ?, ?, ?, ?)')
       .run(`raw/${randomUUID()}`, '', body, now, now);
+  }
+
+  /** RunQueue.takeIdle: this run's visible message, received as the foreground `stepwise run` would. */
+  async takeIdle(runId: string, visibilityMs: number): Promise<TakenMessage | undefined> {
+    const consumer = this.forRun(runId);
+    const [delivery] = await consumer.receive({ visibilityMs });
+    return delivery && { ack: () => consumer.ack(delivery), handBack: () => consumer.handBack(delivery) };
   }
 
   /** A consumer that only takes messages of one run (the foreground `stepwise run`). */

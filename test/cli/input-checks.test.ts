@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, ROOT } from '../support/cli.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { tempDb } from '../support/harness.ts';
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
@@ -94,8 +95,11 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     expect(runIds()).toEqual(before);
   });
 
-  it('cancel with --comment (approve\'s option) is refused, and the run is not cancelled without its reason', () => {
+  it('cancel with --comment (approve\'s option) is refused, and the run is not cancelled without its reason', async () => {
     expect(stepwise('start', '--agent', AGENT, '--goal', 'x', '--run-id', 'in-opt').code).toBe(0);
+    // A worker has the run's message, as while it works a step: a cancel is a request for that worker to apply.
+    const runtime = openLocalRuntime({ dbPath: db.path });
+    expect(await runtime.queue.forRun('in-opt').receive({ visibilityMs: 600_000 })).toHaveLength(1);
     const r = stepwise('cancel', 'in-opt', '--comment', 'started by mistake');
     expect(r.code).toBe(2);
     expect(r.err.trim()).toBe('stepwise: --comment is not an option of stepwise cancel (it takes --agent, --reason, --as); see stepwise --help');
@@ -108,6 +112,7 @@ describe('the command line refuses input it would otherwise misread', { timeout:
     expect(again.code).toBe(0);
     expect(again.out.trim()).toMatch(/^a cancel was already requested for run in-opt \(by \S+ at \S+: started by mistake\): that request stands; it stops at its next step boundary, when a worker takes its next message \(sent again, should it have been lost\)$/);
     expect(cancelOf()).toMatch(/: started by mistake$/);
+    runtime.close();
   });
 
   it('emit refuses an empty --id and an argument past the payload', () => {

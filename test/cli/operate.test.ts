@@ -3,6 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { tempDb } from '../support/harness.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
@@ -36,6 +37,14 @@ function effects(): { key: string; count: number }[] {
 }
 
 const json = (text: string) => JSON.parse(text) as Record<string, any>;
+
+/** A worker's hold on a run's message, as while it works a step; let go, the message is visible at once. */
+async function holdMessage(runId: string): Promise<{ letGo(): Promise<void> }> {
+  const runtime = openLocalRuntime({ dbPath: db.path });
+  const [delivery] = await runtime.queue.forRun(runId).receive({ visibilityMs: 600_000 });
+  expect(delivery).toBeDefined();
+  return { letGo: async () => { await runtime.queue.handBack(delivery!); runtime.close(); } };
+}
 
 // Each case runs a dozen CLI processes (about a second each, more on a loaded machine).
 describe('operating runs from the command line', { timeout: 240_000 }, () => {
@@ -96,14 +105,17 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     expect(stepwise(['fork', 'op-1']).err).toContain('--from-step');
   });
 
-  it('cancel stops a running run at its next step boundary; an ended run cannot be cancelled', () => {
+  it('cancel stops a running run at its next step boundary; an ended run cannot be cancelled', async () => {
     expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'op-c']).code).toBe(0);
+    // A worker has taken the run's message (as while it works a step): the cancel is left to it.
+    const held = await holdMessage('op-c');
     const cancelled = stepwise(['cancel', 'op-c', '--as', 'ops@example.com', '--reason', 'not needed']);
     expect(cancelled.code).toBe(0);
     expect(cancelled.out).toMatch(/^cancel requested for run op-c: it stops at its next step boundary \(a step running now finishes first\), when a worker takes its next message; by ops@example\.com at \S+: not needed$/m);
     expect(stepwise(['status', 'op-c']).out).toMatch(/cancel   requested by ops@example\.com at .*: not needed/);
     // The table of runs says it too: the run is still running until a worker applies the cancel.
     expect(stepwise(['status']).out).toMatch(/^op-c +running, cancel requested /m);
+    await held.letGo();
     work();
     expect(stepwise(['status']).out).toMatch(/^op-c +cancelled /m);
     const status = stepwise(['status', 'op-c']);
@@ -113,6 +125,18 @@ describe('operating runs from the command line', { timeout: 240_000 }, () => {
     const ended = stepwise(['cancel', 'op-1']);
     expect(ended.code).toBe(2);
     expect(ended.err).toContain('run op-1 has already ended (completed): nothing to cancel');
+  });
+
+  it('cancel of a running run no worker is working (none started) applies at once', () => {
+    expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'op-idle']).code).toBe(0);
+    const cancelled = stepwise(['cancel', 'op-idle', '--as', 'ops@example.com', '--reason', 'not needed']);
+    expect(cancelled.code).toBe(0);
+    expect(cancelled.out.trim()).toBe('run op-idle cancelled at version 2: no worker was working it, so nothing was running');
+    expect(stepwise(['status', 'op-idle']).out).toMatch(/status {3}cancelled \(cancelled by ops@example\.com at .*: not needed\)/);
+    // Nothing is left on the queue for a worker to find.
+    work();
+    expect(effects().some((e) => e.key.startsWith('op-idle/'))).toBe(false);
+    expect(json(stepwise(['history', 'op-idle', '--json']).out)).toHaveLength(2);
   });
 
   it('retry continues a capped run with a raised cap', () => {

@@ -36,11 +36,14 @@ describe('cancel', () => {
   async function waitSavedUnderCancel(w: ReturnType<typeof heldAtApproval>['w'], held: ReturnType<typeof gate>, cancel: () => Promise<unknown>) {
     await start(w.deps);
     await advance(w.deps, 'run');
+    // A worker holds the run's message while it steps (a cancel takes a message no worker holds, and applies itself).
+    const [delivery] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     const stepping = advance(w.deps, 'run');
     await held.reached;
     const outcome = await cancel();
     held.open();
     expect(await stepping).toMatchObject({ kind: 'advanced', state: { status: 'waiting' } });
+    await w.runtime.queue.ack(delivery!);
     return outcome;
   }
 
@@ -52,6 +55,8 @@ describe('cancel', () => {
     const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
     await start(w.deps);
     await advance(w.deps, 'run');
+    // A worker has taken the run's next message: the cancel leaves the run to it.
+    const [inFlight] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     const outcome = await cancelRun(w.deps, 'run', { by: 'ops@example.com', reason: 'wrong table' });
     expect(outcome).toMatchObject({ outcome: 'requested', runId: 'run', version: 2 });
     // Until the boundary the run is still running, with the request on it.
@@ -60,6 +65,9 @@ describe('cancel', () => {
     // A second cancel changes nothing, and says whose request stands.
     expect(await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' })).toEqual({ outcome: 'requested', runId: 'run', version: 2, request: requested.cancelRequested, earlier: true });
     expect(outcome).not.toHaveProperty('earlier');
+    // The worker's delivery is the boundary: it applies the request before anything else.
+    await handleDelivery(w.deps, inFlight!);
+    await w.runtime.queue.ack(inFlight!);
     await drain(w.deps, w.runtime, clock);
     const state = await loadState(w.runtime);
     expect(state).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
@@ -76,28 +84,77 @@ describe('cancel', () => {
     w.runtime.close();
   });
 
-  it('a repeated cancel redrives the run whose first cancel wrote its request but never redrove it; the first request stands', async () => {
+  for (const local of [true, false]) {
+    const how = local ? 'the local queue: the cancel takes it and applies that request itself' : 'a queue that cannot take it (SQS): the next delivery applies that request';
+    it(`a repeated cancel redrives the run whose first cancel wrote its request but never redrove it; the first request stands (${how})`, async () => {
+      db = tempDb();
+      const clock = new ManualClock();
+      const rows = new FakeRows();
+      const model = new StubModel(writeRowsScript(5));
+      const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+      await start(w.deps);
+      await advance(w.deps, 'run');
+      // The run's message is gone (taken and acked with no successor), and a cancel's process wrote its
+      // request, as cancelRun's first write does, then was killed before redriving the run.
+      for (let d; (d = (await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS }))[0]);) await w.runtime.queue.ack(d);
+      expect(w.runtime.queue.depth()).toBe(0);
+      const first = cancelRequest('ops@example.com', clock.now(), 'wrong table');
+      await w.runtime.store.requestCancel('run', 2, first);
+      const queue = local ? w.runtime.queue : { send: w.runtime.queue.send.bind(w.runtime.queue), redrive: w.runtime.queue.redrive.bind(w.runtime.queue) };
+      const outcome = await cancelRun({ ...w.deps, queue }, 'run', { by: 'someone-else', reason: 'mine' });
+      if (local) {
+        expect(outcome).toEqual({ outcome: 'cancelled', runId: 'run', version: 3, request: first, idle: true, earlier: true });
+        expect(w.runtime.queue.depth()).toBe(0);
+      } else {
+        expect(outcome).toEqual({ outcome: 'requested', runId: 'run', version: 2, request: first, earlier: true });
+        // The run has its message again, and the next delivery applies the first request: no sweep needed.
+        expect(w.runtime.queue.depth()).toBe(1);
+        expect(await workVisible(w.deps, w.runtime)).toBe(1);
+      }
+      expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
+      expect(model.stepsAsked()).toEqual([1]);
+      w.runtime.close();
+    });
+  }
+
+  it('a running run no worker holds (none running) is cancelled by the cancel itself, which takes its message; one a worker holds is left to that worker', async () => {
     db = tempDb();
     const clock = new ManualClock();
     const rows = new FakeRows();
     const model = new StubModel(writeRowsScript(5));
     const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
-    await start(w.deps);
-    await advance(w.deps, 'run');
-    // The run's message is gone (taken and acked with no successor), and a cancel's process wrote its
-    // request, as cancelRun's first write does, then was killed before redriving the run.
-    for (let d; (d = (await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS }))[0]);) await w.runtime.queue.ack(d);
-    expect(w.runtime.queue.depth()).toBe(0);
-    const first = cancelRequest('ops@example.com', clock.now(), 'wrong table');
-    await w.runtime.store.requestCancel('run', 2, first);
-    expect(await cancelRun(w.deps, 'run', { by: 'someone-else', reason: 'mine' })).toEqual({ outcome: 'requested', runId: 'run', version: 2, request: first, earlier: true });
-    // The run has its message again, and the next delivery applies the first request: no sweep needed.
+    await start(w.deps, 'go', 'idle');
+    await start(w.deps, 'go', 'held');
+    await drainOne(w, 'idle');
+    await drainOne(w, 'held');
+    // A worker has received held's message; idle's waits on the queue with nobody to take it.
+    const [holding] = await w.runtime.queue.forRun('held').receive({ visibilityMs: VISIBILITY_MS });
+    expect(await cancelRun(w.deps, 'idle', { by: 'ops@example.com' })).toMatchObject({ outcome: 'cancelled', runId: 'idle', version: 3, idle: true, request: expect.stringMatching(/^by ops@example\.com at /) });
+    expect(await w.runtime.store.load('idle')).toMatchObject({ status: 'cancelled', version: 3 });
+    expect(await cancelRun(w.deps, 'held', { by: 'ops@example.com' })).toMatchObject({ outcome: 'requested', version: 2 });
+    expect(await w.runtime.store.load('held')).toMatchObject({ status: 'running', version: 2 });
+    // The cancel took idle's message and acked it: nothing is left on the queue for it; held's is still in the worker's hands.
     expect(w.runtime.queue.depth()).toBe(1);
-    expect(await workVisible(w.deps, w.runtime)).toBe(1);
-    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
-    expect(model.stepsAsked()).toEqual([1]);
+    await handleDelivery(w.deps, holding!);
+    await w.runtime.queue.ack(holding!);
+    expect(await w.runtime.store.load('held')).toMatchObject({ status: 'cancelled', version: 3 });
+    expect(model.stepsAsked()).toEqual([1, 1]);
+    // Its lease out (a worker frozen past it), the message is there to take again: the cancel applies itself.
+    await start(w.deps, 'go', 'frozen');
+    await drainOne(w, 'frozen');
+    await w.runtime.queue.forRun('frozen').receive({ visibilityMs: VISIBILITY_MS });
+    expect(await cancelRun(w.deps, 'frozen', { by: 'ops' })).toMatchObject({ outcome: 'requested' });
+    clock.advance(VISIBILITY_MS + 1);
+    expect(await cancelRun(w.deps, 'frozen', { by: 'ops' })).toMatchObject({ outcome: 'cancelled', idle: true, earlier: true });
     w.runtime.close();
   });
+
+  /** The run's first step, by a worker that receives only its message. */
+  async function drainOne(w: ReturnType<typeof workerProcess>, runId: string) {
+    const [d] = await w.runtime.queue.forRun(runId).receive({ visibilityMs: VISIBILITY_MS });
+    await handleDelivery(w.deps, d!);
+    await w.runtime.queue.ack(d!);
+  }
 
   it('a waiting run is cancelled at once; an answer, an event or its timer that comes later changes nothing', async () => {
     db = tempDb();
@@ -197,9 +254,10 @@ describe('cancel', () => {
       await start(w.deps);
       await workVisible(w.deps, w.runtime);
       expect(await loadState(w.runtime)).toMatchObject({ status: 'running', step: 1, failures: 1 });
-      expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'requested' });
-      await workVisible(w.deps, w.runtime);
+      // No worker holds its message while it waits: the cancel takes it and applies itself.
+      expect(await cancelRun(w.deps, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'cancelled', idle: true });
       expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1 });
+      expect(w.runtime.queue.depth()).toBe(0);
       w.runtime.close();
     });
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
+import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import { startHttpApp } from '../support/http-app.ts';
 import { workVisible } from '../support/queue-work.ts';
 
@@ -64,9 +65,9 @@ describe('operating runs through the API', () => {
     const cancelled = await json(await post('/runs/op-api/cancel', { by: 'ops@example.com', reason: 'not needed' }));
     expect(cancelled).toMatchObject({ status: 200, body: { outcome: 'cancelled' } });
     expect((await json(await app.api('/runs/op-api'))).body.run).toMatchObject({ status: 'cancelled', reason: expect.stringContaining('by ops@example.com') });
-    const requested = await json(await post('/runs/op-api-f/cancel', { by: 'ops@example.com' }));
-    expect(requested).toMatchObject({ status: 200, body: { outcome: 'requested' } });
-    await workVisible(app.deps, app.runtime);
+    // Running, with no worker to take its message: the cancel takes it and applies itself.
+    const idle = await json(await post('/runs/op-api-f/cancel', { by: 'ops@example.com' }));
+    expect(idle).toMatchObject({ status: 200, body: { outcome: 'cancelled', idle: true } });
     expect(decodeState((await app.runtime.store.load('op-api-f'))!)).toMatchObject({ status: 'cancelled', step: 1, forkedFrom: { runId: 'op-api' } });
     expect((await post('/runs/op-api/cancel', {})).status).toBe(400);
     // What the run's status refuses is a conflict with the run (409), not a malformed request (400): a
@@ -78,7 +79,8 @@ describe('operating runs through the API', () => {
 
   it('a running run whose cancel is not yet applied says so, in GET /runs/:id and the inspector, until a worker applies it', async () => {
     expect((await post('/runs', { goal: 'copy the rows', runId: 'op-req' })).status).toBe(201);
-    // No worker has taken its message: the request waits beside the version, and the run is still running.
+    // A worker has taken its message: the request waits beside the version, and the run is still running.
+    const [inFlight] = await app.runtime.queue.forRun('op-req').receive({ visibilityMs: 30_000 });
     expect(await json(await post('/runs/op-req/cancel', { by: 'ops@example.com', reason: 'wrong table' }))).toMatchObject({ status: 200, body: { outcome: 'requested' } });
     const run = (await json(await app.api('/runs/op-req'))).body.run;
     expect(run).toMatchObject({ status: 'running', cancelRequested: expect.stringMatching(/^by ops@example\.com at .*: wrong table$/) });
@@ -89,7 +91,8 @@ describe('operating runs through the API', () => {
     expect(listed.find((r) => r.runId === 'op-req')).toMatchObject({ cancelRequested: run.cancelRequested });
     expect(await (await app.api('/inspect')).text()).toMatch(/op-req<\/a><\/td><td class="agent">[^<]+<\/td><td class="status">running <span class="cancel-requested">\(cancel requested\)<\/span>/);
 
-    await workVisible(app.deps, app.runtime);
+    await handleDelivery(app.deps, inFlight!);
+    await app.runtime.queue.ack(inFlight!);
     const cancelled = (await json(await app.api('/runs/op-req'))).body.run;
     expect(cancelled).toMatchObject({ status: 'cancelled', reason: `cancelled ${run.cancelRequested}` });
     expect(cancelled.cancelRequested).toBeUndefined();

@@ -217,7 +217,8 @@ try {
     // A fork under the id of a run that is not that fork (here its parent's) is refused by its own class.
     await expect(forkRun(engine.deps, runId, { fromStep: 0, runId })).rejects.toBeInstanceOf(RunIdInUseError);
     const fork: ForkResult = await forkRun(engine.deps, runId, { fromStep: 0, runId: 'typed-fork' });
-    expect([view.status, cancel.outcome, fork.created]).toEqual(['running', 'requested', true]);
+    // No worker holds its message: the cancel applies itself.
+    expect([view.status, cancel.outcome, fork.created]).toEqual(['running', 'cancelled', true]);
 
     // A Model of the program's own says its key was refused as Claude's adapter does: the step waits for
     // a valid key, counting no failure.

@@ -17,7 +17,7 @@ export async function cancelCommand(runId: string | undefined, options: CancelOp
     await assertQueueTakesRun(runtime, await queueAgentOf(runtime, options), runId);
     const outcome = await cancelRun(operateDeps(runtime), runId, { by: options.as ?? operator(), ...(options.reason !== undefined ? { reason: options.reason } : {}) });
     switch (outcome.outcome) {
-      case 'cancelled': out(`run ${runId} cancelled at version ${outcome.version}: it was waiting, so nothing was running${outcome.earlier ? `; by the cancel already requested (${outcome.request}), not this one` : ''}`); break;
+      case 'cancelled': out(`run ${runId} cancelled at version ${outcome.version}: ${'idle' in outcome ? 'no worker was working it, so nothing was running' : 'it was waiting, so nothing was running'}${outcome.earlier ? `; by the cancel already requested (${outcome.request}), not this one` : ''}`); break;
       // Said outright: with no worker running, the run stays "running" until one takes its next message.
       // Another's request stands: this one's --as and --reason are not kept, and it says so.
       case 'requested': out(outcome.earlier

@@ -3,6 +3,7 @@ import { decodeState } from '../../core/codec.ts';
 import { InvalidInputError, RunStateError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
 import { cancelRequest } from '../../core/operate.ts';
 import { isTerminal } from '../../core/state.ts';
+import type { StoredCheckpoint } from '../../core/codec.ts';
 import type { OperateDeps } from './deps.ts';
 import { commitCancel } from '../../commit-cancel.ts';
 
@@ -21,6 +22,11 @@ export type CancelOutcome =
    * who and why are not kept, as with a running run's earlier request.
    */
   | { outcome: 'cancelled'; runId: string; version: number; request?: string; earlier?: true }
+  /**
+   * The run was running, but no worker held its message (none running, or all stopped): the cancel took
+   * the message and applied the request at once (RunQueue.takeIdle, the local queue). `earlier` as above.
+   */
+  | { outcome: 'cancelled'; runId: string; version: number; request: string; idle: true; earlier?: true }
   /**
    * The run is running: it stops at its next step boundary (a step running now still finishes).
    * `earlier`: a cancel was already asked for, and `request` is that one's; this one only redrove the run.
@@ -55,6 +61,8 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
           // The first cancel's redrive may never have been sent (its process killed after writing the request):
           // redriving again is what moves a run whose message was lost, where otherwise only the sweep would.
           await deps.queue.redrive({ runId, version: stored.version }, { token: redriveToken(stored.cancelRequested) });
+          const version = await applyIfIdle(deps, stored, stored.cancelRequested);
+          if (version !== undefined) return { outcome: 'cancelled', runId, version, request: stored.cancelRequested, idle: true, earlier: true };
           return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested, earlier: true };
         }
         const request = cancelRequest(by, deps.clock.now(), input.reason);
@@ -63,6 +71,8 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
         // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live,
         // but on the local file a message waiting out a failed try's backoff is made due now (SqliteQueue.redrive).
         await deps.queue.redrive({ runId, version: stored.version }, { token: redriveToken(request) });
+        const version = await applyIfIdle(deps, stored, request);
+        if (version !== undefined) return { outcome: 'cancelled', runId, version, request, idle: true };
         return { outcome: 'requested', runId, version: stored.version, request };
       }
       if (stored.cancelRequested !== undefined) {
@@ -87,4 +97,30 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
  */
 function redriveToken(request: string): string {
   return `cancel-${createHash('sha256').update(request).digest('hex').slice(0, 16)}`;
+}
+
+/** How long the cancel holds a message it took: past it, a worker takes the message and applies the request. */
+const TAKE_MS = 30_000;
+
+/**
+ * The requested cancel of a running run, applied now when no worker holds its message: a run nothing
+ * works on (`run` stopped with Ctrl-C, no worker started, its workers retired) stayed "running, cancel
+ * requested" until a worker came. The message is taken as a worker would take it, so none starts a step
+ * meanwhile; the cancel is fenced on the version the request was written at, as a worker's would be. The
+ * version of the cancelled checkpoint, or undefined: a worker holds the message (it applies the request),
+ * the run has none visible, or the run moved (the taken message is handed back).
+ */
+async function applyIfIdle(deps: OperateDeps, stored: StoredCheckpoint, request: string): Promise<number | undefined> {
+  const taken = await deps.queue.takeIdle?.(stored.runId, TAKE_MS);
+  if (!taken) return undefined;
+  let version: number;
+  try {
+    version = await commitCancel(deps, stored.version, decodeState(stored), request);
+  } catch (error) {
+    await taken.handBack();
+    if (error instanceof StaleVersionError) return undefined;
+    throw error;
+  }
+  await taken.ack();
+  return version;
 }
