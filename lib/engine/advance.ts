@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { ToolContext, ToolDefinition } from '../agent.ts';
 import { TOOL_NAME, gatesAny, needsApproval, toolSpecs, worksRunsOf } from '../agent.ts';
 import { approvalOfCall, approvedCall } from '../core/approval-gate.ts';
+import { canonicalValue } from '../core/canonical-json.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
@@ -201,7 +202,11 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       const named = unknownToolName(reply.tool);
       return commitErrorStep(deps, state, base, n, { ...reply, tool: named }, `unknown tool ${TOOL_NAME.test(named) ? `"${named}"` : named}; the tools are: ${names}`);
     }
-    const parsed = await parseToolInput(tool.input, reply.input);
+    // The call as every later try reads it back from its record: keys in order, a -0 or an Infinity (JSON's
+    // 1e400) as JSON writes them. Parsed as the model's reply had it, a z.record's or z.unknown()'s keys
+    // came to the tool in the model's order on the first try and sorted on a retry after a crash.
+    const call = canonicalValue(reply.input);
+    const parsed = await parseToolInput(tool.input, call);
     if ('thrown' in parsed) {
       // The schema's own bug, not the model's: a failed try like a tool that threw, its reason what it threw.
       const message = `tool ${tool.name}: its input schema threw on the model's arguments (a refine or transform should report a bad input with ctx.addIssue): ${failureText(parsed.thrown)}`;
@@ -212,7 +217,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // The call as the model made it, not as parsed: a retry parses it again (checkDecision), and a
     // transformed value (a pipe's number, a Date) would not parse as the input it came from. Fields set
     // one by one, not spread from conditional objects: this runs at every step.
-    decision = { step: n, tool: tool.name, input: reply.input, at: now(), atVersion: version };
+    decision = { step: n, tool: tool.name, input: call, at: now(), atVersion: version };
     if (tool.sideEffect) decision.idempotencyKey = idempotencyKey(runId, n);
     if (reply.usage) decision.usage = reply.usage;
     const model = answeringModel(deps, reply);

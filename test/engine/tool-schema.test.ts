@@ -141,6 +141,31 @@ describe('a tool input the model sends in one form and the tool takes in another
     second.runtime.close();
   });
 
+  it('the tool gets the call as a retry reads it back: a record\'s keys in the same order, -0 and Infinity as JSON keeps them, on the first try as after a crash', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const seen: { keys: string[]; extra: unknown }[] = [];
+    const agent = defineAgent({ name: 'columns', tools: [tool({
+      name: 'insert', description: 'Insert a row, its columns in the order given.', sideEffect: true,
+      input: z.object({ columns: z.record(z.string(), z.string()), extra: z.unknown() }),
+      run: (input, ctx) => { seen.push({ keys: Object.keys(input.columns), extra: input.extra }); return ctx.once(async () => 'inserted'); },
+    })] });
+    // What JSON.parse makes of the model's {"zeta": .., "alpha": ..} and of `-0` and `1e400`.
+    const call = { columns: { zeta: 'z', alpha: 'a' }, extra: { offset: -0, limit: Infinity } };
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'insert', input: call } : { kind: 'done', summary: 'inserted' });
+    // Killed after the tool ran, before its checkpoint: the next try runs the recorded call again.
+    const first = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'A', crashAt: { point: 'C4', step: 1 } });
+    await start(first.deps);
+    await expect(drain(first.deps, first.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    first.runtime.close();
+    const second = workerProcess({ dbPath: db.path, agent, model, clock, workerId: 'B' });
+    await drain(second.deps, second.runtime, clock);
+    expect(seen).toHaveLength(2);
+    expect(seen[0]).toStrictEqual(seen[1]);
+    expect(seen[1]).toStrictEqual({ keys: ['alpha', 'zeta'], extra: { limit: null, offset: 0 } });
+    second.runtime.close();
+  });
+
   it('arguments that do not parse are an answer for the model naming the fields, and the run goes on', async () => {
     db = tempDb();
     const clock = new ManualClock();
