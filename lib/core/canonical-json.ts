@@ -78,12 +78,79 @@ export function canonicalValue(value: unknown): unknown {
 }
 
 /**
+ * Why a value's JSON could not be written, given what the write threw: where in the value the trouble is
+ * when it can be found (`a BigInt at rows.0.id`), where the write's own message named no field (`Do not know
+ * how to serialize a BigInt`) or said only that a value nested too deeply.
+ */
+export function unstorableReason(value: unknown, error: unknown): string {
+  if (isTooLongForJson(error)) return TOO_LONG_FOR_JSON;
+  let found: string | undefined;
+  try {
+    found = unstorablePart(value, [], []);
+  } catch {
+    // Nested past the stack here too: nothing better to say than the write's own reason.
+  }
+  if (found !== undefined) return found;
+  return error instanceof RangeError ? SELF_OR_TOO_DEEP : String((error as Error | undefined)?.message ?? error).split('\n')[0]!;
+}
+
+/**
+ * The first part of a value JSON cannot hold, read as canonicalValue reads it (a Map as what it holds, a
+ * toJSON's value), with its path as a zod issue writes one: a BigInt, a promise, a field whose getter
+ * throws, or a reference back to a value that holds it. Only walked once a write has failed.
+ */
+function unstorablePart(value: unknown, path: (string | number)[], holders: { value: unknown; depth: number }[]): string | undefined {
+  const at = path.length ? ` at ${path.join('.')}` : '';
+  if (typeof value === 'bigint') return `a BigInt${at}: write it as a string or a number`;
+  if (!value || typeof value !== 'object') return undefined;
+  const holder = holders.find((h) => h.value === value);
+  if (holder) return `it refers to itself: ${path.join('.')} is ${holder.depth ? path.slice(0, holder.depth).join('.') : 'the whole value'} again`;
+  if (value instanceof Promise) return `a promise${at}: await it`;
+  let shown: unknown = value;
+  if (!Array.isArray(value)) {
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) {
+      shown = collectionAsJson(value);
+      const toJSON = (value as { toJSON?: unknown }).toJSON;
+      if (shown === value && typeof toJSON === 'function') {
+        try {
+          shown = toJSON.call(value, '');
+        } catch (error) {
+          return `its toJSON threw${at}: ${String((error as Error | undefined)?.message ?? error).split('\n')[0]}`;
+        }
+      }
+    }
+  }
+  if (shown !== value && (typeof shown !== 'object' || shown === null)) return unstorablePart(shown, path, holders);
+  holders.push({ value, depth: path.length });
+  try {
+    const object = shown as Record<string, unknown>;
+    for (const key of Array.isArray(shown) ? shown.keys() : Object.keys(object)) {
+      let field: unknown;
+      try {
+        field = object[key as string];
+      } catch (error) {
+        return `reading ${[...path, key].join('.')} threw: ${String((error as Error | undefined)?.message ?? error).split('\n')[0]}`;
+      }
+      const found = unstorablePart(field, [...path, key], holders);
+      if (found !== undefined) return found;
+    }
+  } finally {
+    holders.pop();
+  }
+  return undefined;
+}
+
+/**
  * A Map or a Set as JSON can hold what it holds (JSON.stringify writes either as {}), an Error as its
  * name, message and own fields (JSON.stringify writes {}: its message and stack are not enumerable), a
  * typed array as its numbers (JSON.stringify writes an object keyed "0", "1"...), any other value as it
  * is. Also what an effect's result is stored with (once-result.ts).
  */
 export function collectionAsJson(value: unknown): unknown {
+  // JSON.stringify writes a promise as {}: a field whose await was left out (`{ count: countRows() }`) was
+  // stored, and shown to the model, as nothing, and an effect's result kept so under its key for good.
+  if (value instanceof Promise) throw new TypeError('a promise cannot be written as JSON');
   if (value instanceof Set) return [...value];
   if (value instanceof Map) return [...value.keys()].every((key) => typeof key === 'string') ? mapObject(value) : [...value];
   if (value instanceof Error) return errorObject(value);

@@ -1,4 +1,4 @@
-import { SELF_OR_TOO_DEEP, TOO_LONG_FOR_JSON, collectionAsJson, isTooLongForJson } from './canonical-json.ts';
+import { collectionAsJson, unstorableReason } from './canonical-json.ts';
 import { PermanentError } from './errors.ts';
 
 /**
@@ -7,7 +7,7 @@ import { PermanentError } from './errors.ts';
  * its pairs, a Set an array, undefined null) is the same before a crash as after it, where a tool that
  * used it as it was broke only after one.
  * An effect that ran but returned what JSON cannot hold (a value that refers to itself, a BigInt, a
- * function) is kept as null all the same: the key is then completed and the effect never runs again
+ * function, a promise) is kept as null all the same: the key is then completed and the effect never runs again
  * under it, where a failed completion would leave the claim to run out and the next try to apply the
  * effect a second time. `unstorable` says why, for the step to fail with.
  */
@@ -18,7 +18,7 @@ export function storableResult(key: string, result: unknown): { json: string; va
     json = JSON.stringify(result ?? null, (_key, value: unknown) => collectionAsJson(value));
     if (json === undefined) why = `it is a ${typeof result}`;
   } catch (error) {
-    why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON : error instanceof RangeError ? SELF_OR_TOO_DEEP : String((error as Error)?.message ?? error).split('\n')[0];
+    why = unstorableReason(result, error);
   }
   if (json !== undefined) return { json, value: JSON.parse(json) };
   return {

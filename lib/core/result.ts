@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { SELF_OR_TOO_DEEP, TOO_LONG_FOR_JSON, canonicalJson, isTooLongForJson } from './canonical-json.ts';
-import { PermanentError, errorMessage } from './errors.ts';
+import { canonicalJson, unstorableReason } from './canonical-json.ts';
+import { PermanentError } from './errors.ts';
 import { LARGE_OUTPUT_EXCERPT, excerpt } from './prompt.ts';
 import type { StepResult } from './state.ts';
 
@@ -21,9 +21,9 @@ export function outputText(output: unknown, tool: string): string {
   try {
     text = canonicalJson(output);
   } catch (error) {
-    // Too long for one string, a stack overflow (a value that contains itself, or nests past the stack), or a BigInt.
-    const why = isTooLongForJson(error) ? TOO_LONG_FOR_JSON
-      : error instanceof RangeError ? SELF_OR_TOO_DEEP : errorMessage(error);
+    // Too long for one string, a stack overflow (a value that contains itself, or nests past the stack), a
+    // BigInt or a promise: said with the field it is in.
+    const why = unstorableReason(output, error);
     throw new PermanentError(`tool ${tool} returned a value that cannot be stored as JSON (${why}); return plain data`);
   }
   // JSON.stringify writes nothing for a function or a symbol.

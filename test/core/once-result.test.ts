@@ -17,13 +17,13 @@ describe('an effect\'s stored result', () => {
     expect(stored.unstorable).toBeUndefined();
   });
 
-  it('keeps an Error that is its own cause as null, saying it refers to itself, where it said only "nested too deeply"', () => {
+  it('keeps an Error that is its own cause as null, saying where it refers to itself, where it said only "nested too deeply"', () => {
     // Written as an object, the Error is a new object at each level: JSON.stringify overflows, where a plain
     // object that contains itself gives its circular TypeError.
     const error: Error & { cause?: unknown } = new Error('loop');
     error.cause = error;
     const stored = storableResult('run/step-4', error);
     expect(stored.json).toBe('null');
-    expect(stored.unstorable?.message).toContain('(it refers to itself, or is nested too deeply)');
+    expect(stored.unstorable?.message).toContain('(it refers to itself: cause is the whole value again)');
   });
 });

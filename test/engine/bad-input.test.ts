@@ -266,10 +266,14 @@ describe('bad input gets a clear error and nothing is lost', () => {
   });
 
   it.each([
-    ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'tool write_row returned a value that cannot be stored as JSON (it refers to itself, or is nested too deeply); return plain data'],
+    ['refers to itself', () => { const o: Record<string, unknown> = {}; o.self = o; return o; }, 'tool write_row returned a value that cannot be stored as JSON (it refers to itself: self is the whole value again); return plain data'],
+    ['refers to a value that holds it', () => { const row: Record<string, unknown> = { id: 1 }; row.table = { rows: [row] }; return { rows: [row] }; }, 'tool write_row returned a value that cannot be stored as JSON (it refers to itself: rows.0.table.rows.0 is rows.0 again); return plain data'],
     // What JSON.stringify throws past V8's longest string, without building 512 MB to get there.
     ['is too large for one string', () => ({ toJSON: () => { throw new RangeError('Invalid string length'); } }), 'tool write_row returned a value that cannot be stored as JSON (its JSON would be longer than the longest string JavaScript can hold, about 512 MB); return plain data'],
-    ['holds a BigInt', () => ({ rows: 10n }), 'tool write_row returned a value that cannot be stored as JSON (Do not know how to serialize a BigInt); return plain data'],
+    ['holds a BigInt', () => ({ rows: [{ id: 1 }, { id: 10n }] }), 'tool write_row returned a value that cannot be stored as JSON (a BigInt at rows.1.id: write it as a string or a number); return plain data'],
+    // Written as {} by JSON.stringify: the model was told the count was nothing.
+    ['holds a promise (an await left out)', () => ({ table: 'orders', count: Promise.resolve(3) }), 'tool write_row returned a value that cannot be stored as JSON (a promise at count: await it); return plain data'],
+    ['has a field whose getter throws', () => ({ get rows(): number { throw new Error('cursor closed'); } }), 'tool write_row returned a value that cannot be stored as JSON (reading rows threw: cursor closed); return plain data'],
     ['is a function', () => () => 1, 'tool write_row returned a function, which cannot be stored as JSON; return plain data'],
     ['is a symbol', () => Symbol('row'), 'tool write_row returned a symbol, which cannot be stored as JSON; return plain data'],
   ])('a tool output that %s fails the run at once with the reason, its effect run once (not a crash redelivered)', async (_what, output, reason) => {
@@ -350,7 +354,7 @@ describe('bad input gets a clear error and nothing is lost', () => {
     await drain(deps, runtime, clock);
     expect(await loadState(runtime)).toMatchObject({
       status: 'failed', step: 0,
-      reason: 'step 1: the effect under run/step-1 ran, but its result cannot be stored as JSON (Do not know how to serialize a BigInt): it is kept as null and will not run again under this key; return plain data from it',
+      reason: 'step 1: the effect under run/step-1 ran, but its result cannot be stored as JSON (a BigInt at rows: write it as a string or a number): it is kept as null and will not run again under this key; return plain data from it',
     });
     await retryRun(deps, 'run', {});
     await drain(deps, runtime, clock);
