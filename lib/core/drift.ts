@@ -33,6 +33,15 @@ export async function checkDecision<T extends { name: string; input: z.ZodType }
       problem: `the input schema of tool "${decision.tool}" threw on the recorded decision (${failureText(parsed.thrown)}): redeploy an agent whose "${decision.tool}" takes this input, ${retry}`,
     };
   }
+  if (!parsed.ok && parsed.checksOnly) {
+    // Not drift: the call fit when it was made, and a check that reads outside state (a table that must
+    // exist) finds it as the call's own effect left it before a crash. Said as drift, the advice was to
+    // redeploy the same schema, whose retry then failed the same way.
+    return {
+      ok: false,
+      problem: `the recorded decision for tool "${decision.tool}" fails a check of its input schema (${parsed.issues}), its fields still fitting: a check that reads outside state (a refine that looks a table up) is made again at every try, and a try after a crash finds that state as the call's own effect may have left it; redeploy an agent whose "${decision.tool}" makes that check in its run (a ToolError answers the model), ${retry}`,
+    };
+  }
   if (!parsed.ok) {
     return {
       ok: false,

@@ -4,7 +4,8 @@ import type * as z from 'zod';
 import { $ZodAsyncError } from 'zod/v4/core';
 
 /** A tool's input parsed: the value the tool gets, the issues to tell the model, or what the schema threw. */
-export type ParsedInput = { ok: true; data: unknown } | { ok: false; issues: string } | { ok: false; thrown: unknown };
+/** `checksOnly`: every issue is a check's (a refine's), the fields themselves fitting the schema. */
+export type ParsedInput = { ok: true; data: unknown } | { ok: false; issues: string; checksOnly: boolean } | { ok: false; thrown: unknown };
 
 /** Schemas found to check asynchronously (a refine that looks a table up): parsed with safeParseAsync from then on. */
 const asyncSchemas = new WeakSet<z.ZodType>();
@@ -36,7 +37,8 @@ export async function parseToolInput(schema: z.ZodType, given: unknown): Promise
     return { ok: false, thrown: error };
   }
   if (parsed.success) return { ok: true, data: parsed.data };
-  return { ok: false, issues: parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ') };
+  const { issues } = parsed.error;
+  return { ok: false, issues: issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; '), checksOnly: issues.every((i) => i.code === 'custom') };
 }
 
 /**

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, loadAgent, tool, toolSpecs, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
 import { InvalidInputError } from '../../lib/core/errors.ts';
+import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { ManualClock, SimulatedCrash, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
@@ -235,6 +236,39 @@ describe('an input schema that throws or checks asynchronously', () => {
     expect(await loadState(runtime)).toMatchObject({ status: 'completed', failures: 0, steps: [{ result: { ok: true, text: 'rows' } }] });
     expect(seen).toEqual([{ table: 'orders' }]);
     runtime.close();
+  });
+
+  it('a check that reads what the call itself changes (a table it drops) fails its retry after a crash saying so, not as code drift; moved into the tool, the retry gets the effect\'s result', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const tables = new Set(['orders', 'old_orders']);
+    let drops = 0;
+    const dropTable = (input: z.ZodType<{ table: string }>) => tool({
+      name: 'drop_table', description: 'Drop a table.', sideEffect: true, input,
+      run: (call, ctx) => ctx.once(async () => { drops += 1; tables.delete(call.table); return `dropped ${call.table}`; }),
+    });
+    const checked = defineAgent({ name: 'tables', tools: [dropTable(z.object({ table: z.string().refine(async (name) => tables.has(name), 'no such table') }))] });
+    const model = new StubModel((step) => step === 1 ? { kind: 'tool', tool: 'drop_table', input: { table: 'old_orders' } } : { kind: 'done', summary: 'dropped' });
+    // Killed after the drop, before its checkpoint: the retry parses the recorded call again, and the table is gone.
+    const first = workerProcess({ dbPath: db.path, agent: checked, model, clock, workerId: 'A', crashAt: { point: 'C4', step: 1 } });
+    await start(first.deps);
+    await expect(drain(first.deps, first.runtime, clock)).rejects.toBeInstanceOf(SimulatedCrash);
+    first.runtime.close();
+    const second = workerProcess({ dbPath: db.path, agent: checked, model, clock, workerId: 'B' });
+    await drain(second.deps, second.runtime, clock);
+    expect(await loadState(second.runtime)).toMatchObject({
+      status: 'failed', step: 0,
+      reason: 'step 1: the recorded decision for tool "drop_table" fails a check of its input schema (table: no such table), its fields still fitting: a check that reads outside state (a refine that looks a table up) is made again at every try, and a try after a crash finds that state as the call\'s own effect may have left it; redeploy an agent whose "drop_table" makes that check in its run (a ToolError answers the model), then `stepwise retry run`',
+    });
+    second.runtime.close();
+
+    const moved = defineAgent({ name: 'tables', tools: [dropTable(z.object({ table: z.string() }))] });
+    const third = workerProcess({ dbPath: db.path, agent: moved, model, clock, workerId: 'C' });
+    await retryRun(third.deps, 'run', {});
+    await drain(third.deps, third.runtime, clock);
+    expect(await loadState(third.runtime)).toMatchObject({ status: 'completed', steps: [{ result: { ok: true, text: 'dropped old_orders' } }] });
+    expect(drops).toBe(1);
+    third.runtime.close();
   });
 
   it('a transform that throws fails the try with what it threw, naming the tool, its model call counted: not a crash of the worker', async () => {
