@@ -26,8 +26,11 @@ export function outputText(output: unknown, tool: string): string {
     const why = unstorableReason(output, error);
     throw new PermanentError(`tool ${tool} returned a value that cannot be stored as JSON (${why}); return plain data`);
   }
-  // JSON.stringify writes nothing for a function or a symbol.
-  if (text === undefined) throw new PermanentError(`tool ${tool} returned a ${typeof output}, which cannot be stored as JSON; return plain data`);
+  // JSON.stringify writes nothing for a function or a symbol, or for an object whose toJSON gives one or undefined.
+  if (text === undefined) {
+    const what = typeof output === 'object' ? 'an object whose toJSON gives nothing JSON holds' : `a ${typeof output}`;
+    throw new PermanentError(`tool ${tool} returned ${what}, which cannot be stored as JSON; return plain data`);
+  }
   return text;
 }
 

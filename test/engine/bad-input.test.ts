@@ -276,6 +276,7 @@ describe('bad input gets a clear error and nothing is lost', () => {
     ['has a field whose getter throws', () => ({ get rows(): number { throw new Error('cursor closed'); } }), 'tool write_row returned a value that cannot be stored as JSON (reading rows threw: cursor closed); return plain data'],
     ['is a function', () => () => 1, 'tool write_row returned a function, which cannot be stored as JSON; return plain data'],
     ['is a symbol', () => Symbol('row'), 'tool write_row returned a symbol, which cannot be stored as JSON; return plain data'],
+    ['is an object whose toJSON gives undefined', () => ({ toJSON: () => undefined }), 'tool write_row returned an object whose toJSON gives nothing JSON holds, which cannot be stored as JSON; return plain data'],
   ])('a tool output that %s fails the run at once with the reason, its effect run once (not a crash redelivered)', async (_what, output, reason) => {
     let calls = 0;
     const agent = defineAgent({
