@@ -6,6 +6,7 @@ import { makeDir } from '../make-dir.ts';
 import { BUSY_TIMEOUT_MS } from './busy.ts';
 import { damagedDatabaseHint, isDamaged } from './damaged.ts';
 import { refuseMovedFile, rememberFile } from './moved-file.ts';
+import { NewerLayoutError } from './newer-layout.ts';
 
 // Where the stores and the queue have long taken it from.
 export { isBusy } from './busy.ts';
@@ -356,7 +357,21 @@ const layoutOf = (db: Db): number => db.pragma('user_version', { simple: true })
 function refuseNewerLayout(db: Db, path: string): void {
   const layout = layoutOf(db);
   if (layout <= LAYOUT_VERSION) return;
-  throw new InvalidInputError(`the database ${path} has layout ${layout}, written by a newer stepwise release; this one reads layouts up to ${LAYOUT_VERSION}: work and read it with that release or a newer one (one release at a time)`);
+  throw new NewerLayoutError(`the database ${path} has layout ${layout}, written by a newer stepwise release; this one reads layouts up to ${LAYOUT_VERSION}: work and read it with that release or a newer one (one release at a time)`);
+}
+
+/**
+ * The layout checked again under each write lock. A worker checks it when it opens the file, and runs for
+ * weeks: a newer release's first process brings the file forward under it (its workers started before the
+ * old ones were stopped), and the old worker's writes then went on into tables it no longer knows. The
+ * layout 1 release's did so: each step called its model, then failed its decision's insert (NOT NULL
+ * steps.run_no), and was tried again, for good. A header field read in the transaction already begun
+ * (under a microsecond, against a step's 60).
+ */
+export function refuseLayoutChangedUnder(db: Db): void {
+  const layout = (preparedOnce(db)('PRAGMA user_version').get() as { user_version: number }).user_version;
+  if (layout <= LAYOUT_VERSION) return;
+  throw new NewerLayoutError(`the database ${db.name} was brought to layout ${layout} by a newer stepwise release while this process had it open; this one reads layouts up to ${LAYOUT_VERSION}, so it writes nothing more to it (this write was not kept): stop this release's workers, and work the file with that release or a newer one`);
 }
 
 /** The file brought to this layout says so, under the write lock (another process may be opening it too). */
@@ -601,11 +616,13 @@ function runner(db: Db): Database.Transaction<(fn: () => unknown) => unknown> {
  * BEGIN IMMEDIATE: take the write lock up front, so a read-then-write cannot be raced by another process.
  * Under it, the file is checked to be the one at the path still, at most every MOVED_FILE_CHECK_MS: a
  * checkpoint written to a file deleted or replaced under this connection would be lost (moved-file.ts), and
- * is refused, nothing written. A step's decision and the ledger's claim check each time, before an effect runs.
+ * is refused, nothing written. A step's decision and the ledger's claim check each time, before an effect
+ * runs. The file's layout is checked each time too (refuseLayoutChangedUnder).
  */
 export function immediate<T>(db: Db, fn: () => T): T {
   return runner(db).immediate(() => {
     refuseMovedFile(db);
+    refuseLayoutChangedUnder(db);
     return fn();
   }) as T;
 }

@@ -13,7 +13,7 @@ import { chooseModel } from '../llm/choose-model.ts';
 import { createLogger, withFields, type Logger } from '../log.ts';
 import { systemClock, type Model } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
-import { isDamaged } from './damaged.ts';
+import { stopsLocalWorker } from './newer-layout.ts';
 import { DEFAULT_DB_PATH, expandHome } from './paths.ts';
 import { openLocalRuntime, type LocalRuntime } from './runtime.ts';
 import { answerApproval, type AnswerOutcome } from '../waits/answer.ts';
@@ -102,7 +102,7 @@ async function workRun(
     for (;;) {
       if (options.signal?.aborted) round.abort();
       await runWorker(deps, runtime.queue.forRun(runId), {
-        signal: round.signal, waitMs: 250, stopOn: isDamaged,
+        signal: round.signal, waitMs: 250, stopOn: stopsLocalWorker,
         ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
         onHandled: (handled) => {
           options.onHandled?.(handled);

@@ -4,7 +4,7 @@ import type { RunStatus } from '../core/state.ts';
 import type { Clock, Delivery, QueueReceive, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, RunSummary, SendOptions, TakenMessage } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
-import { immediate, isBusy, latestVersionOf, newestCheckpointOf, preparedOnce, type Db, type Prepare } from './database.ts';
+import { immediate, isBusy, latestVersionOf, newestCheckpointOf, preparedOnce, refuseLayoutChangedUnder, type Db, type Prepare } from './database.ts';
 import { refuseMovedFile } from './moved-file.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
@@ -239,6 +239,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
     if (!anyVisible((text) => this.sql(text), filterOf(this.options), now)) return [];
+    // Nor from a file a newer release has brought forward: its step would ask its model, then be refused.
+    refuseLayoutChangedUnder(this.db);
     return takeVisible((text) => this.sql(text), { ...this.options, max, visibilityMs }, now);
   }
 }

@@ -2,10 +2,16 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidInputError } from '../../lib/core/errors.ts';
+import { cliExitCode } from '../../lib/cli/main.ts';
+import type { Handled } from '../../lib/engine/handle-message.ts';
+import { runWorker } from '../../lib/engine/worker-loop.ts';
 import { LAYOUT_VERSION, openDatabaseToRead } from '../../lib/local/database.ts';
+import { NewerLayoutError, stopsLocalWorker } from '../../lib/local/newer-layout.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { ROOT, stepwiseCli } from '../support/cli.ts';
-import { ManualClock, tempDb } from '../support/harness.ts';
+import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
+import { ManualClock, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
+import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 import { keyCheckpointsAsBefore } from '../support/old-files.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 
@@ -112,5 +118,42 @@ describe("the SQLite file's layout version", () => {
     const copy = openDatabaseToRead(db.path);
     expect(copy.prepare('SELECT count(*) AS n FROM runs').get()).toEqual({ n: 1 });
     copy.close();
+  });
+
+  it('brought forward by a newer release while a worker of this one runs: the worker writes nothing more, applies no effect, and stops in one line (exit 2)', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const model = new StubModel(writeRowsScript(4));
+    const a = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+    try {
+      await start(a.deps, 'write 4 rows', 'r');
+      let handled = 0;
+      const worker = runWorker(a.deps, a.runtime.queue, {
+        visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0, stopOn: stopsLocalWorker,
+        onHandled: (h: Handled) => {
+          // After step 1, a newer release's first process opens the file and brings it to its layout.
+          if (++handled === 1) {
+            const newer = new Database(db.path);
+            newer.pragma(`user_version = ${LAYOUT_VERSION + 1}`);
+            newer.close();
+          }
+          return h.action === 'ack' && h.outcome?.kind === 'advanced' && h.outcome.state.status === 'completed';
+        },
+      });
+      let stopped: unknown;
+      await worker.catch((error: unknown) => { stopped = error; });
+      expect(stopped).toBeInstanceOf(NewerLayoutError);
+      expect((stopped as Error).message).toBe(`the database ${db.path} was brought to layout ${LAYOUT_VERSION + 1} by a newer stepwise release while this process had it open; this one reads layouts up to ${LAYOUT_VERSION}, so it writes nothing more to it (this write was not kept): stop this release's workers, and work the file with that release or a newer one`);
+      expect(cliExitCode(stopped)).toBe(2);
+      // Step 2's decision, written before its tool runs, was refused: no effect, no checkpoint past step 1.
+      expect(rows.received).toEqual(['r/step-1']);
+      expect(await loadState(a.runtime, 'r')).toMatchObject({ status: 'running', step: 1 });
+      expect((await a.runtime.store.history('r')).map((h) => h.version)).toEqual([1, 2]);
+      // The message it held is handed back for the newer release's workers, its receive uncounted.
+      expect(a.runtime.db.prepare("SELECT receipt, receive_count FROM queue WHERE run_id = 'r'").get()).toEqual({ receipt: null, receive_count: 0 });
+    } finally {
+      a.runtime.close();
+    }
   });
 });

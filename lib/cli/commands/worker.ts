@@ -3,13 +3,13 @@ import { sweepRunsAndTimers } from '../../engine/sweep.ts';
 import { parseMessage } from '../../engine/handle-message.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
 import { describeRefusal } from '../../aws/refusal.ts';
-import { isDamaged } from '../../local/damaged.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
 import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { progressLine } from '../progress.ts';
 import { onExitInStep } from '../exit-in-step.ts';
 import { onStopSignals } from '../stop-signals.ts';
+import { stopsLocalWorker } from '../../local/newer-layout.ts';
 import type { Delivery } from '../../ports.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
@@ -94,8 +94,9 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
       ...(options.stallMs ? { stallMs: options.stallMs } : {}),
       ...(options.concurrency ? { concurrency: options.concurrency } : {}),
       inHand,
-      // A damaged file stops the worker (exit 2, with what to do), where it retried each step for good.
-      ...(runtime.kind === 'local' ? { stopOn: isDamaged } : {}),
+      // A damaged file, or one a newer release brought forward under it, stops the worker (exit 2, with
+      // what to do), where it retried each step for good.
+      ...(runtime.kind === 'local' ? { stopOn: stopsLocalWorker } : {}),
       // SQS cannot show which runs have a message, nor hold a timer for days: without the sweeper
       // function (off Lambda), this worker does its work, for its agent's runs.
       ...(runtime.kind === 'aws' ? {
