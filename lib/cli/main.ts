@@ -1,6 +1,6 @@
 import { writeSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { StepwiseError } from '../core/errors.ts';
+import { NewerFormatError, StepwiseError } from '../core/errors.ts';
 import { DECIMAL, DIGITS, dollarsAboveZero, wholeAboveZero } from '../core/limit-text.ts';
 import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, chooseLogLevel, setLogFormat } from '../log-format.ts';
@@ -350,9 +350,13 @@ export async function runCli(): Promise<void> {
   }
 }
 
-/** Bad input is the user's to fix: exit code 2, its line saying what to fix. Anything else is ours: exit 1. */
+/**
+ * Bad input is the user's to fix: exit code 2, its line saying what to fix. Anything else is ours: exit 1.
+ * A run of a newer format than this release reads (an approve, cancel, show or fork after a rollback) is
+ * the user's too: run again with this release it is refused again, where exit 1 asked for just that.
+ */
 export function cliExitCode(error: unknown): 1 | 2 {
-  const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError);
+  const userError = error instanceof StepwiseError && (error.permanent || error instanceof StepwiseUsageError || error instanceof NewerFormatError);
   const parseError = error instanceof TypeError && 'code' in error && String((error as { code: unknown }).code).startsWith('ERR_PARSE_ARGS');
   return userError || parseError || readOnlyDatabase(error) || isDamaged(error) || awsRefusal(error) ? 2 : 1;
 }
