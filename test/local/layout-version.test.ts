@@ -94,6 +94,14 @@ describe("the SQLite file's layout version", () => {
     expect(drift.code).toBe(0);
     expect(layoutOf(db.path)).toEqual(before);
 
+    // watch reads the copy too, taken once: a run still moving in it would never move, so it is refused,
+    // saying why (the run's own lines and nothing more, until stopped, were all it printed).
+    const watch = await cli(['watch', 'r']);
+    expect(watch.code).toBe(2);
+    expect(watch.out).toBe('');
+    expect(watch.err.trim()).toBe(`stepwise: run r is running in ${db.path}, a file of an older layout that this release reads from a copy taken once, in which it would never move (the older release's workers are still on it): watch it with that release, or once a worker of this release has brought the file to this layout`);
+    expect(layoutOf(db.path)).toEqual(before);
+
     // The first command that may write brings the file forward, as before.
     openLocalRuntime({ dbPath: db.path }).close();
     expect(layoutOf(db.path).layout).toBe(LAYOUT_VERSION);

@@ -5,7 +5,7 @@ import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
 import { isTerminal, type RunState, type RunStatus } from '../../core/state.ts';
 import { resumeLoad } from '../../engine/step-cache.ts';
 import type { CheckpointStore } from '../../ports.ts';
-import { openBackend, type CliOptions } from '../context.ts';
+import { dbPath, openBackend, type CliOptions } from '../context.ts';
 import { recordLine, stateLine } from '../progress.ts';
 import { onStopSignals } from '../stop-signals.ts';
 
@@ -26,6 +26,12 @@ const LINES_AT_ONCE = 200;
 export async function watchCommand(runId: string | undefined, options: CliOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise watch <runId>');
   const runtime = await openBackend(options, ['table'], { readOnly: true });
+  try {
+    refuseFrozenCopy(runtime, runId, options);
+  } catch (error) {
+    runtime.close();
+    throw error;
+  }
   const stop = new AbortController();
   let stoppedBy: NodeJS.Signals = 'SIGINT';
   const offSignals = onStopSignals((signal) => { stoppedBy = signal; stop.abort(); });
@@ -39,6 +45,19 @@ export async function watchCommand(runId: string | undefined, options: CliOption
     offSignals();
     runtime.close();
   }
+}
+
+/**
+ * A SQLite file of an older layout (its release's workers still on it, mid-deploy) is read from a copy in
+ * memory, taken once as the command opens it (openDatabaseToRead): a run still moving never moved in it, and
+ * watch printed its first line, then nothing, until stopped ("the run goes on", though it had ended). An
+ * ended run is watched from the copy as from the file; a moving one is refused, saying with what to watch it.
+ */
+function refuseFrozenCopy(runtime: Awaited<ReturnType<typeof openBackend>>, runId: string, options: CliOptions): void {
+  if (!runtime.local?.db.memory) return;
+  const status = (runtime.local.db.prepare('SELECT status FROM runs WHERE run_id = ?').get(runId) as { status: RunStatus } | undefined)?.status;
+  if (status === undefined || isTerminal(status)) return;
+  throw new InvalidInputError(`run ${runId} is ${status} in ${dbPath(options)}, a file of an older layout that this release reads from a copy taken once, in which it would never move (the older release's workers are still on it): watch it with that release, or once a worker of this release has brought the file to this layout`);
 }
 
 /**
