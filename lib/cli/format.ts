@@ -181,15 +181,20 @@ export function showStepText(s: StepView, fallbackModel: string, options: { full
     // log) passed each as an argument and overflowed the stack.
     lines.push(`  result  (${s.result.bytes} B from ${s.result.ref})`, `    ${s.output.replaceAll('\n', '\n    ')}`);
   } else {
-    lines.push(`  result  ${options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT)}`);
+    // As the input: a result's text comes from a tool reading outside data, and is shown revealed too.
+    lines.push(`  result  ${revealedJson(options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT))}`);
     if (s.outputMissing) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store no longer has)`);
     else if (s.result.ref) lines.push(`          (${s.result.bytes} B stored by ref ${s.result.ref}; --full shows it)`);
   }
   return lines.join('\n');
 }
 
+/**
+ * A call's arguments as the operator can read them: a character that hides or reorders text as its escape
+ * (revealedJson), as the approval's page and email show it; `"\u202eswor_dlo"` printed raw read as old_rows.
+ */
 function excerpt(value: unknown, full = false): string {
-  const text = JSON.stringify(value ?? null);
+  const text = revealedJson(JSON.stringify(value ?? null));
   return full ? text : oneLine(text, INPUT_EXCERPT);
 }
 

@@ -11,6 +11,21 @@ const view = (output: string): RunView => ({
   }],
 });
 
+describe('show as text', () => {
+  it('writes the characters that hide or reorder text in a step\'s input and result as their escapes, cut or --full', () => {
+    const hostile: RunView = { ...view('x'), steps: [{
+      step: 1, tool: 'drop_table', input: { table: '\u202eswor_dlo', note: 'a\u2028b\u200bc' }, at: 0, workerId: 'w',
+      result: { ok: true, bytes: 30, text: '{"dropped":"\u202eswor_dlo"}' },
+    }] };
+    for (const full of [false, true]) {
+      const text = showText(hostile, 'claude-sonnet-4-5', { full });
+      expect(text).toContain('  input   {"table":"\\u202eswor_dlo","note":"a\\u2028b\\u200bc"}');
+      expect(text).toContain('  result  {"dropped":"\\u202eswor_dlo"}');
+      expect(text).not.toMatch(/[\u202e\u2028\u200b]/);
+    }
+  });
+});
+
 describe('show --full as text', () => {
   it('prints an output of a few hundred thousand lines whole, each line indented', () => {
     // A 5 MB log: 400,000 lines.
