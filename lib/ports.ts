@@ -180,11 +180,14 @@ export interface CheckpointStore {
   addRestarts(runId: string, expectedVersion: number, delta: number): Promise<number>;
   /**
    * Asks a running run to stop at its next step boundary: `request` (who, when, why) is kept on the run and
-   * load() returns it as `cancelRequested`. Fenced on the version (StaleVersionError), but like addRestarts
-   * it writes no checkpoint and leaves the version as it is, so a step already running still commits; the
-   * commits after it keep the request.
+   * load() returns it as `cancelRequested`. Like addRestarts it writes no checkpoint and leaves the version
+   * as it is, so a step already running still commits; the commits after it keep the request. Fenced on the
+   * run still running, at `expectedVersion` or any later version (StaleVersionError once it waits or has
+   * ended, or for no such run), not on that version alone: a request stands for whatever step runs now, and
+   * one fenced on the version it read lost every try to a run stepping faster than the read. Returns the
+   * version it was written beside.
    */
-  requestCancel(runId: string, expectedVersion: number, request: string): Promise<void>;
+  requestCancel(runId: string, expectedVersion: number, request: string): Promise<number>;
   /**
    * Marks a run whose latest checkpoint cannot be read as failed, keeping the unreadable data. Returns the
    * step the store's own columns hold for it (the head cannot say), for the failure's log line.

@@ -255,11 +255,23 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return Number(result.Attributes?.[RESTARTS_ATTRIBUTE] ?? 0);
   }
 
-  async requestCancel(runId: string, expectedVersion: number, request: string): Promise<void> {
+  async requestCancel(runId: string, expectedVersion: number, request: string): Promise<number> {
     const e = new Expression();
-    // On the head, fenced on the version, which it leaves as it is: no checkpoint, no history row, so a
-    // step running now still commits (and its commit, which sets only what it names, keeps this).
-    await this.updateFenced(runId, expectedVersion, e, e.update({ [CANCEL_ATTRIBUTE]: request }));
+    // On the head, fenced on the run still running at this version or a later one, which it leaves as it
+    // is: no checkpoint, no history row, so a step running now still commits (and its commit, which sets
+    // only what it names, keeps this).
+    const update = e.update({ [CANCEL_ATTRIBUTE]: request });
+    const condition = `${e.name('status')} = ${e.value('running')} AND ${e.name('version')} >= ${e.value(expectedVersion)}`;
+    try {
+      const written = await retryConflicts(() => this.options.doc.send(new UpdateCommand({
+        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
+        UpdateExpression: update, ConditionExpression: condition, ...e.params(), ReturnValues: 'ALL_NEW',
+      })));
+      return Number(written.Attributes?.version);
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion);
+      throw error;
+    }
   }
 
   /** An update of the head, only at `expectedVersion` (else StaleVersionError). */

@@ -206,11 +206,14 @@ export class SqliteCheckpointStore implements CheckpointStore {
     });
   }
 
-  async requestCancel(runId: string, expectedVersion: number, request: string): Promise<void> {
-    immediate(this.db, () => {
-      // Fenced, but not a checkpoint: the version stays, so a step running now still commits.
-      this.assertVersion(runId, expectedVersion);
+  async requestCancel(runId: string, expectedVersion: number, request: string): Promise<number> {
+    return immediate(this.db, () => {
+      // Fenced on the run still running, at this version or a later one, but not a checkpoint: the version
+      // stays, so a step running now still commits.
+      const current = this.sql(FENCE).get(runId) as Fence | undefined;
+      if (!current || current.status !== 'running' || current.version < expectedVersion) throw new StaleVersionError(runId, expectedVersion);
       this.sql('UPDATE runs SET cancel_requested = ? WHERE run_id = ?').run(request, runId);
+      return current.version;
     });
   }
 

@@ -84,11 +84,12 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       const before = (await s().load(runId))!;
       const historyBefore = await s().history(runId);
       expect(before.cancelRequested).toBeUndefined();
-      // Fenced on the version, and a miss changes nothing.
-      await expect(s().requestCancel(runId, 1, 'by ops')).rejects.toBeInstanceOf(StaleVersionError);
+      // Fenced on the run, and a miss changes nothing.
       await expect(s().requestCancel(uniqueRunId('cancel-nobody'), 1, 'by ops')).rejects.toBeInstanceOf(StaleVersionError);
       expect((await s().load(runId))!.cancelRequested).toBeUndefined();
-      await s().requestCancel(runId, 2, 'by ops at noon');
+      // Asked by one who read an older version of the run, still running: a step committed since, and the
+      // request stands for the step running now. Written beside the latest version, which it returns.
+      expect(await s().requestCancel(runId, 1, 'by ops at noon')).toBe(2);
       const after = (await s().load(runId))!;
       expect(after).toEqual({ ...before, cancelRequested: 'by ops at noon' });
       expect((await s().load(runId, { afterStep: 1 }))!.cancelRequested).toBe('by ops at noon');
@@ -100,6 +101,10 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(stepped).toMatchObject({ version: 3, cancelRequested: 'by ops at noon' });
       // A run that ends, however it ends, has answered the request: a retry later starts without it.
       await s().commit({ runId, expectedVersion: 3, state: complete(decodeState(stepped), 'done anyway', undefined, 9_500), ...META });
+      expect((await s().load(runId))!.cancelRequested).toBeUndefined();
+      // A run that is not running (ended here; a waiting one too) takes no request, whatever version is given.
+      await expect(s().requestCancel(runId, 3, 'by ops later')).rejects.toBeInstanceOf(StaleVersionError);
+      await expect(s().requestCancel(runId, 4, 'by ops later')).rejects.toBeInstanceOf(StaleVersionError);
       expect((await s().load(runId))!.cancelRequested).toBeUndefined();
     });
 

@@ -275,6 +275,62 @@ describe('cancel', () => {
     });
   }
 
+  it('a run that steps between every look of the cancel and its write is still asked to stop', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const model = new StubModel(writeRowsScript(20));
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    // A worker stepping fast (a quick tool, an offline model): after each of the cancel's reads, a step
+    // commits before its write. The request was fenced on the version read, so every try was stale, and
+    // `stepwise cancel` failed with "stale write for run ...: version n is no longer the latest".
+    const store = new Proxy(w.runtime.store, {
+      get(target, name, receiver) {
+        if (name !== 'load') return Reflect.get(target, name, receiver);
+        return async (...args: Parameters<typeof target.load>) => {
+          const stored = await target.load(...args);
+          await advance(w.deps, 'run');
+          return stored;
+        };
+      },
+    });
+    const outcome = await cancelRun({ ...w.deps, store }, 'run', { by: 'ops@example.com', reason: 'wrong table' });
+    expect(outcome).toMatchObject({ outcome: 'requested', runId: 'run', version: 3 });
+    expect((await w.runtime.store.load('run'))!).toMatchObject({ status: 'running', version: 3, cancelRequested: expect.stringMatching(/wrong table$/) });
+    await drain(w.deps, w.runtime, clock);
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 2, reason: expect.stringMatching(/^cancelled by ops@example\.com at .*: wrong table$/) });
+    expect(model.stepsAsked()).toEqual([1, 2]);
+    w.runtime.close();
+  });
+
+  it('a cancel whose run begins a wait between its look and its write cancels the waiting run', async () => {
+    const { w, held } = heldAtApproval();
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    // The cancel reads the run running at step 1; before it writes, step 2 saves the approval wait.
+    const stepping = advance(w.deps, 'run');
+    await held.reached;
+    let looks = 0;
+    const store = new Proxy(w.runtime.store, {
+      get(target, name, receiver) {
+        if (name !== 'load') return Reflect.get(target, name, receiver);
+        return async (...args: Parameters<typeof target.load>) => {
+          const stored = await target.load(...args);
+          if (looks++ === 0) {
+            held.open();
+            expect(await stepping).toMatchObject({ kind: 'advanced', state: { status: 'waiting' } });
+          }
+          return stored;
+        };
+      },
+    });
+    expect(await cancelRun({ ...w.deps, store }, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'cancelled', runId: 'run', version: 4 });
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled' });
+    w.runtime.close();
+  });
+
   it('refuses to cancel a run that ended, or one that does not exist', async () => {
     db = tempDb();
     const clock = new ManualClock();

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import Database from 'better-sqlite3';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { writeFileSync } from 'node:fs';
@@ -223,7 +224,11 @@ describe('approval links', () => {
 
   it('a link of a waiting run with a cancel on its way says it takes no answer, with no buttons; a press changes nothing but the cancel', async () => {
     const { link } = await waitingRun('cancelling');
-    await app.runtime.store.requestCancel('cancelling', await version('cancelling'), 'by ops@example.com at 2026-12-06T15:00:00.000Z');
+    // As a cancel asked for while the step that began the wait ran leaves it: requestCancel takes none for a
+    // run already waiting (cancelRun cancels that one at once), so the request is written as that step left it.
+    const file = new Database(join(app.dir, 'stepwise.db'));
+    file.prepare('UPDATE runs SET cancel_requested = ? WHERE run_id = ?').run('by ops@example.com at 2026-12-06T15:00:00.000Z', 'cancelling');
+    file.close();
     const page = await fetch(link);
     expect(page.status).toBe(409);
     const html = await page.text();

@@ -56,7 +56,6 @@ describe('the SQLite checkpoint layout', () => {
     // Version 3 is free now: a writer that read version 2 must still be refused, by every fenced write.
     await expect(runtime.store.commit({ runId: 'r', expectedVersion: 2, state: stateAfter('r', 3), appended: recordFor('r', 3), ...META })).rejects.toBeInstanceOf(StaleVersionError);
     await expect(runtime.store.addRestarts('r', 2, 1)).rejects.toBeInstanceOf(StaleVersionError);
-    await expect(runtime.store.requestCancel('r', 2, 'ops')).rejects.toBeInstanceOf(StaleVersionError);
     await expect(runtime.store.recordDecision('r', 2, decisionFor('r', 3))).rejects.toBeInstanceOf(StaleVersionError);
     await expect(runtime.store.markUnreadable('r', 2, 'unreadable', META)).rejects.toBeInstanceOf(StaleVersionError);
     expect((await runtime.store.history('r')).map((h) => h.version)).toEqual([5]);

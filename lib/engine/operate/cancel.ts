@@ -66,14 +66,16 @@ export async function cancelRun(deps: OperateDeps, runId: string, input: CancelI
           return { outcome: 'requested', runId, version: stored.version, request: stored.cancelRequested, earlier: true };
         }
         const request = cancelRequest(by, deps.clock.now(), input.reason);
-        await deps.store.requestCancel(runId, stored.version, request);
-        deps.log.info({ event: 'cancel-requested', runId, version: stored.version, request }, 'cancel requested: the run stops at its next step boundary');
+        // Written while the run is still running, at the version read or a later one (a step committed since).
+        const version = await deps.store.requestCancel(runId, stored.version, request);
+        deps.log.info({ event: 'cancel-requested', runId, version, request }, 'cancel requested: the run stops at its next step boundary');
         // A delivery soon applies it, even if the run's message was lost: a no-op while that message is live,
         // but on the local file a message waiting out a failed try's backoff is made due now (SqliteQueue.redrive).
-        await deps.queue.redrive({ runId, version: stored.version }, { token: redriveToken(request) });
-        const version = await applyIfIdle(deps, stored, request);
-        if (version !== undefined) return { outcome: 'cancelled', runId, version, request, idle: true };
-        return { outcome: 'requested', runId, version: stored.version, request };
+        await deps.queue.redrive({ runId, version }, { token: redriveToken(request) });
+        // Written beside a later version, the run took a step since it was read: a worker is working it.
+        const cancelled = version === stored.version ? await applyIfIdle(deps, stored, request) : undefined;
+        if (cancelled !== undefined) return { outcome: 'cancelled', runId, version: cancelled, request, idle: true };
+        return { outcome: 'requested', runId, version, request };
       }
       if (stored.cancelRequested !== undefined) {
         const version = await commitCancel(deps, stored.version, decodeState(stored), stored.cancelRequested);
