@@ -1,6 +1,6 @@
 import { writeSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { NewerFormatError, StepwiseError } from '../core/errors.ts';
+import { NewerFormatError, StaleVersionError, StepwiseError, movedOnText } from '../core/errors.ts';
 import { DECIMAL, DIGITS, dollarsAboveZero, wholeAboveZero } from '../core/limit-text.ts';
 import type { Budget } from '../core/state.ts';
 import { chooseLogFormat, chooseLogLevel, setLogFormat } from '../log-format.ts';
@@ -388,6 +388,7 @@ export function cliErrorLine(error: unknown): string {
   // the request is invalid.") and said neither that nor what to do.
   const refusal = awsRefusal(error);
   if (refusal) return `${(error as Error).name}: ${line.replace(/\.$/, '')}: ${refusalFix(refusal)}`;
+  if (error instanceof StaleVersionError) return movedOnText(error);
   if (readOnlyDatabase(error)) {
     return `${line}: this user cannot write the database (--db, STEPWISE_DB) or the directory that holds it, where SQLite keeps its -wal and -shm files; give write access to both, or pick another --db`;
   }

@@ -68,6 +68,14 @@ export class StaleVersionError extends StepwiseError {
   }
 }
 
+/**
+ * An operator's request (cancel, answer, retry, fork) that lost to the run at each of its tries: said as
+ * that, with what to do, where the store's own words ("stale write ... no longer the latest") named neither.
+ */
+export function movedOnText(error: StaleVersionError): string {
+  return `run ${error.runId} moved on under this request at each of its tries (a step or an answer was written first, the last at version ${error.expectedVersion + 1} or later): look at the run, and ask again if it still applies`;
+}
+
 export class UnknownRunError extends PermanentError {
   constructor(readonly runId: string) {
     super(`unknown run: ${runId}`);

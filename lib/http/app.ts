@@ -1,7 +1,9 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { NewerFormatError, RunIdInUseError, RunIdTakenError, RunStateError, StepwiseError, UnknownRunError, UnreadableCheckpointError, errorMessage, isPermanent } from '../core/errors.ts';
+import {
+  NewerFormatError, RunIdInUseError, RunIdTakenError, RunStateError, StaleVersionError, StepwiseError, UnknownRunError, UnreadableCheckpointError, errorMessage, isPermanent, movedOnText,
+} from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { isDiskFull } from '../local/disk-full.ts';
 import { MessageNotSentError } from '../send-with-write.ts';
@@ -60,6 +62,8 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof RunIdInUseError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId });
     // A retry or cancel the run's status refuses: a conflict with the run's state, not a malformed request.
     if (error instanceof RunStateError) return answer(409, 'Not done', { error: error.message, runId: error.runId, status: error.status });
+    // The run moved on under the request at every try: a conflict with the run as it is now, where it was a 500.
+    if (error instanceof StaleVersionError) return answer(409, 'The run moved on', { error: movedOnText(error), runId: error.runId });
     // A checkpoint no code can read is the store's fault, not the request's: a 500 that says which, as the
     // inspector's page does, where it was a 400 telling the caller to fix what it sent.
     const unreadable = error instanceof UnreadableCheckpointError ? error : error instanceof StepwiseError && error.cause instanceof UnreadableCheckpointError ? error.cause : undefined;
