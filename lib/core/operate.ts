@@ -96,7 +96,11 @@ export function retryState(state: RunState, options: RetryOptions, usd?: number,
     // A run that ended as it should (completed) or by a person's word (cancelled) is not continued in
     // place; a fork takes its state on under a new id.
     const fork = state.status === 'completed' || state.status === 'cancelled' ? `; fork it from step ${state.step} to go on from its state` : '';
-    throw new RunStateError(state.runId, state.status, `run ${state.runId} is ${state.status}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried${fork}`);
+    // Two retries at once: the one that lost read its refusal as its own options refused, not as the run
+    // going on under the other's (its --step-cap never said dropped). The cap it goes on with, and that
+    // nothing of this one's was applied.
+    const live = state.status === 'running' || state.status === 'waiting' ? ` (at step ${state.step} of at most ${state.stepCap}: nothing of this retry was applied; another may have just continued it)` : '';
+    throw new RunStateError(state.runId, state.status, `run ${state.runId} is ${state.status}${live}; only a ${RETRYABLE_STATUSES.join(', ')} run can be retried${fork}`);
   }
   const stepCap = options.stepCap ?? (state.status === 'capped' ? defaultRaisedCap(state) : state.stepCap);
   checkStepCap(stepCap);

@@ -76,7 +76,10 @@ describe('retry', () => {
     const clock = new ManualClock();
     const w = workerProcess({ dbPath: db.path, agent: rowsAgent(new FakeRows()), model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
     await start(w.deps);
-    await expect(retryRun(w.deps, 'run', {})).rejects.toThrow(/run run is running; only a failed, capped, over-budget run can be retried/);
+    // Said with the cap it goes on with: a retry that lost to another one at once learns its options were not applied.
+    await expect(retryRun(w.deps, 'run', { stepCap: 20 })).rejects.toThrow(
+      'run run is running (at step 0 of at most 60: nothing of this retry was applied; another may have just continued it); only a failed, capped, over-budget run can be retried',
+    );
     await drain(w.deps, w.runtime, clock);
     await expect(retryRun(w.deps, 'run', {})).rejects.toThrow(/is completed/);
     await start(w.deps, 'goal', 'stop-me');
