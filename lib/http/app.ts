@@ -6,6 +6,7 @@ import {
 } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { isDiskFull } from '../local/disk-full.ts';
+import { NewerLayoutError } from '../local/newer-layout.ts';
 import { MessageNotSentError } from '../send-with-write.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
@@ -60,6 +61,9 @@ export function createHttpApp(deps: HttpDeps): Hono {
     if (error instanceof RunIdTakenError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId, agent: error.runAgent });
     // A fork under the id of another run: a conflict with that run, as a start's is, not a malformed request.
     if (error instanceof RunIdInUseError) return answer(409, 'Run id taken', { error: error.message, runId: error.runId });
+    // The file was brought to a newer layout under this server (a newer release's worker started): this
+    // code writes nothing more to it. Said as that, where it read as a bad request (400).
+    if (error instanceof NewerLayoutError) return answer(409, 'Newer code needed', { error: error.message });
     // A retry or cancel the run's status refuses: a conflict with the run's state, not a malformed request.
     if (error instanceof RunStateError) return answer(409, 'Not done', { error: error.message, runId: error.runId, status: error.status });
     // The run moved on under the request at every try: a conflict with the run as it is now, where it was a 500.
