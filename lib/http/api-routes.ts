@@ -153,11 +153,16 @@ export function apiRoutes(deps: HttpDeps): Hono {
     if (after !== undefined && waitSeconds !== undefined) {
       // The head alone at each look (no step records): the run's version and status, until it moves past `after`.
       const until = performance.now() + waitSeconds * 1000;
+      // A client that goes away mid-wait (a timeout of its own, a closed tab) ends the wait: the looks went
+      // on every 250 ms for the rest of its seconds, for nobody.
+      const gone = c.req.raw.signal;
       for (;;) {
         const head = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
         if (!head) return c.json({ error: `unknown run: ${runId}` }, 404);
         if (head.version > after || isTerminal(head.status) || performance.now() >= until) break;
-        await sleep(Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now())));
+        await sleep(Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now())), undefined, { signal: gone }).catch(() => undefined);
+        // Nobody reads this answer: 499, nginx's "client closed request", for whatever logs it.
+        if (gone.aborted) return new Response(null, { status: 499 });
       }
     }
     const stored = await deps.store.load(runId);

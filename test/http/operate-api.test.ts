@@ -179,3 +179,40 @@ describe('operating runs through the API', () => {
     }
   });
 });
+
+/** Counts the head reads (a long poll's looks) of one run, from when it is called. */
+function countLooks(store: typeof app.runtime.store, runId: string): { looks(): number; stop(): void } {
+  const load = store.load.bind(store);
+  let looks = 0;
+  store.load = async (id, options) => {
+    if (id === runId && options?.afterStep === Number.MAX_SAFE_INTEGER) looks++;
+    return load(id, options);
+  };
+  return { looks: () => looks, stop: () => { store.load = load; } };
+}
+
+async function untilLooks(count: () => number, least: number): Promise<void> {
+  while (count() < least) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
+describe('a long poll of GET /runs/:id', () => {
+  it('stops looking at the run once its client has gone, where it looked every 250 ms for the rest of its seconds', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-gone' })).status).toBe(201);
+    const counted = countLooks(app.runtime.store, 'op-gone');
+    try {
+      const client = new AbortController();
+      const polled = app.api('/runs/op-gone?after=1&waitSeconds=20', { signal: client.signal }).catch(() => 'aborted');
+      await untilLooks(counted.looks, 2);
+      client.abort();
+      expect(await polled).toBe('aborted');
+      // A second (four looks' time) for the close to reach the server, then another: no look in it.
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const settled = counted.looks();
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      expect(counted.looks()).toBe(settled);
+    } finally {
+      counted.stop();
+    }
+  });
+
+});
