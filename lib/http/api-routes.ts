@@ -154,12 +154,15 @@ export function apiRoutes(deps: HttpDeps): Hono {
       // The head alone at each look (no step records): the run's version and status, until it moves past `after`.
       const until = performance.now() + waitSeconds * 1000;
       // A client that goes away mid-wait (a timeout of its own, a closed tab) ends the wait: the looks went
-      // on every 250 ms for the rest of its seconds, for nobody.
+      // on every 250 ms for the rest of its seconds, for nobody, and after serve had stopped and closed the
+      // file, each left an http-error line ("The database connection is not open").
       const gone = c.req.raw.signal;
       for (;;) {
         const head = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
         if (!head) return c.json({ error: `unknown run: ${runId}` }, 404);
-        if (head.version > after || isTerminal(head.status) || performance.now() >= until) break;
+        // A server stopping answers with the run as it stands, as when the seconds pass: the long poll held
+        // serve's stop for its whole grace, then lost its connection with no answer.
+        if (head.version > after || isTerminal(head.status) || performance.now() >= until || deps.stopping?.aborted) break;
         await sleep(Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now())), undefined, { signal: gone }).catch(() => undefined);
         // Nobody reads this answer: 499, nginx's "client closed request", for whatever logs it.
         if (gone.aborted) return new Response(null, { status: 499 });

@@ -24,4 +24,10 @@ export interface HttpDeps extends AnswerDeps {
    * STEPWISE_PUBLIC_URL https://host/stepwise): the inspector's links, redirects and cookie carry it.
    */
   pathPrefix?: string;
+  /**
+   * Aborted when the server is stopping (`stepwise serve` told SIGTERM): a long poll of GET /runs/:id in hand
+   * answers at its next look with the run as it stands, rather than hold the stop until its connection is cut.
+   * Read at each look: no request adds a listener to a signal that lives as long as the server.
+   */
+  stopping?: AbortSignal;
 }

@@ -139,6 +139,31 @@ describe('the stepwise command under the conditions of a real deployment', () =>
       server.child.kill('SIGKILL');
     }
   });
+
+  it('serve, sent SIGTERM with a long poll in hand, answers it with the run as it stands and stops, where it cut it unanswered and then logged an error', { timeout: 60_000 }, async () => {
+    const port = await freePort();
+    const token = 'a-token-long-enough-to-serve';
+    const env = { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: token };
+    const server = runStepwise(['serve', '--agent', AGENT, '--port', String(port)], env);
+    try {
+      await server.line(/^serving agent /);
+      const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+      // No worker: the run stays at version 1, and the poll would wait its 20 seconds.
+      expect((await fetch(`http://127.0.0.1:${port}/runs`, { method: 'POST', headers, body: JSON.stringify({ goal: 'g', runId: 'long-poll-at-stop' }) })).status).toBe(201);
+      const polled = fetch(`http://127.0.0.1:${port}/runs/long-poll-at-stop?after=1&waitSeconds=20`, { headers })
+        .then(async (r) => ({ status: r.status, body: await r.json() as { run: { version: number } } }), (error: unknown) => ({ status: 0, body: String(error) }));
+      await new Promise((r) => setTimeout(r, 500));
+      server.child.kill('SIGTERM');
+      expect(await polled).toMatchObject({ status: 200, body: { run: { version: 1 } } });
+      const [code] = await once(server.child, 'exit') as [number | null];
+      expect(code).toBe(0);
+      expect(server.out().trim().split('\n').at(-1)).toBe('stopped');
+      // The poll's looks went on after serve closed the file: "The database connection is not open".
+      expect(server.err()).toBe('');
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
 });
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');

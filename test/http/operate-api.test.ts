@@ -215,4 +215,22 @@ describe('a long poll of GET /runs/:id', () => {
     }
   });
 
+  it('answers with the run as it stands once the server is stopping, where it held the stop until its connection was cut', async () => {
+    const stopping = new AbortController();
+    const stoppable = await startHttpApp({ stopping: stopping.signal });
+    try {
+      expect((await stoppable.api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'op-stop' }) })).status).toBe(201);
+      const counted = countLooks(stoppable.runtime.store, 'op-stop');
+      const polled = stoppable.api('/runs/op-stop?after=1&waitSeconds=20').then(json);
+      await untilLooks(counted.looks, 2);
+      stopping.abort();
+      const atStop = counted.looks();
+      expect(await polled).toMatchObject({ status: 200, body: { run: { runId: 'op-stop', version: 1, status: 'running' } } });
+      // Its next look answers: the rest of the 20 seconds' 80 are not taken.
+      expect(counted.looks()).toBeLessThanOrEqual(atStop + 1);
+      counted.stop();
+    } finally {
+      await stoppable.close();
+    }
+  });
 });

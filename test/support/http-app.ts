@@ -15,7 +15,7 @@ import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
 export const API_TOKEN = 'test-token-123';
 
 /** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
-export async function startHttpApp(options: { approvers?: string[] } = {}) {
+export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
@@ -29,6 +29,7 @@ export async function startHttpApp(options: { approvers?: string[] } = {}) {
   const app = createHttpApp({
     store: worker.runtime.store, blobs: worker.runtime.blobs, queue: worker.runtime.queue, clock, workerId: 'api', codeVersion: 'test',
     log: worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
+    ...(options.stopping ? { stopping: options.stopping } : {}),
   });
   const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));

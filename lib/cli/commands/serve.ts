@@ -64,13 +64,14 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   if (!backend.waits.signingKey) throw new InvalidInputError(`no approval signing key is configured: on the AWS backend set ${SIGNING_KEY_SECRET_ENV} (a Secrets Manager secret) or ${SIGNING_KEY_FILE_ENV} (a file)`);
   // A proxy serving the app under STEPWISE_PUBLIC_URL's path takes it off: the inspector's links put it back.
   const pathPrefix = new URL(publicUrlOf(process.env) ?? 'http://127.0.0.1').pathname.replace(/\/+$/, '');
+  const stopping = new AbortController();
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, signingKey: backend.waits.signingKey,
     events: backend.waits.events, apiToken,
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',
-    ...(pathPrefix ? { pathPrefix } : {}),
+    ...(pathPrefix ? { pathPrefix } : {}), stopping: stopping.signal,
   });
   const server = serve({ fetch: app.fetch, port, hostname: host });
   await new Promise<void>((resolve, reject) => {
@@ -85,6 +86,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
     if (elsewhere) out(elsewhere);
   }
   await stopped;
+  stopping.abort();
   // close() stops listening and ends idle keep-alive connections, then waits for each request in hand: a
   // client that sent its headers and trickles (or never sends) its body held serve after SIGTERM for good.
   // Requests get a few seconds to finish; then their connections are cut, as a second signal would.
