@@ -359,11 +359,12 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
     if (decision.idempotencyKey === undefined) throw new PermanentError(`tool ${decision.tool} called ctx.once, but it is not sideEffect: true: its call is not recorded, so a retry asks the model again, whose next call would find the key ${key} taken; mark the tool sideEffect: true`);
     if (onceState !== 'none') throw onceAgainError(decision.tool, key, onceState);
     onceState = 'running';
+    // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
+    // the key from every later try for as long as its worker lives.
+    const stop = time.onceSignal(options?.signal);
     try {
-      // The try's time ends the claim's renewal too: a tool that hangs inside `once` would otherwise keep
-      // the key from every later try for as long as its worker lives.
       const result = await deps.ledger.once(key, decision.input, effect, {
-        ...options, signal: time.onceSignal(options?.signal),
+        ...options, signal: stop.signal,
         // The one sign an effect may have been applied twice (the tool's own onClaimLost still hears it).
         onClaimLost: () => {
           deps.log.warn(
@@ -378,6 +379,8 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
     } catch (error) {
       onceState = 'none';
       throw error;
+    } finally {
+      stop.release();
     }
   };
   const context: ToolContext = {

@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
@@ -16,6 +17,11 @@ import { StubModel } from '../support/stub-model.ts';
  */
 const callTool = (name: string) => (): ModelReply => ({ kind: 'tool', tool: name, input: {} });
 const never = () => new Promise<never>(() => {});
+/** The signals Node keeps made from this one (by AbortSignal.any), which live until it aborts. */
+const dependants = (signal: AbortSignal): number => {
+  const key = Object.getOwnPropertySymbols(signal).find((symbol) => symbol.description === 'kDependantSignals');
+  return key ? (signal as unknown as Record<symbol, Set<unknown>>)[key]!.size : 0;
+};
 
 describe('a tool held to its time', () => {
   let db: ReturnType<typeof tempDb>;
@@ -135,12 +141,12 @@ describe('a tool held to its time', () => {
     const hangs = tool({ name: 'h', description: 'd', input: z.object({}), sideEffect: true, timeoutMs: 20, run: () => never() });
     const own = new AbortController();
     const first = new ToolTime(hangs);
-    const mine = first.onceSignal(own.signal);
+    const mine = first.onceSignal(own.signal).signal;
     own.abort(new Error('mine'));
     expect(mine.aborted && (mine.reason as Error).message).toBe('mine');
 
     const second = new ToolTime(hangs);
-    const theirs = second.onceSignal(new AbortController().signal);
+    const theirs = second.onceSignal(new AbortController().signal).signal;
     await expect(second.run(() => never())).rejects.toBeInstanceOf(ToolTimeoutError);
     expect(theirs.aborted).toBe(true);
     expect(theirs.reason).toBeInstanceOf(ToolTimeoutError);
@@ -148,7 +154,23 @@ describe('a tool held to its time', () => {
     const third = new ToolTime(hangs);
     await expect(third.run(() => never())).rejects.toBeInstanceOf(ToolTimeoutError);
     expect(third.signal.aborted).toBe(true);
-    expect(third.onceSignal(undefined)).toBe(third.signal);
+    expect(third.onceSignal(undefined).signal).toBe(third.signal);
+  });
+
+  it('a signal the program keeps for its life, given to every step\'s once, keeps nothing of any step once it has ended', async () => {
+    // Node 20's AbortSignal.any left each signal it made in its sources' keeping until they abort: one more
+    // for every step, for the worker's life (a heap that grew 45 bytes a step and never levelled off).
+    const shutdown = new AbortController();
+    const agent = defineAgent({
+      name: 'keeps', settings: { stepCap: 40 },
+      tools: [tool({ name: 'apply', description: 'applies once', input: z.object({}), sideEffect: true, run: (_input, ctx) => ctx.once(async () => 'applied', { signal: shutdown.signal }) })],
+    });
+    const { deps, runtime, clock } = setup(agent, callTool('apply'));
+    await start(deps);
+    await drain(deps, runtime, clock);
+    expect(await loadState(runtime)).toMatchObject({ status: 'capped', steps: expect.toSatisfy((steps: unknown[]) => steps.length === 40) });
+    expect(getEventListeners(shutdown.signal, 'abort')).toHaveLength(0);
+    expect(dependants(shutdown.signal)).toBe(0);
   });
 
   it('defineAgent refuses a timeoutMs no timer can hold; the default is a Lambda invocation\'s longest', () => {
