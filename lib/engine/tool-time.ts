@@ -1,5 +1,6 @@
 import type { ToolDefinition } from '../agent.ts';
 import { ToolTimeoutError } from '../core/errors.ts';
+import { joinedSignal } from '../joined-signal.ts';
 import { DEFAULT_TOOL_TIMEOUT_MS } from '../settings.ts';
 
 /**
@@ -34,27 +35,10 @@ export class ToolTime {
 
   /**
    * The signal `once` holds its claim under: the try's, and the caller's own if it gave one; `release` when
-   * the once has ended. Not AbortSignal.any: on Node 20 a signal it makes stays in its sources' keeping
-   * until they abort, so a signal a program keeps for its life (its shutdown's), given to every step's
-   * once, held one more for each step, for good (45 bytes a step).
+   * the once has ended, so a signal the program keeps for its life keeps nothing of the step (joinedSignal).
    */
   onceSignal(own: AbortSignal | undefined): { signal: AbortSignal; release(): void } {
-    const mine = this.signal;
-    if (!own) return { signal: mine, release: () => undefined };
-    const both = new AbortController();
-    const onOwn = () => both.abort(own.reason);
-    const onMine = () => both.abort(mine.reason);
-    const release = () => {
-      own.removeEventListener('abort', onOwn);
-      mine.removeEventListener('abort', onMine);
-    };
-    if (own.aborted) onOwn();
-    else if (mine.aborted) onMine();
-    else {
-      own.addEventListener('abort', onOwn, { once: true });
-      mine.addEventListener('abort', onMine, { once: true });
-    }
-    return { signal: both.signal, release };
+    return own ? joinedSignal(own, this.signal) : { signal: this.signal, release: () => undefined };
   }
 
   private end(error: ToolTimeoutError): ToolTimeoutError {

@@ -8,6 +8,7 @@ import { InvalidInputError, ModelKeyError, ModelUnavailableError, PermanentError
 import { foldedExcerpt, type PromptBlock } from '../core/prompt.ts';
 import type { Usage } from '../core/state.ts';
 import type { Model, ModelReply, ModelRequest, ToolSpec } from '../ports.ts';
+import { joinedSignal } from '../joined-signal.ts';
 import { DEFAULT_DEADLINE_MS } from '../settings.ts';
 import { MASK, redactSecrets, redactUrl } from '../core/redact.ts';
 import { apiKeyFromEnv, keyProblem, rememberKey, type ApiKeySource } from './api-key.ts';
@@ -96,7 +97,10 @@ export class AnthropicModel implements Model {
     const deadline = performance.now() + this.deadlineMs;
     const deadlineHit = new AbortController();
     const timer = setTimeout(() => deadlineHit.abort(), this.deadlineMs);
-    const signal = request.signal ? AbortSignal.any([request.signal, deadlineHit.signal]) : deadlineHit.signal;
+    // Joined for this call and let go after it: a caller's signal that lives as long as its program (an
+    // embedding's shutdown) kept one more signal for every call under AbortSignal.any on Node 20.
+    const joined = request.signal ? joinedSignal(request.signal, deadlineHit.signal) : undefined;
+    const signal = joined?.signal ?? deadlineHit.signal;
     try {
       let message: Anthropic.Message;
       try {
@@ -133,6 +137,7 @@ export class AnthropicModel implements Model {
       }), key), params.tools), params.model, request.runId);
     } finally {
       clearTimeout(timer);
+      joined?.release();
     }
   }
 

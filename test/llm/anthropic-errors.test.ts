@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { toolSpecs } from '../../lib/agent.ts';
 import { InvalidInputError, ModelKeyError, PermanentError, TransientError } from '../../lib/core/errors.ts';
@@ -215,6 +216,19 @@ describe('Anthropic adapter errors', () => {
     const error = await pending;
     expect(error).toBeInstanceOf(TransientError);
     expect((error as Error).message).toMatch(/cancelled/);
+  });
+
+  it('a signal the caller keeps for its life, given to every call, keeps nothing of any call once it has ended', async () => {
+    // AbortSignal.any, on Node 20, left a signal in its sources' keeping for each call until they abort.
+    const shutdown = new AbortController();
+    const model = modelWith();
+    for (let i = 0; i < 20; i++) {
+      server.script(toolUse('write_row', { row: i }));
+      expect(await model.decide(request(shutdown.signal))).toMatchObject({ kind: 'tool', input: { row: i } });
+    }
+    const key = Object.getOwnPropertySymbols(shutdown.signal).find((symbol) => symbol.description === 'kDependantSignals');
+    expect(key ? (shutdown.signal as unknown as Record<symbol, Set<unknown>>)[key]!.size : 0).toBe(0);
+    expect(getEventListeners(shutdown.signal, 'abort')).toHaveLength(0);
   });
 
   it('a 200 that is not a message (a gateway\'s page, other JSON): TransientError that says so, not a TypeError', async () => {
