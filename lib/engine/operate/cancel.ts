@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto';
-import { decodeState } from '../../core/codec.ts';
+import { decodeState, type StoredCheckpoint } from '../../core/codec.ts';
 import { InvalidInputError, RunStateError, StaleVersionError, UnknownRunError } from '../../core/errors.ts';
 import { cancelRequest } from '../../core/operate.ts';
 import { isTerminal } from '../../core/state.ts';
-import type { StoredCheckpoint } from '../../core/codec.ts';
 import type { OperateDeps } from './deps.ts';
 import { commitCancel } from '../../commit-cancel.ts';
 
