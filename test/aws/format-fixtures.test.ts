@@ -12,29 +12,29 @@ import { FIXTURE_EPOCH, fixtureFormats, fixturePath, loadResumeComplete } from '
 import { ManualClock } from '../support/manual-clock.ts';
 import { createTestResources, type TestResources } from './aws-fixtures.ts';
 
-interface DynamoFixture { format: number; epoch: number; items: Record<string, AttributeValue>[]; objects: { key: string; base64: string }[] }
+interface DynamoFixture { format: number; epoch: number; items: Record<string, AttributeValue>[]; objects: { key: string; base64: string; metadata?: Record<string, string> }[] }
 
 describe('checkpoint fixtures of every released format, DynamoDB and S3', () => {
   let resources: TestResources | undefined;
   afterEach(() => resources?.close());
 
   /** A fresh table and bucket holding the fixture's items and objects. */
-  async function load(format: number): Promise<TestResources> {
-    const fixture = JSON.parse(readFileSync(fixturePath(format, 'dynamodb.json'), 'utf8')) as DynamoFixture;
-    expect(fixture).toMatchObject({ format, epoch: FIXTURE_EPOCH });
-    resources = await createTestResources(`fixture-${format}`);
+  async function load(name: string | number): Promise<TestResources> {
+    const fixture = JSON.parse(readFileSync(fixturePath(name, 'dynamodb.json'), 'utf8')) as DynamoFixture;
+    expect(fixture).toMatchObject({ format: Number.parseInt(String(name), 10), epoch: FIXTURE_EPOCH });
+    resources = await createTestResources(`fixture-${name}`);
     const { clients, tableName, bucketName } = resources;
     for (const item of fixture.items) await clients.dynamo.send(new PutItemCommand({ TableName: tableName, Item: item }));
     for (const object of fixture.objects) {
-      await clients.s3.send(new PutObjectCommand({ Bucket: bucketName, Key: object.key, Body: Buffer.from(object.base64, 'base64') }));
+      await clients.s3.send(new PutObjectCommand({ Bucket: bucketName, Key: object.key, Body: Buffer.from(object.base64, 'base64'), Metadata: object.metadata }));
     }
     return resources;
   }
 
-  it.each(fixtureFormats())('format %i: every run loads, resumes on today\'s code and completes', async (format) => {
-    const loaded = await load(format);
+  it.each(fixtureFormats())('fixture $name: every run loads, resumes on today\'s code and completes', async ({ name }) => {
+    const loaded = await load(name);
     const clock = new ManualClock(FIXTURE_EPOCH + 3600_000);
-    await loadResumeComplete(format, loaded.runtime({ clock }), clock);
+    await loadResumeComplete(name, loaded.runtime({ clock }), clock);
   });
 
   it('a recorded decision whose tool the new agent lacks fails its run and stays recorded, for a retry', async () => {
