@@ -18,6 +18,18 @@ describe('cancel', () => {
   let db: ReturnType<typeof tempDb>;
   afterEach(() => db?.cleanup());
 
+  /** A run writing `steps` rows on a worker of its own, its first step taken. */
+  async function afterStep1(steps: number) {
+    db = tempDb();
+    const clock = new ManualClock();
+    const rows = new FakeRows();
+    const model = new StubModel(writeRowsScript(steps));
+    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
+    await start(w.deps);
+    await advance(w.deps, 'run');
+    return { w, clock, rows, model };
+  }
+
   /** A worker whose model call for step 2 (the one that asks for approval) is held until `held.open()`. */
   function heldAtApproval() {
     db = tempDb();
@@ -48,13 +60,7 @@ describe('cancel', () => {
   }
 
   it('a running run stops at its next step boundary: no model call, no tool; cancelled, with who and why', async () => {
-    db = tempDb();
-    const clock = new ManualClock();
-    const rows = new FakeRows();
-    const model = new StubModel(writeRowsScript(5));
-    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
-    await start(w.deps);
-    await advance(w.deps, 'run');
+    const { w, clock, rows, model } = await afterStep1(5);
     // A worker has taken the run's next message: the cancel leaves the run to it.
     const [inFlight] = await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     const outcome = await cancelRun(w.deps, 'run', { by: 'ops@example.com', reason: 'wrong table' });
@@ -87,13 +93,7 @@ describe('cancel', () => {
   for (const local of [true, false]) {
     const how = local ? 'the local queue: the cancel takes it and applies that request itself' : 'a queue that cannot take it (SQS): the next delivery applies that request';
     it(`a repeated cancel redrives the run whose first cancel wrote its request but never redrove it; the first request stands (${how})`, async () => {
-      db = tempDb();
-      const clock = new ManualClock();
-      const rows = new FakeRows();
-      const model = new StubModel(writeRowsScript(5));
-      const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
-      await start(w.deps);
-      await advance(w.deps, 'run');
+      const { w, clock, model } = await afterStep1(5);
       // The run's message is gone (taken and acked with no successor), and a cancel's process wrote its
       // request, as cancelRun's first write does, then was killed before redriving the run.
       for (let d; (d = (await w.runtime.queue.receive({ visibilityMs: VISIBILITY_MS }))[0]);) await w.runtime.queue.ack(d);
@@ -276,13 +276,7 @@ describe('cancel', () => {
   }
 
   it('a run that steps between every look of the cancel and its write is still asked to stop', async () => {
-    db = tempDb();
-    const clock = new ManualClock();
-    const rows = new FakeRows();
-    const model = new StubModel(writeRowsScript(20));
-    const w = workerProcess({ dbPath: db.path, agent: rowsAgent(rows), model, clock, workerId: 'A' });
-    await start(w.deps);
-    await advance(w.deps, 'run');
+    const { w, clock, model } = await afterStep1(20);
     // A worker stepping fast (a quick tool, an offline model): after each of the cancel's reads, a step
     // commits before its write. The request was fenced on the version read, so every try was stale, and
     // `stepwise cancel` failed with "stale write for run ...: version n is no longer the latest".

@@ -1,5 +1,3 @@
-import { serve } from '@hono/node-server';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TransientError } from '../../lib/core/errors.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
@@ -7,6 +5,7 @@ import { SqliteCheckpointStore } from '../../lib/local/sqlite-checkpoint-store.t
 import { silentLogger } from '../../lib/log.ts';
 import type { RunMessage, RunQueue } from '../../lib/ports.ts';
 import { FakeRows } from '../support/fake-tool.ts';
+import { listen } from '../support/http-app.ts';
 import { ManualClock, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
 import { APPROVER, ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
@@ -36,18 +35,16 @@ describe('a write of the API whose run is saved and whose message is not sent', 
     redrive: async (message: RunMessage) => { sent.push(message); },
   });
   let url = '';
-  let server: ReturnType<typeof serve>;
+  let close = async () => {};
   beforeAll(async () => {
     const app = createHttpApp({
       store: new SqliteCheckpointStore(worker.runtime.db, { clock }), blobs: worker.runtime.blobs, queue, clock, workerId: 'api',
       codeVersion: 'test', log: silentLogger, agent: worker.deps.agent, signingKey: async () => Buffer.alloc(32, 1), apiToken: 'token',
     });
-    server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    ({ url, close } = await listen(app));
   });
   afterAll(async () => {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await close();
     worker.runtime.close();
     db.cleanup();
   });

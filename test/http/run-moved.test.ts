@@ -1,5 +1,3 @@
-import { serve } from '@hono/node-server';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { cliErrorLine } from '../../lib/cli/main.ts';
@@ -7,6 +5,7 @@ import { createHttpApp } from '../../lib/http/app.ts';
 import { silentLogger } from '../../lib/log.ts';
 import type { CheckpointStore } from '../../lib/ports.ts';
 import { FakeRows } from '../support/fake-tool.ts';
+import { listen } from '../support/http-app.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 import { workVisible } from '../support/queue-work.ts';
 import { ApprovalFlowModel, waitAgent } from '../support/wait-agent.ts';
@@ -26,7 +25,7 @@ describe('a request the run moved on under at each try', () => {
     commit: async (write: Parameters<CheckpointStore['commit']>[0]) => { commits++; throw new StaleVersionError(write.runId, write.expectedVersion); },
   });
   let url = '';
-  let server: ReturnType<typeof serve>;
+  let close = async () => {};
   beforeAll(async () => {
     await start(worker.deps, 'copy, then drop old_rows with approval', 'moving');
     await workVisible(worker.deps, worker.runtime);
@@ -35,12 +34,10 @@ describe('a request the run moved on under at each try', () => {
       store, blobs: worker.runtime.blobs, queue: worker.runtime.queue, clock, workerId: 'api',
       codeVersion: 'test', log: silentLogger, agent: worker.deps.agent, signingKey: async () => Buffer.alloc(32, 1), apiToken: 'token',
     });
-    server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    ({ url, close } = await listen(app));
   });
   afterAll(async () => {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await close();
     worker.runtime.close();
     db.cleanup();
   });

@@ -14,6 +14,16 @@ import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
 
 export const API_TOKEN = 'test-token-123';
 
+/** An app on a real socket at a free port of 127.0.0.1: its URL, and how to close it. */
+export async function listen(app: { fetch: Parameters<typeof serve>[0]['fetch'] }): Promise<{ url: string; close(): Promise<void> }> {
+  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
 /** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
 export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal } = {}) {
   const db = tempDb();
@@ -31,15 +41,13 @@ export async function startHttpApp(options: { approvers?: string[]; stopping?: A
     log: worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
     ...(options.stopping ? { stopping: options.stopping } : {}),
   });
-  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { url, close } = await listen(app);
   deps.waits!.publicUrl = url;
   return {
     url, clock, deps, runtime: worker.runtime, dir, dropped, signingKey,
     api: (path: string, init: RequestInit = {}) => fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json', ...(init.headers ?? {}) } }),
     close: async () => {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await close();
       worker.runtime.close();
       db.cleanup();
     },
