@@ -42,6 +42,17 @@ describe('the stop rule, end to end', () => {
     expect(rows.rows.size).toBe(4);
   });
 
+  it('stops at the default step cap of 60 when neither the start nor the agent sets one', async () => {
+    const rows = new FakeRows();
+    const { deps, runtime, clock, model } = setup(rowsAgent(rows), writeRowsScript(100));
+    await start(deps);
+    await drain(deps, runtime, clock);
+    const state = await loadState(runtime);
+    expect(state).toMatchObject({ status: 'capped', step: 60, stepCap: 60, reason: 'step cap of 60 reached before the goal was done' });
+    expect(model.stepsAsked()).toEqual(Array.from({ length: 61 }, (_, i) => i + 1));
+    expect(rows.rows.size).toBe(60);
+  });
+
   it('fails the run when a step fails 3 times, keeping its last checkpoint and retrying the same call', async () => {
     const attempts: { step: number; attempt: number; key: string; input: unknown }[] = [];
     const agent = defineAgent({
