@@ -10,16 +10,25 @@ export class FakeRows {
   readonly received: string[] = [];
   /** Rows applied, by idempotency key. */
   readonly rows = new Map<string, number>();
+  /** Every key whose call wrote a row, in order: a key twice here is an effect applied twice. */
+  readonly applied: string[] = [];
 
   apply(key: string, row: number): { applied: boolean; rowCount: number } {
     this.received.push(key);
     const applied = !this.rows.has(key);
-    if (applied) this.rows.set(key, row);
+    if (applied) {
+      this.rows.set(key, row);
+      this.applied.push(key);
+    }
     return { applied, rowCount: this.rows.size };
   }
 
   timesReceived(key: string): number {
     return this.received.filter((k) => k === key).length;
+  }
+
+  timesApplied(key: string): number {
+    return this.applied.filter((k) => k === key).length;
   }
 }
 
