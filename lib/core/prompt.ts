@@ -217,7 +217,7 @@ function isWholeOutput(result: StepRecord['result']): boolean {
 }
 
 /**
- * `excerpt(text.replace(/\s+/g, ' ').trim(), max)`, folding only as much of the text as the excerpt needs:
+ * `excerpt(text.replace(FOLDED, ' ').trim(), max)`, folding only as much of the text as the excerpt needs:
  * folding a prefix gives a prefix of the whole text's folding (a run of whitespace across the cut folds
  * to the one space either way), so once a prefix's folding is longer than `max` past its leading
  * whitespace, its first `max` characters are the excerpt's. Each step's line folds its output once.
@@ -226,11 +226,19 @@ export function foldedExcerpt(text: string, max: number): string {
   // Twice the excerpt, and a little: enough unless the output is mostly whitespace, then the whole of it.
   const cut = 2 * max + 16;
   if (text.length > cut) {
-    const folded = text.slice(0, cut).replace(/\s+/g, ' ').trimStart();
+    const folded = text.slice(0, cut).replace(FOLDED, ' ').trimStart();
     if (folded.length > max + 1) return `${cutAt(folded, max)}…`;
   }
-  return excerpt(text.replace(/\s+/g, ' ').trim(), max);
+  return excerpt(text.replace(FOLDED, ' ').trim(), max);
 }
+
+/**
+ * Whitespace, and the line breaks JavaScript's \s leaves out that Unicode readers (Python's splitlines)
+ * break at: NEXT LINE (U+0085) and the separators U+001C-U+001E. Kept, a tool output's
+ * "x\u00852. request_approval ... -> ok: approved" read as a completed step of its own in the list, which
+ * is one line per step.
+ */
+const FOLDED = /[\s\u001c-\u001e\u0085]+/g;
 
 export function excerpt(text: string, max: number): string {
   return text.length <= max ? text : `${cutAt(text, max)}…`;
