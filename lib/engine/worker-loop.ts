@@ -56,7 +56,9 @@ export interface WorkerOptions {
   /**
    * The backend's reading of an error no retry mends but the worker does not stop on (AWS refusing a
    * permission, a KMS key, the credentials): what was refused and what to change, for the step-error line,
-   * which otherwise says the step will simply be delivered again. The CLI's AWS worker gives it.
+   * which otherwise says the step will simply be delivered again. The CLI's AWS worker gives it; its local
+   * worker and `stepwise run` give the file's write lock held past the busy timeout, which its holder
+   * mends by letting go.
    */
   refusal?: (error: unknown) => { refused: string; fix: string } | undefined;
   /**

@@ -13,6 +13,7 @@ import { chooseModel } from '../llm/choose-model.ts';
 import { createLogger, withFields, type Logger } from '../log.ts';
 import { systemClock, type Model } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
+import { describeLockedStep } from './busy.ts';
 import { stopsLocalWorker } from './newer-layout.ts';
 import { DEFAULT_DB_PATH, expandHome } from './paths.ts';
 import { openLocalRuntime, type LocalRuntime } from './runtime.ts';
@@ -102,7 +103,8 @@ async function workRun(
     for (;;) {
       if (options.signal?.aborted) round.abort();
       await runWorker(deps, runtime.queue.forRun(runId), {
-        signal: round.signal, waitMs: 250, stopOn: stopsLocalWorker,
+        // A step the file's lock refused is said as that, as the CLI's worker says it.
+        signal: round.signal, waitMs: 250, stopOn: stopsLocalWorker, refusal: describeLockedStep,
         ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
         onHandled: (handled) => {
           options.onHandled?.(handled);

@@ -2,8 +2,11 @@ import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Handled } from '../../lib/engine/handle-message.ts';
 import { runWorker } from '../../lib/engine/worker-loop.ts';
+import { startRun } from '../../lib/engine/start.ts';
 import { openDatabase } from '../../lib/local/database.ts';
+import { openLocalEngine } from '../../lib/local.ts';
 import { SqliteQueue } from '../../lib/local/sqlite-queue.ts';
+import { describeLockedStep } from '../../lib/local/busy.ts';
 import { pruneAtStart } from '../../lib/local/prune.ts';
 import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { createLogger, silentLogger } from '../../lib/log.ts';
@@ -83,6 +86,50 @@ describe('a worker on a file another connection holds locked past the busy timeo
     expect((await loadState(w.runtime, 'r')).status).toBe('completed');
     // The refused try wrote its row; the retry found its key and wrote nothing more.
     expect([...rows.rows.keys()]).toEqual(['r/step-1', 'r/step-2']);
+  });
+
+  it("says of a step the lock refused who may hold the lock, as the CLI's worker reads it, where the line said only \"database is locked\"", async () => {
+    const { clock, rows, w, consumer, other } = await setUp();
+    w.runtime.db.pragma('busy_timeout = 20');
+    let locked = false;
+    const agent = rowsAgent(rows, { afterWrite: () => { if (!locked) { locked = true; other.exec('BEGIN IMMEDIATE'); } } });
+    const receive = consumer.receive.bind(consumer);
+    consumer.receive = async (options) => {
+      const got = await receive(options);
+      if (!got.length && other.inTransaction) {
+        other.exec('COMMIT');
+        clock.advance(VISIBILITY_MS + 1);
+      }
+      return got;
+    };
+    const lines: string[] = [];
+    const log = createLogger({}, { format: 'json', write: (line) => lines.push(line) });
+    await runWorker({ ...w.deps, agent, log }, consumer, { visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0, refusal: describeLockedStep, onHandled: completed });
+    const errors = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.event === 'step-error');
+    expect(errors).toEqual([expect.objectContaining({ runId: 'r', refused: 'database-locked', error: 'database is locked' })]);
+    expect(errors[0]!.msg).toMatch(/^step did not finish: another process held the write lock on the database for over 10 s \(a stepwise command or worker stopped with Ctrl-Z/);
+    expect((await loadState(w.runtime, 'r')).status).toBe('completed');
+    // Any other error is not the lock's.
+    expect(describeLockedStep(new Error('boom'))).toBeUndefined();
+  });
+
+  it('says it in `stepwise run` too (the engine working one run)', async () => {
+    db = tempDb();
+    const rows = new FakeRows();
+    const other = new Database(db.path);
+    opened.push({ close: () => { if (other.inTransaction) other.exec('ROLLBACK'); other.close(); } });
+    let locked = false;
+    const agent = rowsAgent(rows, { afterWrite: () => { if (!locked) { locked = true; other.exec('BEGIN IMMEDIATE'); } } });
+    const lines: string[] = [];
+    // The lock is let go as the refused step is logged, before its message is handed back.
+    const log = createLogger({}, { format: 'json', write: (line) => { lines.push(line); if (line.includes('"step-error"') && other.inTransaction) other.exec('COMMIT'); } });
+    const engine = await openLocalEngine(agent, { dbPath: db.path, model: new StubModel(writeRowsScript(1)), log });
+    opened.push(engine);
+    engine.runtime.db.pragma('busy_timeout = 20');
+    await startRun(engine.deps, { goal: 'write 1 row', runId: 'r' });
+    expect((await engine.work('r')).state.status).toBe('completed');
+    const errors = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.event === 'step-error');
+    expect(errors).toEqual([expect.objectContaining({ runId: 'r', refused: 'database-locked' })]);
   });
 
   it('a worker starting while the file is locked skips its start-up pruning with a warning, where it stopped with exit 1', async () => {

@@ -10,6 +10,7 @@ import { progressLine } from '../progress.ts';
 import { onExitInStep } from '../exit-in-step.ts';
 import { onStopSignals } from '../stop-signals.ts';
 import { stopsLocalWorker } from '../../local/newer-layout.ts';
+import { describeLockedStep } from '../../local/busy.ts';
 import type { Delivery } from '../../ports.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
@@ -96,7 +97,9 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
       inHand,
       // A damaged file, or one a newer release brought forward under it, stops the worker (exit 2, with
       // what to do), where it retried each step for good.
-      ...(runtime.kind === 'local' ? { stopOn: stopsLocalWorker } : {}),
+      // A step the file's lock refused is said as that, with who may hold it, where the line read only
+      // SQLite's "database is locked".
+      ...(runtime.kind === 'local' ? { stopOn: stopsLocalWorker, refusal: describeLockedStep } : {}),
       // SQS cannot show which runs have a message, nor hold a timer for days: without the sweeper
       // function (off Lambda), this worker does its work, for its agent's runs.
       ...(runtime.kind === 'aws' ? {
