@@ -61,23 +61,32 @@ describe('a worker on a file another connection holds locked past the busy timeo
     expect(rows.received).toEqual(['r/step-1', 'r/step-2']);
   });
 
-  it('a step the lock refused, whose release it refuses too, comes back after its visibility timeout, and the worker goes on', async () => {
+  /**
+   * A worker whose first step's tool has another connection take the write lock (its busy timeout 20 ms),
+   * and whose consumer, finding nothing while the lock is held, lets it go and the refused step's
+   * visibility timeout pass.
+   */
+  async function lockedDuringStep1() {
     const { clock, rows, w, consumer, other } = await setUp();
-    // The step's commit and the release after it both give up on the lock, taken during the step's tool.
     w.runtime.db.pragma('busy_timeout = 20');
     let locked = false;
     const agent = rowsAgent(rows, { afterWrite: () => { if (!locked) { locked = true; other.exec('BEGIN IMMEDIATE'); } } });
-    const outcomes: string[] = [];
     const receive = consumer.receive.bind(consumer);
     consumer.receive = async (options) => {
       const got = await receive(options);
       if (!got.length && other.inTransaction) {
-        // The refused step's message is hidden for its visibility timeout: let the lock go and that time pass.
         other.exec('COMMIT');
         clock.advance(VISIBILITY_MS + 1);
       }
       return got;
     };
+    return { rows, w, consumer, agent };
+  }
+
+  it('a step the lock refused, whose release it refuses too, comes back after its visibility timeout, and the worker goes on', async () => {
+    // The step's commit and the release after it both give up on the lock, taken during the step's tool.
+    const { rows, w, consumer, agent } = await lockedDuringStep1();
+    const outcomes: string[] = [];
     await runWorker({ ...w.deps, agent }, consumer, {
       visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0,
       onHandled: (h) => { outcomes.push(h.action); return completed(h); },
@@ -89,19 +98,7 @@ describe('a worker on a file another connection holds locked past the busy timeo
   });
 
   it("says of a step the lock refused who may hold the lock, as the CLI's worker reads it, where the line said only \"database is locked\"", async () => {
-    const { clock, rows, w, consumer, other } = await setUp();
-    w.runtime.db.pragma('busy_timeout = 20');
-    let locked = false;
-    const agent = rowsAgent(rows, { afterWrite: () => { if (!locked) { locked = true; other.exec('BEGIN IMMEDIATE'); } } });
-    const receive = consumer.receive.bind(consumer);
-    consumer.receive = async (options) => {
-      const got = await receive(options);
-      if (!got.length && other.inTransaction) {
-        other.exec('COMMIT');
-        clock.advance(VISIBILITY_MS + 1);
-      }
-      return got;
-    };
+    const { w, consumer, agent } = await lockedDuringStep1();
     const lines: string[] = [];
     const log = createLogger({}, { format: 'json', write: (line) => lines.push(line) });
     await runWorker({ ...w.deps, agent, log }, consumer, { visibilityMs: VISIBILITY_MS, waitMs: 0, sweepEveryMs: 0, refusal: describeLockedStep, onHandled: completed });
