@@ -48,6 +48,15 @@ describe('stepwise watch', () => {
     expect(lines(again.out)).toEqual([expect.stringMatching(/^run w-1 v\d+ {2}completed after 3 steps: /)]);
   });
 
+  it('whose reader is gone before its first line (`| true`) exits 141, as `run` does, not 0 as though the run had completed', { timeout: 120_000 }, async () => {
+    expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-pipe'], env)).code).toBe(0);
+    const child = spawn('bash', ['-c', `"${process.execPath}" "${BIN}" watch w-pipe | true; echo "exit \${PIPESTATUS[0]}"`], { cwd: ROOT, env: { ...process.env, ...env } as NodeJS.ProcessEnv });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => { out += d; });
+    await new Promise((resolve) => child.on('exit', resolve));
+    expect(out.trim()).toBe('exit 141');
+  });
+
   it('exits 3 for a run that ended without completing, and 2 for a run that is not there', { timeout: 120_000 }, async () => {
     expect((await stepwiseCli(['start', '--agent', AGENT, '--goal', 'write 3 rows', '--run-id', 'w-capped', '--step-cap', '1'], env)).code).toBe(0);
     expect((await stepwiseCli(['worker', '--agent', AGENT, '--idle-exit-ms', '1000'], env)).code).toBe(0);

@@ -3,7 +3,7 @@ import { advance } from '../../lib/engine/advance.ts';
 import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { Model } from '../../lib/ports.ts';
-import { TransientError } from '../../lib/core/errors.ts';
+import { StaleVersionError, TransientError } from '../../lib/core/errors.ts';
 import { cancelRequest } from '../../lib/core/operate.ts';
 import { answerWait } from '../../lib/waits/answer.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
@@ -146,6 +146,23 @@ describe('cancel', () => {
     expect(await cancelRun(w.deps, 'frozen', { by: 'ops' })).toMatchObject({ outcome: 'requested' });
     clock.advance(VISIBILITY_MS + 1);
     expect(await cancelRun(w.deps, 'frozen', { by: 'ops' })).toMatchObject({ outcome: 'cancelled', idle: true, earlier: true });
+    w.runtime.close();
+  });
+
+  it('a cancel that took the run\'s message and then lost to the run hands the message back, uncounted, and leaves its request', async () => {
+    const { w, model } = await afterStep1(5);
+    const before = w.runtime.db.prepare("SELECT receive_count FROM queue WHERE run_id = 'run'").get() as { receive_count: number };
+    // The run moves between the cancel's take and its commit (a worker that had the message as its lease ran out).
+    const store = Object.assign(Object.create(w.runtime.store) as typeof w.runtime.store, {
+      commit: async (write: Parameters<typeof w.runtime.store.commit>[0]) => { throw new StaleVersionError(write.runId, write.expectedVersion); },
+    });
+    expect(await cancelRun({ ...w.deps, store }, 'run', { by: 'ops@example.com' })).toMatchObject({ outcome: 'requested', version: 2 });
+    // The message is visible again at once, its receive not counted: the next worker applies the request.
+    const row = w.runtime.db.prepare("SELECT receive_count, receipt FROM queue WHERE run_id = 'run'").get() as { receive_count: number; receipt: string | null };
+    expect(row).toEqual({ receive_count: before.receive_count, receipt: null });
+    expect(await workVisible(w.deps, w.runtime)).toBe(1);
+    expect(await loadState(w.runtime)).toMatchObject({ status: 'cancelled', step: 1 });
+    expect(model.stepsAsked()).toEqual([1]);
     w.runtime.close();
   });
 
