@@ -26,7 +26,12 @@ export const MIGRATIONS: Record<RecordKind, Record<number, Migration>> = {
     1: (wait) => wait,
   },
   ledger: {},
-  summary: {},
+  summary: {
+    // Format 2 added the optional cost of the block's records. A format-1 summary has none, and a run whose
+    // dollar budget needs it reads the block's records (lib/engine/advance.ts); the number moved so that
+    // format-1 code refuses such a summary instead of failing on it as an unknown field.
+    1: (summary) => summary,
+  },
 };
 
 /** The format a stored record says it has: `formatVersion`, or 1 for a record written before versions. */

@@ -7,5 +7,5 @@
  * rather than dropping what it cannot understand. Apart from the schemas, so stores that only stamp a
  * format load no zod.
  */
-export const RECORD_FORMATS = { head: 3, step: 1, decision: 1, wait: 2, ledger: 1, summary: 1 } as const;
+export const RECORD_FORMATS = { head: 3, step: 1, decision: 1, wait: 2, ledger: 1, summary: 2 } as const;
 export type RecordKind = keyof typeof RECORD_FORMATS;

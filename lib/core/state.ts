@@ -151,6 +151,21 @@ export const runHeadSchema = z.strictObject({
 export type RunHead = z.infer<typeof runHeadSchema>;
 
 /**
+ * What a condensed block's step records cost, each priced by the model that chose it when the block was
+ * condensed (lib/llm/cost.ts blockCost): written only when every record with usage names its model.
+ */
+export const blockCostSchema = z.strictObject({
+  usd: z.number().nonnegative(),
+  /** The same requests with no prompt caching. */
+  uncachedUsd: z.number().nonnegative(),
+  /** Models of the block's usage with no known price, left out of `usd` ('' for none named). */
+  unpriced: z.array(z.string()).optional(),
+  /** The last model the block's records name: the run's, for a state that holds none of its later records. */
+  model: z.string().optional(),
+});
+export type BlockCost = z.infer<typeof blockCostSchema>;
+
+/**
  * A condensed block of steps as stored (lib/core/condense.ts): written once by the checkpoint that
  * condenses it, so a resume reads this in place of the block's records. The records stay in the store.
  */
@@ -161,6 +176,8 @@ export const condensedBlockSchema = z.strictObject({
   line: z.string(),
   /** The usage the block's step records carry, summed: the run's totals without reading the records. */
   usage: usageSchema,
+  /** Format 2: what the block's records cost, so a dollar budget and a run's cost need not read them. */
+  cost: blockCostSchema.optional(),
 });
 export type CondensedBlock = z.infer<typeof condensedBlockSchema>;
 

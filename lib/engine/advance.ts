@@ -4,7 +4,7 @@ import { TOOL_NAME, gatesAny, needsApproval, toolSpecs, worksRunsOf } from '../a
 import { approvalOfCall, approvedCall } from '../core/approval-gate.ts';
 import { canonicalValue } from '../core/canonical-json.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
-import { heldAfter, summariesDue } from '../core/condensed.ts';
+import { heldAfter, summariesDue, unheldBlocksPriced } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import { failureText } from '../core/failure-text.ts';
 import {
@@ -23,6 +23,7 @@ import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../co
 import { cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
+import { blockCost } from '../llm/cost.ts';
 import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, OnceOptions, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';
@@ -89,8 +90,9 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   let state: RunState;
   try {
     state = decodeState(stored, known);
-    // A dollar budget prices each step by the model that chose it: such a run holds every record.
-    if (state.stepsFrom && state.budget?.usd !== undefined) {
+    // A dollar budget prices each step by the model that chose it: from its block's summary (format 2 on),
+    // else from its record, so a run with a block summarised without its cost reads every record.
+    if (state.stepsFrom && state.budget?.usd !== undefined && !unheldBlocksPriced(state)) {
       const { condensed } = state;
       stored = (await deps.store.load(runId))!;
       state = { ...decodeState(stored), condensed: condensed! };
@@ -518,14 +520,14 @@ async function commit(deps: EngineDeps, base: Base, next: RunState, appended?: S
   const queue = deps.store.carriesQueueWork ? base.queueWork?.(next, version + 1, base.retryAfterMs) : undefined;
   // The checkpoint that condenses a block writes its summary (lib/core/condensed.ts): a few hundred bytes
   // once per CONDENSE_BLOCK steps, so that no resume has to read the block's records again.
-  const summaries = summariesDue(next);
+  const summaries = summariesDue(next, blockCost);
   const write: CheckpointWrite = { runId: next.runId, expectedVersion: version, state: next, workerId: deps.workerId, codeVersion: deps.codeVersion, queue };
   if (appended) write.appended = appended;
   if (summaries.length) write.summaries = summaries;
   if (blobs) write.blobs = blobs;
   const written = await deps.store.commit(write);
   if (next.status === 'running') {
-    const held = heldAfter(next, summaries, next.budget?.usd !== undefined);
+    const held = heldAfter(next, summaries, next.budget?.usd !== undefined ? blockCost : undefined);
     stepCacheOf(deps.store).set(next.runId, written.head !== undefined ? withFields(held, { head: heldHead(written.head, next) }) : held);
   }
   else stepCacheOf(deps.store).delete(next.runId);

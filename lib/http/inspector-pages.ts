@@ -35,11 +35,17 @@ export function runsPage(input: { root: string; runs: { summary: RunSummary & { 
 <table id="runs"><tr><th>run</th><th>agent</th><th>status</th><th>step</th><th>age</th><th>cost</th><th>goal</th></tr>
 ${input.runs.map(({ summary, state, needs }) => html`<tr>
 <td><a href="${input.root}/runs/${encodeURIComponent(summary.runId)}">${summary.runId}</a></td><td class="agent">${summary.agent}</td><td class="status">${summary.status}${summary.cancelRequested !== undefined ? html` <span class="cancel-requested">(cancel requested)</span>` : ''}${needs ? html` <span class="needs">(needs ${needs})</span>` : ''}</td><td>${summary.step}</td>
-<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? `${state.stepsFrom ? '≈ ' : ''}${costText(runCost(state, input.model))}` : ''}</td>
+<td>${state ? age(state.createdAt, input.now) : ''}</td><td>${state ? listedCost(state, input.model) : ''}</td>
 <td>${state ? excerpt(state.goal, 120) : summary.reason ?? ''}</td></tr>`)}
 </table>
-${input.runs.some((r) => r.state?.stepsFrom) ? html`<p id="approximate">≈: read from its recent steps, a long run's earlier steps are priced by the model that answered last; its own page prices every step by its model.</p>` : ''}
+${input.runs.some((r) => r.state && runCost(r.state, input.model).approximate) ? html`<p id="approximate">≈: read from its recent steps, a long run's earlier steps summarised by an older release are priced by the model that answered last; its own page prices every step by its model.</p>` : ''}
 ${input.older ? html`<p><a id="older" href="${input.older}">older runs</a></p>` : ''}`);
+}
+
+/** A listed run's cost, marked ≈ where its earlier steps' summaries do not say theirs (runCost's `approximate`). */
+function listedCost(state: RunState, model: string): string {
+  const cost = runCost(state, model);
+  return `${cost.approximate ? '≈ ' : ''}${costText(cost)}`;
 }
 
 /** How many checkpoints a run's page shows at a time, the newest first (`older` links to the next). */

@@ -1,4 +1,5 @@
-import type { Usage } from '../core/state.ts';
+import { unheldBlocks } from '../core/condensed.ts';
+import type { BlockCost, CondensedBlock, Usage } from '../core/state.ts';
 
 /**
  * Estimated USD cost of model usage from Anthropic's published per-million-token (MTok) prices.
@@ -132,8 +133,44 @@ export function formatUsd(usd: number): string {
  * call that began the wait carries no step yet). The usage no step carries (the DONE reply, unusable
  * replies) came from it, so it prices that usage, as the budget does (lib/engine/budget.ts).
  */
-export function lastModelOf(run: { steps: readonly { model?: string }[]; wait?: { model?: string } }): string | undefined {
-  return run.steps.findLast((s) => s.model)?.model ?? run.wait?.model;
+export function lastModelOf(run: { steps: readonly { model?: string }[]; wait?: { model?: string } } & HeldBlocks): string | undefined {
+  return run.steps.findLast((s) => s.model)?.model ?? unheldBlocks(run).findLast((b) => b.cost?.model)?.cost?.model ?? run.wait?.model;
+}
+
+/** A run's condensed blocks, for a state from a bounded load: those it does not hold count from their summaries. */
+interface HeldBlocks { stepsFrom?: number; condensed?: readonly CondensedBlock[] }
+
+/** The usage of the records a summary stands for, taken from what is left to price. */
+function subtractUsage(rest: Usage, usage: Usage): void {
+  rest.inputTokens -= usage.inputTokens;
+  rest.outputTokens -= usage.outputTokens;
+  rest.cacheWriteTokens -= usage.cacheWriteTokens;
+  rest.cacheReadTokens -= usage.cacheReadTokens;
+}
+
+/**
+ * What a block of step records cost, for its stored summary (lib/core/condensed.ts), each record priced by
+ * the model that chose it, as runCost prices it: undefined when a record with usage names no model (the
+ * price of such a record depends on the reader's fallback model). Priced at today's table when the block is
+ * condensed: a run holding the block's records prices them again at the table of the code that reads them.
+ */
+export function blockCost(records: readonly { usage?: Usage; model?: string }[]): BlockCost | undefined {
+  let usd = 0;
+  let uncachedUsd = 0;
+  const unpriced: string[] = [];
+  for (const record of records) {
+    if (!record.usage) continue;
+    if (record.model === undefined) return undefined;
+    const cost = estimateCost(record.usage, record.model);
+    const uncached = estimateUncachedCost(record.usage, record.model);
+    if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; }
+    else if (promptTokens(record.usage) + record.usage.outputTokens > 0 && !unpriced.includes(record.model)) unpriced.push(record.model);
+  }
+  const cost: BlockCost = { usd, uncachedUsd };
+  if (unpriced.length) cost.unpriced = unpriced;
+  const model = records.findLast((r) => r.model)?.model;
+  if (model !== undefined) cost.model = model;
+  return cost;
 }
 
 /**
@@ -145,7 +182,7 @@ export function lastModelOf(run: { steps: readonly { model?: string }[]; wait?: 
  * part as the whole; `priced` says whether anything could be priced (not so for an offline run's no usage).
  */
 export function runCost(
-  run: { usage: Usage; steps: { usage?: Usage; model?: string }[]; wait?: { model?: string } },
+  run: { usage: Usage; steps: { usage?: Usage; model?: string }[]; wait?: { model?: string } } & HeldBlocks,
   fallbackModel: string,
 ): RunCost {
   let usd = 0;
@@ -159,17 +196,24 @@ export function runCost(
     if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; priced = true; }
     else if (promptTokens(usage) + usage.outputTokens > 0 && !unpriced.includes(model)) unpriced.push(model);
   };
+  // A block the state does not hold counts at its summary's cost. One without (written by older code) stays
+  // in the rest, priced by the last model: `approximate` says so.
+  for (const block of unheldBlocks(run)) {
+    if (!block.cost) continue;
+    usd += block.cost.usd;
+    uncachedUsd += block.cost.uncachedUsd;
+    if (block.cost.usd > 0 || !block.cost.unpriced) priced = true;
+    for (const model of block.cost.unpriced ?? []) if (!unpriced.includes(model)) unpriced.push(model);
+    subtractUsage(rest, block.usage);
+  }
   for (const step of run.steps) {
     if (!step.usage) continue;
     add(step.usage, step.model ?? fallbackModel);
-    rest.inputTokens -= step.usage.inputTokens;
-    rest.outputTokens -= step.usage.outputTokens;
-    rest.cacheWriteTokens -= step.usage.cacheWriteTokens;
-    rest.cacheReadTokens -= step.usage.cacheReadTokens;
+    subtractUsage(rest, step.usage);
   }
   if (promptTokens(rest) + rest.outputTokens > 0) add(rest, lastModelOf(run) ?? fallbackModel);
   const prompt = promptTokens(run.usage);
-  return { usd, uncachedUsd, priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0 };
+  return { usd, uncachedUsd, priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0, approximate: unheldBlocks(run).some((b) => !b.cost) };
 }
 
 export interface RunCost {
@@ -179,6 +223,11 @@ export interface RunCost {
   /** The models of usage with no known price ('' for usage of no model known at all), left out of `usd`. */
   unpriced: string[];
   cacheHitShare: number;
+  /**
+   * Some earlier steps of a state from a bounded load were priced by the model that answered last: their
+   * summary, written before summaries carried a cost, does not say what each cost.
+   */
+  approximate: boolean;
 }
 
 /**
@@ -204,21 +253,26 @@ export function stepCostText(usage: Usage | undefined, model: string): string {
  * must not count what it cannot price as free.
  */
 export function estimateRunUsd(
-  run: { usage: Usage; steps: { usage?: Usage; model?: string }[] },
+  run: { usage: Usage; steps: { usage?: Usage; model?: string }[] } & HeldBlocks,
   fallbackModel: string | undefined,
 ): number | undefined {
   let usd = 0;
   const rest: Usage = { ...run.usage };
+  // A block the state does not hold counts at its summary's cost; the engine reads the records of a block
+  // whose summary has none (lib/engine/advance.ts), so here such a block stays in the rest.
+  for (const block of unheldBlocks(run)) {
+    if (!block.cost) continue;
+    if (block.cost.unpriced) return undefined;
+    usd += block.cost.usd;
+    subtractUsage(rest, block.usage);
+  }
   for (const step of run.steps) {
     if (!step.usage) continue;
     const model = step.model ?? fallbackModel;
     const cost = model === undefined ? undefined : estimateCost(step.usage, model);
     if (!cost) return undefined;
     usd += cost.usd;
-    rest.inputTokens -= step.usage.inputTokens;
-    rest.outputTokens -= step.usage.outputTokens;
-    rest.cacheWriteTokens -= step.usage.cacheWriteTokens;
-    rest.cacheReadTokens -= step.usage.cacheReadTokens;
+    subtractUsage(rest, step.usage);
   }
   if (promptTokens(rest) + rest.outputTokens > 0) {
     const cost = fallbackModel === undefined ? undefined : estimateCost(rest, fallbackModel);

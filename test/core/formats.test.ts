@@ -5,6 +5,7 @@ import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from '
 import { MIGRATIONS, migrateRecord } from '../../lib/core/migrations.ts';
 import { FORMAT_VERSION, RECORD_FORMATS } from '../../lib/core/state.ts';
 import { beginWait, waitRecordFor } from '../../lib/core/waits.ts';
+import { blockCost } from '../../lib/llm/cost.ts';
 import { decisionFor, stateAfter } from '../support/states.ts';
 
 const stored = (input: { head: string; steps?: string[]; pending?: string; status?: 'running' | 'waiting'; summaries?: string[]; stepsAfter?: number }): StoredCheckpoint => ({
@@ -23,7 +24,7 @@ function waitingState() {
 
 describe('record formats', () => {
   it('versions every stored record kind; today\'s records of kinds at format 1 are written as they always were', () => {
-    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 2, ledger: 1, summary: 1 });
+    expect(RECORD_FORMATS).toEqual({ head: FORMAT_VERSION, step: 1, decision: 1, wait: 2, ledger: 1, summary: 2 });
     const state = stateAfter('r', 1);
     // Format 1 is the absence of a version: the bytes of a record are the bytes today's code writes.
     expect(encodeStep(state.steps[0]!)).toBe('{"at":2001,"idempotencyKey":"r/step-1","input":{"batch":1},"result":{"bytes":11,"ok":true,"text":"wrote row 1"},"step":1,"tool":"write_row","workerId":"worker-test"}');
@@ -58,10 +59,26 @@ describe('record formats', () => {
     const block = condensedBlock(state.steps.slice(0, 100));
     const bounded = (summaries: string[], after = 100) => stored({ head: encodeHead(state), steps: state.steps.slice(after).map(encodeStep), summaries, stepsAfter: after });
     expect(decodeState(bounded([encodeSummary(block)]))).toMatchObject({ stepsFrom: 100, condensed: [block] });
-    expect(() => decodeState(bounded([JSON.stringify({ ...block, formatVersion: 2 })]))).toThrow(NewerFormatError);
+    expect(() => decodeState(bounded([JSON.stringify({ ...block, formatVersion: 3 })]))).toThrow(NewerFormatError);
     expect(() => decodeState(bounded([JSON.stringify({ ...block, tokens: 3 })]))).toThrow(/summary 1.*tokens/);
+    expect(() => decodeState(bounded([encodeSummary({ ...block, cost: { usd: 1, uncachedUsd: 1, rate: 2 } as never })]))).toThrow(/summary 1.*cost\.rate/);
     expect(() => decodeState(bounded([]))).toThrow(/0 summaries do not fit 230 steps from step 101/);
     expect(() => decodeState(bounded([encodeSummary({ ...block, last: 99 })]))).toThrow(UnreadableCheckpointError);
+  });
+
+  it('writes a block summary at format 2, with its records\' cost, and reads one of format 1 (no cost) as it was', () => {
+    const state = stateAfter('r', 230);
+    const priced = state.steps.slice(0, 100).map((s) => ({ ...s, usage: { inputTokens: 1000, outputTokens: 100, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: 'claude-sonnet-4-5' }));
+    const block = condensedBlock(priced, blockCost);
+    // $3 and $15 per million tokens: 100 x (0.003 + 0.0015).
+    expect(block.cost).toEqual({ usd: expect.closeTo(0.45, 12), uncachedUsd: expect.closeTo(0.45, 12), model: 'claude-sonnet-4-5' });
+    const text = encodeSummary(block);
+    expect(json(text).formatVersion).toBe(2);
+    const bounded = (summary: string) => stored({ head: encodeHead(state), steps: state.steps.slice(100).map(encodeStep), summaries: [summary], stepsAfter: 100 });
+    expect(decodeState(bounded(text)).condensed).toEqual([block]);
+    // Format 1, as code before the cost wrote it: no formatVersion, no cost.
+    const { cost: _cost, ...older } = block;
+    expect(decodeState(bounded(JSON.stringify(older))).condensed).toEqual([older]);
   });
 
   it('refuses, never strips, a field it does not know, naming it', () => {

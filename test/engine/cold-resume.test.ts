@@ -4,6 +4,7 @@ import { defineAgent, tool } from '../../lib/agent.ts';
 import { decodeState, type StoredCheckpoint } from '../../lib/core/codec.ts';
 import { ToolError } from '../../lib/core/errors.ts';
 import { CONDENSE_AFTER, condensedBlocks } from '../../lib/core/condense.ts';
+import { summariesDue } from '../../lib/core/condensed.ts';
 import { promptText, renderStepPrompt } from '../../lib/core/prompt.ts';
 import { advance } from '../../lib/engine/advance.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
@@ -11,6 +12,7 @@ import { stepCacheOf } from '../../lib/engine/step-cache.ts';
 import type { CheckpointStore, Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { startRun } from '../../lib/engine/start.ts';
 import { completeStep, initialState } from '../../lib/core/transitions.ts';
+import type { RunState } from '../../lib/core/state.ts';
 import { META, recordFor } from '../support/states.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
 
@@ -136,7 +138,7 @@ describe('a cold resume of a long run', () => {
     a.runtime.close();
   });
 
-  it('a run with a dollar budget, which prices every step, reads every record on a cold resume and stops where a warm one does', async () => {
+  it('a run with a dollar budget, which prices every step by its model, resumes cold from its summaries\' costs and stops where a warm one does', async () => {
     db = tempDb();
     const clock = new ManualClock();
     const warm = workerProcess({ dbPath: db.path, agent, model: new CopyModel(), clock, workerId: 'W' });
@@ -155,9 +157,44 @@ describe('a cold resume of a long run', () => {
     const [w, c] = [await runOf('warm'), await runOf('cold')];
     expect(w).toMatchObject({ status: 'over-budget', step: 250 });
     expect(c).toMatchObject({ status: 'over-budget', step: 250, reason: w.reason });
-    // The cold resumes past step 230 read every record, as the estimate needs them.
-    expect(loads.some((l) => l.options === undefined && l.records > CONDENSE_AFTER)).toBe(true);
+    // Each block's summary says what its records cost, so no resume read every record, and neither worker
+    // held more than a bounded load gives.
+    expect(loads.filter((l) => l.records > CONDENSE_AFTER)).toEqual([]);
+    expect(loads.filter((l) => l.options === undefined)).toEqual([]);
+    const summaries = decodeState((await warm.runtime.store.load('warm', { recent: true }))!).condensed!;
+    expect(summaries.map((b) => b.cost)).toEqual([{ usd: expect.closeTo(100 * 8e-5, 12), uncachedUsd: expect.closeTo(100 * 8e-5, 12), model: 'claude-opus-5-5' }]);
     warm.runtime.close(); cold.runtime.close();
+  });
+
+  it('a run with a dollar budget whose blocks were summarised without their cost (older code) reads every record once per worker, then holds no more than a bounded load', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const a = workerProcess({ dbPath: db.path, agent, model: new CopyModel(), clock, workerId: 'A' });
+    // 305 steps committed as code before summary format 2 did: the first two blocks' summaries have no cost. Each
+    // record costs 8e-5 dollars (10 input and 2 output tokens of claude-opus-5-5): over 0.0252 at step 315.
+    let state: RunState = { ...initialState({ runId: 'old', agent: agent.name, goal: 'copy the batches', stepCap: 1000, now: 1_000 }), budget: { usd: 0.0252 } };
+    await a.runtime.store.create(state, META);
+    const usage = { inputTokens: 10, outputTokens: 2, cacheWriteTokens: 0, cacheReadTokens: 0 };
+    for (let n = 1; n <= 305; n++) {
+      const record = { ...recordFor('old', n), usage, model: 'claude-opus-5-5' };
+      state = completeStep(state, record, 2_000 + n);
+      const summaries = summariesDue(state);
+      await a.runtime.store.commit({ runId: 'old', expectedVersion: n, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META });
+    }
+    expect(decodeState((await a.runtime.store.load('old', { recent: true }))!).condensed).toEqual([1, 2].map(() => expect.not.objectContaining({ cost: expect.anything() })));
+    const { store, loads } = counting(a.runtime.store);
+    const deps = { ...a.deps, store };
+    await advance(deps, 'old');
+    // The bounded read, then every record, as the budget must price the first blocks step by step.
+    expect(loads.map((l) => [l.options, l.records])).toEqual([[{ recent: true }, 105], [undefined, 305]]);
+    // Its worker gave the blocks their cost from the records it read, and holds only the records after it.
+    expect(stepCacheOf(store).get('old')).toMatchObject({ from: 200, condensed: [{ last: 100, cost: { usd: expect.closeTo(0.008, 12), model: 'claude-opus-5-5' } }, { last: 200, cost: { usd: expect.closeTo(0.008, 12) } }] });
+    expect(stepCacheOf(store).get('old')!.steps).toHaveLength(106);
+    for (let n = 307; n <= 320; n++) await advance(deps, 'old');
+    // No more reads of every record on this worker, and the run stops where the budget says.
+    expect(loads.filter((l) => l.options === undefined)).toHaveLength(1);
+    expect(decodeState((await a.runtime.store.load('old'))!)).toMatchObject({ status: 'over-budget', step: 315 });
+    a.runtime.close();
   });
 
   it('a fork from a late step sees every step it copies and resumes with the parent\'s prompt', async () => {

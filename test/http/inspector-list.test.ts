@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { summariesDue } from '../../lib/core/condensed.ts';
+import { blockCost } from '../../lib/llm/cost.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 import { startHttpApp } from '../support/http-app.ts';
@@ -11,7 +12,8 @@ afterAll(async () => { await app?.close(); });
 /**
  * The inspector's list of runs read each run whole to show its head and cost: a page of runs of thousands
  * of steps took seconds. It reads what a resume reads; the cost of a run past its first condensed block
- * (after step 200) is then marked approximate.
+ * (after step 200) is then marked approximate where its summaries were written without their records' cost
+ * (by code before summary format 2).
  */
 describe("the inspector's list of runs", () => {
   it('reads each run as a resume does, and marks the cost of a run past its first condensed block as approximate', async () => {
@@ -23,6 +25,11 @@ describe("the inspector's list of runs", () => {
     const next = completeStep(long, record, 9_000);
     await store.commit({ runId: 'long-run', expectedVersion: 1, state: next, appended: record, summaries: summariesDue(next), ...META });
     await store.create(stateAfter('short-run', 3), META);
+    // The same, its summary written as today's code writes it, with its records' cost: exact, no ≈.
+    const costed = stateAfter('costed-run', 230);
+    await store.create(costed, META);
+    const costedNext = completeStep(costed, recordFor('costed-run', 231), 9_000);
+    await store.commit({ runId: 'costed-run', expectedVersion: 1, state: costedNext, appended: recordFor('costed-run', 231), summaries: summariesDue(costedNext, blockCost), ...META });
 
     const load = store.load.bind(store);
     const reads: { runId: string; options: unknown }[] = [];
@@ -32,8 +39,10 @@ describe("the inspector's list of runs", () => {
       // listRuns reads a live run's head and last record (afterStep) for what it needs; the page's own reads:
       const whole = reads.filter((r) => ['long-run', 'short-run'].includes(r.runId) && !(r.options as { afterStep?: number } | undefined)?.afterStep);
       expect(whole.map((r) => r.options)).toEqual([{ recent: true }, { recent: true }]);
+      expect(reads.filter((r) => r.runId === 'costed-run' && !(r.options as { afterStep?: number } | undefined)?.afterStep).map((r) => r.options)).toEqual([{ recent: true }]);
       expect(page).toMatch(/long-run<\/a>.*?<td>231<\/td>\n<td>[^<]*<\/td><td>≈ \$0\.0000<\/td>/s);
       expect(page).toMatch(/short-run<\/a>.*?<td>3<\/td>\n<td>[^<]*<\/td><td>\$0\.0000<\/td>/s);
+      expect(page).toMatch(/costed-run<\/a>.*?<td>231<\/td>\n<td>[^<]*<\/td><td>\$0\.0000<\/td>/s);
       expect(page).toContain('<p id="approximate">≈:');
     } finally {
       store.load = load;
