@@ -7,13 +7,27 @@ import type { StepRecord } from './state.ts';
  * Between condensations the prompt only grows at its end, so the cached prefix of one step starts the
  * next; a condensation changes the list after the summaries already there, which misses the cache once.
  * Between CONDENSE_AFTER - CONDENSE_BLOCK + 1 and CONDENSE_AFTER steps are listed in full, plus one
- * short line per condensed block. Only the prompt is condensed: every step record stays in the store,
+ * short line per condensed block (past CONDENSE_AFTER such lines, per group of them: CONDENSE_GROUP). Only the prompt is condensed: every step record stays in the store,
  * in `stepwise status` and `stepwise history`. Each block's summary is also stored, once, by the
  * checkpoint that condenses it (condensed.ts), so a resume reads it instead of the block's records: the
  * block size is part of the stored format (a stored summary covers exactly one block).
  */
 export const CONDENSE_AFTER = 200;
 export const CONDENSE_BLOCK = 100;
+/**
+ * The summary lines are condensed the same way, so the prompt stays bounded however long the run is: past
+ * CONDENSE_AFTER lines of one kind, the oldest become one line per whole group of CONDENSE_GROUP (a line of
+ * 10,000 steps, then of 1,000,000). A line per block alone grew the prompt by about 5 KB every 1,000 steps,
+ * so a run of days outgrew the model's context window and failed for good: a retry or a fork sends the same.
+ * Computed from the block lines alone (stored, so a bounded load builds the same prompt), and only when a
+ * block is condensed, so it breaks the prompt cache nowhere a condensation did not already.
+ */
+export const CONDENSE_GROUP = 100;
+
+/** How many leading groups of CONDENSE_GROUP lines of one kind a list of `lines` such lines shows as one line each. */
+export function condensedGroups(lines: number): number {
+  return lines > CONDENSE_AFTER ? Math.floor((lines - CONDENSE_AFTER - 1) / CONDENSE_GROUP) + 1 : 0;
+}
 
 /** How many leading blocks of CONDENSE_BLOCK steps a run with `steps` completed steps shows as summaries. */
 export function condensedBlocks(steps: number): number {

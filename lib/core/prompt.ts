@@ -1,5 +1,5 @@
 import { canonicalJson } from './canonical-json.ts';
-import { CONDENSE_BLOCK, condensedBlocks, summariseBlock } from './condense.ts';
+import { CONDENSE_BLOCK, CONDENSE_GROUP, condensedBlocks, condensedGroups, summariseBlock } from './condense.ts';
 import type { RunState, StepRecord } from './state.ts';
 import { cutAt } from './cut.ts';
 import { revealedJson } from './printable.ts';
@@ -77,12 +77,13 @@ function completedStepBlocks(state: Pick<RunState, 'steps' | 'stepsFrom' | 'cond
   const blocks = condensedBlocks(from + steps.length);
   // The newline goes before a line, not after it: step n's last block must stay byte-identical in
   // step n + 1, where the cache looks its prefix up at the same block boundary.
+  const lines: string[] = [];
   for (let b = 0; b < blocks; b++) {
-    const line = b * CONDENSE_BLOCK < from
+    lines.push(b * CONDENSE_BLOCK < from
       ? state.condensed![b]!.line
-      : summaryLine(steps.slice(b * CONDENSE_BLOCK - from, (b + 1) * CONDENSE_BLOCK - from));
-    out.push({ text: b === 0 ? line : `\n${line}` });
+      : summaryLine(steps.slice(b * CONDENSE_BLOCK - from, (b + 1) * CONDENSE_BLOCK - from)));
   }
+  groupedLines(lines, CONDENSE_BLOCK).forEach((line, i) => out.push({ text: i === 0 ? line : `\n${line}` }));
   const first = Math.max(0, blocks * CONDENSE_BLOCK - from);
   if (first < steps.length) out.push(...listedBlocks(steps, first, first === 0 && !blocks));
 }
@@ -112,6 +113,29 @@ function listedBlocks(steps: readonly StepRecord[], first: number, opensList: bo
   }
   listed.set(last, { first: start, blocks });
   return blocks;
+}
+
+/**
+ * Summary lines of `span` steps each (the first starting at step 1), with their oldest whole groups of
+ * CONDENSE_GROUP as one line each once there are more than CONDENSE_AFTER (condense.ts), and so on up:
+ * at most CONDENSE_AFTER lines of each span.
+ */
+function groupedLines(lines: readonly string[], span: number): string[] {
+  const groups = condensedGroups(lines.length);
+  if (!groups) return [...lines];
+  const merged: string[] = [];
+  for (let g = 0; g < groups; g++) merged.push(groupLine(lines.slice(g * CONDENSE_GROUP, (g + 1) * CONDENSE_GROUP), g * CONDENSE_GROUP * span, span));
+  return [...groupedLines(merged, span * CONDENSE_GROUP), ...lines.slice(groups * CONDENSE_GROUP)];
+}
+
+/**
+ * One line for a group of summary lines, from the lines alone (the stored summaries; its steps' records
+ * may not be loaded): `1-10000. 10000 steps condensed in 100 blocks; first block: 1-100. ...; last block: ...`.
+ */
+function groupLine(lines: readonly string[], before: number, span: number): string {
+  const steps = lines.length * span;
+  return `${before + 1}-${before + steps}. ${steps} steps condensed in ${lines.length} blocks; `
+    + `first block: ${excerpt(lines[0]!, SUMMARY_STEP_EXCERPT)}; last block: ${excerpt(lines[lines.length - 1]!, SUMMARY_STEP_EXCERPT)}`;
 }
 
 /** Characters of the first and the last step's line a summary shows. */

@@ -92,3 +92,51 @@ describe('condensing old steps in the prompt', () => {
     expect(at(600).steps[41]).toEqual(record(42));
   });
 });
+
+describe('condensing a run of tens of thousands of steps', () => {
+  // Records cheap to make (no large outputs), put straight into the state: the real transitions copy the
+  // list at every step, which for 60,000 steps is too slow for a unit test.
+  const long = (n: number): RunState => {
+    const steps = Array.from({ length: n }, (_, i) => {
+      const step = i + 1;
+      const tool = ['read_page', 'write_row', 'verify_row', 'list_items'][step % 4]!;
+      const text = `${tool} ${step}: `.padEnd(150 + (step % 7) * 100, 'x');
+      return { step, tool, input: { id: step, note: `item ${step} of a long batch job`.padEnd(80, '.') }, at: step, result: { ok: step % 331 !== 0, text, bytes: text.length }, workerId: 'w' };
+    });
+    return { ...newState('days', 'process a very long batch, one item per step'), steps, step: n };
+  };
+  const bytes = (state: RunState) => Buffer.byteLength(promptText(renderStepPrompt(state)));
+
+  it('keeps the prompt bounded however long the run is: at 60,000 steps no larger than at 20,000', () => {
+    // Past CONDENSE_AFTER + CONDENSE_GROUP blocks of summaries, whole groups of CONDENSE_GROUP summary
+    // lines become one line each: a line per 100 steps grew the prompt by about 5 KB every 1,000 steps, so a
+    // run of days outgrew the model's context window and failed for good (a retry or fork sends the same).
+    expect(bytes(long(60_000))).toBeLessThan(bytes(long(20_000)) * 1.05);
+    expect(bytes(long(60_000))).toBeLessThan(250_000);
+  });
+
+  it('lists a group as one line naming its steps, its blocks and its first and last block, after the summaries before it', () => {
+    const lines = listed(long(40_001));
+    // 40,001 steps: 399 blocks condensed; the first two groups of 100 are one line each, then 199 block lines.
+    expect(lines[0]).toMatch(/^1-10000\. 10000 steps condensed in 100 blocks; first block: 1-100\. 100 steps condensed: .*; last block: 9901-10000\. /);
+    expect(lines[1]).toMatch(/^10001-20000\. 10000 steps condensed in 100 blocks; first block: 10001-10100\. /);
+    expect(lines[2]).toMatch(/^20001-20100\. 100 steps condensed: /);
+    expect(lines.slice(0, 2).every((line) => line.length < 800)).toBe(true);
+    expect(lines).toHaveLength(2 + 199 + 101);
+    expect(lines[lines.length - 1]).toBe(stepLine(long(40_001).steps[40_000]!));
+  });
+
+  it('breaks the prompt cache only where a block is condensed, merging groups included', () => {
+    const run = long(20_310);
+    const prompt = (n: number) => renderStepPrompt({ ...run, steps: run.steps.slice(0, n) });
+    const breaks: number[] = [];
+    for (let n = 20_190; n < 20_310; n++) {
+      const blocks = prompt(n);
+      const marked = blocks.findIndex((b) => b.cache);
+      const next = promptText(prompt(n + 1));
+      if (!next.startsWith(promptText(blocks.slice(0, marked + 1)))) breaks.push(n + 1);
+    }
+    // Step 20,201 condenses block 201, and with it the first group of 100 block lines becomes one line.
+    expect(breaks).toEqual([20_201, 20_301]);
+  });
+});
