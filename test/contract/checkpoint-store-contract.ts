@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { decodeState, encodeStep } from '../../lib/core/codec.ts';
 import { CONDENSE_AFTER, CONDENSE_BLOCK, condensedBlocks } from '../../lib/core/condense.ts';
-import { ZERO_USAGE } from '../../lib/core/state.ts';
+import { RECORD_FORMATS, ZERO_USAGE } from '../../lib/core/state.ts';
 import { StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
@@ -344,7 +344,7 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
         version = (await s().commit({ runId, expectedVersion: version, state, appended: record, ...(due.length ? { summaries: due } : {}), ...META })).version;
       }
       const recent = (await s().load(runId, { recent: true }))!;
-      expect(recent.summaries?.map((text) => JSON.parse(text))).toEqual([summary(0), summary(1), summary(2)]);
+      expect(recent.summaries?.map((text) => JSON.parse(text))).toEqual([0, 1, 2].map((b) => ({ ...summary(b), formatVersion: RECORD_FORMATS.summary })));
       expect(recent.stepsAfter).toBe(300);
       expect(recent.steps).toHaveLength(150);
       expect(recent.steps.length).toBeLessThanOrEqual(CONDENSE_AFTER);
