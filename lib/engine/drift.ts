@@ -1,6 +1,7 @@
 import { needsApproval, worksRunsOf, type AgentDefinition } from '../agent.ts';
 import { approvedCall } from '../core/approval-gate.ts';
-import { decodeState } from '../core/codec.ts';
+import { decodeState, type StoredCheckpoint } from '../core/codec.ts';
+import { unheldBlocksPriced } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
 import type { RunState, RunStatus } from '../core/state.ts';
@@ -75,20 +76,30 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
       others.set(summary.agent, (others.get(summary.agent) ?? 0) + 1);
       continue;
     }
-    const stored = await store.load(summary.runId);
+    // What a worker's resume reads (lib/engine/advance.ts): a long run's block summaries and the records
+    // after them, not every record, which made the check of a few runs of 20,000 steps take seconds.
+    const read = await store.load(summary.runId, { recent: true });
     // Ended or gone since the listing: nothing to resume.
-    if (!stored || (stored.status !== 'running' && stored.status !== 'waiting')) continue;
+    if (!read || (read.status !== 'running' && read.status !== 'waiting')) continue;
+    let stored: StoredCheckpoint = read;
     report.checked++;
-    // Status, step and version all from this read: the listing's step is of an earlier version when the
+    // Status, step and version all from the last read: the listing's step is of an earlier version when the
     // run moved since (a worker committed a step), and the row then named a step and version that never
     // went together. A record this code cannot decode still has its step records counted.
-    const storedStep = (stored.stepsAfter ?? 0) + stored.steps.length;
     const blocked = (problem: string, needs?: string) => report.blocked.push({
-      runId: stored.runId, status: stored.status, step: storedStep, version: stored.version, problem, ...(needs ? { needs } : {}),
+      runId: stored.runId, status: stored.status, step: (stored.stepsAfter ?? 0) + stored.steps.length, version: stored.version, problem, ...(needs ? { needs } : {}),
     });
     let state;
     try {
-      state = decodeState(stored);
+      try {
+        state = decodeState(stored);
+        // A dollar budget with a block summarised without its cost: a resume reads every record.
+        if (state.stepsFrom && state.budget?.usd !== undefined && !unheldBlocksPriced(state)) state = decodeState(stored = (await store.load(summary.runId)) ?? stored);
+      } catch (error) {
+        // As a resume does, judged on a full read, never on a bounded one alone.
+        if (!(error instanceof UnreadableCheckpointError) || stored.stepsAfter === undefined) throw error;
+        state = decodeState(stored = (await store.load(summary.runId)) ?? stored);
+      }
     } catch (error) {
       if (error instanceof NewerFormatError) { blocked(error.message, error.needs); continue; }
       if (error instanceof UnreadableCheckpointError) { blocked(error.message); continue; }

@@ -3,7 +3,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
 import { decodeState } from '../../lib/core/codec.ts';
-import { RECORD_FORMATS } from '../../lib/core/state.ts';
+import { summariesDue } from '../../lib/core/condensed.ts';
+import { RECORD_FORMATS, type RunState } from '../../lib/core/state.ts';
+import { completeStep, initialState } from '../../lib/core/transitions.ts';
+import { findDrift } from '../../lib/engine/drift.ts';
+import { blockCost } from '../../lib/llm/cost.ts';
+import type { CheckpointStore } from '../../lib/ports.ts';
+import { META, recordFor } from '../support/states.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
 import type { LocalRuntime } from '../../lib/local/runtime.ts';
 import { FixtureModel, fixtureAgent } from '../fixtures/formats/fixture-agent.ts';
@@ -165,3 +171,56 @@ describe('code drift under a paused run', () => {
     runtime.close();
   });
 });
+
+describe('the drift check of a long run', () => {
+  let db: ReturnType<typeof tempDb>;
+  afterEach(() => db?.cleanup());
+
+  /** A running run of rows-agent with `steps` steps, each checkpoint with the summaries it condensed (`price`: with their cost). */
+  async function longRun(steps: number, options: { budget?: { usd: number }; priced: boolean }) {
+    db = tempDb();
+    const agent = rowsAgent(new FakeRows());
+    const { runtime } = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(5)), clock: new ManualClock(), workerId: 'A' });
+    let state: RunState = { ...initialState({ runId: 'long', agent: agent.name, goal: 'copy the rows', stepCap: 1000, now: 1_000 }), ...(options.budget ? { budget: options.budget } : {}) };
+    await runtime.store.create(state, META);
+    for (let n = 1; n <= steps; n++) {
+      const record = { ...recordFor('long', n), usage: { inputTokens: 10, outputTokens: 2, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: 'claude-opus-5-5' };
+      state = completeStep(state, record, 2_000 + n);
+      const summaries = summariesDue(state, options.priced ? blockCost : undefined);
+      await runtime.store.commit({ runId: 'long', expectedVersion: n, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META });
+    }
+    const reads: { options: unknown; records: number }[] = [];
+    const store: CheckpointStore = Object.assign(Object.create(runtime.store) as CheckpointStore, {
+      load: async (runId: string, loadOptions?: Parameters<CheckpointStore['load']>[1]) => {
+        const stored = await runtime.store.load(runId, loadOptions);
+        if (stored) reads.push({ options: loadOptions, records: stored.steps.length });
+        return stored;
+      },
+    });
+    return { agent, runtime, store, reads };
+  }
+
+  it('reads what a resume reads: the block summaries and the records after them, not every record', async () => {
+    const { agent, runtime, store, reads } = await longRun(450, { priced: true });
+    const report = await findDrift(store, agent);
+    expect(report).toMatchObject({ checked: 1, blocked: [] });
+    expect(reads).toEqual([{ options: { recent: true }, records: 150 }]);
+    runtime.close();
+  });
+
+  it('reads every record of a run whose dollar budget needs a block summarised without its cost, as its resume does', async () => {
+    const { agent, runtime, store, reads } = await longRun(450, { budget: { usd: 100 }, priced: false });
+    expect((await findDrift(store, agent)).checked).toBe(1);
+    expect(reads).toEqual([{ options: { recent: true }, records: 150 }, { options: undefined, records: 450 }]);
+    runtime.close();
+  });
+
+  it('judges a record the bounded read cannot decode on a full read, as a resume does, and reports the run at its step', async () => {
+    const { agent, runtime, store } = await longRun(450, { priced: true });
+    writeRecord(runtime.db, 'long', 449, '{"step":449');
+    const report = await findDrift(store, agent);
+    expect(report.blocked).toEqual([{ runId: 'long', status: 'running', step: 450, version: 451, problem: expect.stringMatching(/step 449/) }]);
+    runtime.close();
+  });
+});
+
