@@ -4,8 +4,9 @@ import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
-import { decodeState } from '../core/codec.ts';
-import { NoSuchStepError } from '../core/errors.ts';
+import { decodeState, type StoredCheckpoint } from '../core/codec.ts';
+import { unheldBlocksPriced } from '../core/condensed.ts';
+import { NoSuchStepError, UnreadableCheckpointError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, isTerminal, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -14,6 +15,7 @@ import { costView, showRun } from '../engine/operate/show.ts';
 import { startRun } from '../engine/start.ts';
 import { answerWait, describeApprovalOutcome, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
+import type { CheckpointStore } from '../ports.ts';
 import type { HttpDeps } from './deps.ts';
 import { historyPage } from '../engine/operate/history.ts';
 import { listRunsPage, listWaitsPage } from '../engine/operate/list.ts';
@@ -168,9 +170,9 @@ export function apiRoutes(deps: HttpDeps): Hono {
         if (gone.aborted) return new Response(null, { status: 499 });
       }
     }
-    const stored = await deps.store.load(runId);
-    if (!stored) return c.json({ error: `unknown run: ${runId}` }, 404);
-    return c.json({ run: runView(decodeState(stored), stored.version, pricingModelFor(deps), stored.cancelRequested) });
+    const read = await readForView(deps.store, runId);
+    if (!read) return c.json({ error: `unknown run: ${runId}` }, 404);
+    return c.json({ run: runView(read.state, read.stored.version, pricingModelFor(deps), read.stored.cancelRequested) });
   });
 
   app.get('/runs/:runId/history', zValidator('query', pageQuery.strict(), invalid), async (c) => {
@@ -267,11 +269,31 @@ export function apiRoutes(deps: HttpDeps): Hono {
  */
 /** A run as GET /runs/:id gives it: the head, its estimated cost as `show --json` gives it, and its last step. */
 function runView(state: RunState, version: number, pricingModel: string, cancelRequested?: string) {
-  const { steps, pending: _pending, ...head } = state;
+  const { steps, pending: _pending, stepsFrom: _from, condensed: _condensed, ...head } = state;
   return {
     ...head, version, ...(cancelRequested !== undefined ? { cancelRequested } : {}), cost: costView(state, pricingModel),
-    steps: steps.length, lastStep: steps[steps.length - 1],
+    steps: state.step, lastStep: steps[steps.length - 1],
   };
+}
+
+/**
+ * A run as GET /runs/:id shows it (its head, last step and cost), read as a resume reads it: the block
+ * summaries, whose costs say what their records cost, and the records after them. Following a run of
+ * 20,000 steps read every record at each answer (0.4 s), so a client following it step by step did work
+ * that grew with the run. Read whole where a summary has no cost (an older release's) or the bounded read
+ * cannot be decoded, so the cost is exact and an unreadable run is judged on every record.
+ */
+async function readForView(store: CheckpointStore, runId: string): Promise<{ stored: StoredCheckpoint; state: RunState } | undefined> {
+  const bounded = await store.load(runId, { recent: true });
+  if (!bounded) return undefined;
+  try {
+    const state = decodeState(bounded);
+    if (unheldBlocksPriced(state)) return { stored: bounded, state };
+  } catch (error) {
+    if (!(error instanceof UnreadableCheckpointError)) throw error;
+  }
+  const stored = await store.load(runId);
+  return stored && { stored, state: decodeState(stored) };
 }
 
 /**

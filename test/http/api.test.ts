@@ -2,7 +2,10 @@ import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
-import { estimateCost } from '../../lib/llm/cost.ts';
+import { summariesDue } from '../../lib/core/condensed.ts';
+import type { RunState } from '../../lib/core/state.ts';
+import { completeStep } from '../../lib/core/transitions.ts';
+import { blockCost, estimateCost, runCost } from '../../lib/llm/cost.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
 import { workVisible } from '../support/queue-work.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
@@ -125,6 +128,43 @@ describe('the JSON API', () => {
     const rest = estimateCost(usage(1_000_000, 0), 'claude-opus-4-1')!.usd;
     expect(run.cost).toEqual({ usd: 15 + 75 + rest, priced: true });
     expect(run.cost).toEqual((await json(await app.api('/runs/api-cost/steps/1'))).body.cost);
+  });
+
+  it('reads a long run as a resume does (its block summaries, whose costs the summaries carry, and the records after them), and gives what a full read gives', async () => {
+    const store = app.runtime.store;
+    const make = async (runId: string, priced: boolean) => {
+      let state: RunState = { ...newState(runId), agent: app.deps.agent.name, stepCap: 1000 };
+      await store.create(state, META);
+      for (let n = 1; n <= 250; n++) {
+        const record = { ...recordFor(runId, n), usage: { inputTokens: 1000 + n, outputTokens: 10, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: n % 2 ? 'claude-sonnet-4-5' : 'claude-opus-4-1' };
+        state = completeStep(state, record, 5_000 + n);
+        const summaries = summariesDue(state, priced ? blockCost : undefined);
+        await store.commit({ runId, expectedVersion: n, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META });
+      }
+    };
+    await make('api-condensed', true);
+    await make('api-condensed-older', false);
+    const load = store.load.bind(store);
+    const reads: { runId: string; options: unknown; records: number }[] = [];
+    store.load = async (runId, options) => {
+      const stored = await load(runId, options);
+      reads.push({ runId, options, records: stored?.steps.length ?? 0 });
+      return stored;
+    };
+    try {
+      for (const runId of ['api-condensed', 'api-condensed-older']) {
+        const { run } = (await json(await app.api(`/runs/${runId}`))).body;
+        const full = decodeState((await load(runId))!);
+        expect(run).toMatchObject({ runId, step: 250, steps: 250, version: 251, lastStep: { step: 250 } });
+        expect(run.cost.usd).toBeCloseTo(runCost(full, '').usd, 12);
+        expect(run).not.toHaveProperty('condensed');
+      }
+      // The summaries with their cost: one bounded read. An older release's, without: read whole for an exact cost.
+      expect(reads.filter((r) => r.runId === 'api-condensed').map((r) => [r.options, r.records])).toEqual([[{ recent: true }, 150]]);
+      expect(reads.filter((r) => r.runId === 'api-condensed-older').map((r) => [r.options, r.records])).toEqual([[{ recent: true }, 150], [undefined, 250]]);
+    } finally {
+      store.load = load;
+    }
   });
 
   it('pages a run\'s history back in time with the next cursor: every checkpoint once, oldest first; a bad cursor is a 400', async () => {
