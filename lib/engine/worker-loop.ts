@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Delivery, RunQueueConsumer } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { InvalidInputError, errorMessage } from '../core/errors.ts';
@@ -22,6 +23,8 @@ export const DEFAULT_SWEEP_EVERY_MS = 30_000;
  * reply waits at most this long.
  */
 const TURN_EVERY_MS = 100;
+/** The least a loop waits before it polls again after a refused receive (receiveRefusal): a refusal comes at once. */
+const REFUSED_RECEIVE_POLL_MS = 200;
 
 export interface WorkerOptions {
   visibilityMs?: number;
@@ -61,6 +64,12 @@ export interface WorkerOptions {
    * mends by letting go.
    */
   refusal?: (error: unknown) => { refused: string; fix: string } | undefined;
+  /**
+   * The backend's reading of a receive's error that passes once its cause is mended (the local file's full
+   * disk): the worker logs it once (receive-refused, with what to do), takes nothing and polls again,
+   * where the error stopped the worker (exit 1) and the runs it would have worked waited for a restart.
+   */
+  receiveRefusal?: (error: unknown) => { refused: string; fix: string } | undefined;
   /**
    * Kept filled with the deliveries whose steps are in progress, if given: what a process that ends in
    * the middle of one (a tool's process.exit, an uncaught exception) names as it goes (the CLI's worker).
@@ -190,6 +199,8 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
   const receive = consumer.handBack ? consumer.receiveInCommit?.(visibilityMs) : undefined;
   /** Received for this loop and not started yet: the next step's delivery, or the rest of a batch. */
   let held: Delivery[] = [];
+  /** This loop's last receive was refused (receiveRefusal): said once while it lasts, not every poll. */
+  let receiveRefused = false;
   try {
     while (!options.signal?.aborted) {
       if (sweep && untilSweep(shared, deps.clock.now(), sweepEveryMs) === 0) {
@@ -200,7 +211,19 @@ async function stepLoop(deps: EngineDeps, consumer: RunQueueConsumer, options: L
         });
       }
       if (!held.length) {
-        held = await consumer.receive({ waitMs: receiveWaitMs(deps, options, shared, sweep !== undefined), visibilityMs, ...(options.signal ? { signal: options.signal } : {}) });
+        const waitMs = receiveWaitMs(deps, options, shared, sweep !== undefined);
+        try {
+          held = await consumer.receive({ waitMs, visibilityMs, ...(options.signal ? { signal: options.signal } : {}) });
+          receiveRefused = false;
+        } catch (error) {
+          const refused = options.stopOn?.(error) ? undefined : options.receiveRefusal?.(error);
+          if (!refused) throw error;
+          // Once while it lasts: the poll goes on every REFUSED_RECEIVE_POLL_MS at least, and an idle exit
+          // (below: nothing was received) still comes.
+          if (!receiveRefused) deps.log.error({ event: 'receive-refused', workerId: deps.workerId, refused: refused.refused, error: errorMessage(error) }, `no message could be received: ${refused.fix}; the worker polls again until this is mended`);
+          receiveRefused = true;
+          await sleep(Math.max(REFUSED_RECEIVE_POLL_MS, waitMs), undefined, options.signal ? { signal: options.signal } : {}).catch(() => undefined);
+        }
         // Stopped while it waited: what came is handed back (below), not started.
         if (options.signal?.aborted) break;
       }

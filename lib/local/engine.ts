@@ -13,7 +13,7 @@ import { chooseModel } from '../llm/choose-model.ts';
 import { createLogger, withFields, type Logger } from '../log.ts';
 import { systemClock, type Model } from '../ports.ts';
 import { CODE_VERSION } from '../version.ts';
-import { describeLockedStep } from './busy.ts';
+import { describeFullDiskStep, describeLocalRefusal } from './disk-full.ts';
 import { stopsLocalWorker } from './newer-layout.ts';
 import { DEFAULT_DB_PATH, expandHome } from './paths.ts';
 import { openLocalRuntime, type LocalRuntime } from './runtime.ts';
@@ -103,8 +103,9 @@ async function workRun(
     for (;;) {
       if (options.signal?.aborted) round.abort();
       await runWorker(deps, runtime.queue.forRun(runId), {
-        // A step the file's lock refused is said as that, as the CLI's worker says it.
-        signal: round.signal, waitMs: 250, stopOn: stopsLocalWorker, refusal: describeLockedStep,
+        // A step the file's lock or a full disk refused is said as that, and a receive a full disk refused
+        // is polled through, as the CLI's worker does.
+        signal: round.signal, waitMs: 250, stopOn: stopsLocalWorker, refusal: describeLocalRefusal, receiveRefusal: describeFullDiskStep,
         ...(options.visibilityMs ? { visibilityMs: options.visibilityMs } : {}),
         onHandled: (handled) => {
           options.onHandled?.(handled);

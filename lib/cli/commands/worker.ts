@@ -10,7 +10,7 @@ import { progressLine } from '../progress.ts';
 import { onExitInStep } from '../exit-in-step.ts';
 import { onStopSignals } from '../stop-signals.ts';
 import { stopsLocalWorker } from '../../local/newer-layout.ts';
-import { describeLockedStep } from '../../local/busy.ts';
+import { describeFullDiskStep, describeLocalRefusal } from '../../local/disk-full.ts';
 import type { Delivery } from '../../ports.ts';
 
 export interface WorkerCommandOptions extends CliOptions {
@@ -98,8 +98,9 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
       // A damaged file, or one a newer release brought forward under it, stops the worker (exit 2, with
       // what to do), where it retried each step for good.
       // A step the file's lock refused is said as that, with who may hold it, where the line read only
-      // SQLite's "database is locked".
-      ...(runtime.kind === 'local' ? { stopOn: stopsLocalWorker, refusal: describeLockedStep } : {}),
+      // SQLite's "database is locked"; one a full disk refused, as that, with what to do. A receive the full
+      // disk refuses takes nothing, and the worker polls on until space is freed, where it stopped (exit 1).
+      ...(runtime.kind === 'local' ? { stopOn: stopsLocalWorker, refusal: describeLocalRefusal, receiveRefusal: describeFullDiskStep } : {}),
       // SQS cannot show which runs have a message, nor hold a timer for days: without the sweeper
       // function (off Lambda), this worker does its work, for its agent's runs.
       ...(runtime.kind === 'aws' ? {
