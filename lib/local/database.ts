@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { accessSync, constants, realpathSync, statSync, type Stats } from 'node:fs';
+import { accessSync, constants, existsSync, readFileSync, realpathSync, statSync, type Stats } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { InvalidInputError } from '../core/errors.ts';
 import { makeDir } from '../make-dir.ts';
@@ -7,6 +7,7 @@ import { BUSY_TIMEOUT_MS } from './busy.ts';
 import { damagedDatabaseHint, isDamaged } from './damaged.ts';
 import { refuseMovedFile, rememberFile } from './moved-file.ts';
 import { NewerLayoutError } from './newer-layout.ts';
+import { markReadCopy } from './read-copy.ts';
 
 // Where the stores and the queue have long taken it from.
 export { isBusy } from './busy.ts';
@@ -302,7 +303,14 @@ export const MAX_READ_COPY_BYTES = 1024 * 2 ** 20;
 export function openDatabaseToRead(path: string, maxCopyBytes = MAX_READ_COPY_BYTES): Db {
   // In the journal mode it has: a backup (rollback mode) made read-only, or on read-only storage, is read
   // as it is, where switching it to WAL, a write, was refused.
-  const file = openFile(path, { wal: false });
+  let file: Db;
+  try {
+    file = openFile(path, { wal: false });
+  } catch (error) {
+    const copy = copyOfUnopenableWalFile(path, maxCopyBytes, error);
+    if (!copy) throw error;
+    file = copy;
+  }
   let image: Buffer;
   try {
     file.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
@@ -328,8 +336,50 @@ export function openDatabaseToRead(path: string, maxCopyBytes = MAX_READ_COPY_BY
   image[18] = 1;
   image[19] = 1;
   const copy = new Database(image);
+  markReadCopy(copy, 'older-layout');
   bringToLayout(copy, path);
   copy.pragma('query_only = ON');
+  return copy;
+}
+
+/**
+ * A WAL file in a directory this user may not write (a read-only mount, a backup volume, a directory of
+ * another user's), with no -shm beside it: SQLite reads a WAL file only through its -shm, which it makes
+ * beside the file, so it refuses to open it at all ("unable to open database file"), where the README says
+ * the commands that only read still read it. Every process that had it open has closed it (the -wal goes
+ * with the last), so the file alone is the database: read into memory, as an older layout's is. A -wal
+ * left beside it (a process killed) holds commits the file has not: refused, as before.
+ */
+function copyOfUnopenableWalFile(path: string, maxCopyBytes: number, error: unknown): Db | undefined {
+  // CANTOPEN, wrapped by openFile, where the file could be written (root on a read-only mount); else
+  // READONLY_DIRECTORY, SQLite's own, as the first read finds it.
+  const code = (error as { code?: unknown }).code;
+  const cause = (error as { cause?: { code?: unknown } }).cause?.code;
+  if (!(cause === 'SQLITE_CANTOPEN' || code === 'SQLITE_READONLY_DIRECTORY') || path === ':memory:') return undefined;
+  let image: Buffer;
+  try {
+    const stat = statSync(path);
+    if (!stat.isFile() || existsSync(`${path}-wal`) || existsSync(`${path}-shm`)) return undefined;
+    try {
+      accessSync(dirname(path), constants.W_OK);
+      return undefined;
+    } catch {
+      // Not writable: the -shm cannot be made, which is why SQLite refused.
+    }
+    if (stat.size > maxCopyBytes) {
+      throw new InvalidInputError(`the database ${path} is in a directory this user may not write, where SQLite cannot make the -shm file it reads it through, and at ${Math.round(stat.size / 2 ** 20)} MB it is too large to read from a copy in memory: give write access to the directory, or copy the file to one this user may write`);
+    }
+    image = readFileSync(path);
+  } catch (reason) {
+    if (reason instanceof InvalidInputError) throw reason;
+    return undefined;
+  }
+  // Only a WAL file (bytes 18 and 19, its write and read versions, 2): a file in another mode needs no -shm.
+  if (image.length < 100 || image[18] !== 2 || image[19] !== 2) return undefined;
+  image[18] = 1;
+  image[19] = 1;
+  const copy = new Database(image);
+  markReadCopy(copy, 'unwritable-directory');
   return copy;
 }
 

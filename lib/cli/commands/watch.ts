@@ -4,6 +4,7 @@ import type { HeldSteps } from '../../core/codec.ts';
 import { InvalidInputError, UnknownRunError } from '../../core/errors.ts';
 import { isTerminal, type RunState, type RunStatus } from '../../core/state.ts';
 import { resumeLoad } from '../../engine/step-cache.ts';
+import { readCopyOf } from '../../local/read-copy.ts';
 import type { CheckpointStore } from '../../ports.ts';
 import { dbPath, openBackend, type CliOptions } from '../context.ts';
 import { recordLine, stateLine } from '../progress.ts';
@@ -54,9 +55,12 @@ export async function watchCommand(runId: string | undefined, options: CliOption
  * ended run is watched from the copy as from the file; a moving one is refused, saying with what to watch it.
  */
 function refuseFrozenCopy(runtime: Awaited<ReturnType<typeof openBackend>>, runId: string, options: CliOptions): void {
-  if (!runtime.local?.db.memory) return;
-  const status = (runtime.local.db.prepare('SELECT status FROM runs WHERE run_id = ?').get(runId) as { status: RunStatus } | undefined)?.status;
+  const copy = runtime.local ? readCopyOf(runtime.local.db) : undefined;
+  if (!copy) return;
+  const status = (runtime.local!.db.prepare('SELECT status FROM runs WHERE run_id = ?').get(runId) as { status: RunStatus } | undefined)?.status;
   if (status === undefined || isTerminal(status)) return;
+  // No worker has the file open (its -wal would be beside it), and none could write it from here.
+  if (copy === 'unwritable-directory') throw new InvalidInputError(`run ${runId} is ${status} in ${dbPath(options)}, a file in a directory this user may not write, which this command reads from a copy taken once, in which it would never move: watch it as a user who may write that directory, or where a worker works it`);
   throw new InvalidInputError(`run ${runId} is ${status} in ${dbPath(options)}, a file of an older layout that this release reads from a copy taken once, in which it would never move (the older release's workers are still on it): watch it with that release, or once a worker of this release has brought the file to this layout`);
 }
 
