@@ -1,3 +1,4 @@
+import { DamagedBlobError } from '../core/errors.ts';
 import { blobRef } from '../core/result.ts';
 import type { BlobStore } from '../ports.ts';
 
@@ -41,16 +42,23 @@ export class AttributeSpill {
     if (typeof inline === 'string') return inline;
     const ref = item[name + REF_SUFFIX];
     if (typeof ref !== 'string') return undefined;
-    const data = await this.blobs.get(ref);
-    // A missing blob is lost data: the caller turns it into an unreadable checkpoint, never a silent gap.
+    let data: Buffer | undefined;
+    try {
+      data = await this.blobs.get(ref);
+    } catch (error) {
+      if (error instanceof DamagedBlobError) throw new MissingSpilledValueError(name, ref, error.why);
+      throw error;
+    }
+    // A missing or damaged blob is lost data: the caller turns it into an unreadable checkpoint, never a silent gap.
     if (!data) throw new MissingSpilledValueError(name, ref);
     return data.toString('utf8');
   }
 }
 
+/** A spilled value the blob store no longer has, or gives back damaged (`damage` says how). */
 export class MissingSpilledValueError extends Error {
-  constructor(readonly attribute: string, readonly ref: string) {
-    super(`${attribute} was stored as ${ref}, which the blob store no longer has`);
+  constructor(readonly attribute: string, readonly ref: string, damage?: string) {
+    super(damage === undefined ? `${attribute} was stored as ${ref}, which the blob store no longer has` : `${attribute} was stored as ${ref}, which the blob store gives back damaged: ${damage}`);
     this.name = 'MissingSpilledValueError';
   }
 }

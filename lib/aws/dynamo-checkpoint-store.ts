@@ -4,7 +4,7 @@ import {
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import type { StoredCheckpoint } from '../core/codec.ts';
-import { encodeDecision, encodeHead, encodeStep, encodeSummary } from '../core/codec.ts';
+import { encodeDecision, encodeHead, encodeStep, encodeSummary, unreadableText } from '../core/codec.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { excerpt } from '../core/prompt.ts';
 import { PermanentError, StaleVersionError } from '../core/errors.ts';
@@ -606,8 +606,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
     try {
       return await this.spill.restore(item, name);
     } catch (error) {
-      // Not JSON, so decoding reports the checkpoint unreadable and the run fails with a reason.
-      if (error instanceof MissingSpilledValueError) return `<${error.message}>`;
+      // Decoding reports the checkpoint unreadable with this reason, and the run fails with it.
+      if (error instanceof MissingSpilledValueError) return unreadableText(error.message);
       throw error;
     }
   }

@@ -166,7 +166,19 @@ function objectOf(raw: unknown, where: string, runId: string, version: number): 
   return raw as Record<string, unknown>;
 }
 
+/**
+ * What a store returns in place of a record it cannot give (a spilled value whose blob is gone or damaged):
+ * decoding then names the record and why, where "not valid JSON" hid the cause. JSON text never starts
+ * with this.
+ */
+const UNREADABLE_MARK = '\u0000unreadable: ';
+
+export function unreadableText(why: string): string {
+  return UNREADABLE_MARK + why;
+}
+
 function parseJson(text: string, runId: string, version: number, what: string): unknown {
+  if (text.startsWith(UNREADABLE_MARK)) throw new UnreadableCheckpointError(runId, version, `${what}: ${text.slice(UNREADABLE_MARK.length)}`);
   try {
     return JSON.parse(text);
   } catch {

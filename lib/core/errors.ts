@@ -163,6 +163,17 @@ export class IdempotencyInProgressError extends TransientError {
  */
 export class BlobRefusedError extends TransientError {}
 
+/**
+ * A blob the store holds under its ref whose bytes are not the ref's (replaced by hand, cut short, a body
+ * that does not decompress): lost as surely as a missing one, and reading it again gives the same bytes,
+ * so it is not a failure to retry. Named, with what is wrong, wherever it is read.
+ */
+export class DamagedBlobError extends PermanentError {
+  constructor(readonly ref: string, readonly why: string, options?: { cause?: unknown }) {
+    super(`blob ${ref} is damaged in the blob store: ${why}`, options);
+  }
+}
+
 /** Thrown by a tool to hand a failure to the model as the step's result, instead of retrying the step. */
 export class ToolError extends StepwiseError {}
 
@@ -217,7 +228,7 @@ for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
   WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
-  RunIdTakenError, RunIdInUseError, RunStateError, NoSuchStepError, BlobRefusedError,
+  RunIdTakenError, RunIdInUseError, RunStateError, NoSuchStepError, BlobRefusedError, DamagedBlobError,
 })) markClass(cls, name);
 
 export function isPermanent(error: unknown): boolean {

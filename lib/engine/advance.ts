@@ -8,7 +8,7 @@ import { heldAfter, summariesDue, unheldBlocksPriced } from '../core/condensed.t
 import { checkDecision } from '../core/drift.ts';
 import { failureText } from '../core/failure-text.ts';
 import {
-  BlobRefusedError, IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
+  BlobRefusedError, DamagedBlobError, IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
@@ -440,7 +440,14 @@ async function readRunOutput(deps: EngineDeps, state: RunState, ref: string): Pr
   if (!state.steps.some((s) => s.result.ref === ref)) {
     throw new ToolError(`${JSON.stringify(ref.slice(0, 100))} is not the ref of an output of this run's steps ${(state.stepsFrom ?? 0) + 1}-${state.step}: give the ref shown after an output's excerpt ("stored as sha256:...")`);
   }
-  const data = await deps.blobs.get(ref);
+  let data: Buffer | undefined;
+  try {
+    data = await deps.blobs.get(ref);
+  } catch (error) {
+    // Lost as a missing blob is: the model is told, where the run failed on it.
+    if (error instanceof DamagedBlobError) throw new ToolError(`the output ${ref} is damaged in the blob store (${error.why}); its excerpt is all that is left`);
+    throw error;
+  }
   if (!data) throw new ToolError(`the output ${ref} is no longer in the blob store (removed by retention); its excerpt is all that is left`);
   return data.toString('utf8');
 }
