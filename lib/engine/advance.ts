@@ -159,7 +159,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // this call under this key.
     if (approved && tool.sideEffect) {
       decision.idempotencyKey = idempotencyKey(runId, n);
-      await deps.store.recordDecision(runId, version, decision);
+      const refused = await recordDecision(deps, base, state, decision, uncounted);
+      if (refused) return refused;
       // The same crash point as a model's call kept before its tool runs, so crash tests reach this one.
       if (deps.probe) await deps.probe('C3', { runId, step: n });
     }
@@ -192,7 +193,15 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     }
     if (deps.probe) await deps.probe('C2', { runId, step: n });
 
-    if (reply.kind === 'done') return commit(deps, base, complete(state, reply.summary, reply.usage, now()));
+    if (reply.kind === 'done') {
+      try {
+        return await commit(deps, base, complete(state, reply.summary, reply.usage, now()));
+      } catch (error) {
+        // A summary too large for an item, which S3 refused to keep: a failed try, as for a refused output.
+        if (!(error instanceof BlobRefusedError)) throw error;
+        return commitFailure(deps, base, state, error, usageOnly(reply.usage));
+      }
+    }
     if (atCap) return commit(deps, base, cap(state, now(), reply.usage));
     if (reply.kind === 'invalid') {
       const note = `Your previous reply could not be used (${reply.reason}). Call exactly one tool, or reply with DONE and a one-paragraph summary.`;
@@ -230,7 +239,8 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {
-      await deps.store.recordDecision(runId, version, decision);
+      const refused = await recordDecision(deps, base, state, decision, uncounted);
+      if (refused) return refused;
       if (deps.probe) await deps.probe('C3', { runId, step: n });
     }
   }
@@ -301,9 +311,31 @@ async function commitOutput(deps: EngineDeps, base: Base, state: RunState, decis
     if (deps.probe) await deps.probe('C5', { runId: state.runId, step: decision.step });
   }
   const record = stepRecordOf(decision, shaped.result, deps.workerId);
-  // Awaited, not returned: an async function that returns a promise takes two more turns of the
-  // microtask queue to settle with it, at every step.
-  return await commit(deps, base, completeStep(state, record, deps.clock.now(), { countUsage: uncounted !== undefined }), record, carried);
+  try {
+    // Awaited, not returned: an async function that returns a promise takes two more turns of the
+    // microtask queue to settle with it, at every step.
+    return await commit(deps, base, completeStep(state, record, deps.clock.now(), { countUsage: uncounted !== undefined }), record, carried);
+  } catch (error) {
+    // A record too large for an item (an input or an inline output over the store's limit), which S3
+    // refused to keep: a failed try, as for the output by reference above.
+    if (!(error instanceof BlobRefusedError)) throw error;
+    return commitFailure(deps, base, state, error, usageOnly(uncounted));
+  }
+}
+
+/**
+ * Keeps a side-effecting call before it runs; a failed try when the store's S3 refused its input (a value
+ * too large for an item). Escaped, the message came back at every delivery, the model asked again each time
+ * (nothing recorded its call), until the run failed as a crashing worker without S3's answer.
+ */
+async function recordDecision(deps: EngineDeps, base: Base, state: RunState, decision: Decision, uncounted: Usage | undefined): Promise<Advance | undefined> {
+  try {
+    await deps.store.recordDecision(state.runId, base.version, decision);
+    return undefined;
+  } catch (error) {
+    if (!(error instanceof BlobRefusedError)) throw error;
+    return commitFailure(deps, base, state, error, usageOnly(uncounted));
+  }
 }
 
 /** The usage of a recorded decision that no commit has counted yet: none has, while the run is still at its version. */

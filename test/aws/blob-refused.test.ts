@@ -1,5 +1,6 @@
 import { DeleteBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterEach, describe, expect, it } from 'vitest';
+import { MAX_INLINE_LIMIT } from '../../lib/agent.ts';
 import { S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { BlobRefusedError } from '../../lib/core/errors.ts';
@@ -54,4 +55,39 @@ describe('a step output S3 refuses', () => {
     expect(db.applied.get(idempotencyKey(runId, 2))).toBe(1);
     expect(model.callsFor(2)).toBe(1);
   });
+
+  // Values too large for a DynamoDB item go to S3 too (the store spills them): refused there, the write
+  // escaped, its message came back at every delivery (the model asked again at each, nothing having
+  // recorded its call) until the run failed as a crashing worker, S3's answer only in the logs.
+  for (const [what, big] of [['a tool input', 'input'], ['an output kept inline', 'output'], ['a DONE summary', 'summary']] as const) {
+    it(`fails the run at the step's third try with S3's reason when ${what} over the item limit is refused`, async () => {
+      resources = await createTestResources('spill-refused');
+      await resources.clients.s3.send(new DeleteBucketCommand({ Bucket: resources.bucketName }));
+      const db = new FakeDatabase();
+      const agent = writeRowsAgent(db, big === 'output' ? { outputBytes: (step) => (step === 2 ? 100_000 : 0), inlineLimit: MAX_INLINE_LIMIT } : {});
+      const model = new ScriptedModel({
+        steps: big === 'summary' ? 1 : 3,
+        payload: (step) => (big === 'input' && step === 2 ? 'x'.repeat(100_000) : undefined),
+        ...(big === 'summary' ? { summary: 'y'.repeat(100_000) } : {}),
+      });
+      const runtime = resources.runtime();
+      const runId = await startTestRun(runtime, agent, 'spill-refused-run');
+      await driveRun({ resources, runId, spawn: () => new WorkerProcess({ resources: resources!, agent, model }), poll: { waitSeconds: 2 } });
+
+      const state = decodeState((await runtime.store.load(runId))!);
+      expect(state).toMatchObject({ status: 'failed', step: 1, failures: 3 });
+      expect(state.reason).toMatch(new RegExp(`^step 2 failed 3 times; last error: S3 refused to store the step's output \\(\\d+ bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}: NoSuchBucket`));
+      if (big === 'summary') {
+        // DONE could not be kept: each try asked the model again, three in all.
+        expect(model.callsFor(2)).toBe(3);
+      } else if (big === 'input') {
+        // The call could not be kept, so it never ran; each try asked the model again, three in all.
+        expect(db.applied.get(idempotencyKey(runId, 2))).toBeUndefined();
+        expect(model.callsFor(2)).toBe(3);
+      } else {
+        expect(db.applied.get(idempotencyKey(runId, 2))).toBe(1);
+        expect(model.callsFor(2)).toBe(1);
+      }
+    });
+  }
 });
