@@ -65,13 +65,14 @@ export async function openLocalEngine(given: ImportedAgent, options: LocalEngine
   const agent = defineAgent(importedAgent(given) as AgentDefinition);
   const { model, label } = options.model ? { model: options.model, label: `model "${options.model.name}" given by the program` } : await chooseModel(agent);
   const dbPath = expandHome(options.dbPath ?? DEFAULT_DB_PATH);
-  const runtime = openLocalRuntime({ dbPath });
   const workerId = options.workerId ?? processWorkerId();
+  // Every line names the worker (as the CLI's worker does), unless the program gave a logger of its own.
+  const log = options.log ?? withFields(createLogger({ agent: agent.name }), { workerId });
+  const runtime = openLocalRuntime({ dbPath, log });
   const deps: EngineDeps = {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId, codeVersion: CODE_VERSION,
-    // Every line names the worker (as the CLI's worker does), unless the program gave a logger of its own.
-    log: options.log ?? withFields(createLogger({ agent: agent.name }), { workerId }), waits: localWaitServices(runtime, dbPath),
+    log, waits: localWaitServices(runtime, dbPath),
   };
   return {
     deps, runtime, modelLabel: label,

@@ -1,4 +1,5 @@
 import { retentionMsFromEnv } from '../core/retention.ts';
+import type { Logger } from '../log.ts';
 import type { Clock } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { openDatabase, openDatabaseToRead, type Db } from './database.ts';
@@ -26,7 +27,8 @@ export interface LocalRuntime {
 /** The embedded default: checkpoints, blobs, the idempotency ledger, the queue and kept events in one SQLite file. */
 /** `retentionMs`: how long older checkpoint versions stay (default STEPWISE_RETENTION_DAYS, else 14 days). */
 /** `readOnly`: for a command that only reads; the file is neither written nor brought to this layout (openDatabaseToRead). */
-export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number; readOnly?: boolean } = {}): LocalRuntime {
+/** `log`: where a step back of the clock found in the file is said (clock-step.ts; default: stderr). */
+export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; retentionMs?: number; readOnly?: boolean; log?: Logger } = {}): LocalRuntime {
   const path = expandHome(options.dbPath ?? DEFAULT_DB_PATH);
   const retentionMs = options.retentionMs ?? retentionMsFromEnv(process.env);
   const db = options.readOnly ? openDatabaseToRead(path) : openDatabase(path);
@@ -44,7 +46,7 @@ export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; rete
     // (the queue and the blobs are in this file).
     store: new SqliteCheckpointStore(db, { clock, carriesQueueWork: true, carriesBlobs: true, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs: new SqliteBlobStore(queueDb, clock),
-    ledger: new SqliteLedger(db, clock),
+    ledger: new SqliteLedger(db, clock, options.log),
     queue: new SqliteQueue(queueDb, { clock }),
     events: new SqliteEventBuffer(db, { clock }),
     close: () => { if (queueDb !== db) queueDb.close(); db.close(); },

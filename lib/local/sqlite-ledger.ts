@@ -3,8 +3,10 @@ import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
 import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/record-formats.ts';
-import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
+import { MAX_LEASE_MS, leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
+import type { Logger } from '../log.ts';
+import { CLOCK_STEP_TOLERANCE_MS, warnClockStep } from './clock-step.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { refuseMovedFile } from './moved-file.ts';
@@ -12,7 +14,7 @@ import { immediate, isBusy, preparedOnce, type Db } from './database.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
-interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null; format: number | null }
+interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null; updated_at: number; format: number | null }
 
 /** Tries of a completion the lock refuses, each after the busy timeout and a growing pause (0.1 to 0.8 s). */
 const COMPLETE_TRIES = 5;
@@ -35,7 +37,7 @@ const FORMAT = RECORD_FORMATS.ledger > 1 ? RECORD_FORMATS.ledger : null;
  * unknown (the DynamoDB ledger's SDK retry after a lost answer) cannot happen here.
  */
 export class SqliteLedger implements IdempotencyLedger {
-  constructor(private readonly db: Db, private readonly clock: Clock = systemClock) {}
+  constructor(private readonly db: Db, private readonly clock: Clock = systemClock, private readonly log?: Logger) {}
 
   async once<T>(key: string, args: unknown, effect: (signal: AbortSignal) => T | Promise<T>, options: OnceOptions = {}): Promise<T> {
     const leaseMs = leaseMsOf(options);
@@ -50,13 +52,16 @@ export class SqliteLedger implements IdempotencyLedger {
       if (row && isNewer(row)) throw newerLedgerRecord(key, row);
       if (row && row.args_hash !== argsHash) throw new IdempotencyKeyReuseError(key);
       if (row && row.result !== null) return { done: true as const, result: JSON.parse(row.result) as T };
-      if (row && row.lease_until > now) throw new IdempotencyInProgressError(key, row.lease_until, retryAfterMs(row.lease_until, now));
+      if (row && row.updated_at > now + CLOCK_STEP_TOLERANCE_MS) rebaseClaim(this.db, key, row, now, this.log);
+      // Returned, not thrown: a throw would roll back the claim's rebase.
+      if (row && row.lease_until > now) return { busy: new IdempotencyInProgressError(key, row.lease_until, retryAfterMs(row.lease_until, now)) };
       preparedOnce(this.db)(
         `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'in_progress', NULL, ?, ?, ?, ?)
          ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format`,
       ).run(key, argsHash, now + leaseMs, owner, now, FORMAT);
       return { done: false as const };
     });
+    if ('busy' in claimed) throw claimed.busy;
     if (claimed.done) return claimed.result;
 
     let result: T;
@@ -85,7 +90,7 @@ export class SqliteLedger implements IdempotencyLedger {
   }
 
   private row(key: string): LedgerRow | undefined {
-    return preparedOnce(this.db)('SELECT args_hash, status, result, lease_until, owner, format FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
+    return preparedOnce(this.db)('SELECT args_hash, status, result, lease_until, owner, updated_at, format FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
   }
 
   private renew(key: string, owner: string, leaseMs: number): boolean {
@@ -142,6 +147,22 @@ export class SqliteLedger implements IdempotencyLedger {
     if (lost) onClaimLost?.();
     return kept;
   }
+}
+
+/**
+ * A claim written after now (clock-step.ts): the clock stepped back since, and its lease, read as it
+ * stands, held the key for the step more (an hour back, a dead holder's key blocked an hour). Its lease
+ * runs again from now, as long as it was written for (each claim and renewal writes both times), so no
+ * live holder's claim ends sooner than it would have; the holder's next renewal writes it on the new
+ * clock anyway. Written in the caller's transaction, so the next reader does not count it again.
+ */
+function rebaseClaim(db: Db, key: string, row: LedgerRow, now: number, log: Logger | undefined): void {
+  const leaseMs = Math.min(MAX_LEASE_MS, Math.max(0, row.lease_until - row.updated_at));
+  const stepMs = row.updated_at - now;
+  row.lease_until = Math.min(row.lease_until, now + leaseMs);
+  row.updated_at = now;
+  preparedOnce(db)('UPDATE ledger SET lease_until = ?, updated_at = ? WHERE key = ?').run(row.lease_until, now, key);
+  warnClockStep(log, stepMs, `the lease on idempotency key ${key}`);
 }
 
 function isNewer(row: LedgerRow): boolean {

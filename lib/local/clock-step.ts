@@ -1,0 +1,37 @@
+import { createLogger, type Logger } from '../log.ts';
+
+/**
+ * The workers on one SQLite file share the machine's clock, and the queue's and the ledger's times are
+ * points on it. When it steps back (NTP, a VM restored from a snapshot, `date -s`), a time written before
+ * the step is ahead of every later reading by the step: a queued message was hidden, and a dead holder's
+ * claim held, for the step (an hour back, an hour with no step taken). A row says when its time was
+ * written (the queue's created_at, the ledger's updated_at); one written further ahead of now than two
+ * processes' readings of the clock can differ was written before a step back, and its delay or lease is
+ * counted again from now: never shorter than it was meant to be (no message visible, no claim free
+ * before its time), only no longer than that.
+ */
+export const CLOCK_STEP_TOLERANCE_MS = 1_000;
+
+/**
+ * When a process should look for such rows: at its first look, and whenever its clock went back against
+ * the time the process has run (performance.now()), which is when a step back can have left them. Each
+ * look at every other time would be a read of every live row at every poll.
+ */
+export class StepWatch {
+  private last: { wall: number; mono: number } | undefined;
+
+  due(now: number): boolean {
+    const mono = performance.now();
+    const last = this.last;
+    this.last = { wall: now, mono };
+    return !last || now - last.wall < mono - last.mono - CLOCK_STEP_TOLERANCE_MS;
+  }
+}
+
+/** The warning line of a step back found in the file: how far at least, and what was counted again. */
+export function warnClockStep(log: Logger | undefined, stepMs: number, what: string): void {
+  (log ?? createLogger()).warn(
+    { event: 'clock-stepped-back', stepMs, rebased: what },
+    `the system clock stepped back by at least ${Math.round(stepMs / 1000)} s: ${what} written before the step now count from now, not from then`,
+  );
+}

@@ -1,0 +1,48 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
+import { createLogger } from '../../lib/log.ts';
+import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
+import { ManualClock, tempDb } from '../support/harness.ts';
+
+const HOUR_MS = 3_600_000;
+const VIS = 30_000;
+
+describe('the local runtime when the clock steps back', () => {
+  let db: ReturnType<typeof tempDb>;
+  const opened: LocalRuntime[] = [];
+  let lines: string[] = [];
+  afterEach(() => { for (const r of opened.splice(0)) r.close(); db?.cleanup(); lines = []; });
+  const log = createLogger({}, { format: 'json', write: (line) => lines.push(line) });
+  const warnings = () => lines.map((l) => JSON.parse(l) as { event?: string; stepMs?: number; rebased?: string }).filter((l) => l.event === 'clock-stepped-back');
+  const open = (clock: ManualClock) => {
+    const r = openLocalRuntime({ dbPath: db.path, clock, log });
+    opened.push(r);
+    return r;
+  };
+  const runOf = (ds: { body: string }[]) => ds.map((d) => (JSON.parse(d.body) as { runId: string }).runId);
+
+  it('ledger: a dead holder\'s claim blocks its key for a lease from the step, not for the step more', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const holder = clock.process();
+    const a = open(holder);
+    // The holder dies in its effect: its claim stays, never renewed.
+    void a.ledger.once('k', {}, () => new Promise(() => {}), { leaseMs: 60_000 });
+    await new Promise((r) => setTimeout(r, 10));
+    holder.kill();
+    clock.advance(20_000);
+    clock.ms -= HOUR_MS;
+    const b = open(clock.process());
+    const busy = await b.ledger.once('k', {}, async () => 'again').catch((e: unknown) => e);
+    // Not taken on the spot: the lease is counted again from now, in full (never shorter than written).
+    expect(busy).toBeInstanceOf(IdempotencyInProgressError);
+    expect((busy as IdempotencyInProgressError).retryAfterMs).toBe(61_000);
+    expect(warnings()).toEqual([expect.objectContaining({ stepMs: HOUR_MS - 20_000, rebased: 'the lease on idempotency key k' })]);
+    // Written once: another reader does not count it again, nor warn again.
+    clock.advance(59_999);
+    await expect(b.ledger.once('k', {}, async () => 'again')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    clock.advance(2);
+    expect(await b.ledger.once('k', {}, async () => 'again')).toBe('again');
+    expect(warnings()).toHaveLength(1);
+  });
+});
