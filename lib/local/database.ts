@@ -169,7 +169,9 @@ CREATE TABLE IF NOT EXISTS ledger (
 -- The local queue: one row per run (dedup_key is its id), its message for the newest version sent, which
 -- a send for a newer version rewrites in place; a send for this version or an older one is a no-op. An
 -- acked row stays a day as the tombstone that recognises late duplicates. agent is the run's agent (NULL
--- for a message of no known run): a worker receives only its agent's messages.
+-- for a message of no known run): a worker receives only its agent's messages. created_at is when
+-- visible_at was last written (every write of it writes both), so a row whose created_at is ahead of now
+-- was written before the clock stepped back (SqliteQueue.rebaseStepped).
 CREATE TABLE IF NOT EXISTS queue (
   id            INTEGER PRIMARY KEY,
   dedup_key     TEXT NOT NULL UNIQUE,

@@ -47,7 +47,7 @@ export function openLocalRuntime(options: { dbPath?: string; clock?: Clock; rete
     store: new SqliteCheckpointStore(db, { clock, carriesQueueWork: true, carriesBlobs: true, ...(retentionMs !== undefined ? { retentionMs } : {}) }),
     blobs: new SqliteBlobStore(queueDb, clock),
     ledger: new SqliteLedger(db, clock, options.log),
-    queue: new SqliteQueue(queueDb, { clock }),
+    queue: new SqliteQueue(queueDb, { clock, ...(options.log ? { log: options.log } : {}) }),
     events: new SqliteEventBuffer(db, { clock }),
     close: () => { if (queueDb !== db) queueDb.close(); db.close(); },
   };

@@ -6,6 +6,8 @@ import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { immediate, isBusy, latestVersionOf, newestCheckpointOf, preparedOnce, refuseLayoutChangedUnder, type Db, type Prepare } from './database.ts';
 import { refuseMovedFile } from './moved-file.ts';
+import type { Logger } from '../log.ts';
+import { CLOCK_STEP_TOLERANCE_MS, StepWatch, warnClockStep } from './clock-step.ts';
 
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const POLL_MS = 50;
@@ -73,8 +75,11 @@ const STALLED_RUNS = `SELECT r.run_id, c.version, r.status, c.step, r.agent, c.c
 export class SqliteQueue implements RunQueue, RunQueueConsumer {
   constructor(
     private readonly db: Db,
-    private readonly options: { clock?: Clock; runId?: string; agents?: readonly string[] } = {},
-  ) {}
+    private readonly options: { clock?: Clock; runId?: string; agents?: readonly string[]; log?: Logger; watch?: StepWatch } = {},
+  ) {
+    // One for the process's consumers (forRun, forAgents): each look is a read of every live row.
+    this.options = { ...options, watch: options.watch ?? new StepWatch() };
+  }
 
   private sql(text: string): Database.Statement {
     return preparedOnce(this.db)(text);
@@ -103,8 +108,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
       const now = this.now;
       // A run with a cancel requested whose message waits out a failed try's backoff, received by no
       // worker (no receipt: no step is in flight), has it now: a cancel waited up to 15 minutes for it.
-      this.sql(`UPDATE queue SET visible_at = ? WHERE dedup_key = ? AND acked_at IS NULL AND receipt IS NULL AND visible_at > ? AND version >= ? AND ${CANCEL_REQUESTED}`)
-        .run(now, message.runId, now, message.version, message.runId);
+      this.sql(`UPDATE queue SET visible_at = ?, created_at = ? WHERE dedup_key = ? AND acked_at IS NULL AND receipt IS NULL AND visible_at > ? AND version >= ? AND ${CANCEL_REQUESTED}`)
+        .run(now, now, message.runId, now, message.version, message.runId);
       if (this.sql(`${LIVE_MESSAGE} LIMIT 1`).get({ run: message.runId, version: message.version, held })) return false;
       this.sql(
         `INSERT INTO queue (dedup_key, run_id, agent, version, body, visible_at, created_at) VALUES (?, ?, (SELECT agent FROM runs WHERE run_id = ?), ?, ?, ?, ?)
@@ -205,7 +210,7 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     const [id, receipt] = splitReceipt(delivery.receipt);
     const version = versionOf(delivery.body);
     return this.sql(
-      `UPDATE queue SET visible_at = :now, receipt = NULL,
+      `UPDATE queue SET visible_at = :now, created_at = :now, receipt = NULL,
          receive_count = CASE WHEN version < :version THEN 0 ELSE max(receive_count - 1, 0) END,
          body = CASE WHEN version < :version THEN :body ELSE body END, version = max(version, :version)
        WHERE id = :id AND receipt = :receipt AND acked_at IS NULL`,
@@ -218,7 +223,8 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
 
   async release(delivery: Delivery, delayMs: number): Promise<void> {
     const [id, receipt] = splitReceipt(delivery.receipt);
-    this.sql('UPDATE queue SET visible_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(this.now + delayMs, id, receipt);
+    const now = this.now;
+    this.sql('UPDATE queue SET visible_at = ?, created_at = ? WHERE id = ? AND receipt = ? AND acked_at IS NULL').run(now + delayMs, now, id, receipt);
   }
 
   /** Messages not yet acked (waiting or in flight). */
@@ -231,11 +237,29 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     return this.sql('DELETE FROM queue WHERE acked_at IS NOT NULL AND acked_at < ?').run(this.now - TOMBSTONE_MS).changes;
   }
 
+  /**
+   * Live messages whose times were written before the clock stepped back (clock-step.ts): a queued one was
+   * hidden for the step, a dead worker's in-flight one for the step plus its visibility. Each is hidden
+   * from now for what was left of its delay or visibility when written (visible_at - created_at, as every
+   * write of visible_at writes created_at with it), never longer than it was, so a live holder keeps its
+   * message, and its heartbeat writes it on the new clock. Any worker that looks mends them for all.
+   */
+  private rebaseStepped(now: number): void {
+    const since = now + CLOCK_STEP_TOLERANCE_MS;
+    const found = this.sql('SELECT count(*) AS n, max(created_at) AS newest FROM queue WHERE acked_at IS NULL AND created_at > ?').get(since) as { n: number; newest: number | null };
+    if (!found.n) return;
+    const mended = immediate(this.db, () => this.sql(
+      'UPDATE queue SET visible_at = min(visible_at, ? + max(visible_at - created_at, 0)), created_at = ? WHERE acked_at IS NULL AND created_at > ?',
+    ).run(now, now, since).changes);
+    if (mended) warnClockStep(this.options.log, found.newest! - now, `${mended} queued message${mended === 1 ? '' : 's'}' delays and visibility timeouts`);
+  }
+
   private take(max: number, visibilityMs: number): Delivery[] {
     // A worker whose file was deleted or replaced stops at a receive (the look is at most every
     // MOVED_FILE_CHECK_MS), where it would take its messages from the file no other process reads.
     refuseMovedFile(this.db);
     const now = this.now;
+    if (this.options.watch!.due(now)) this.rebaseStepped(now);
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
     if (!anyVisible((text) => this.sql(text), filterOf(this.options), now)) return [];
@@ -365,14 +389,14 @@ export function takeVisible(sql: Prepare, receive: QueueReceive, now: number): D
   // LIMIT, SQLite took 15 us to find the first live message where a literal one takes 1-4 us, every step.
   // The rows and each one's newest version are found once (t); every SET expression reads the row as it was.
   const rows = sql(
-    `UPDATE queue SET visible_at = ?, receipt = ?,
+    `UPDATE queue SET visible_at = ?, created_at = ?, receipt = ?,
        receive_count = CASE WHEN t.newest > queue.version THEN CASE WHEN queue.receipt IS NULL THEN 1 ELSE 2 END ELSE queue.receive_count + 1 END,
        body = CASE WHEN t.newest > queue.version AND json_valid(queue.body) THEN json_set(queue.body, '$.version', t.newest) ELSE queue.body END,
        version = max(queue.version, coalesce(t.newest, queue.version))
      FROM (SELECT q.id, ${NEWEST_VERSION} AS newest FROM queue q WHERE acked_at IS NULL AND visible_at <= ? ${filter.only} ORDER BY visible_at, id LIMIT ${max}) AS t
      WHERE queue.id = t.id
      RETURNING queue.id, queue.body, queue.receive_count, queue.receipt`,
-  ).all(now + receive.visibilityMs, token, now, ...filter.args) as { id: number; body: string; receive_count: number; receipt: string }[];
+  ).all(now + receive.visibilityMs, now, token, now, ...filter.args) as { id: number; body: string; receive_count: number; receipt: string }[];
   return rows.map((r) => ({ body: r.body, receiveCount: r.receive_count, receipt: `${r.id}:${r.receipt}` }));
 }
 

@@ -21,6 +21,44 @@ describe('the local runtime when the clock steps back', () => {
   };
   const runOf = (ds: { body: string }[]) => ds.map((d) => (JSON.parse(d.body) as { runId: string }).runId);
 
+  it('queue: a queued message stays visible, a dead worker\'s is back after its visibility, a delayed one after its delay, a live one stays hidden', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const a = open(clock);
+    await a.queue.send({ runId: 'dead', version: 1 });
+    await a.queue.send({ runId: 'live', version: 1 });
+    await a.queue.send({ runId: 'queued', version: 1 });
+    await a.queue.send({ runId: 'delayed', version: 1 }, { delayMs: 60_000 });
+    // `dead` is taken by a worker that then dies; `live` by one that goes on (its heartbeat renews it).
+    const [dead] = await a.queue.receive({ visibilityMs: VIS });
+    clock.advance(10_000);
+    const [live] = await a.queue.receive({ visibilityMs: VIS });
+    expect(runOf([dead!, live!])).toEqual(['dead', 'live']);
+    clock.ms -= HOUR_MS;
+    const b = open(clock.process());
+    const take = async () => {
+      const taken = await b.queue.receive({ max: 10, visibilityMs: VIS });
+      for (const d of taken) await b.queue.ack(d);
+      return runOf(taken);
+    };
+    // Was: nothing for the hour.
+    expect(await take()).toEqual(['queued']);
+    expect(warnings()).toEqual([expect.objectContaining({ stepMs: HOUR_MS, rebased: "4 queued messages' delays and visibility timeouts" })]);
+    clock.advance(VIS - 1);
+    await a.queue.release(live!, VIS);
+    expect(await take()).toEqual([]);
+    clock.advance(1);
+    expect(await take()).toEqual(['dead']);
+    expect(await a.queue.ack(live!)).toBe(true);
+    clock.advance(60_000 - VIS - 1);
+    expect(await take()).toEqual([]);
+    clock.advance(1);
+    expect(await take()).toEqual(['delayed']);
+    clock.advance(VIS - 1);
+    expect(await take()).toEqual([]);
+    expect(warnings()).toHaveLength(1);
+  });
+
   it('ledger: a dead holder\'s claim blocks its key for a lease from the step, not for the step more', async () => {
     db = tempDb();
     const clock = new ManualClock();
