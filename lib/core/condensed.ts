@@ -43,17 +43,6 @@ export function summariesDue(state: Pick<RunState, 'step' | 'steps' | 'stepsFrom
   return due;
 }
 
-/** The condensed blocks whose records `state` does not hold: it counts them from their summaries. */
-export function unheldBlocks(state: { stepsFrom?: number; condensed?: readonly CondensedBlock[] }): readonly CondensedBlock[] {
-  const from = state.stepsFrom ?? 0;
-  return from ? (state.condensed ?? []).filter((b) => b.last <= from) : [];
-}
-
-/** Whether a dollar figure of `state` can be exact: every block it does not hold says its cost. */
-export function unheldBlocksPriced(state: { stepsFrom?: number; condensed?: readonly CondensedBlock[] }): boolean {
-  return unheldBlocks(state).every((b) => b.cost);
-}
-
 /**
  * What a worker keeps of a run after writing `state` with `written` summaries: the summaries, and only
  * the records after them, which is exactly what a bounded load would give it. A run with a dollar budget

@@ -4,7 +4,8 @@ import { TOOL_NAME, gatesAny, needsApproval, toolSpecs, worksRunsOf } from '../a
 import { approvalOfCall, approvedCall } from '../core/approval-gate.ts';
 import { canonicalValue } from '../core/canonical-json.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
-import { heldAfter, summariesDue, unheldBlocksPriced } from '../core/condensed.ts';
+import { heldAfter, summariesDue } from '../core/condensed.ts';
+import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
 import { checkDecision } from '../core/drift.ts';
 import { failureText } from '../core/failure-text.ts';
 import {

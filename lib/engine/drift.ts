@@ -1,7 +1,7 @@
 import { needsApproval, worksRunsOf, type AgentDefinition } from '../agent.ts';
 import { approvedCall } from '../core/approval-gate.ts';
 import { decodeState, type StoredCheckpoint } from '../core/codec.ts';
-import { unheldBlocksPriced } from '../core/condensed.ts';
+import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
 import { checkDecision } from '../core/drift.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
 import type { RunState, RunStatus } from '../core/state.ts';

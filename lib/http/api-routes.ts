@@ -5,7 +5,7 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
 import { decodeState, type StoredCheckpoint } from '../core/codec.ts';
-import { unheldBlocksPriced } from '../core/condensed.ts';
+import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
 import { NoSuchStepError, UnreadableCheckpointError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, isTerminal, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';

@@ -1,4 +1,4 @@
-import { unheldBlocks } from '../core/condensed.ts';
+import { unheldBlocks } from '../core/unheld-blocks.ts';
 import type { BlockCost, CondensedBlock, Usage } from '../core/state.ts';
 
 /**
