@@ -1,4 +1,4 @@
-import { createLogger, type Logger } from '../log.ts';
+import type { Logger } from '../log.ts';
 
 /**
  * The workers on one SQLite file share the machine's clock, and the queue's and the ledger's times are
@@ -30,7 +30,13 @@ export class StepWatch {
 
 /** The warning line of a step back found in the file: how far at least, and what was counted again. */
 export function warnClockStep(log: Logger | undefined, stepMs: number, what: string): void {
-  (log ?? createLogger()).warn(
+  // Without a logger of the caller's, one made for this rare line: imported here, not at the top, so the
+  // commands that only read (status, show) load no logger (test/cli/lazy-imports.test.ts).
+  if (!log) {
+    void import('../log.ts').then(({ createLogger }) => warnClockStep(createLogger(), stepMs, what));
+    return;
+  }
+  log.warn(
     { event: 'clock-stepped-back', stepMs, rebased: what },
     `the system clock stepped back by at least ${Math.round(stepMs / 1000)} s: ${what} written before the step now count from now, not from then`,
   );
