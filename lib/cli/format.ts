@@ -184,6 +184,7 @@ export function showStepText(s: StepView, fallbackModel: string, options: { full
     // As the input: a result's text comes from a tool reading outside data, and is shown revealed too.
     lines.push(`  result  ${revealedJson(options.full ? s.result.text : oneLine(s.result.text, INPUT_EXCERPT))}`);
     if (s.outputMissing) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store no longer has)`);
+    else if (s.outputDamaged !== undefined) lines.push(`          (the full ${s.result.bytes} B were stored as ${s.result.ref}, which the blob store gives back damaged: ${s.outputDamaged})`);
     else if (s.result.ref) lines.push(`          (${s.result.bytes} B stored by ref ${s.result.ref}; --full shows it)`);
   }
   return lines.join('\n');

@@ -103,15 +103,17 @@ export const STEP_PAGE_OUTPUT_CHARS = 1_000_000;
 /**
  * One step whole: the timeline shows 160 characters of its arguments and 200 of its output, and an output
  * stored by reference (over the inline limit, in the blob store) could be read only through the API or
- * `stepwise show --full`. `output` is the blob's text; `outputMissing`, a ref the blob store no longer has.
+ * `stepwise show --full`. `output` is the blob's text; `outputMissing`, a ref the blob store no longer has;
+ * `outputDamaged`, what is wrong with a blob it gives back damaged.
  */
-export function stepPage(input: { root: string; runId: string; record: StepRecord & { output?: string; outputMissing?: boolean }; model: string }) {
+export function stepPage(input: { root: string; runId: string; record: StepRecord & { output?: string; outputMissing?: boolean; outputDamaged?: string }; model: string }) {
   const { runId, record } = input;
   const run = `${input.root}/runs/${encodeURIComponent(runId)}`;
   const whole = record.output ?? record.result.text;
   const stored = record.result.ref ? html` from the blob store as <code>${record.result.ref}</code>` : '';
   let note: Page | string = '';
   if (record.outputMissing) note = html`<p id="output-missing">The whole output (${record.result.bytes} bytes) was stored as <code>${record.result.ref}</code>, which the blob store no longer has: this is its excerpt.</p>`;
+  else if (record.outputDamaged !== undefined) note = html`<p id="output-damaged">The whole output (${record.result.bytes} bytes) was stored as <code>${record.result.ref}</code>, which the blob store gives back damaged (${record.outputDamaged}): this is its excerpt.</p>`;
   else if (whole.length > STEP_PAGE_OUTPUT_CHARS) note = html`<p id="output-cut">The first ${STEP_PAGE_OUTPUT_CHARS.toLocaleString('en')} of its ${whole.length.toLocaleString('en')} characters; <a id="whole" href="${run}/steps/${record.step}/output">the whole output</a> as plain text.</p>`;
   return layout(`Run ${runId}, step ${record.step}`, html`
 <p><a href="${run}">run ${runId}</a></p>

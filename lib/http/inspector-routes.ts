@@ -125,6 +125,10 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
     if (record.outputMissing) {
       return c.html(messagePage('Output missing', `The whole output of step ${record.step} (${record.result.bytes} bytes) was stored as ${record.result.ref}, which the blob store no longer has.`), 404);
     }
+    // As one missing: the whole output is not to be had, and reading again gives the same bytes.
+    if (record.outputDamaged !== undefined) {
+      return c.html(messagePage('Output damaged', `The whole output of step ${record.step} (${record.result.bytes} bytes) was stored as ${record.result.ref}, which the blob store gives back damaged: ${record.outputDamaged}.`), 404);
+    }
     return c.text(record.output ?? record.result.text);
   });
 

@@ -4,9 +4,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { PK, SK, runPk, stepSk } from '../../lib/aws/table-layout.ts';
+import { showStepText } from '../../lib/cli/format.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { promptText } from '../../lib/core/prompt.ts';
+import { showRun } from '../../lib/engine/operate/show.ts';
+import { createHttpApp } from '../../lib/http/app.ts';
+import { silentLogger } from '../../lib/log.ts';
 import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { readOutput } from '../../lib/tools/read-output.ts';
 import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
@@ -113,5 +117,47 @@ describe('an output whose S3 object was replaced', () => {
       ok: false,
       text: `the output ${ref} is damaged in the blob store (its 5 bytes came back with other content (the object was replaced or cut short)); its excerpt is all that is left`,
     });
+  });
+});
+
+describe('an output whose S3 object was replaced, shown whole', () => {
+  it('show --full, GET /runs/:id/steps/:n and the inspector show its excerpt and say it is damaged, as they do for one gone', async () => {
+    resources = await createTestResources('damaged-show');
+    const agent = defineAgent({
+      name: 'reader',
+      tools: [tool({ name: 'fetch_report', description: 'Fetch the report.', input: z.object({}), sideEffect: false, run: () => 'row of the report; '.repeat(600) })],
+    });
+    const runtime = resources.runtime();
+    const runId = await startTestRun(runtime, agent, 'damaged-show-run');
+    const first = new WorkerProcess({ resources, agent, model: new ReaderModel() });
+    await pollOnce(resources.clients, resources.queueUrl, first);
+    first.close();
+    const ref = decodeState((await runtime.store.load(runId))!).steps[0]!.result.ref!;
+    await resources.clients.s3.send(DAMAGE.replaced.apply(runtime.blobs.key(ref)));
+    const why = 'its 5 bytes came back with other content (the object was replaced or cut short)';
+
+    // Each failed as a whole (DamagedBlobError), where a missing output showed as its excerpt.
+    const view = await showRun(runtime, runId, { full: true });
+    expect(view.steps[0]).toMatchObject({ step: 1, outputDamaged: why });
+    expect(view.steps[0]!.output).toBeUndefined();
+    expect(showStepText(view.steps[0]!, 'x')).toContain(`(the full 11400 B were stored as ${ref}, which the blob store gives back damaged: ${why})`);
+
+    const app = createHttpApp({
+      store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: { now: () => Date.now() }, workerId: 'api', codeVersion: 'test',
+      log: silentLogger, agent, signingKey: async () => Buffer.alloc(32, 1),
+    });
+    const api = await app.request(`/runs/${runId}/steps/1?full=true`);
+    expect(api.status).toBe(200);
+    const { record } = await api.json() as { record: { outputDamaged?: string; output?: string; result: { text: string } } };
+    expect(record.outputDamaged).toBe(why);
+    expect(record.output).toBeUndefined();
+    expect(record.result.text).toMatch(/^row of the report; /);
+
+    const page = await app.request(`/inspect/runs/${runId}/steps/1`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain(`<p id="output-damaged">The whole output (11400 bytes) was stored as <code>${ref}</code>, which the blob store gives back damaged (${why}): this is its excerpt.</p>`);
+    const raw = await app.request(`/inspect/runs/${runId}/steps/1/output`);
+    expect(raw.status).toBe(404);
+    expect(await raw.text()).toContain(`which the blob store gives back damaged: ${why}.`);
   });
 });

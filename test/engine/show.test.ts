@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
+import { DamagedBlobError } from '../../lib/core/errors.ts';
 import { showRun, withOutput } from '../../lib/engine/operate/show.ts';
 import type { BlobStore } from '../../lib/ports.ts';
 import { ManualClock, drain, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -52,7 +53,7 @@ describe('show with whole outputs', () => {
     runtime.close();
   });
 
-  it('withOutput gives one step its whole output, or says the blob store no longer has it', async () => {
+  it('withOutput gives one step its whole output, or says the blob store no longer has it or gives it back damaged', async () => {
     const runtime = await longRun();
     const view = await showRun(runtime, 'run');
     expect(view.steps.every((s) => s.output === undefined && s.result.ref)).toBe(true);
@@ -60,6 +61,11 @@ describe('show with whole outputs', () => {
     const gone: BlobStore = { put: async () => undefined, get: async () => undefined };
     expect(await withOutput(gone, view.steps[2]!)).toMatchObject({ step: 3, outputMissing: true });
     expect(await withOutput(gone, { ...view.steps[2]!, result: { ok: true, bytes: 2, text: 'ok' } })).not.toHaveProperty('outputMissing');
+    // Damaged is lost as gone is: said with what is wrong, where it threw; any other failure still throws.
+    const damaged: BlobStore = { put: async () => undefined, get: async (ref) => { throw new DamagedBlobError(ref, 'cut short'); } };
+    expect(await withOutput(damaged, view.steps[2]!)).toMatchObject({ step: 3, outputDamaged: 'cut short' });
+    const down: BlobStore = { put: async () => undefined, get: async () => { throw new Error('connection reset'); } };
+    await expect(withOutput(down, view.steps[2]!)).rejects.toThrow('connection reset');
     runtime.close();
   });
 });

@@ -1,3 +1,4 @@
+import { DamagedBlobError } from '../../core/errors.ts';
 import { stateAtStep } from '../../core/operate.ts';
 import type { Budget, Decision, ForkedFrom, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../../core/state.ts';
 import { runCost } from '../../llm/cost.ts';
@@ -11,6 +12,11 @@ export interface StepView extends StepRecord {
   output?: string;
   /** The output's blob is not in the blob store. */
   outputMissing?: boolean;
+  /**
+   * The output's blob is in the blob store damaged (replaced, cut short): what is wrong with it. Lost as a
+   * missing one is, so shown the same way, its excerpt all there is.
+   */
+  outputDamaged?: string;
 }
 
 /** A run as it stood after one of its steps (by default its latest), for `stepwise show` and the API. */
@@ -62,7 +68,15 @@ const BLOB_READS_AT_ONCE = 8;
  */
 export async function withOutput(blobs: BlobStore, record: StepRecord): Promise<StepView> {
   if (!record.result.ref) return record;
-  const data = await blobs.get(record.result.ref);
+  let data: Buffer | undefined;
+  try {
+    data = await blobs.get(record.result.ref);
+  } catch (error) {
+    // Reading it again gives the same bytes: the step is shown with its excerpt, where the whole view
+    // (a run's every step, with `--full`) failed on one output.
+    if (error instanceof DamagedBlobError) return { ...record, outputDamaged: error.why };
+    throw error;
+  }
   return data ? { ...record, output: data.toString('utf8') } : { ...record, outputMissing: true };
 }
 
