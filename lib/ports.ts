@@ -213,7 +213,11 @@ export interface CheckpointStore {
 
 /** Large tool outputs, content-addressed. */
 export interface BlobStore {
-  put(ref: string, data: Buffer): Promise<void>;
+  /**
+   * `what` names the value in a refusal's reason (default: the step's output): a refused tool input, run
+   * head or event payload was said to be the step's output.
+   */
+  put(ref: string, data: Buffer, what?: string): Promise<void>;
   get(ref: string): Promise<Buffer | undefined>;
 }
 

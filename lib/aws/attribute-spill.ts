@@ -13,6 +13,18 @@ export const DEFAULT_SPILL_BYTES = 64 * 1024;
 export const REF_SUFFIX = 'Ref';
 
 /**
+ * The values the stores spill, as a refusal's reason names them: each was "the step's output", whatever
+ * it was (a tool input too large for an item, a DONE summary in the run's head).
+ */
+const SPILLED: Record<string, string> = {
+  head: "the run's state with its goal, summary and wait",
+  pending: "the step's decision with its tool input",
+  record: "the step's record with its tool input and output",
+  result: "the tool's result kept under its idempotency key",
+  payload: "the event's payload",
+};
+
+/**
  * Moves oversized text attributes to the blob store by content address, and back. A spilled value is
  * written before the item that refers to it, so a crash in between leaves an orphan blob (harmless, the
  * same content maps to the same key) and never a ref to nothing.
@@ -32,7 +44,7 @@ export class AttributeSpill {
     if (bytes <= this.limitBytes) return { [name]: text, [name + REF_SUFFIX]: undefined };
     const data = Buffer.from(text, 'utf8');
     const ref = blobRef(data);
-    await this.blobs.put(ref, data);
+    await this.blobs.put(ref, data, SPILLED[name] ?? name);
     return { [name]: undefined, [name + REF_SUFFIX]: ref };
   }
 

@@ -35,7 +35,7 @@ export class S3BlobStore implements BlobStore {
     return `${this.options.prefix ?? 'blobs/'}sha256-${hexOf(ref)}`;
   }
 
-  async put(ref: string, data: Buffer): Promise<void> {
+  async put(ref: string, data: Buffer, what = "the step's output"): Promise<void> {
     const digest = createHash('sha256').update(data).digest();
     if (digest.toString('hex') !== hexOf(ref)) throw new Error(`blob ref ${ref} is not the SHA-256 of its ${data.length} bytes`);
     const { body, encoding } = compressBlob(data);
@@ -44,7 +44,7 @@ export class S3BlobStore implements BlobStore {
     } catch (error) {
       if (!isRefusal(error)) throw error;
       const sizes = body.length === data.length ? `${data.length} bytes` : `${data.length} bytes, ${body.length} gzipped`;
-      throw new BlobRefusedError(`S3 refused to store the step's output (${sizes}) in bucket ${this.options.bucket}: ${errorName(error)}: ${foldedExcerpt(errorMessage(error), 300)}`, { cause: error });
+      throw new BlobRefusedError(`S3 refused to store ${what} (${sizes}) in bucket ${this.options.bucket}: ${errorName(error)}: ${foldedExcerpt(errorMessage(error), 300)}`, { cause: error });
     }
   }
 

@@ -1,6 +1,7 @@
 import { DeleteBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MAX_INLINE_LIMIT } from '../../lib/agent.ts';
+import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
 import { S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { BlobRefusedError } from '../../lib/core/errors.ts';
@@ -26,6 +27,12 @@ describe('a step output S3 refuses', () => {
     const refused = await missing.put(blobRef(data), data).catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(BlobRefusedError);
     expect((refused as Error).message).toMatch(new RegExp(`^S3 refused to store the step's output \\(2000 bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}-gone: NoSuchBucket: `));
+
+    // A spilled value is named as what it is, not as the step's output.
+    const events = new DynamoEventBuffer({ doc: resources.clients.doc, tableName: resources.tableName, blobs: missing });
+    const payload = await events.put({ id: 'e1', type: 'order.paid', key: 'o-1', payload: { note: 'z'.repeat(100_000) }, receivedAt: Date.now() }).catch((error: unknown) => error);
+    expect(payload).toBeInstanceOf(BlobRefusedError);
+    expect((payload as Error).message).toMatch(new RegExp(`^S3 refused to store the event's payload \\(\\d+ bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}-gone: NoSuchBucket: `));
 
     // A port nothing listens on: an outage, which a later try may pass.
     const s3 = new S3Client({ endpoint: 'http://127.0.0.1:9', region: 'us-east-1', forcePathStyle: true, maxAttempts: 1, credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
@@ -59,6 +66,8 @@ describe('a step output S3 refuses', () => {
   // Values too large for a DynamoDB item go to S3 too (the store spills them): refused there, the write
   // escaped, its message came back at every delivery (the model asked again at each, nothing having
   // recorded its call) until the run failed as a crashing worker, S3's answer only in the logs.
+  // The reason names the value refused: each was "the step's output", whatever it was.
+  const NAMED = { input: "the step's decision with its tool input", output: "the step's record with its tool input and output", summary: "the run's state with its goal, summary and wait" };
   for (const [what, big] of [['a tool input', 'input'], ['an output kept inline', 'output'], ['a DONE summary', 'summary']] as const) {
     it(`fails the run at the step's third try with S3's reason when ${what} over the item limit is refused`, async () => {
       resources = await createTestResources('spill-refused');
@@ -76,7 +85,7 @@ describe('a step output S3 refuses', () => {
 
       const state = decodeState((await runtime.store.load(runId))!);
       expect(state).toMatchObject({ status: 'failed', step: 1, failures: 3 });
-      expect(state.reason).toMatch(new RegExp(`^step 2 failed 3 times; last error: S3 refused to store the step's output \\(\\d+ bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}: NoSuchBucket`));
+      expect(state.reason).toMatch(new RegExp(`^step 2 failed 3 times; last error: S3 refused to store ${NAMED[big]} \\(\\d+ bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}: NoSuchBucket`));
       if (big === 'summary') {
         // DONE could not be kept: each try asked the model again, three in all.
         expect(model.callsFor(2)).toBe(3);
