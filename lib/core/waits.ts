@@ -218,10 +218,13 @@ export function answerOk(answer: WaitAnswer): boolean {
   return answer.kind === 'approved' || answer.kind === 'event' || answer.kind === 'woke';
 }
 
-/** The run saved as waiting: the decision that asked to wait is kept in the wait record, not yet a step. */
-export function beginWait(state: RunState, wait: WaitRecord, now: number): RunState {
+/**
+ * The run saved as waiting: the decision that asked to wait is kept in the wait record, not yet a step.
+ * `countUsage: false` for a recorded decision whose usage a failed try counted already, as completeStep.
+ */
+export function beginWait(state: RunState, wait: WaitRecord, now: number, options: { countUsage?: boolean } = {}): RunState {
   const { pending: _pending, lastError: _e, retryNote: _n, ...rest } = state;
-  return { ...rest, status: 'waiting', wait, failures: 0, usage: addUsage(state.usage, wait.usage), updatedAt: now };
+  return { ...rest, status: 'waiting', wait, failures: 0, usage: options.countUsage === false ? state.usage : addUsage(state.usage, wait.usage), updatedAt: now };
 }
 
 /**

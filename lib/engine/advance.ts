@@ -212,7 +212,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (!tool) {
       const names = deps.agent.tools.map((t) => t.name).join(', ');
       const named = unknownToolName(reply.tool);
-      return commitErrorStep(deps, state, base, n, { ...reply, tool: named }, `unknown tool ${TOOL_NAME.test(named) ? `"${named}"` : named}; the tools are: ${names}`);
+      return commitErrorStep(deps, state, base, n, { ...reply, tool: named }, `unknown tool ${TOOL_NAME.test(named) ? `"${named}"` : named}; the tools are: ${names}`, reply.usage);
     }
     // The call as every later try reads it back from its record: keys in order, a -0 or an Infinity (JSON's
     // 1e400) as JSON writes them. Parsed as the model's reply had it, a z.record's or z.unknown()'s keys
@@ -224,7 +224,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
       const message = `tool ${tool.name}: its input schema threw on the model's arguments (a refine or transform should report a bad input with ctx.addIssue): ${failureText(parsed.thrown)}`;
       return commitFailure(deps, base, state, parsed.thrown, { ...usageOnly(reply.usage), message });
     }
-    if (!parsed.ok) return commitErrorStep(deps, state, base, n, reply, `invalid arguments for ${tool.name}: ${parsed.issues}`);
+    if (!parsed.ok) return commitErrorStep(deps, state, base, n, reply, `invalid arguments for ${tool.name}: ${parsed.issues}`, reply.usage);
     input = parsed.data;
     // The call as the model made it, not as parsed: a retry parses it again (checkDecision), and a
     // transformed value (a pipe's number, a Date) would not parse as the input it came from. Fields set
@@ -236,7 +236,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     if (model) decision.model = model;
     uncounted = reply.usage;
     // A tool a person approves: the call waits for their answer instead of running (lib/core/approval-gate.ts).
-    if (tool.approval) return beginWaitStep(deps, state, base, decision, approvalOfCall(tool, reply.input, tool.approval, input));
+    if (tool.approval) return beginWaitStep(deps, state, base, decision, approvalOfCall(tool, reply.input, tool.approval, input), uncounted);
     // Only side effects need the decision kept: a crash after this point must re-run this exact call
     // with this key, never ask the model again. A read-only call can simply be asked for again.
     if (tool.sideEffect) {
@@ -275,7 +275,7 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
   if (isWaitRequest(output)) {
     // Its answer would read as the approval of its call, and run it again.
     if (tool.approval) return commit(deps, base, recordFailure(state, new PermanentError(`tool ${tool.name} needs approval, so it may not itself wait (it returned a wait request): wait in another tool`), now(), usageOnly(uncounted)));
-    return beginWaitStep(deps, state, base, decision, output);
+    return beginWaitStep(deps, state, base, decision, output, uncounted);
   }
 
   let text: string;
@@ -352,16 +352,17 @@ function usageOnly(usage: Usage | undefined): { usage?: Usage } {
 /**
  * A wait tool asked to wait: save the run as waiting with its wait record (lib/core/waits.ts). A wait no
  * run should enter (no approver, an unbounded sleep) is an answer for the model, like invalid arguments.
+ * `uncounted`, as commitOutput's: a recorded decision's usage a failed try counted is not counted again.
  */
-async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, decision: Decision, request: WaitRequest): Promise<Advance> {
+async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, decision: Decision, request: WaitRequest, uncounted: Usage | undefined): Promise<Advance> {
   let wait: WaitRecord;
   try {
     wait = waitRecordFor(request.spec, decision, randomUUID(), deps.clock.now(), deps.agent.settings?.inlineLimit);
   } catch (error) {
     if (!(error instanceof InvalidInputError)) throw error;
-    return commitErrorStep(deps, state, base, decision.step, decision, `cannot wait: ${error.message}`);
+    return commitErrorStep(deps, state, base, decision.step, decision, `cannot wait: ${error.message}`, uncounted);
   }
-  return commit(deps, base, beginWait(state, wait, deps.clock.now()));
+  return commit(deps, base, beginWait(state, wait, deps.clock.now(), { countUsage: uncounted !== undefined }));
 }
 
 /** One try's context, and `run`, which calls the tool and takes its outcome when it settles. */
@@ -495,16 +496,17 @@ function onceAgainError(tool: string, key: string, state: 'running' | 'applied')
 /**
  * A reply the tools cannot take becomes a step whose result is the error, so the model can correct it. A
  * long one (every issue of a large input) is stored by reference like any output, its blob written before
- * a record names it: `show --full`, the inspector and fork read the whole of it there.
+ * a record names it: `show --full`, the inspector and fork read the whole of it there. `uncounted`: the
+ * usage to count (a recorded call's, which a failed try counted, none), as commitOutput's.
  */
-async function commitErrorStep(deps: EngineDeps, state: RunState, base: Base, step: number, reply: { tool: string; input: unknown; usage?: Usage; model?: string }, message: string): Promise<Advance> {
+async function commitErrorStep(deps: EngineDeps, state: RunState, base: Base, step: number, reply: { tool: string; input: unknown; usage?: Usage; model?: string }, message: string, uncounted: Usage | undefined): Promise<Advance> {
   // The call as the model made it, no idempotency key: nothing ran under one.
   const call: Decision = { step, tool: reply.tool, input: reply.input ?? {}, at: deps.clock.now() };
   if (reply.usage) call.usage = reply.usage;
   const model = answeringModel(deps, reply);
   if (model) call.model = model;
   const shaped = shapeResult(message, false, deps.agent.settings?.inlineLimit ?? DEFAULT_INLINE_LIMIT);
-  return commitOutput(deps, base, state, call, shaped, reply.usage);
+  return commitOutput(deps, base, state, call, shaped, uncounted);
 }
 
 /**

@@ -13,6 +13,7 @@ import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { FakeRows, rowsAgent } from '../support/fake-tool.ts';
 import { ManualClock, SimulatedCrash, VISIBILITY_MS, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
+import { sleepUntil } from '../../lib/waits/tools.ts';
 
 /**
  * What counts as a failed attempt: only a step that was really tried. Deliveries that never reached the
@@ -216,6 +217,28 @@ describe('the usage of a model call whose reply was discarded is still counted',
     expect(model.requests).toHaveLength(1);
     expect(state.usage).toEqual(times(1));
   });
+
+  // A recorded call whose failed try counted its usage, then asks to wait: the wait counted it again.
+  for (const [what, seconds, steps] of [['waits', 60, 2], ['asks for a wait no run may enter', 30 * 86_400, 2]] as const) {
+    it(`a side-effecting tool that fails, then ${what}: its one model call is counted once`, async () => {
+      let left = 1;
+      const agent = defineAgent({
+        name: 'flaky-wait', tools: [tool({
+          name: 'write_row', description: 'fails at first, then sleeps', input: z.object({ row: z.number() }), sideEffect: true,
+          run: (_input, ctx) => { if (left-- > 0) throw new Error('try again'); return sleepUntil().run({ seconds }, ctx); },
+        })],
+      });
+      const { deps, runtime, clock, model } = run(agent, withUsage(1));
+      await start(deps);
+      await work(deps, runtime, clock);
+      const state = await loadState(runtime);
+      expect(state).toMatchObject({ status: 'completed', step: 1 });
+      // Step 1's call and the DONE reply: two calls, each counted once.
+      expect(model.requests).toHaveLength(steps);
+      expect(state.usage).toEqual(times(steps));
+      expect(state.steps[0]!.usage).toEqual(USAGE);
+    });
+  }
 
   it('unusable replies, unknown tools and invalid arguments: every call is counted', async () => {
     const replies: ModelReply[] = [
