@@ -362,7 +362,14 @@ async function beginWaitStep(deps: EngineDeps, state: RunState, base: Base, deci
     if (!(error instanceof InvalidInputError)) throw error;
     return commitErrorStep(deps, state, base, decision.step, decision, `cannot wait: ${error.message}`, uncounted);
   }
-  return commit(deps, base, beginWait(state, wait, deps.clock.now(), { countUsage: uncounted !== undefined }));
+  try {
+    return await commit(deps, base, beginWait(state, wait, deps.clock.now(), { countUsage: uncounted !== undefined }));
+  } catch (error) {
+    // A wait too large for an item (its call's input, an approval's request), which S3 refused to keep: a
+    // failed try, as for a refused output. Escaped, its message came back at every delivery.
+    if (!(error instanceof BlobRefusedError)) throw error;
+    return commitFailure(deps, base, state, error, usageOnly(uncounted));
+  }
 }
 
 /** One try's context, and `run`, which calls the tool and takes its outcome when it settles. */

@@ -1,14 +1,18 @@
 import { DeleteBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { MAX_INLINE_LIMIT } from '../../lib/agent.ts';
+import * as z from 'zod';
+import { MAX_INLINE_LIMIT, defineAgent, tool } from '../../lib/agent.ts';
 import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
+import { ensureBucket } from '../../lib/aws/provision.ts';
 import { S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { BlobRefusedError } from '../../lib/core/errors.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { blobRef } from '../../lib/core/result.ts';
+import { requestApproval } from '../../lib/waits/tools.ts';
+import { StubModel } from '../support/stub-model.ts';
 import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
-import { WorkerProcess, driveRun } from './lambda-harness.ts';
+import { WorkerProcess, driveRun, pollOnce } from './lambda-harness.ts';
 import { FakeDatabase, ScriptedModel, writeRowsAgent } from './write-rows-agent.ts';
 
 /**
@@ -99,4 +103,74 @@ describe('a step output S3 refuses', () => {
       }
     });
   }
+
+  // A wait is kept in the run's head, with its call's input (and an approval's request): over the item
+  // limit it goes to S3 too. Refused there, it escaped the step, its message back at every delivery.
+  const USAGE = { inputTokens: 100, outputTokens: 20, cacheReadTokens: 0, cacheWriteTokens: 0 };
+
+  it('fails the run at the third try with S3\'s reason when a wait over the item limit is refused, each call counted once', async () => {
+    resources = await createTestResources('wait-refused');
+    await resources.clients.s3.send(new DeleteBucketCommand({ Bucket: resources.bucketName }));
+    const agent = defineAgent({
+      name: 'gated',
+      tools: [tool({
+        name: 'drop_table', description: 'Drop a table.', input: z.object({ table: z.string(), note: z.string() }), sideEffect: true,
+        approval: { approvers: ['ops@example.com'] }, run: () => 'dropped',
+      })],
+    });
+    const model = new StubModel(() => ({ kind: 'tool', tool: 'drop_table', input: { table: 'old_rows', note: 'n'.repeat(100_000) }, usage: USAGE }));
+    const runtime = resources.runtime();
+    const runId = await startTestRun(runtime, agent, 'wait-refused-run');
+    await driveRun({ resources, runId, spawn: () => new WorkerProcess({ resources: resources!, agent, model }), poll: { waitSeconds: 2 } });
+
+    const state = decodeState((await runtime.store.load(runId))!);
+    expect(state).toMatchObject({ status: 'failed', step: 0, failures: 3 });
+    expect(state.reason).toMatch(new RegExp(`^step 1 failed 3 times; last error: S3 refused to store the run's state with its goal, summary and wait \\(\\d+ bytes, \\d+ gzipped\\) in bucket ${resources.bucketName}: NoSuchBucket`));
+    // Nothing kept the call: each try asked the model again, and each call is counted once.
+    expect(model.requests).toHaveLength(3);
+    expect(state.usage).toMatchObject({ inputTokens: 300, outputTokens: 60 });
+  });
+
+  it('counts a recorded call once when its wait, refused at one try, is kept at the next', async () => {
+    resources = await createTestResources('wait-refused-once');
+    const db = new FakeDatabase();
+    // A side effect, then a wait for a person: the call is recorded before it runs (small, kept in the item),
+    // and the wait's request is over the item limit (here 5,000 bytes), kept in S3.
+    const agent = defineAgent({
+      name: 'ship-then-ask',
+      tools: [tool({
+        name: 'ship', description: 'Ship the order, then ask to bill it.', input: z.object({ order: z.string() }), sideEffect: true,
+        run: async ({ order }, ctx) => {
+          await ctx.once(() => db.apply(ctx.idempotencyKey, 1));
+          return requestApproval({ approvers: ['ops@example.com'] }).run({ request: `Bill order ${order}?`, details: 'd'.repeat(7_000) }, ctx);
+        },
+      })],
+    });
+    const model = new StubModel(() => ({ kind: 'tool', tool: 'ship', input: { order: 'o-7' }, usage: USAGE }));
+    const runtime = resources.runtime({ spillBytes: 5_000 });
+    const runId = await startTestRun(runtime, agent, 'wait-refused-once-run');
+    await resources.clients.s3.send(new DeleteBucketCommand({ Bucket: resources.bucketName }));
+    const worker = new WorkerProcess({ resources, agent, model, spillBytes: 5_000 });
+    try {
+      await pollOnce(resources.clients, resources.queueUrl, worker, { waitSeconds: 2 });
+      const failed = decodeState((await runtime.store.load(runId))!);
+      expect(failed).toMatchObject({ status: 'running', failures: 1, usage: { inputTokens: 100, outputTokens: 20 } });
+      expect(failed.lastError).toMatch(/^S3 refused to store the run's state with its goal, summary and wait /);
+
+      // The bucket back: the next try runs the recorded call again under its key and the run waits. Its
+      // call was counted by the failed try, and is not counted again.
+      await ensureBucket(resources.clients.s3, resources.bucketName);
+      for (let i = 0; i < 10 && decodeState((await runtime.store.load(runId))!).status !== 'waiting'; i++) {
+        await pollOnce(resources.clients, resources.queueUrl, worker, { waitSeconds: 2 });
+      }
+    } finally {
+      worker.close();
+    }
+    const waiting = decodeState((await runtime.store.load(runId))!);
+    expect(waiting).toMatchObject({ status: 'waiting', failures: 0, usage: { inputTokens: 100, outputTokens: 20 } });
+    expect(waiting.wait?.request).toMatch(/^Bill order o-7\?/);
+    expect(model.requests).toHaveLength(1);
+    expect(db.applied.get(idempotencyKey(runId, 1))).toBe(1);
+  });
 });
+
