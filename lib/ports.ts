@@ -434,6 +434,11 @@ export interface RunEvent {
   key: string;
   payload: unknown;
   receivedAt: number;
+  /**
+   * Set by `EventBuffer.find` for a kept event whose payload it cannot give back (its S3 object gone or
+   * damaged): why. Such an event answers no wait; its payload is null.
+   */
+  unreadable?: string;
 }
 
 /**
@@ -443,6 +448,6 @@ export interface RunEvent {
 export interface EventBuffer {
   /** Keeps the event; false if an event with this id is already kept (a redelivery). */
   put(event: RunEvent): Promise<boolean>;
-  /** Kept events of this type and key received at or after `since`, oldest first. */
+  /** Kept events of this type and key received at or after `since`, oldest first; one it cannot read marked `unreadable`. */
   find(type: string, key: string, since: number): Promise<RunEvent[]>;
 }

@@ -1,7 +1,7 @@
 import { PutCommand, QueryCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { BlobStore, Clock, EventBuffer, RunEvent } from '../ports.ts';
 import { systemClock } from '../ports.ts';
-import { AttributeSpill } from './attribute-spill.ts';
+import { AttributeSpill, MissingSpilledValueError } from './attribute-spill.ts';
 import { isConditionalCheckFailed } from './dynamo-errors.ts';
 import { PK, SK, TTL_ATTRIBUTE, eventPk } from './table-layout.ts';
 
@@ -48,8 +48,16 @@ export class DynamoEventBuffer implements EventBuffer {
         ...(start ? { ExclusiveStartKey: start } : {}),
       }));
       for (const item of page.Items ?? []) {
-        const payload = await this.spill.restore(item, 'payload');
-        events.push({ id: String(item[SK]), type, key, payload: JSON.parse(payload ?? 'null') as unknown, receivedAt: Number(item.receivedAt) });
+        const event: RunEvent = { id: String(item[SK]), type, key, payload: null, receivedAt: Number(item.receivedAt) };
+        try {
+          event.payload = JSON.parse((await this.spill.restore(item, 'payload')) ?? 'null') as unknown;
+        } catch (error) {
+          // Lost data, the same at every read: thrown, it failed every delivery of the wait that looked for
+          // it, for good. Marked, it is passed over (lib/waits/drive.ts says so) and the wait goes on.
+          if (!(error instanceof MissingSpilledValueError)) throw error;
+          event.unreadable = error.message;
+        }
+        events.push(event);
       }
       start = page.LastEvaluatedKey;
     } while (start);

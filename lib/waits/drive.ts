@@ -115,7 +115,17 @@ async function matchEarlyEvent(deps: DriveDeps, state: RunState, wait: WaitRecor
   if (!events || !wait.event) return false;
   const since = wait.startedAt - (deps.waits?.earlyEventMs ?? DEFAULT_EARLY_EVENT_MS);
   const used = answeredEventIds(state);
-  const early = (await events.find(wait.event.type, wait.event.key, since)).find((e) => !used.has(e.id));
+  const kept = (await events.find(wait.event.type, wait.event.key, since)).filter((e) => !used.has(e.id));
+  // An event whose payload is lost (its S3 object gone or damaged) answers nothing: the model would act on
+  // an event without what it says. The wait goes on to a later event or its deadline; the event sent again
+  // (its sender's retry, the same id or another) answers the wait with its payload in hand.
+  for (const lost of kept.filter((e) => e.unreadable !== undefined)) {
+    deps.log.error(
+      { event: 'early-event-unreadable', runId: state.runId, waitId: wait.id, eventId: lost.id, type: lost.type, key: lost.key, error: lost.unreadable },
+      `event ${lost.id} (${lost.type}/${lost.key}) came before this wait but its payload cannot be read, so it answers no wait; send the event again to resume the run`,
+    );
+  }
+  const early = kept.find((e) => e.unreadable === undefined);
   if (!early) return false;
   try {
     const outcome = await answerWait(deps, { runId: state.runId, waitId: wait.id, answer: eventAnswer(early) });

@@ -1,9 +1,13 @@
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
+import type { EventBridgeEvent } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as z from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
-import { PK, SK, runPk, stepSk } from '../../lib/aws/table-layout.ts';
+import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
+import { createEventHandler } from '../../lib/aws/event-handler.ts';
+import { PK, SK, eventPk, runPk, stepSk } from '../../lib/aws/table-layout.ts';
+import { SQS_MAX_TIMER_MS } from '../../lib/aws/wait-services.ts';
 import { showStepText } from '../../lib/cli/format.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { UnreadableCheckpointError } from '../../lib/core/errors.ts';
@@ -13,7 +17,9 @@ import { createHttpApp } from '../../lib/http/app.ts';
 import { silentLogger } from '../../lib/log.ts';
 import type { Model, ModelReply, ModelRequest } from '../../lib/ports.ts';
 import { readOutput } from '../../lib/tools/read-output.ts';
-import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
+import { FakeRows } from '../support/fake-tool.ts';
+import { OneWaitModel, waitAgent } from '../support/wait-agent.ts';
+import { createTestResources, queueDepth, startTestRun, type TestResources } from './aws-fixtures.ts';
 import { WorkerProcess, driveRun, pollOnce } from './lambda-harness.ts';
 import { captureLogs } from './log-capture.ts';
 import { FakeDatabase, ScriptedModel, writeRowsAgent } from './write-rows-agent.ts';
@@ -160,4 +166,61 @@ describe('an output whose S3 object was replaced, shown whole', () => {
     expect(raw.status).toBe(404);
     expect(await raw.text()).toContain(`which the blob store gives back damaged: ${why}.`);
   });
+});
+
+/** An EventBridge event as the events function receives it. */
+function eventBridge(detailType: string, detail: unknown, id: string): EventBridgeEvent<string, unknown> {
+  return { version: '0', id, 'detail-type': detailType, source: 'shop', account: '000000000000', time: new Date().toISOString(), region: 'us-east-1', resources: [], detail };
+}
+
+describe('an event kept before its wait, whose payload object is gone or damaged', () => {
+  for (const how of ['missing', 'replaced'] as const) {
+    it(`${how}: the wait passes over it with a line that says so and goes on waiting; the event sent again resumes the run`, { timeout: 60_000 }, async () => {
+      resources = await createTestResources('damaged-event');
+      const runtime = resources.runtime();
+      const events = new DynamoEventBuffer({ doc: runtime.clients.doc, tableName: resources.tableName, blobs: runtime.blobs });
+      const agent = waitAgent(new FakeRows(), []);
+      const handler = createEventHandler({ runtime, events, agent, log: silentLogger, codeVersion: 'test' });
+      const key = 'order-7';
+      // Over 64 KB: the payload is kept in S3, and the item holds its ref.
+      const early = eventBridge('order.paid', { key, note: 'paid in full; '.repeat(6_000) }, 'evt-early');
+      expect(await handler(early, { awsRequestId: 'e1' })).toEqual({ started: [], resumed: [] });
+      const item = (await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: { [PK]: eventPk('order.paid', key), [SK]: early.id } }))).Item!;
+      const ref = String(item.payloadRef);
+      expect(ref).toMatch(/^sha256:/);
+      await resources.clients.s3.send(DAMAGE[how].apply(runtime.blobs.key(ref)));
+
+      const runId = await startTestRun(runtime, agent, 'damaged-event-run');
+      const { log, lines } = captureLogs();
+      const model = new OneWaitModel({ kind: 'tool', tool: 'wait_for_event', input: { type: 'order.paid', key, timeoutSeconds: 300 } });
+      const worker = new WorkerProcess({ resources, agent, model, log, waits: (r) => ({ events: new DynamoEventBuffer({ doc: r.clients.doc, tableName: resources!.tableName, blobs: r.blobs }), maxTimerMs: SQS_MAX_TIMER_MS }) });
+      try {
+        // The step that begins the wait looks for events kept before it. The lost one threw there, failing
+        // this delivery and every one after it: the run waited with no timer, its message never done.
+        const polled = await pollOnce(resources.clients, resources.queueUrl, worker);
+        expect(polled.failures).toEqual([]);
+        expect(lines.filter((line) => line.event === 'delivery-error')).toEqual([]);
+        expect(decodeState((await runtime.store.load(runId))!)).toMatchObject({ status: 'waiting', step: 0 });
+        expect(lines.filter((line) => line.event === 'early-event-unreadable')).toMatchObject([{
+          level: 50, runId, eventId: early.id, type: 'order.paid', key,
+          error: expect.stringMatching(new RegExp(`^payload was stored as ${ref}, ${DAMAGE[how].reason.source}`)),
+          msg: `event ${early.id} (order.paid/${key}) came before this wait but its payload cannot be read, so it answers no wait; send the event again to resume the run`,
+        }]);
+        // Its timer is queued: the wait ends at its deadline if nothing answers it.
+        expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+
+        // Sent again (EventBridge's retry: the same id), the event answers the wait with its payload.
+        expect(await handler(early, { awsRequestId: 'e2' })).toMatchObject({ resumed: [runId] });
+        for (let i = 0; i < 10 && decodeState((await runtime.store.load(runId))!).status !== 'completed'; i++) {
+          await pollOnce(resources.clients, resources.queueUrl, worker);
+        }
+      } finally {
+        worker.close();
+      }
+      const done = decodeState((await runtime.store.load(runId))!);
+      expect(done).toMatchObject({ status: 'completed', step: 1 });
+      expect(done.steps[0]!.result).toMatchObject({ ok: true, text: expect.stringContaining('paid in full; ') });
+      expect(done.steps[0]!.waitId).toBeDefined();
+    });
+  }
 });
