@@ -193,7 +193,7 @@ export function apiRoutes(deps: HttpDeps): Hono {
     const full = c.req.valid('query').full === 'true';
     let view;
     try {
-      view = await showRun(deps, c.req.param('runId'), { step, full: [step], pricingModel: pricingModelFor(deps) });
+      view = await showRun(deps, c.req.param('runId'), { step, full: full ? [step] : [], pricingModel: pricingModelFor(deps) });
     } catch (error) {
       // The run is there and the step is not: a 404 with the run's own count, where it was a 400 a client
       // could not tell from a malformed path. A fork's fromStep past the run's end stays a 400 (its body).

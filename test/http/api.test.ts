@@ -4,6 +4,7 @@ import { decodeState } from '../../lib/core/codec.ts';
 import { MAX_BODY_BYTES } from '../../lib/http/app.ts';
 import { summariesDue } from '../../lib/core/condensed.ts';
 import type { RunState } from '../../lib/core/state.ts';
+import { shapeResult } from '../../lib/core/result.ts';
 import { completeStep } from '../../lib/core/transitions.ts';
 import { blockCost, estimateCost, runCost } from '../../lib/llm/cost.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
@@ -164,6 +165,29 @@ describe('the JSON API', () => {
       expect(reads.filter((r) => r.runId === 'api-condensed-older').map((r) => [r.options, r.records])).toEqual([[{ recent: true }, 150], [undefined, 250]]);
     } finally {
       store.load = load;
+    }
+  });
+
+  it('gives a step\'s whole output from GET /runs/:id/steps/:n only when asked (?full=true), else its record with the excerpt, reading no blob', async () => {
+    const whole = 'row written\n'.repeat(2_000);
+    const shaped = shapeResult(whole, true);
+    await app.runtime.blobs.put(shaped.blob!.ref, shaped.blob!.data);
+    const record = { ...recordFor('api-output', 1), result: shaped.result };
+    await app.runtime.store.create({ ...newState('api-output'), agent: app.deps.agent.name }, META);
+    await app.runtime.store.commit({ runId: 'api-output', expectedVersion: 1, state: completeStep({ ...newState('api-output'), agent: app.deps.agent.name }, record, 5_000), appended: record, ...META });
+    const get = app.runtime.blobs.get.bind(app.runtime.blobs);
+    let reads = 0;
+    app.runtime.blobs.get = async (ref) => { reads++; return get(ref); };
+    try {
+      const plain = (await json(await app.api('/runs/api-output/steps/1'))).body;
+      expect(plain.record).toMatchObject({ step: 1, result: { ref: shaped.blob!.ref, bytes: whole.length } });
+      expect(plain.record).not.toHaveProperty('output');
+      expect(reads).toBe(0);
+      const full = (await json(await app.api('/runs/api-output/steps/1?full=true'))).body;
+      expect(full.record.output).toBe(whole);
+      expect(reads).toBe(1);
+    } finally {
+      app.runtime.blobs.get = get;
     }
   });
 
