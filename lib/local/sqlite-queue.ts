@@ -89,9 +89,19 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     return (this.options.clock ?? systemClock).now();
   }
 
-  /** Timers need nothing special here: the local queue has no groups to hold back. */
+  /** Timers need no group here (the local queue has none to hold back), only the re-timing below. */
   async send(message: RunMessage, options: SendOptions = {}): Promise<void> {
-    enqueue((text) => this.sql(text), message, options.delayMs ?? 0, this.now);
+    const now = this.now;
+    enqueue((text) => this.sql(text), message, options.delayMs ?? 0, now);
+    // A wait's timer that came before its deadline (a clock stepped back: clock-step.ts counts the timer's
+    // delay again from the new now, while the deadline stays a point on the clock) is sent again for the
+    // version of the row in hand. That send was a duplicate of the row, which the caller then acked: the
+    // waiting run had no message left and slept for good. The row is timed again instead, and let go of, so
+    // the caller's ack of it finds nothing.
+    if (options.timer) {
+      this.sql('UPDATE queue SET visible_at = ?, created_at = ?, receipt = NULL, receive_count = 0 WHERE dedup_key = ? AND version = ? AND acked_at IS NULL AND receipt IS NOT NULL')
+        .run(now + (options.delayMs ?? 0), now, message.runId, message.version);
+    }
   }
 
   /**

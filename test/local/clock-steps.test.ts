@@ -2,7 +2,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
 import { createLogger } from '../../lib/log.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
-import { ManualClock, tempDb } from '../support/harness.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { FakeRows } from '../support/fake-tool.ts';
+import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
+import { workVisible } from '../support/queue-work.ts';
+import { OneWaitModel, waitAgent } from '../support/wait-agent.ts';
 
 const HOUR_MS = 3_600_000;
 const VIS = 30_000;
@@ -83,4 +87,31 @@ describe('the local runtime when the clock steps back', () => {
     expect(await b.ledger.once('k', {}, async () => 'again')).toBe('again');
     expect(warnings()).toHaveLength(1);
   });
+
+  it('a sleeping run\'s timer the step brought before the wait\'s deadline is timed again for the deadline, not dropped, and the run wakes then', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const proc = workerProcess({ dbPath: db.path, agent: waitAgent(new FakeRows(), []), model: new OneWaitModel({ kind: 'tool', tool: 'sleep_until', input: { seconds: 3600 } }), clock, workerId: 'A' });
+    opened.push(proc.runtime);
+    await start(proc.deps);
+    await workVisible(proc.deps, proc.runtime);
+    const deadline = decodeState((await proc.runtime.store.load('run'))!).wait!.deadline;
+    // Ten minutes in, the clock steps back an hour: the wait's deadline (a point on the clock) is 110
+    // minutes away, and the rebased timer comes after its hour, 50 minutes before it.
+    clock.advance(600_000);
+    clock.ms -= HOUR_MS;
+    expect(await workVisible(proc.deps, proc.runtime)).toBe(0);
+    clock.advance(HOUR_MS);
+    expect(await workVisible(proc.deps, proc.runtime)).toBe(1);
+    expect((await proc.runtime.store.load('run'))!.status).toBe('waiting');
+    // Was: the early timer's send for the same version was taken for a duplicate and its row acked, so the
+    // run had no message left and slept for good.
+    expect(proc.runtime.queue.depth()).toBe(1);
+    clock.ms = deadline - 1;
+    expect(await workVisible(proc.deps, proc.runtime)).toBe(0);
+    clock.ms = deadline;
+    await workVisible(proc.deps, proc.runtime);
+    expect(decodeState((await proc.runtime.store.load('run'))!).status).toBe('completed');
+  });
 });
+
