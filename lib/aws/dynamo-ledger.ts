@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { DeleteCommand, PutCommand, UpdateCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { canonicalJson } from '../core/canonical-json.ts';
-import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
+import { BlobRefusedError, IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError, PermanentError } from '../core/errors.ts';
 import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
@@ -88,7 +88,17 @@ export class DynamoLedger implements IdempotencyLedger {
       throw error;
     }
     const { json, value, unstorable } = storableResult(key, result);
-    const kept = await this.complete(itemKey, argsHash, token, value as T, json, options.onClaimLost);
+    let kept: T;
+    try {
+      kept = await this.complete(itemKey, argsHash, token, value as T, json, options.onClaimLost);
+    } catch (error) {
+      // A result over the item's limit that S3 refused to keep (lib/aws/attribute-spill.ts): the effect ran
+      // all the same. Left in progress, the key's lease ran out and each later try applied the effect
+      // again, up to the run's last try. Completed as null instead, as a result JSON cannot hold is.
+      if (!(error instanceof BlobRefusedError)) throw error;
+      await this.complete(itemKey, argsHash, token, null as T, 'null', options.onClaimLost);
+      throw new PermanentError(`the effect under ${key} ran, but its result (${Buffer.byteLength(json)} bytes, over what an item holds) could not be kept: ${error.message}; it is kept as null and will not run again under this key: mend the bucket, or return less from the effect`, { cause: error });
+    }
     if (unstorable) throw unstorable;
     return kept;
   }

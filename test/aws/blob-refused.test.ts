@@ -104,6 +104,31 @@ describe('a step output S3 refuses', () => {
     });
   }
 
+  it('completes the key as null when S3 refuses an effect\'s result over the item limit: the effect applied once, the run failed with why', async () => {
+    resources = await createTestResources('result-refused');
+    await resources.clients.s3.send(new DeleteBucketCommand({ Bucket: resources.bucketName }));
+    let applied = 0;
+    const agent = defineAgent({
+      name: 'exporter',
+      tools: [tool({
+        name: 'export_rows', description: 'Export rows.', input: z.object({}), sideEffect: true,
+        // A short lease, so a try after a failed one would take the key over at once.
+        run: async (_input, ctx) => (await ctx.once(async () => { applied++; return 'r'.repeat(100_000); }, { leaseMs: 1_000 })).length,
+      })],
+    });
+    const model = new StubModel(() => ({ kind: 'tool', tool: 'export_rows', input: {} }));
+    const runtime = resources.runtime();
+    const runId = await startTestRun(runtime, agent, 'result-refused-run');
+    await driveRun({ resources, runId, spawn: () => new WorkerProcess({ resources: resources!, agent, model }), poll: { waitSeconds: 2 } });
+
+    const state = decodeState((await runtime.store.load(runId))!);
+    // Was: left in progress, the key was taken over at each later try and the effect applied three times.
+    expect(applied).toBe(1);
+    expect(state.status).toBe('failed');
+    expect(state.reason).toMatch(/the effect under result-refused-run\/step-1 ran, but its result \(100002 bytes, over what an item holds\) could not be kept: S3 refused to store the tool's result kept under its idempotency key .*NoSuchBucket.*kept as null and will not run again under this key/);
+    expect(await runtime.ledger.once(idempotencyKey(runId, 1), {}, async () => 'again')).toBeNull();
+  });
+
   // A wait is kept in the run's head, with its call's input (and an approval's request): over the item
   // limit it goes to S3 too. Refused there, it escaped the step, its message back at every delivery.
   const USAGE = { inputTokens: 100, outputTokens: 20, cacheReadTokens: 0, cacheWriteTokens: 0 };
