@@ -23,8 +23,16 @@ export class StepWatch {
   due(now: number): boolean {
     const mono = performance.now();
     const last = this.last;
-    this.last = { wall: now, mono };
-    return !last || now - last.wall < mono - last.mono - CLOCK_STEP_TOLERANCE_MS;
+    const due = !last || now - last.wall < mono - last.mono - CLOCK_STEP_TOLERANCE_MS;
+    // A due look is recorded by `looked`, once it was made: one that failed (the lock refused past its
+    // timeout, a full disk) is due again at the next poll, not missed for good.
+    if (!due) this.last = { wall: now, mono };
+    return due;
+  }
+
+  /** The look `due` asked for was made. */
+  looked(now: number): void {
+    this.last = { wall: now, mono: performance.now() };
   }
 }
 

@@ -254,14 +254,22 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
    * write of visible_at writes created_at with it), never longer than it was, so a live holder keeps its
    * message, and its heartbeat writes it on the new clock. Any worker that looks mends them for all.
    */
-  private rebaseStepped(now: number): void {
-    const since = now + CLOCK_STEP_TOLERANCE_MS;
-    const found = this.sql('SELECT count(*) AS n, max(created_at) AS newest FROM queue WHERE acked_at IS NULL AND created_at > ?').get(since) as { n: number; newest: number | null };
-    if (!found.n) return;
-    const mended = immediate(this.db, () => this.sql(
-      'UPDATE queue SET visible_at = min(visible_at, ? + max(visible_at - created_at, 0)), created_at = ? WHERE acked_at IS NULL AND created_at > ?',
-    ).run(now, now, since).changes);
-    if (mended) warnClockStep(this.options.log, found.newest! - now, `${mended} queued message${mended === 1 ? '' : 's'}' delays and visibility timeouts`);
+  private rebaseStepped(): void {
+    const FOUND = 'SELECT count(*) AS n, max(created_at) AS newest FROM queue WHERE acked_at IS NULL AND created_at > ?';
+    if (!(this.sql(FOUND).get(this.now + CLOCK_STEP_TOLERANCE_MS) as { n: number }).n) return;
+    // `now` read under the write lock: read before waiting for it (up to the busy timeout), rows other
+    // workers wrote meanwhile on the new clock would count as written before the step, and be shortened.
+    const { mended, stepMs } = immediate(this.db, () => {
+      const now = this.now;
+      const since = now + CLOCK_STEP_TOLERANCE_MS;
+      const found = this.sql(FOUND).get(since) as { n: number; newest: number | null };
+      if (!found.n) return { mended: 0, stepMs: 0 };
+      const changes = this.sql(
+        'UPDATE queue SET visible_at = min(visible_at, ? + max(visible_at - created_at, 0)), created_at = ? WHERE acked_at IS NULL AND created_at > ?',
+      ).run(now, now, since).changes;
+      return { mended: changes, stepMs: found.newest! - now };
+    });
+    if (mended) warnClockStep(this.options.log, stepMs, `${mended} queued message${mended === 1 ? '' : 's'}' delays and visibility timeouts`);
   }
 
   private take(max: number, visibilityMs: number): Delivery[] {
@@ -269,7 +277,10 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
     // MOVED_FILE_CHECK_MS), where it would take its messages from the file no other process reads.
     refuseMovedFile(this.db);
     const now = this.now;
-    if (this.options.watch!.due(now)) this.rebaseStepped(now);
+    if (this.options.watch!.due(now)) {
+      this.rebaseStepped();
+      this.options.watch!.looked(now);
+    }
     // An idle worker polls often: look first with a read, so polling an empty queue never takes the
     // write lock that other workers' checkpoints need.
     if (!anyVisible((text) => this.sql(text), filterOf(this.options), now)) return [];

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
 import { createLogger } from '../../lib/log.ts';
+import { StepWatch } from '../../lib/local/clock-step.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -112,6 +113,19 @@ describe('the local runtime when the clock steps back', () => {
     clock.ms = deadline;
     await workVisible(proc.deps, proc.runtime);
     expect(decodeState((await proc.runtime.store.load('run'))!).status).toBe('completed');
+  });
+
+  it('a look for a step back that failed (the lock refused, a full disk) is due again at the next poll, not missed for good', () => {
+    const watch = new StepWatch();
+    const now = Date.now();
+    expect(watch.due(now)).toBe(true);
+    watch.looked(now);
+    expect(watch.due(now)).toBe(false);
+    // The clock steps back an hour: due, and due again until a look is made.
+    expect(watch.due(now - HOUR_MS)).toBe(true);
+    expect(watch.due(now - HOUR_MS)).toBe(true);
+    watch.looked(now - HOUR_MS);
+    expect(watch.due(now - HOUR_MS)).toBe(false);
   });
 });
 
