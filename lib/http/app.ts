@@ -50,6 +50,10 @@ export function createHttpApp(deps: HttpDeps): Hono {
     return c.json({ error: `${c.req.path} takes ${methods.join(', ')}, not ${c.req.method}` }, 405);
   });
   app.onError((error, c) => {
+    // The client went away while its body was read (a streamed upload cut off: its own timeout, Ctrl-C):
+    // nobody reads this answer, and nothing failed here. It was an error line "request failed" ("aborted")
+    // and a 500, for what any client or scanner may do. 499, as the long poll of GET /runs/:id answers.
+    if (clientGone(error, c.req.raw.signal)) return new Response(null, { status: 499 });
     // The approval pages and the inspector are a person's browser: each refusal is a page there, where an
     // approver who pressed Approve as SQS refused the run's message read raw JSON with a 503.
     const answer = <S extends 400 | 404 | 409 | 500 | 503 | 507>(status: S, title: string, body: { error: string } & Record<string, unknown>) =>
@@ -128,6 +132,13 @@ function allowedMethods(app: Hono): (path: string) => string[] {
 
 /** Seconds a client is told to wait before asking again when the database is locked. */
 const LOCKED_RETRY_AFTER_S = 5;
+
+/**
+ * The request's own connection reset under it: its signal is aborted (the client is gone) and the error is
+ * the reset of the body being read, not something the app's own calls threw meanwhile.
+ */
+const clientGone = (error: Error, signal: AbortSignal): boolean =>
+  signal.aborted && (error as NodeJS.ErrnoException).code === 'ECONNRESET';
 
 /** The approval pages and the inspector answer with pages, the API with JSON. */
 const isPagePath = (path: string): boolean => /^\/(approvals|inspect)(\/|$)/.test(path);

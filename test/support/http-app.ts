@@ -2,6 +2,7 @@ import { serve } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
+import type { Logger } from '../../lib/log.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
@@ -25,7 +26,7 @@ export async function listen(app: { fetch: Parameters<typeof serve>[0]['fetch'] 
 }
 
 /** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
-export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal } = {}) {
+export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
@@ -38,7 +39,7 @@ export async function startHttpApp(options: { approvers?: string[]; stopping?: A
   };
   const app = createHttpApp({
     store: worker.runtime.store, blobs: worker.runtime.blobs, queue: worker.runtime.queue, clock, workerId: 'api', codeVersion: 'test',
-    log: worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
+    log: options.log ?? worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
     ...(options.stopping ? { stopping: options.stopping } : {}),
   });
   const { url, close } = await listen(app);
