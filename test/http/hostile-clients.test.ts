@@ -1,8 +1,13 @@
 import { once } from 'node:events';
 import { Socket } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { shapeResult } from '../../lib/core/result.ts';
+import { completeStep } from '../../lib/core/transitions.ts';
+import { MAX_RUN_WAIT_SECONDS } from '../../lib/http/api-routes.ts';
+import { IDLE_CONNECTION_MS } from '../../lib/http/node-server.ts';
 import { createLogger } from '../../lib/log.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
+import { META, newState, recordFor } from '../support/states.ts';
 
 /** A raw connection to the app, for what fetch will not send: a body cut off, a client that never reads. */
 async function connect(url: string): Promise<Socket> {
@@ -35,5 +40,39 @@ describe('the HTTP app under careless or hostile clients', () => {
     await (await fetch(`${app.url}/health`)).text();
     await new Promise((r) => setTimeout(r, 100));
     expect(lines.filter((l) => /"level":"error"|http-error/.test(l))).toEqual([]);
+  });
+
+  it('closes a connection whose client stopped reading a large answer, letting go of the answer, where it held it as long as the client lived', { timeout: 60_000 }, async () => {
+    // The serve's limit outlasts a long poll, which sends nothing for up to its waitSeconds.
+    expect(IDLE_CONNECTION_MS).toBeGreaterThan(MAX_RUN_WAIT_SECONDS * 1000);
+    app = await startHttpApp({ idleMs: 300 });
+    // A step whose whole output is 32 MB: more than the socket buffers of both ends hold.
+    const whole = 'row written\n'.repeat(2_800_000);
+    const shaped = shapeResult(whole, true);
+    await app.runtime.blobs.put(shaped.blob!.ref, shaped.blob!.data);
+    const record = { ...recordFor('big-output', 1), result: shaped.result };
+    const state = { ...newState('big-output'), agent: app.deps.agent.name };
+    await app.runtime.store.create(state, META);
+    await app.runtime.store.commit({ runId: 'big-output', expectedVersion: 1, state: completeStep(state, record, 5_000), appended: record, ...META });
+
+    const socket = await connect(app.url);
+    let received = 0;
+    socket.on('data', (chunk: Buffer) => { received += chunk.length; });
+    // The client reads the answer's first bytes, then nothing more.
+    const first = once(socket, 'data');
+    socket.write(`GET /runs/big-output/steps/1?full=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${API_TOKEN}\r\n\r\n`);
+    const [head] = await first as [Buffer];
+    socket.pause();
+    const length = Number(/content-length: (\d+)/i.exec(String(head))![1]);
+    expect(length).toBeGreaterThan(whole.length);
+    // The server lets go of the connection, and of the rest of the answer with it.
+    await vi.waitFor(async () => {
+      const open = await new Promise<number>((resolve, reject) => app!.server.getConnections((error, n) => (error ? reject(error) : resolve(n))));
+      expect(open).toBe(0);
+    }, { timeout: 30_000, interval: 100 });
+    const closed = once(socket, 'close');
+    socket.resume();
+    await closed;
+    expect(received).toBeLessThan(length);
   });
 });

@@ -1,10 +1,11 @@
-import { serve } from '@hono/node-server';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import type { Logger } from '../../lib/log.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
+import { serveApp } from '../../lib/http/node-server.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
 import { FakeRows } from './fake-tool.ts';
@@ -15,18 +16,19 @@ import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
 
 export const API_TOKEN = 'test-token-123';
 
-/** An app on a real socket at a free port of 127.0.0.1: its URL, and how to close it. */
-export async function listen(app: { fetch: Parameters<typeof serve>[0]['fetch'] }): Promise<{ url: string; close(): Promise<void> }> {
-  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+/** An app on a real socket at a free port of 127.0.0.1, as `stepwise serve` listens: its URL, and how to close it. */
+export async function listen(app: Parameters<typeof serveApp>[0], idleMs?: number): Promise<{ url: string; server: Server; close(): Promise<void> }> {
+  const server = serveApp(app, { port: 0, hostname: '127.0.0.1', ...(idleMs !== undefined ? { idleMs } : {}) });
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    server,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }
 
 /** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
-export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger } = {}) {
+export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
@@ -42,10 +44,10 @@ export async function startHttpApp(options: { approvers?: string[]; stopping?: A
     log: options.log ?? worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
     ...(options.stopping ? { stopping: options.stopping } : {}),
   });
-  const { url, close } = await listen(app);
+  const { url, server, close } = await listen(app, options.idleMs);
   deps.waits!.publicUrl = url;
   return {
-    url, clock, deps, runtime: worker.runtime, dir, dropped, signingKey,
+    url, server, clock, deps, runtime: worker.runtime, dir, dropped, signingKey,
     api: (path: string, init: RequestInit = {}) => fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json', ...(init.headers ?? {}) } }),
     close: async () => {
       await close();

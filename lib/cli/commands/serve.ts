@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
-import type { Server } from 'node:http';
 import { dirname, join } from 'node:path';
-import { serve } from '@hono/node-server';
 import { InvalidInputError } from '../../core/errors.ts';
 import { createHttpApp } from '../../http/app.ts';
+import { serveApp } from '../../http/node-server.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
 import { databaseDir } from '../../local/paths.ts';
@@ -73,7 +72,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
     agentQueue: backend.kind === 'aws',
     ...(pathPrefix ? { pathPrefix } : {}), stopping: stopping.signal,
   });
-  const server = serve({ fetch: app.fetch, port, hostname: host });
+  const server = serveApp(app, { port, hostname: host });
   await new Promise<void>((resolve, reject) => {
     server.once('listening', () => resolve());
     server.once('error', (error) => reject(new InvalidInputError(`cannot listen on ${host}:${port}: ${(error as Error).message}`)));
@@ -90,7 +89,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   // close() stops listening and ends idle keep-alive connections, then waits for each request in hand: a
   // client that sent its headers and trickles (or never sends) its body held serve after SIGTERM for good.
   // Requests get a few seconds to finish; then their connections are cut, as a second signal would.
-  const cut = setTimeout(() => (server as Server).closeAllConnections(), SERVE_STOP_GRACE_MS);
+  const cut = setTimeout(() => server.closeAllConnections(), SERVE_STOP_GRACE_MS);
   await new Promise<void>((resolve) => server.close(() => resolve()));
   clearTimeout(cut);
   backend.close();
