@@ -23,6 +23,7 @@ import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { bearerToken } from './bearer.ts';
+import { limitBody } from './body-limit.ts';
 
 const budgetBody = budgetSchema.strict();
 
@@ -114,6 +115,7 @@ const ANSWER_STATUS: Record<AnswerOutcome['outcome'], 200 | 403 | 404 | 409 | 41
 export function apiRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   if (deps.apiToken) app.use('*', bearer(deps.apiToken));
+  app.use('*', limitBody);
   app.use('*', jsonBodies);
   // On AWS, another agent's run is not this API's to answer, retry, cancel or fork (other-agent.ts).
   if (deps.agentQueue) {

@@ -1,5 +1,4 @@
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import {
   NewerFormatError, RunIdInUseError, RunIdTakenError, RunStateError, StaleVersionError, StepwiseError, UnknownRunError, UnreadableCheckpointError, errorMessage, isPermanent, movedOnText,
@@ -14,8 +13,7 @@ import { inspectorRoutes } from './inspector-routes.ts';
 import type { HttpDeps } from './deps.ts';
 import { messagePage } from './pages.ts';
 
-/** The largest request body read: an event's payload may be 256 KiB, with room for its JSON around it. */
-export const MAX_BODY_BYTES = 1024 * 1024;
+export { MAX_BODY_BYTES } from './body-limit.ts';
 
 /**
  * The one HTTP app behind `stepwise serve` (Node) and the API Gateway handler (functions/api.ts), so
@@ -24,16 +22,7 @@ export const MAX_BODY_BYTES = 1024 * 1024;
  */
 export function createHttpApp(deps: HttpDeps): Hono {
   const app = new Hono();
-  // Read no further than any request needs: the largest is an event (MAX_EVENT_BYTES of payload).
-  app.use('*', bodyLimit({
-    maxSize: MAX_BODY_BYTES,
-    onError: (c) => {
-      // The rest of the body is left unread, and Node closes such a connection after the answer: say so,
-      // or the client keeps it alive and its next request on it fails ("other side closed").
-      c.header('Connection', 'close');
-      return c.json({ error: `the request body is over ${MAX_BODY_BYTES} bytes, the most any request takes` }, 413);
-    },
-  }));
+  // Each group of routes limits the bodies it reads after its own authorization (body-limit.ts).
   app.get('/health', (c) => c.json({ ok: true, agent: deps.agent.name }));
   app.route('/approvals', approvalRoutes(deps));
   app.route('/inspect', inspectorRoutes(deps));

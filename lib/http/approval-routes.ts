@@ -9,6 +9,7 @@ import { otherAgentsRun } from './other-agent.ts';
 import { describeAnswer } from '../core/waits.ts';
 import { approvalPage, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
 import { readForm } from './read-form.ts';
+import { limitBody } from './body-limit.ts';
 
 const decisionForm = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -27,6 +28,8 @@ export function approvalRoutes(deps: HttpDeps): Hono {
   const app = new Hono();
   // The token is in the URL: it must not leak through a Referer, a cache, or a frame.
   app.use('*', pageHeaders({ noReferrer: true }));
+  // The link's token, the one credential here, is checked in the route itself (body-limit.ts).
+  app.use('*', limitBody);
 
   app.get('/:token', async (c) => {
     const checked = await check(c, deps);

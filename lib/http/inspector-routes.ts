@@ -22,6 +22,7 @@ import { pricingModelFor } from './pricing-model.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 import { readForm } from './read-form.ts';
 import { bearerToken } from './bearer.ts';
+import { limitBody } from './body-limit.ts';
 
 const COOKIE = 'stepwise_token';
 /** The list's query: a page, and the one status it shows (as GET /runs?status=), such as the runs waiting for an answer. */
@@ -45,6 +46,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   app.use('*', pageHeaders());
   app.use('*', sameOriginForms);
   if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken, deps.pathPrefix ?? ''));
+  app.use('*', limitBody);
   // As the API refuses them (other-agent.ts): on AWS another agent's run is not this inspector's to operate.
   app.use('/runs/:runId/*', async (c, next) => {
     if (c.req.method !== 'POST') return next();

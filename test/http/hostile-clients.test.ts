@@ -75,4 +75,20 @@ describe('the HTTP app under careless or hostile clients', () => {
     await closed;
     expect(received).toBeLessThan(length);
   });
+
+  it('refuses a request without the token before reading its body, where it read a chunked body whole (up to 1 MiB) first', async () => {
+    app = await startHttpApp();
+    for (const path of ['/runs', '/events', '/inspect/runs/r/cancel']) {
+      const socket = await connect(app.url);
+      try {
+        // Chunked, so no Content-Length tells the app its size: the body goes on, and never ends.
+        const answered = once(socket, 'data');
+        socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n`);
+        const [head] = await answered as [Buffer];
+        expect(String(head).split('\r\n')[0]).toBe('HTTP/1.1 401 Unauthorized');
+      } finally {
+        socket.destroy();
+      }
+    }
+  });
 });
