@@ -1,4 +1,4 @@
-import { randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
@@ -22,7 +22,7 @@ import { listRunsPage, listWaitsPage } from '../engine/operate/list.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
-import { bearerToken } from './bearer.ts';
+import { bearerToken, tokensMatch } from './bearer.ts';
 import { limitBody } from './body-limit.ts';
 
 const budgetBody = budgetSchema.strict();
@@ -318,10 +318,8 @@ const jsonBodies: MiddlewareHandler = async (c, next) => {
 };
 
 function bearer(token: string): MiddlewareHandler {
-  const expected = Buffer.from(token);
   return async (c, next) => {
-    const given = Buffer.from(bearerToken(c.req.header('authorization')) ?? '');
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+    if (!tokensMatch(bearerToken(c.req.header('authorization')), token)) {
       // The scheme wanted, as a 401 must say (RFC 9110 15.5.2): a client library reads it to know what to send.
       c.header('WWW-Authenticate', 'Bearer');
       return c.json({ error: 'unauthorized: send Authorization: Bearer <token> (stepwise serve says where it is kept)' }, 401);

@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac } from 'node:crypto';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
@@ -17,6 +17,7 @@ import { answerWait } from '../waits/answer.ts';
 import type { HttpDeps } from './deps.ts';
 import { RUN_PAGE_CHECKPOINTS, runPage, runsPage, stepPage } from './inspector-pages.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
+import { tokensMatch } from './bearer.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
@@ -293,11 +294,7 @@ const hostOf = (origin: string) => {
  */
 function tokenOrCookie(token: string, prefix: string): MiddlewareHandler {
   const session = createHmac('sha256', token).update('stepwise inspector session v1').digest('base64url');
-  const matches = (given: string | undefined, expected: string) => {
-    const a = Buffer.from(given ?? '');
-    const b = Buffer.from(expected);
-    return a.length === b.length && timingSafeEqual(a, b);
-  };
+  const matches = tokensMatch;
   return async (c, next) => {
     const query = c.req.query('token');
     if (c.req.method === 'GET' && query !== undefined && matches(query, token)) {
