@@ -1,16 +1,10 @@
-import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseSync } from '../support/cli.ts';
 
-const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'test/support/js-agent.mjs');
-// Root writes any directory whatever its mode: as root, the reading commands run as nobody.
-const NOBODY = 65534;
-const asRoot = process.getuid?.() === 0;
 const top = mkdtempSync(join(tmpdir(), 'stepwise-read-only-dir-'));
 chmodSync(top, 0o755);
 const dir = join(top, 'db');
@@ -20,15 +14,10 @@ afterAll(() => {
   rmSync(top, { recursive: true, force: true });
 });
 
-const env = { ...process.env, STEPWISE_DB: '', ANTHROPIC_API_KEY: '', STEPWISE_LOG_FORMAT: 'json' };
-const stepwise = (...args: string[]) => {
-  const r = spawnSync(process.execPath, [BIN, ...args, '--db', db], { cwd: ROOT, encoding: 'utf8', timeout: 60_000, env });
-  return { code: r.status, out: r.stdout, err: r.stderr };
-};
-const asReader = (...args: string[]) => {
-  const r = spawnSync(process.execPath, [BIN, ...args, '--db', db], { cwd: ROOT, encoding: 'utf8', timeout: 60_000, env, ...(asRoot ? { uid: NOBODY, gid: NOBODY } : {}) });
-  return { code: r.status, out: r.stdout, err: r.stderr };
-};
+const env = { STEPWISE_DB: '', ANTHROPIC_API_KEY: '', STEPWISE_LOG_FORMAT: 'json' };
+const stepwise = (...args: string[]) => stepwiseSync([...args, '--db', db], env);
+// Root writes any directory whatever its mode: as root, the reading commands run as nobody.
+const asReader = (...args: string[]) => stepwiseSync([...args, '--db', db], env, { asNobody: true });
 
 /**
  * A SQLite file in a directory this user may not write (a read-only mount, a backup volume, another user's

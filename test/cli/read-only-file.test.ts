@@ -1,29 +1,18 @@
 import { spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, NOBODY, ROOT, asRoot, stepwiseSync } from '../support/cli.ts';
 
-const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const BIN = join(ROOT, 'bin/stepwise.js');
 const AGENT = join(ROOT, 'test/support/js-agent.mjs');
-// Root writes any file whatever its mode: as root, the commands run as nobody, who owns the directory
-// (so SQLite may make the -wal and -shm there) but not the file.
-const NOBODY = 65534;
-const asRoot = process.getuid?.() === 0;
+// As root, the commands run as nobody, who owns the directory (so SQLite may make the -wal and -shm there)
+// but not the file.
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-read-only-'));
 const db = join(dir, 'runs.db');
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const stepwise = (...args: string[]) => {
-  const r = spawnSync(process.execPath, [BIN, ...args, '--db', db], {
-    cwd: ROOT, encoding: 'utf8', timeout: 60_000,
-    env: { ...process.env, STEPWISE_DB: '', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'a-token-of-16-chars-or-more' },
-    ...(asRoot ? { uid: NOBODY, gid: NOBODY } : {}),
-  });
-  return { code: r.status, out: r.stdout, err: r.stderr };
-};
+const stepwise = (...args: string[]) => stepwiseSync([...args, '--db', db], { STEPWISE_DB: '', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'a-token-of-16-chars-or-more' }, { asNobody: true });
 
 describe('a database file this user may not write', () => {
   it('is refused as the command opens it, by init, start, worker and serve, where init said "ready" and serve answered 500s', () => {

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -6,6 +6,22 @@ export const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 export const BIN = join(ROOT, 'bin/stepwise.js');
 
 export interface CliResult { code: number | null; out: string; err: string }
+
+/** Root writes any file whatever its mode: as root, a command meeting a file it may not write runs as nobody. */
+export const NOBODY = 65534;
+export const asRoot = process.getuid?.() === 0;
+
+/**
+ * The stepwise command run to its end, synchronously; `asNobody`, as nobody when the tests run as root
+ * (the tests of files and directories a user may not write).
+ */
+export function stepwiseSync(args: string[], env: Record<string, string | undefined>, options: { asNobody?: boolean } = {}): CliResult {
+  const r = spawnSync(process.execPath, [BIN, ...args], {
+    cwd: ROOT, encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...env },
+    ...(options.asNobody && asRoot ? { uid: NOBODY, gid: NOBODY } : {}),
+  });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
 
 /**
  * The stepwise command as a user runs it, in a child process. Asynchronous, so servers living in the
