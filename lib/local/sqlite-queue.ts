@@ -59,7 +59,7 @@ const SEND_DELAYED = sendAt(`CASE WHEN ${CANCEL_REQUESTED} THEN ? ELSE ? END`);
  */
 const STALLED_RUNS = `SELECT r.run_id, c.version, r.status, c.step, r.agent, c.created_at AS updated_at FROM runs r
   JOIN checkpoints c ON c.id = ${newestCheckpointOf('r.run_no')}
-  WHERE r.status = 'running' AND c.created_at < :before
+  WHERE r.status = 'running' AND (c.created_at < :before OR c.created_at > :ahead)
     AND NOT EXISTS (${LIVE_MESSAGE.replaceAll(':run', 'r.run_id').replace(':version', 'c.version').replace(':held', 'NULL')})
   ORDER BY c.created_at LIMIT :limit`;
 
@@ -137,7 +137,10 @@ export class SqliteQueue implements RunQueue, RunQueueConsumer {
    * checked against its own row in the queue's dedup_key index.
    */
   async stalledRuns(before: number, limit: number): Promise<RunSummary[]> {
-    const rows = this.sql(STALLED_RUNS).all({ before, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
+    // A newest checkpoint stamped ahead of now was written before a clock step back (clock-step.ts): by its
+    // time alone, its run would count as stalled only once the clock caught up, the length of the step late.
+    const ahead = this.now + CLOCK_STEP_TOLERANCE_MS;
+    const rows = this.sql(STALLED_RUNS).all({ before, ahead, limit }) as { run_id: string; version: number; status: RunStatus; step: number; agent: string; updated_at: number }[];
     return rows.map((r) => ({ runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at }));
   }
 

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
 import { createLogger } from '../../lib/log.ts';
 import { StepWatch } from '../../lib/local/clock-step.ts';
+import { META, newState } from '../support/states.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { FakeRows } from '../support/fake-tool.ts';
@@ -126,6 +127,19 @@ describe('the local runtime when the clock steps back', () => {
     expect(watch.due(now - HOUR_MS)).toBe(true);
     watch.looked(now - HOUR_MS);
     expect(watch.due(now - HOUR_MS)).toBe(false);
+  });
+
+  it('the stalled-run sweep finds a running run with no message whose newest checkpoint was written before the step, not the step late', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const r = open(clock);
+    // A running run whose message was lost (never sent: the enqueue after its checkpoint failed).
+    await r.store.create(newState('lost'), META);
+    clock.advance(120_000);
+    expect((await r.queue.stalledRuns(clock.now() - 60_000, 10)).map((s) => s.runId)).toEqual(['lost']);
+    clock.ms -= HOUR_MS;
+    // Was: none until the clock caught up, an hour on.
+    expect((await r.queue.stalledRuns(clock.now() - 60_000, 10)).map((s) => s.runId)).toEqual(['lost']);
   });
 });
 
