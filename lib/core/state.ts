@@ -160,6 +160,8 @@ export const blockCostSchema = z.strictObject({
   uncachedUsd: z.number().nonnegative(),
   /** Models of the block's usage with no known price, left out of `usd` ('' for none named). */
   unpriced: z.array(z.string()).optional(),
+  /** Some record's usage was priced (absent when none was: an offline model's records carry none). */
+  priced: z.literal(true).optional(),
   /** The last model the block's records name: the run's, for a state that holds none of its later records. */
   model: z.string().optional(),
 });

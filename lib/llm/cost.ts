@@ -157,17 +157,19 @@ function subtractUsage(rest: Usage, usage: Usage): void {
 export function blockCost(records: readonly { usage?: Usage; model?: string }[]): BlockCost | undefined {
   let usd = 0;
   let uncachedUsd = 0;
+  let priced = false;
   const unpriced: string[] = [];
   for (const record of records) {
     if (!record.usage) continue;
     if (record.model === undefined) return undefined;
     const cost = estimateCost(record.usage, record.model);
     const uncached = estimateUncachedCost(record.usage, record.model);
-    if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; }
+    if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; priced = true; }
     else if (promptTokens(record.usage) + record.usage.outputTokens > 0 && !unpriced.includes(record.model)) unpriced.push(record.model);
   }
   const cost: BlockCost = { usd, uncachedUsd };
   if (unpriced.length) cost.unpriced = unpriced;
+  if (priced) cost.priced = true;
   const model = records.findLast((r) => r.model)?.model;
   if (model !== undefined) cost.model = model;
   return cost;
@@ -202,7 +204,7 @@ export function runCost(
     if (!block.cost) continue;
     usd += block.cost.usd;
     uncachedUsd += block.cost.uncachedUsd;
-    if (block.cost.usd > 0 || !block.cost.unpriced) priced = true;
+    if (block.cost.priced) priced = true;
     for (const model of block.cost.unpriced ?? []) if (!unpriced.includes(model)) unpriced.push(model);
     subtractUsage(rest, block.usage);
   }

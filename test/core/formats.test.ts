@@ -71,7 +71,7 @@ describe('record formats', () => {
     const priced = state.steps.slice(0, 100).map((s) => ({ ...s, usage: { inputTokens: 1000, outputTokens: 100, cacheWriteTokens: 0, cacheReadTokens: 0 }, model: 'claude-sonnet-4-5' }));
     const block = condensedBlock(priced, blockCost);
     // $3 and $15 per million tokens: 100 x (0.003 + 0.0015).
-    expect(block.cost).toEqual({ usd: expect.closeTo(0.45, 12), uncachedUsd: expect.closeTo(0.45, 12), model: 'claude-sonnet-4-5' });
+    expect(block.cost).toEqual({ usd: expect.closeTo(0.45, 12), uncachedUsd: expect.closeTo(0.45, 12), priced: true, model: 'claude-sonnet-4-5' });
     const text = encodeSummary(block);
     expect(json(text).formatVersion).toBe(2);
     const bounded = (summary: string) => stored({ head: encodeHead(state), steps: state.steps.slice(100).map(encodeStep), summaries: [summary], stepsAfter: 100 });

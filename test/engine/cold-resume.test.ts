@@ -162,7 +162,7 @@ describe('a cold resume of a long run', () => {
     expect(loads.filter((l) => l.records > CONDENSE_AFTER)).toEqual([]);
     expect(loads.filter((l) => l.options === undefined)).toEqual([]);
     const summaries = decodeState((await warm.runtime.store.load('warm', { recent: true }))!).condensed!;
-    expect(summaries.map((b) => b.cost)).toEqual([{ usd: expect.closeTo(100 * 8e-5, 12), uncachedUsd: expect.closeTo(100 * 8e-5, 12), model: 'claude-opus-5-5' }]);
+    expect(summaries.map((b) => b.cost)).toEqual([{ usd: expect.closeTo(100 * 8e-5, 12), uncachedUsd: expect.closeTo(100 * 8e-5, 12), priced: true, model: 'claude-opus-5-5' }]);
     warm.runtime.close(); cold.runtime.close();
   });
 

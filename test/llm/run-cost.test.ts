@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Usage } from '../../lib/core/state.ts';
+import type { StepRecord, Usage } from '../../lib/core/state.ts';
 import { condensedBlock } from '../../lib/core/condensed.ts';
 import { blockCost, costText, estimateCost, estimateRunUsd, lastModelOf, runCost } from '../../lib/llm/cost.ts';
 
@@ -69,6 +69,14 @@ describe('a state from a bounded load (condensed blocks it does not hold)', () =
     expect(estimateRunUsd(knownBounded, lastModelOf(knownBounded))).toBeCloseTo(estimateRunUsd(known, lastModelOf(known))!, 12);
     // Holding no record after its blocks, the state's last model is its last block's.
     expect(lastModelOf({ ...knownBounded, steps: [], stepsFrom: 200 })).toBe(SONNET);
+  });
+
+  it('says nothing could be priced for a long run of an offline model (no usage), from its summaries as from every record', () => {
+    const steps: StepRecord[] = Array.from({ length: 250 }, (_, i) => ({ step: i + 1, tool: 'copy', input: {}, at: i, workerId: 'w', result: { ok: true, text: 'ok', bytes: 2 } }));
+    const run = { usage: { inputTokens: 0, outputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0 }, steps };
+    const bounded = { ...run, steps: steps.slice(100), stepsFrom: 100, condensed: [condensedBlock(steps.slice(0, 100), blockCost)] };
+    expect(runCost(run, DEFAULT)).toMatchObject({ priced: false, usd: 0 });
+    expect(runCost(bounded, DEFAULT)).toEqual(runCost(run, DEFAULT));
   });
 
   it('a block summarised without its cost (older code) is priced by the last model and marked approximate; a record with usage and no model gives no cost', () => {
