@@ -65,11 +65,3 @@ function costedBlock(state: RunState, block: CondensedBlock, price: BlockPricing
   const cost = price(state.steps.slice(block.last - CONDENSE_BLOCK - from, block.last - from));
   return cost ? { ...block, cost } : block;
 }
-
-/** The usage the step records carry, held or condensed. */
-export function carriedUsage(state: Pick<RunState, 'steps' | 'condensed' | 'stepsFrom'>): Usage {
-  const from = state.stepsFrom ?? 0;
-  // Only the blocks the state does not hold count from their summaries; the rest from the records.
-  const blocks = (state.condensed ?? []).filter((b) => b.last <= from);
-  return [...blocks.map((b) => b.usage), ...state.steps.map((s) => s.usage)].reduce<Usage>((sum, u) => addUsage(sum, u), { ...ZERO_USAGE });
-}

@@ -1,11 +1,12 @@
 import { needsApproval, worksRunsOf, type AgentDefinition } from '../agent.ts';
 import { approvedCall } from '../core/approval-gate.ts';
-import { decodeState, type StoredCheckpoint } from '../core/codec.ts';
+import type { StoredCheckpoint } from '../core/codec.ts';
 import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
 import { checkDecision } from '../core/drift.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
 import type { RunState, RunStatus } from '../core/state.ts';
 import type { CheckpointStore, RunSummary } from '../ports.ts';
+import { loadAsResumed } from './operate/load.ts';
 
 /** A run the new code or agent cannot resume, and why. */
 export interface BlockedRun {
@@ -91,15 +92,8 @@ export async function findDrift(store: CheckpointStore, agent: AgentDefinition, 
     });
     let state;
     try {
-      try {
-        state = decodeState(stored);
-        // A dollar budget with a block summarised without its cost: a resume reads every record.
-        if (state.stepsFrom && state.budget?.usd !== undefined && !unheldBlocksPriced(state)) state = decodeState(stored = (await store.load(summary.runId)) ?? stored);
-      } catch (error) {
-        // As a resume does, judged on a full read, never on a bounded one alone.
-        if (!(error instanceof UnreadableCheckpointError) || stored.stepsAfter === undefined) throw error;
-        state = decodeState(stored = (await store.load(summary.runId)) ?? stored);
-      }
+      // Every record only where a resume reads them: a dollar budget with a block summarised without its cost.
+      ({ stored, state } = (await loadAsResumed(store, summary.runId, (s) => s.budget?.usd !== undefined && !unheldBlocksPriced(s), read))!);
     } catch (error) {
       if (error instanceof NewerFormatError) { blocked(error.message, error.needs); continue; }
       if (error instanceof UnreadableCheckpointError) { blocked(error.message); continue; }

@@ -4,9 +4,8 @@ import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
-import { decodeState, type StoredCheckpoint } from '../core/codec.ts';
 import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
-import { NoSuchStepError, UnreadableCheckpointError } from '../core/errors.ts';
+import { NoSuchStepError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, isTerminal, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -15,9 +14,9 @@ import { costView, showRun } from '../engine/operate/show.ts';
 import { startRun } from '../engine/start.ts';
 import { answerWait, describeApprovalOutcome, type AnswerOutcome } from '../waits/answer.ts';
 import { emitEvent, eventInputSchema } from '../waits/events.ts';
-import type { CheckpointStore } from '../ports.ts';
 import type { HttpDeps } from './deps.ts';
 import { historyPage } from '../engine/operate/history.ts';
+import { loadAsResumed } from '../engine/operate/load.ts';
 import { listRunsPage, listWaitsPage } from '../engine/operate/list.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
@@ -172,7 +171,8 @@ export function apiRoutes(deps: HttpDeps): Hono {
         if (gone.aborted) return new Response(null, { status: 499 });
       }
     }
-    const read = await readForView(deps.store, runId);
+    // Read as a resume reads it: its summaries' costs keep the cost exact; one of an older release has none.
+    const read = await loadAsResumed(deps.store, runId, (state) => !unheldBlocksPriced(state));
     if (!read) return c.json({ error: `unknown run: ${runId}` }, 404);
     return c.json({ run: runView(read.state, read.stored.version, pricingModelFor(deps), read.stored.cancelRequested) });
   });
@@ -263,39 +263,18 @@ export function apiRoutes(deps: HttpDeps): Hono {
   return app;
 }
 
-
 /**
- * The run as the API shows it: everything but the step records (see /history and the inspector), and a
- * cancel asked for and not yet applied, which is kept beside the version: until a worker applies it the
- * run is still running, and a program that cancelled it sees why.
+ * A run as GET /runs/:id gives it: the head, its estimated cost as `show --json` gives it, and its last
+ * step; not the step records (see /history and the inspector). A cancel asked for and not yet applied is
+ * kept beside the version: until a worker applies it the run is still running, and a program that
+ * cancelled it sees why.
  */
-/** A run as GET /runs/:id gives it: the head, its estimated cost as `show --json` gives it, and its last step. */
 function runView(state: RunState, version: number, pricingModel: string, cancelRequested?: string) {
   const { steps, pending: _pending, stepsFrom: _from, condensed: _condensed, ...head } = state;
   return {
     ...head, version, ...(cancelRequested !== undefined ? { cancelRequested } : {}), cost: costView(state, pricingModel),
     steps: state.step, lastStep: steps[steps.length - 1],
   };
-}
-
-/**
- * A run as GET /runs/:id shows it (its head, last step and cost), read as a resume reads it: the block
- * summaries, whose costs say what their records cost, and the records after them. Following a run of
- * 20,000 steps read every record at each answer (0.4 s), so a client following it step by step did work
- * that grew with the run. Read whole where a summary has no cost (an older release's) or the bounded read
- * cannot be decoded, so the cost is exact and an unreadable run is judged on every record.
- */
-async function readForView(store: CheckpointStore, runId: string): Promise<{ stored: StoredCheckpoint; state: RunState } | undefined> {
-  const bounded = await store.load(runId, { recent: true });
-  if (!bounded) return undefined;
-  try {
-    const state = decodeState(bounded);
-    if (unheldBlocksPriced(state)) return { stored: bounded, state };
-  } catch (error) {
-    if (!(error instanceof UnreadableCheckpointError)) throw error;
-  }
-  const stored = await store.load(runId);
-  return stored && { stored, state: decodeState(stored) };
 }
 
 /**

@@ -28,3 +28,25 @@ export async function loadRun(store: CheckpointStore, runId: string, what: strin
     throw new InvalidInputError(`cannot ${what} run ${runId}: its latest checkpoint cannot be read (${stored.reason ?? error.message}); nothing changed`, { cause: error });
   }
 }
+
+/**
+ * A run's latest checkpoint read as a worker's resume reads it (lib/engine/advance.ts): its block summaries
+ * and the records after them, not every record, which for a run of 20,000 steps took most of a second.
+ * Read whole where `whole` says the bounded state will not do, and where the bounded read cannot be
+ * decoded: judged on every record, as the engine judges it. `read`: the bounded read, when the caller has
+ * made it. Undefined for no such run; a checkpoint this code cannot read throws as decodeState does.
+ */
+export async function loadAsResumed(
+  store: CheckpointStore, runId: string, whole: (state: RunState) => boolean, read?: StoredCheckpoint,
+): Promise<{ stored: StoredCheckpoint; state: RunState } | undefined> {
+  const bounded = read ?? (await store.load(runId, { recent: true }));
+  if (!bounded) return undefined;
+  try {
+    const state = decodeState(bounded);
+    if (!state.stepsFrom || !whole(state)) return { stored: bounded, state };
+  } catch (error) {
+    if (!(error instanceof UnreadableCheckpointError) || bounded.stepsAfter === undefined) throw error;
+  }
+  const stored = (await store.load(runId)) ?? bounded;
+  return { stored, state: decodeState(stored) };
+}
