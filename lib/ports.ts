@@ -6,6 +6,7 @@ import type { StoredCheckpoint } from './core/codec.ts';
 import type { PromptBlock } from './core/prompt.ts';
 import type { CondensedBlock, Decision, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 import type { RunPosition } from './core/run-order.ts';
+import { machineTime, type MachineTime } from './machine-time.ts';
 
 export interface WriteMeta {
   workerId: string;
@@ -398,11 +399,17 @@ export interface Model {
 
 export interface Clock {
   now(): number;
+  /**
+   * The machine's monotonic time (machine-time.ts), shared by its processes: what the SQLite ledger times
+   * leases by, so that a step of the wall clock cannot end a live holder's. Undefined (or absent) leaves
+   * them on now().
+   */
+  machineTime?(): MachineTime | undefined;
   /** Calls `fn` every `ms` until the returned function is called; a test clock fires it as its time passes. */
   every?(ms: number, fn: () => unknown): () => void;
 }
 
-export const systemClock: Clock = { now: () => Date.now() };
+export const systemClock: Clock = { now: () => Date.now(), machineTime };
 
 /** A repeating timer on `clock`: its own if it has one, else setInterval (which never keeps a process alive). */
 export function everyOn(clock: Clock, ms: number, fn: () => unknown): () => void {

@@ -163,7 +163,10 @@ CREATE TABLE IF NOT EXISTS ledger (
   lease_until INTEGER NOT NULL,
   owner       TEXT,
   updated_at  INTEGER NOT NULL,
-  format      INTEGER
+  format      INTEGER,
+  machine_boot  TEXT,
+  machine_until INTEGER,
+  machine_owner TEXT
 );
 
 -- The local queue: one row per run (dedup_key is its id), its message for the newest version sent, which
@@ -540,6 +543,11 @@ const ADDED_COLUMNS: { table: string; column: string; type: string; then?: strin
   { table: 'ledger', column: 'owner', type: 'TEXT' },
   // The ledger record's format (RECORD_FORMATS.ledger); NULL is format 1.
   { table: 'ledger', column: 'format', type: 'INTEGER' },
+  // A claim's lease on the machine's monotonic clock (SqliteLedger): the boot it counts from, its end, and
+  // the owner it was written for (older code's takeover changes the owner, not these, so it reads as unset).
+  { table: 'ledger', column: 'machine_boot', type: 'TEXT' },
+  { table: 'ledger', column: 'machine_until', type: 'INTEGER' },
+  { table: 'ledger', column: 'machine_owner', type: 'TEXT' },
   // Redeliveries that started the next step at the run's version (CheckpointStore.addRestarts).
   { table: 'runs', column: 'restarts', type: 'INTEGER NOT NULL DEFAULT 0' },
   // Restarts count for one version (older code reset them at each commit, which wrote runs.version).

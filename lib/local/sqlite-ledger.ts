@@ -7,6 +7,7 @@ import { MAX_LEASE_MS, leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Logger } from '../log.ts';
 import { CLOCK_STEP_TOLERANCE_MS, warnClockStep } from './clock-step.ts';
+import type { MachineTime } from '../machine-time.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { refuseMovedFile } from './moved-file.ts';
@@ -14,7 +15,10 @@ import { immediate, isBusy, preparedOnce, type Db } from './database.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 
-interface LedgerRow { args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null; updated_at: number; format: number | null }
+interface LedgerRow {
+  args_hash: string; status: 'in_progress' | 'completed'; result: string | null; lease_until: number; owner: string | null; updated_at: number; format: number | null;
+  machine_boot: string | null; machine_until: number | null; machine_owner: string | null;
+}
 
 /** Tries of a completion the lock refuses, each after the busy timeout and a growing pause (0.1 to 0.8 s). */
 const COMPLETE_TRIES = 5;
@@ -35,6 +39,13 @@ const FORMAT = RECORD_FORMATS.ledger > 1 ? RECORD_FORMATS.ledger : null;
  *
  * Each write is one local transaction that either commits or throws, so a write whose outcome is
  * unknown (the DynamoDB ledger's SDK retry after a lost answer) cannot happen here.
+ *
+ * A claim's lease is written on two clocks: the wall clock (updated_at, lease_until) and, where the clock
+ * gives one, the machine's monotonic clock (machine-time.ts), which every process on the file shares (WAL
+ * needs them on one machine). The monotonic lease decides whether a claim is held: a wall clock stepped
+ * forward past a live holder's lease (NTP, `date -s`) would otherwise free its key to a second attempt,
+ * which would apply the effect beside it. The wall lease decides only where the monotonic one cannot: a
+ * claim written on another boot (its holder died with it), by older code, or by a clock without one.
  */
 export class SqliteLedger implements IdempotencyLedger {
   constructor(private readonly db: Db, private readonly clock: Clock = systemClock, private readonly log?: Logger) {}
@@ -54,11 +65,15 @@ export class SqliteLedger implements IdempotencyLedger {
       if (row && row.result !== null) return { done: true as const, result: JSON.parse(row.result) as T };
       if (row && row.updated_at > now + CLOCK_STEP_TOLERANCE_MS) rebaseClaim(this.db, key, row, now, this.log);
       // Returned, not thrown: a throw would roll back the claim's rebase.
-      if (row && row.lease_until > now) return { busy: new IdempotencyInProgressError(key, row.lease_until, retryAfterMs(row.lease_until, now)) };
+      const machine = this.clock.machineTime?.();
+      const leaseLeft = row ? leaseLeftMs(row, now, machine) : 0;
+      if (leaseLeft > 0) return { busy: new IdempotencyInProgressError(key, now + leaseLeft, retryAfterMs(now + leaseLeft, now)) };
       preparedOnce(this.db)(
-        `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'in_progress', NULL, ?, ?, ?, ?)
-         ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format`,
-      ).run(key, argsHash, now + leaseMs, owner, now, FORMAT);
+        `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format, machine_boot, machine_until, machine_owner)
+         VALUES (?, ?, 'in_progress', NULL, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format,
+           machine_boot = excluded.machine_boot, machine_until = excluded.machine_until, machine_owner = excluded.machine_owner`,
+      ).run(key, argsHash, now + leaseMs, owner, now, FORMAT, machine?.boot ?? null, machine ? machine.ms + leaseMs : null, machine ? owner : null);
       return { done: false as const };
     });
     if ('busy' in claimed) throw claimed.busy;
@@ -90,13 +105,17 @@ export class SqliteLedger implements IdempotencyLedger {
   }
 
   private row(key: string): LedgerRow | undefined {
-    return preparedOnce(this.db)('SELECT args_hash, status, result, lease_until, owner, updated_at, format FROM ledger WHERE key = ?').get(key) as LedgerRow | undefined;
+    return preparedOnce(this.db)('SELECT args_hash, status, result, lease_until, owner, updated_at, format, machine_boot, machine_until, machine_owner FROM ledger WHERE key = ?')
+      .get(key) as LedgerRow | undefined;
   }
 
   private renew(key: string, owner: string, leaseMs: number): boolean {
     const now = this.clock.now();
-    return preparedOnce(this.db)("UPDATE ledger SET lease_until = ?, updated_at = ? WHERE key = ? AND owner = ? AND status = 'in_progress'")
-      .run(now + leaseMs, now, key, owner).changes === 1;
+    const machine = this.clock.machineTime?.();
+    return preparedOnce(this.db)(
+      `UPDATE ledger SET lease_until = ?, updated_at = ?, machine_boot = ?, machine_until = ?, machine_owner = ?
+       WHERE key = ? AND owner = ? AND status = 'in_progress'`,
+    ).run(now + leaseMs, now, machine?.boot ?? null, machine ? machine.ms + leaseMs : null, machine ? owner : null, key, owner).changes === 1;
   }
 
   private release(key: string, owner: string): void {
@@ -163,6 +182,15 @@ function rebaseClaim(db: Db, key: string, row: LedgerRow, now: number, log: Logg
   row.updated_at = now;
   preparedOnce(db)('UPDATE ledger SET lease_until = ?, updated_at = ? WHERE key = ?').run(row.lease_until, now, key);
   warnClockStep(log, stepMs, `the lease on idempotency key ${key}`);
+}
+
+/**
+ * How long the claim in `row` is held from now: on the machine's clock when the claim's holder wrote its
+ * lease there on this boot, else on the wall clock. 0 or less: it is free.
+ */
+function leaseLeftMs(row: LedgerRow, now: number, machine: MachineTime | undefined): number {
+  const onMachine = machine && row.machine_until !== null && row.machine_boot === machine.boot && row.machine_owner === row.owner;
+  return onMachine ? row.machine_until! - machine.ms : row.lease_until - now;
 }
 
 function isNewer(row: LedgerRow): boolean {

@@ -1,4 +1,6 @@
+import { execFileSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
+import { machineTime } from '../../lib/machine-time.ts';
 import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
 import { createLogger } from '../../lib/log.ts';
 import { StepWatch } from '../../lib/local/clock-step.ts';
@@ -143,3 +145,112 @@ describe('the local runtime when the clock steps back', () => {
   });
 });
 
+describe('the local runtime when the clock steps forward', () => {
+  let db: ReturnType<typeof tempDb>;
+  const opened: LocalRuntime[] = [];
+  afterEach(() => { for (const r of opened.splice(0)) r.close(); db?.cleanup(); });
+  const open = (clock: ManualClock) => {
+    const r = openLocalRuntime({ dbPath: db.path, clock });
+    opened.push(r);
+    return r;
+  };
+  const LEASE = 60_000;
+
+  it('ledger: a live holder keeps its key when the wall clock steps past its lease; a second attempt is told to come back when the lease ends on the machine\'s clock, and the effect runs once', async () => {
+    db = tempDb();
+    const clock = new ManualClock().onMachine();
+    const a = open(clock.process());
+    const b = open(clock.process());
+    let applied = 0;
+    let finish!: (value: string) => void;
+    const holding = a.ledger.once('k', {}, () => { applied++; return new Promise<string>((resolve) => { finish = resolve; }); }, { leaseMs: LEASE });
+    await new Promise((r) => setTimeout(r, 10));
+    await clock.pass(10_000);
+    // NTP or `date -s` steps the wall clock two hours on; the holder is still inside its effect.
+    clock.ms += 2 * HOUR_MS;
+    const busy = await b.ledger.once('k', {}, () => { applied++; return 'beside it'; }, { leaseMs: LEASE }).catch((e: unknown) => e);
+    // Was: the key was free by the wall clock, and the effect ran a second time beside the first.
+    expect(busy).toBeInstanceOf(IdempotencyInProgressError);
+    expect((busy as IdempotencyInProgressError).retryAfterMs).toBe(LEASE - 10_000 + 1_000);
+    expect(applied).toBe(1);
+    // The holder renews on (every third of the lease), past what its first lease was.
+    await clock.pass(LEASE);
+    await expect(b.ledger.once('k', {}, () => { applied++; return 'beside it'; }, { leaseMs: LEASE })).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    finish('once');
+    expect(await holding).toBe('once');
+    expect(await b.ledger.once('k', {}, () => { applied++; return 'beside it'; }, { leaseMs: LEASE })).toBe('once');
+    expect(applied).toBe(1);
+  });
+
+  it('ledger: a dead holder\'s key is free a lease after its last renewal on the machine\'s clock, whichever way the wall clock stepped meanwhile', async () => {
+    db = tempDb();
+    for (const step of [2 * HOUR_MS, -2 * HOUR_MS]) {
+      const clock = new ManualClock().onMachine();
+      const holder = clock.process();
+      const a = open(holder);
+      const key = `k${step}`;
+      void a.ledger.once(key, {}, () => new Promise(() => {}), { leaseMs: LEASE });
+      await new Promise((r) => setTimeout(r, 10));
+      await clock.pass(LEASE / 3);
+      holder.kill();
+      clock.ms += step;
+      const b = open(clock.process());
+      await expect(b.ledger.once(key, {}, async () => 'again')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+      clock.advance(LEASE - 1);
+      await expect(b.ledger.once(key, {}, async () => 'again')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+      clock.advance(1);
+      expect(await b.ledger.once(key, {}, async () => 'again')).toBe('again');
+    }
+  });
+
+  it('ledger: a claim written on another boot, or by a clock without the machine\'s time, is read by the wall clock', async () => {
+    db = tempDb();
+    // Another boot: the machine was restarted (its holder died with it) and its monotonic clock began again.
+    const clock = new ManualClock().onMachine('boot-1', 5_000_000);
+    const holder = clock.process();
+    const a = open(holder);
+    void a.ledger.once('rebooted', {}, () => new Promise(() => {}), { leaseMs: LEASE });
+    await new Promise((r) => setTimeout(r, 10));
+    holder.kill();
+    clock.onMachine('boot-2', 1_000);
+    clock.advance(LEASE - 1);
+    const b = open(clock.process());
+    await expect(b.ledger.once('rebooted', {}, async () => 'again')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    clock.advance(1);
+    expect(await b.ledger.once('rebooted', {}, async () => 'again')).toBe('again');
+
+    // A claim older code wrote: it sets no machine lease.
+    const wall = new ManualClock();
+    const old = open(wall.process());
+    void old.ledger.once('old', {}, () => new Promise(() => {}), { leaseMs: LEASE });
+    await new Promise((r) => setTimeout(r, 10));
+    const c = open(new ManualClock(wall.ms + LEASE).onMachine());
+    expect(await c.ledger.once('old', {}, async () => 'again')).toBe('again');
+
+    // Older code took over a claim this code wrote, leaving that claim's machine lease behind: its own
+    // lease, renewed on the wall clock, holds the key after the machine lease it left ran out.
+    const line = new ManualClock().onMachine();
+    const dead = line.process();
+    void open(dead).ledger.once('taken', {}, () => new Promise(() => {}), { leaseMs: LEASE });
+    await new Promise((r) => setTimeout(r, 10));
+    dead.kill();
+    line.ms += 2 * HOUR_MS;
+    c.db.prepare("UPDATE ledger SET owner = 'older code', lease_until = ?, updated_at = ? WHERE key = 'taken'").run(line.ms + 10 * LEASE, line.ms);
+    line.advance(LEASE + 1);
+    await expect(open(line.process()).ledger.once('taken', {}, async () => 'beside it')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+  });
+});
+
+describe('the machine\'s clock (machine-time.ts)', () => {
+  it.runIf(process.platform === 'linux')('is one clock for every process on the machine: a child process reads it between two readings of its parent, on the same boot', () => {
+    const before = machineTime()!;
+    const child = execFileSync(process.execPath, ['--import', 'tsx', '-e', "import('./lib/machine-time.ts').then((m) => process.stdout.write(JSON.stringify(m.machineTime())))"], { encoding: 'utf8' });
+    const after = machineTime()!;
+    const read = JSON.parse(child) as { boot: string; ms: number };
+    expect(read.boot).toBe(before.boot);
+    expect(read.boot).toMatch(/^[0-9a-f-]{36}$/);
+    // performance.now() would read a few hundred ms in a fresh process, far below the parent's reading.
+    expect(read.ms).toBeGreaterThanOrEqual(before.ms);
+    expect(read.ms).toBeLessThanOrEqual(after.ms);
+  });
+});

@@ -1,3 +1,4 @@
+import type { MachineTime } from '../../lib/machine-time.ts';
 import type { Clock } from '../../lib/ports.ts';
 
 interface Timer {
@@ -10,6 +11,8 @@ interface Timer {
 interface Timeline {
   ms: number;
   timers: Set<Timer>;
+  /** The machine's monotonic clock, once `onMachine()` gave the line one: it moves as time passes, never with `ms`. */
+  machine?: MachineTime;
 }
 
 /**
@@ -18,6 +21,9 @@ interface Timeline {
  *
  * `process()` gives another worker "process" on the same time line, with timers of its own that
  * `freeze()` stops until `thaw()` (a SIGSTOP, a long GC pause) and `kill()` stops for good.
+ *
+ * Setting `ms` steps the wall clock (NTP, `date -s`); after `onMachine()` the line also has a machine's
+ * monotonic clock (machine-time.ts), which only time passing (advance, pass) moves.
  */
 export class ManualClock implements Clock {
   private readonly line: Timeline;
@@ -32,6 +38,14 @@ export class ManualClock implements Clock {
 
   now = (): number => this.line.ms;
 
+  machineTime = (): MachineTime | undefined => (this.line.machine ? { ...this.line.machine } : undefined);
+
+  /** The time line gets a machine's monotonic clock, booted as `boot` (a new name is a reboot). */
+  onMachine(boot = 'boot-1', ms = 1_000_000): this {
+    this.line.machine = { boot, ms };
+    return this;
+  }
+
   every = (ms: number, fn: () => unknown): (() => void) => {
     const timer: Timer = { everyMs: ms, due: this.line.ms + ms, fn, owner: this };
     if (this.state !== 'killed') this.line.timers.add(timer);
@@ -42,14 +56,14 @@ export class ManualClock implements Clock {
   advance(ms: number): void {
     const target = this.line.ms + ms;
     for (let timer = this.nextDue(target); timer; timer = this.nextDue(target)) this.fire(timer);
-    this.line.ms = target;
+    this.elapse(target);
   }
 
   /** Moves time forward like advance(), waiting for what each timer starts (a renewal write) before going on. */
   async pass(ms: number): Promise<void> {
     const target = this.line.ms + ms;
     for (let timer = this.nextDue(target); timer; timer = this.nextDue(target)) await this.fire(timer);
-    this.line.ms = target;
+    this.elapse(target);
   }
 
   /** Another worker process on the same time line. */
@@ -88,8 +102,15 @@ export class ManualClock implements Clock {
     return next;
   }
 
+  /** Time passes up to `target`: the machine's clock moves by as much. */
+  private elapse(target: number): void {
+    if (target <= this.line.ms) return;
+    if (this.line.machine) this.line.machine.ms += target - this.line.ms;
+    this.line.ms = target;
+  }
+
   private fire(timer: Timer): unknown {
-    this.line.ms = Math.max(this.line.ms, timer.due);
+    this.elapse(timer.due);
     timer.due += timer.everyMs;
     return timer.fn();
   }
