@@ -24,6 +24,10 @@ export class ClaimLostError extends Error {
  * the workers that read it, and a process frozen in a suspended machine sees it jump), and by the time this
  * process has run since the last confirmed renewal (performance.now()): a clock stepped back an hour
  * (NTP, a VM restored) kept a claim the other workers saw run out held for that hour more.
+ *
+ * `onMachine`: the store reads the lease on the machine's monotonic clock (the SQLite ledger, whose workers
+ * share one machine), so the holder does too: a wall clock stepped forward while a renewal is refused would
+ * otherwise abort an effect whose claim nobody else can take.
  */
 export async function holdWhileRenewing<T>(input: {
   key: string;
@@ -33,10 +37,12 @@ export async function holdWhileRenewing<T>(input: {
   effect: (signal: AbortSignal) => T | Promise<T>;
   /** Renewing stops when this aborts (the step's try ran out of time); the effect's signal aborts with its reason. */
   stop?: AbortSignal;
+  onMachine?: boolean;
 }): Promise<T> {
   const lost = new AbortController();
+  const leaseNow = leaseClock(input.clock, input.onMachine);
   // The claim was written just before this call, with a lease from a moment no later than now.
-  let heldUntil = input.clock.now() + input.leaseMs;
+  let heldUntil = leaseNow() + input.leaseMs;
   let confirmedAt = performance.now();
   let inFlight = false;
   const end = (reason: unknown) => {
@@ -51,13 +57,13 @@ export async function holdWhileRenewing<T>(input: {
     confirmedAt = Math.max(confirmedAt, sentAfter);
   };
   const unconfirmed = () => {
-    if (input.clock.now() >= heldUntil || performance.now() - confirmedAt >= input.leaseMs) abort('its lease ran out and no renewal could be confirmed');
+    if (leaseNow() >= heldUntil || performance.now() - confirmedAt >= input.leaseMs) abort('its lease ran out and no renewal could be confirmed');
   };
   const stop = everyOn(input.clock, renewEveryMs(input.leaseMs), () => {
     // One renewal at a time: a slow write is not piled on by the next tick.
     if (lost.signal.aborted || inFlight) return unconfirmed();
     // The store writes a lease from its own reading of the clock, taken after this one.
-    const sentAt = input.clock.now();
+    const sentAt = leaseNow();
     const sentAfter = performance.now();
     let answer: Promise<boolean> | boolean;
     try {
@@ -78,4 +84,10 @@ export async function holdWhileRenewing<T>(input: {
     stop();
     input.stop?.removeEventListener('abort', onStop);
   }
+}
+
+/** The clock the store reads the lease on: the machine's, where asked and the clock has one; else the wall clock. */
+function leaseClock(clock: Clock, onMachine = false): () => number {
+  if (onMachine && clock.machineTime?.()) return () => clock.machineTime!()!.ms;
+  return () => clock.now();
 }

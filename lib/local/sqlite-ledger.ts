@@ -81,7 +81,9 @@ export class SqliteLedger implements IdempotencyLedger {
 
     let result: T;
     try {
-      result = await holdWhileRenewing({ key, clock: this.clock, leaseMs, effect, renew: () => this.renew(key, owner, leaseMs), ...(options.signal ? { stop: options.signal } : {}) });
+      result = await holdWhileRenewing({
+        key, clock: this.clock, leaseMs, effect, onMachine: true, renew: () => this.renew(key, owner, leaseMs), ...(options.signal ? { stop: options.signal } : {}),
+      });
     } catch (error) {
       // The effect failed: release our claim (only ours) so the step's retry may run it. If this write
       // fails too, the lease runs out instead.

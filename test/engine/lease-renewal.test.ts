@@ -77,4 +77,21 @@ describe('holding a claim while its effect runs (both ledgers)', () => {
     held.finish('x');
     await running;
   });
+
+  it('with its lease on the machine\'s clock (the SQLite ledger), a wall clock stepped forward while renewals are refused costs the claim only once the lease has run out on the machine\'s clock', async () => {
+    for (const onMachine of [true, false]) {
+      const clock = new ManualClock().onMachine();
+      const held = heldEffect();
+      const running = holdWhileRenewing({ key: 'k/step-5', clock, leaseMs: LEASE_MS, effect: held.effect, onMachine, renew: () => { throw new Error('SQLITE_BUSY'); } });
+      await clock.pass(LEASE_MS / 3);
+      clock.ms += 2 * 3_600_000;
+      await clock.pass(LEASE_MS / 3);
+      // On the wall clock the lease ran out two hours ago; on the machine's, 20 s are left.
+      expect(held.signal().aborted).toBe(!onMachine);
+      await clock.pass(LEASE_MS / 3);
+      expect(held.signal().aborted).toBe(true);
+      held.finish('x');
+      await running;
+    }
+  });
 });
