@@ -8,6 +8,7 @@ import type { LocalRuntime } from '../local/runtime.ts';
 import type { WaitServices } from '../waits/services.ts';
 import type { AwsResource } from '../aws/check-resources.ts';
 import type { AwsRuntime } from '../aws/runtime.ts';
+import type { Logger } from '../log.ts';
 
 export interface CliOptions {
   db?: string;
@@ -71,7 +72,9 @@ export function dbPath(options: CliOptions): string {
  * ones need the table, so a mistyped --db is an error, not an empty store made at that path. A command that
  * only reads (`readOnly`: status, history, show, drift) leaves the file as it is, layout and all.
  */
-export async function openBackend(options: CliOptions, uses: readonly AwsResource[] = ['table'], { create = false, readOnly = false } = {}): Promise<Backend> {
+export async function openBackend(
+  options: CliOptions, uses: readonly AwsResource[] = ['table'], { create = false, readOnly = false, log }: { create?: boolean; readOnly?: boolean; log?: Logger } = {},
+): Promise<Backend> {
   const kind = backendKind(options);
   if (kind === 'local') {
     const path = dbPath(options);
@@ -80,7 +83,8 @@ export async function openBackend(options: CliOptions, uses: readonly AwsResourc
       throw new InvalidInputError(`no stepwise database at ${where}: check --db or STEPWISE_DB; stepwise run, start or init makes one`);
     }
     const [{ openLocalRuntime }, { localWaitServices }] = await Promise.all([import('../local/runtime.ts'), import('../local/wait-services.ts')]);
-    const local = openLocalRuntime({ dbPath: path, readOnly });
+    // `log`: where the file's queue and ledger say a step back of the clock they found (a worker's, naming it).
+    const local = openLocalRuntime({ dbPath: path, readOnly, ...(log ? { log } : {}) });
     const waits = { ...localWaitServices(local, path), events: local.events };
     return { kind, store: local.store, blobs: local.blobs, ledger: local.ledger, queue: local.queue, local, waits, close: () => local.close() };
   }

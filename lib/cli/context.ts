@@ -3,7 +3,7 @@ import type { AwsRuntime } from '../aws/runtime.ts';
 import type { OperateDeps } from '../engine/operate/deps.ts';
 import { loadAgent, type AgentDefinition } from '../agent.ts';
 import { processWorkerId, type EngineDeps } from '../engine/deps.ts';
-import { createLogger, withFields } from '../log.ts';
+import { createLogger, withFields, type Logger } from '../log.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import type { Model } from '../ports.ts';
 import { systemClock } from '../ports.ts';
@@ -64,13 +64,19 @@ export function operator(): string {
   }
 }
 
-export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Model, id = workerId()): EngineDeps {
+export function engineDeps(runtime: Backend, agent: AgentDefinition, model: Model, id = workerId(), log = workerLog(agent, id)): EngineDeps {
   return {
     store: runtime.store, blobs: runtime.blobs, ledger: runtime.ledger, queue: runtime.queue,
     model, agent, clock: systemClock, workerId: id, codeVersion: CODE_VERSION,
-    // Every line names the agent, as on Lambda: one file or stack serves several agents' workers. And the
-    // worker, as on Lambda: the engine's lines that act on a run (a refused model key, a step that did not
-    // finish) named it only in a checkpoint, where several worker processes write to one log.
-    log: withFields(createLogger({ agent: agent.name }), { workerId: id }), waits: runtime.waits,
+    log, waits: runtime.waits,
   };
+}
+
+/**
+ * A worker's logger: every line names the agent, as on Lambda (one file or stack serves several agents'
+ * workers), and the worker, as on Lambda: the engine's lines that act on a run (a refused model key, a step
+ * that did not finish) named it only in a checkpoint, where several worker processes write to one log.
+ */
+export function workerLog(agent: AgentDefinition, id: string): Logger {
+  return withFields(createLogger({ agent: agent.name }), { workerId: id });
 }

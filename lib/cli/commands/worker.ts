@@ -4,7 +4,7 @@ import { parseMessage } from '../../engine/handle-message.ts';
 import { runWorker } from '../../engine/worker-loop.ts';
 import { describeRefusal } from '../../aws/refusal.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../settings.ts';
-import { chooseModel, engineDeps, openBackend, requireAgent, workerId, type CliOptions } from '../context.ts';
+import { chooseModel, engineDeps, openBackend, requireAgent, workerId, workerLog, type CliOptions } from '../context.ts';
 import { assertQueueTakesAgent } from '../queue-agent.ts';
 import { progressLine } from '../progress.ts';
 import { onExitInStep } from '../exit-in-step.ts';
@@ -44,7 +44,8 @@ export async function workerCommand(options: WorkerCommandOptions, out: (line: s
 async function workAfterSignals(options: WorkerCommandOptions, out: (line: string) => void, id: string, stop: AbortController): Promise<number> {
   const agent = await requireAgent(options);
   const { model, label } = await chooseModel(agent);
-  const runtime = await openBackend(options, ['table', 'queue', 'bucket'], { create: true });
+  const log = workerLog(agent, id);
+  const runtime = await openBackend(options, ['table', 'queue', 'bucket'], { create: true, log });
   try {
     assertQueueTakesAgent(runtime, agent, 'work');
     // Refused before the ready line, where the first receive refused it after: a supervisor counted up a
@@ -60,7 +61,7 @@ async function workAfterSignals(options: WorkerCommandOptions, out: (line: strin
     out(`worker ${id} stopped before it was ready`);
     return 0;
   }
-  const deps = engineDeps(runtime, agent, model, id);
+  const deps = engineDeps(runtime, agent, model, id, log);
   if (runtime.local) (await import('../../local/prune.ts')).pruneAtStart(runtime.local, deps.log);
   // A -wal another connection keeps from being copied back grows with every step, unseen until the disk fills.
   const walWatch = runtime.local ? (await import('../../local/wal-watch.ts')).watchWal(runtime.local.db.name, deps.log) : undefined;
