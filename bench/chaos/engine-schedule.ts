@@ -14,7 +14,8 @@
  * process lives: the try ends at the tool's timeoutMs (HUNG_TOOL_TIMEOUT_MS) and its claim stays until
  * its lease ends; that schedule parks no worker (bench/chaos/hangs.ts). Time is a ManualClock: leases,
  * timeouts and wait deadlines pass at once; only a tool's time limit is real time, as the engine keeps it
- * (lib/engine/tool-time.ts).
+ * (lib/engine/tool-time.ts). The clock has a machine's monotonic time, as the system clock has on Linux,
+ * so the ledger's claims are held on it as a real worker's are.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -160,7 +161,7 @@ export async function engineSchedule(
   const k = options.intensity ?? 1;
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-'));
   const dbPath = join(dir, 'stepwise.db');
-  const root = new ManualClock();
+  const root = new ManualClock().onMachine();
   const report: ScheduleReport = {
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
