@@ -46,6 +46,8 @@ async function wire(agent: AgentDefinition): Promise<ApiHandler> {
   const log = createLogger({ service: 'stepwise-api', agent: agent.name });
   const waits = awsWaitServices(runtime, process.env, { log });
   if (!waits.signingKey) throw new InvalidInputError(`${SIGNING_KEY_SECRET_ENV} is not set: approval links cannot be checked`);
+  // No authThrottle: each Lambda instance would count only its own part of an address's refusals; the
+  // stage's throttle (the construct's apiThrottle) bounds them all, and IAM refuses the program routes at the gateway.
   const app = createHttpApp({
     store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: systemClock, workerId: 'api', codeVersion: CODE_VERSION,
     log, agent, agentQueue: true, signingKey: waits.signingKey, ...(waits.events ? { events: waits.events } : {}),

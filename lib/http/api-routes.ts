@@ -22,6 +22,7 @@ import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { bearerToken, tokensMatch } from './bearer.ts';
+import type { RefuseAuth } from './auth-refusal.ts';
 import { limitBody } from './body-limit.ts';
 
 const budgetBody = budgetSchema.strict();
@@ -111,9 +112,9 @@ const ANSWER_STATUS: Record<AnswerOutcome['outcome'], 200 | 403 | 404 | 409 | 41
 };
 
 /** The JSON API for programs: start runs, read them, see and answer waits, send events. */
-export function apiRoutes(deps: HttpDeps): Hono {
+export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
   const app = new Hono();
-  if (deps.apiToken) app.use('*', bearer(deps.apiToken));
+  if (deps.apiToken) app.use('*', bearer(deps.apiToken, refuse));
   app.use('*', limitBody);
   app.use('*', jsonBodies);
   // On AWS, another agent's run is not this API's to answer, retry, cancel or fork (other-agent.ts).
@@ -296,9 +297,15 @@ const jsonBodies: MiddlewareHandler = async (c, next) => {
   await next();
 };
 
-function bearer(token: string): MiddlewareHandler {
+function bearer(token: string, refuse: RefuseAuth): MiddlewareHandler {
   return async (c, next) => {
-    if (!tokensMatch(bearerToken(c.req.header('authorization')), token)) {
+    const authorization = c.req.header('authorization');
+    if (!tokensMatch(bearerToken(authorization), token)) {
+      const retryAfter = refuse(c, authorization === undefined ? 'missing' : 'wrong');
+      if (retryAfter !== undefined) {
+        c.header('Retry-After', String(retryAfter));
+        return c.json({ error: `too many requests from this address without the right token: try again in ${retryAfter} s, with Authorization: Bearer <token>` }, 429);
+      }
       // The scheme wanted, as a 401 must say (RFC 9110 15.5.2): a client library reads it to know what to send.
       c.header('WWW-Authenticate', 'Bearer');
       return c.json({ error: 'unauthorized: send Authorization: Bearer <token> (stepwise serve says where it is kept)' }, 401);

@@ -9,6 +9,7 @@ import { NewerLayoutError } from '../local/newer-layout.ts';
 import { MessageNotSentError } from '../send-with-write.ts';
 import { apiRoutes } from './api-routes.ts';
 import { approvalRoutes } from './approval-routes.ts';
+import { authRefusals, loggedPath } from './auth-refusal.ts';
 import { inspectorRoutes } from './inspector-routes.ts';
 import type { HttpDeps } from './deps.ts';
 import { messagePage } from './pages.ts';
@@ -24,9 +25,10 @@ export function createHttpApp(deps: HttpDeps): Hono {
   const app = new Hono();
   // Each group of routes limits the bodies it reads after its own authorization (body-limit.ts).
   app.get('/health', (c) => c.json({ ok: true, agent: deps.agent.name }));
-  app.route('/approvals', approvalRoutes(deps));
-  app.route('/inspect', inspectorRoutes(deps));
-  app.route('/', apiRoutes(deps));
+  const refuse = authRefusals(deps);
+  app.route('/approvals', approvalRoutes(deps, refuse));
+  app.route('/inspect', inspectorRoutes(deps, refuse));
+  app.route('/', apiRoutes(deps, refuse));
   // A path the app has, asked with another method (PUT /runs, DELETE /runs/:id), is a 405 that names the
   // methods it takes, where a 404 "no route" told a client the run or the route was not there.
   let allowed: ((path: string) => string[]) | undefined;
@@ -131,6 +133,3 @@ const clientGone = (error: Error, signal: AbortSignal): boolean =>
 
 /** The approval pages and the inspector answer with pages, the API with JSON. */
 const isPagePath = (path: string): boolean => /^\/(approvals|inspect)(\/|$)/.test(path);
-
-/** A path as logged: an approval link's token is its credential. */
-const loggedPath = (path: string): string => path.replace(/\/approvals\/[^/]+/, '/approvals/<token>');

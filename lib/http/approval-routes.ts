@@ -10,6 +10,7 @@ import { describeAnswer } from '../core/waits.ts';
 import { approvalPage, messagePage, notTakenPage, notWaiting, pageHeaders } from './pages.ts';
 import { readForm } from './read-form.ts';
 import { limitBody } from './body-limit.ts';
+import type { RefuseAuth } from './auth-refusal.ts';
 
 const decisionForm = z.object({
   decision: z.enum(['approve', 'reject']),
@@ -24,7 +25,7 @@ const decisionForm = z.object({
  * open links, so nothing is decided until the approver presses a button (a POST). The token in the path
  * is the credential: signed, bound to one wait and one approver, expiring with the wait.
  */
-export function approvalRoutes(deps: HttpDeps): Hono {
+export function approvalRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
   const app = new Hono();
   // The token is in the URL: it must not leak through a Referer, a cache, or a frame.
   app.use('*', pageHeaders({ noReferrer: true }));
@@ -32,7 +33,7 @@ export function approvalRoutes(deps: HttpDeps): Hono {
   app.use('*', limitBody);
 
   app.get('/:token', async (c) => {
-    const checked = await check(c, deps);
+    const checked = await check(c, deps, refuse);
     if ('page' in checked) return checked.page;
     const { claim } = checked;
     const stored = await deps.store.load(claim.runId);
@@ -54,7 +55,7 @@ export function approvalRoutes(deps: HttpDeps): Hono {
   });
 
   app.post('/:token', async (c) => {
-    const checked = await check(c, deps);
+    const checked = await check(c, deps, refuse);
     if ('page' in checked) return checked.page;
     const { claim } = checked;
     const form = decisionForm.safeParse(await readForm(c));
@@ -77,11 +78,11 @@ export function approvalRoutes(deps: HttpDeps): Hono {
   // Anything else under /approvals is a link cut short (/approvals/) or run on (a slash, more path after
   // the token): said so on a page, where it went on to the API's bearer check and told the approver to
   // send an Authorization header.
-  app.all('*', (c) => c.html(messagePage('Invalid link', MALFORMED_LINK), 400));
+  app.all('*', (c) => tooMany(c, refuse(c, 'malformed')) ?? c.html(messagePage('Invalid link', MALFORMED_LINK), 400));
   return app;
 }
 
-async function check(c: Context, deps: HttpDeps): Promise<{ claim: ApprovalClaim } | { page: Response | Promise<Response> }> {
+async function check(c: Context, deps: HttpDeps, refuse: RefuseAuth): Promise<{ claim: ApprovalClaim } | { page: Response | Promise<Response> }> {
   let key: Buffer;
   try {
     key = await deps.signingKey();
@@ -100,7 +101,17 @@ async function check(c: Context, deps: HttpDeps): Promise<{ claim: ApprovalClaim
     if (notHere) return { page: c.html(messagePage('Not here', `${notHere}. Nothing was changed.`), 409) };
     return { claim: result.claim };
   }
+  const retryAfter = refuse(c, result.reason === 'bad-signature' ? 'forged' : result.reason, result.claim ? { runId: result.claim.runId } : {});
+  const throttled = tooMany(c, retryAfter);
+  if (throttled) return { page: throttled };
   const status = result.reason === 'expired' ? 410 : result.reason === 'malformed' ? 400 : 403;
   const title = result.reason === 'expired' ? 'Link expired' : 'Invalid link';
   return { page: c.html(messagePage(title, result.message), status) };
+}
+
+/** The throttle's answer (auth-throttle.ts) to a link refused once too often from its address, if it holds it. */
+function tooMany(c: Context, retryAfter: number | undefined): Response | Promise<Response> | undefined {
+  if (retryAfter === undefined) return undefined;
+  c.header('Retry-After', String(retryAfter));
+  return c.html(messagePage('Too many tries', `Too many links from this address were not valid: try again in ${retryAfter} s, with the link from the email exactly as it was sent.`), 429);
 }

@@ -2,6 +2,7 @@ import type { AgentDefinition } from '../agent.ts';
 import type { EventBuffer } from '../ports.ts';
 import type { AnswerDeps } from '../waits/answer.ts';
 import type { SigningKeySource } from '../waits/signing-key.ts';
+import type { AuthThrottle } from './auth-throttle.ts';
 
 /** What the HTTP app needs: the engine's ports for one agent, and the wait services. */
 export interface HttpDeps extends AnswerDeps {
@@ -14,6 +15,11 @@ export interface HttpDeps extends AnswerDeps {
    * sets one unless told otherwise; on AWS, IAM authorizes those routes at API Gateway instead.
    */
   apiToken?: string;
+  /**
+   * Holds back an address's refused requests past a few a minute (429): `stepwise serve` sets one. Unset on
+   * AWS, where API Gateway's stage throttle does it for every Lambda instance at once.
+   */
+  authThrottle?: AuthThrottle;
   /**
    * The queue is this agent's alone (SQS; the table may be shared with other agents): an event resumes
    * only this agent's runs, whose workers read it. Unset on SQLite, where each message carries its run's agent.

@@ -23,6 +23,7 @@ import { pricingModelFor } from './pricing-model.ts';
 import { messagePage, notTakenPage, pageHeaders, type Page } from './pages.ts';
 import { readForm } from './read-form.ts';
 import { bearerToken } from './bearer.ts';
+import type { RefuseAuth } from './auth-refusal.ts';
 import { limitBody } from './body-limit.ts';
 
 const COOKIE = 'stepwise_token';
@@ -35,7 +36,7 @@ const answerForm = z.object({ decision: z.enum(['approve', 'reject']), comment: 
  * token, which `/inspect?token=...` turns into an HttpOnly, SameSite=Strict cookie; on AWS, IAM at the
  * gateway, like the program routes. Its forms are taken from its own pages only (sameOriginForms).
  */
-export function inspectorRoutes(deps: HttpDeps): Hono {
+export function inspectorRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
   const app = new Hono();
   // The pages price as the API and the budget do: they priced by STEPWISE_MODEL alone, so a run of an agent
   // that names its model, ended by a DONE before any step, showed another figure than GET /runs/:id/steps/0.
@@ -46,7 +47,7 @@ export function inspectorRoutes(deps: HttpDeps): Hono {
   const back = (c: Context, runId: string) => c.redirect(`${root}/runs/${encodeURIComponent(runId)}`, 303);
   app.use('*', pageHeaders());
   app.use('*', sameOriginForms);
-  if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken, deps.pathPrefix ?? ''));
+  if (deps.apiToken) app.use('*', tokenOrCookie(deps.apiToken, deps.pathPrefix ?? '', refuse));
   app.use('*', limitBody);
   // As the API refuses them (other-agent.ts): on AWS another agent's run is not this inspector's to operate.
   app.use('/runs/:runId/*', async (c, next) => {
@@ -292,7 +293,7 @@ const hostOf = (origin: string) => {
  * /inspect path is sent it, and the token itself would open the whole API. Marked Secure when the page came
  * over HTTPS (a TLS proxy in front of `stepwise serve` says so in X-Forwarded-Proto).
  */
-function tokenOrCookie(token: string, prefix: string): MiddlewareHandler {
+function tokenOrCookie(token: string, prefix: string, refuse: RefuseAuth): MiddlewareHandler {
   const session = createHmac('sha256', token).update('stepwise inspector session v1').digest('base64url');
   const matches = tokensMatch;
   return async (c, next) => {
@@ -303,7 +304,14 @@ function tokenOrCookie(token: string, prefix: string): MiddlewareHandler {
       // Out of the address bar (and its history) at once.
       return c.redirect(`${prefix}${c.req.path}`, 303);
     }
-    if (!matches(getCookie(c, COOKIE), session) && !matches(bearerToken(c.req.header('authorization')), token)) {
+    const cookie = getCookie(c, COOKIE);
+    const authorization = c.req.header('authorization');
+    if (!matches(cookie, session) && !matches(bearerToken(authorization), token)) {
+      const retryAfter = refuse(c, query === undefined && cookie === undefined && authorization === undefined ? 'missing' : 'wrong');
+      if (retryAfter !== undefined) {
+        c.header('Retry-After', String(retryAfter));
+        return c.html(messagePage('Too many tries', `Too many requests from this address came without the right token: try again in ${retryAfter} s.`), 429);
+      }
       return c.html(messagePage('Sign in', `Open ${prefix}/inspect?token=<the API token> (stepwise serve prints where it keeps it).`), 401);
     }
     await next();

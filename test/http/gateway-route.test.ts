@@ -1,8 +1,10 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
 import { gatewayHandler } from '../../functions/api.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
+import { createLogger } from '../../lib/log.ts';
+import { signApproval } from '../../lib/waits/approval-token.ts';
 import { runWaitingForApproval, startHttpApp } from '../support/http-app.ts';
 
 let app: Awaited<ReturnType<typeof startHttpApp>> | undefined;
@@ -51,5 +53,23 @@ describe('the API Gateway handler', () => {
     expect(page.statusCode).toBe(200);
     expect(page.body).toContain('name="decision" value="approve"');
     expect((await call('GET', '$default', '/runs')).body).toContain('"runId":"run"');
+  });
+
+  it("logs a forged link with API Gateway's source IP, and leaves the throttling to the gateway", async () => {
+    const lines: string[] = [];
+    app = await startHttpApp();
+    const lambda = gatewayHandler(createHttpApp({
+      store: app.runtime.store, blobs: app.runtime.blobs, queue: app.runtime.queue, clock: app.clock, workerId: 'api', codeVersion: 'test',
+      log: createLogger({}, { format: 'json', env: {}, write: (line) => { lines.push(line); } }),
+      agent: app.deps.agent, signingKey: app.signingKey, events: app.runtime.events, agentQueue: true,
+    }));
+    const forged = signApproval({ runId: 'run', waitId: 'w', approver: 'ops@example.com', expiresAt: app.clock.now() + 60_000 }, randomBytes(32));
+    for (let i = 0; i < 20; i++) {
+      const answer = (await lambda(gatewayEvent('GET', 'GET /approvals/{token}', `/approvals/${forged}`), {} as never)) as { statusCode: number };
+      expect(answer.statusCode).toBe(403);
+    }
+    const refusals = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.event === 'auth-refused');
+    expect(refusals).toEqual([expect.objectContaining({ address: '203.0.113.9', route: '/approvals/<token>', reason: 'forged', refused: 1 })]);
+    expect(lines.join('\n')).not.toContain(forged.split('.')[2]);
   });
 });

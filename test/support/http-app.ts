@@ -5,6 +5,7 @@ import type { EngineDeps } from '../../lib/engine/deps.ts';
 import type { Logger } from '../../lib/log.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
+import { AuthThrottle } from '../../lib/http/auth-throttle.ts';
 import { serveApp } from '../../lib/http/node-server.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
@@ -27,8 +28,11 @@ export async function listen(app: Parameters<typeof serveApp>[0], idleMs?: numbe
   };
 }
 
-/** The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs. */
-export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number } = {}) {
+/**
+ * The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs.
+ * `throttle` gives it `stepwise serve`'s throttle of refused requests, on that clock.
+ */
+export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number; throttle?: ConstructorParameters<typeof AuthThrottle>[1] } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
@@ -39,15 +43,16 @@ export async function startHttpApp(options: { approvers?: string[]; stopping?: A
     ...worker.deps,
     waits: { notifier: new OutboxNotifier(join(dir, 'outbox')), signingKey, publicUrl: 'http://placeholder', events: worker.runtime.events },
   };
+  const throttle = options.throttle ? new AuthThrottle(clock, options.throttle) : undefined;
   const app = createHttpApp({
     store: worker.runtime.store, blobs: worker.runtime.blobs, queue: worker.runtime.queue, clock, workerId: 'api', codeVersion: 'test',
     log: options.log ?? worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
-    ...(options.stopping ? { stopping: options.stopping } : {}),
+    ...(options.stopping ? { stopping: options.stopping } : {}), ...(throttle ? { authThrottle: throttle } : {}),
   });
   const { url, server, close } = await listen(app, options.idleMs);
   deps.waits!.publicUrl = url;
   return {
-    url, server, clock, deps, runtime: worker.runtime, dir, dropped, signingKey,
+    url, server, clock, deps, runtime: worker.runtime, dir, dropped, signingKey, throttle,
     api: (path: string, init: RequestInit = {}) => fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json', ...(init.headers ?? {}) } }),
     close: async () => {
       await close();

@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { InvalidInputError } from '../../core/errors.ts';
 import { createHttpApp } from '../../http/app.ts';
 import { serveApp } from '../../http/node-server.ts';
+import { AuthThrottle } from '../../http/auth-throttle.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
 import { databaseDir } from '../../local/paths.ts';
@@ -67,7 +68,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, signingKey: backend.waits.signingKey,
-    events: backend.waits.events, apiToken,
+    events: backend.waits.events, apiToken, authThrottle: new AuthThrottle(systemClock),
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',
     ...(pathPrefix ? { pathPrefix } : {}), stopping: stopping.signal,
