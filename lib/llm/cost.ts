@@ -123,6 +123,18 @@ function ratesFor(price: ModelPrice, prompt: number): Rates {
   return price.longPrompt && prompt > price.longPrompt.overTokens ? price.longPrompt.rates : price;
 }
 
+/**
+ * A sum of estimates in whole nanodollars, which it is: every rate in MODEL_PRICES is a whole number of
+ * thousandths of a dollar per MTok (test/llm/cost.test.ts), so a token costs a whole number of them.
+ * Summed as floats the last digits depend on the order: a run of 412 steps at $0.00008 came to $0.03296
+ * record by record (a fork, a retry, `show`) and to $0.032959999999999996 from its block summaries' sums
+ * and the records after them (a worker, GET /runs/:id), so at a budget of $0.03296 its worker asked for
+ * step 413 where a fork or a retry found the budget reached.
+ */
+export function wholeNanos(usd: number): number {
+  return Math.round(usd * 1e9) / 1e9;
+}
+
 /** A dollar figure for people: cents precision above a dollar, more digits below. */
 export function formatUsd(usd: number): string {
   return usd >= 1 ? `$${usd.toFixed(2)}` : `$${usd.toFixed(4)}`;
@@ -215,7 +227,7 @@ export function runCost(
   }
   if (promptTokens(rest) + rest.outputTokens > 0) add(rest, lastModelOf(run) ?? fallbackModel);
   const prompt = promptTokens(run.usage);
-  return { usd, uncachedUsd, priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0, approximate: unheldBlocks(run).some((b) => !b.cost) };
+  return { usd: wholeNanos(usd), uncachedUsd: wholeNanos(uncachedUsd), priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0, approximate: unheldBlocks(run).some((b) => !b.cost) };
 }
 
 export interface RunCost {
@@ -281,5 +293,5 @@ export function estimateRunUsd(
     if (!cost) return undefined;
     usd += cost.usd;
   }
-  return usd;
+  return wholeNanos(usd);
 }

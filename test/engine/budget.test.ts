@@ -1,5 +1,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineAgent } from '../../lib/agent.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { summariesDue } from '../../lib/core/condensed.ts';
+import type { RunState } from '../../lib/core/state.ts';
+import { completeStep, initialState } from '../../lib/core/transitions.ts';
+import { advance } from '../../lib/engine/advance.ts';
+import { showRun } from '../../lib/engine/operate/show.ts';
+import { blockCost } from '../../lib/llm/cost.ts';
+import { META, recordFor } from '../support/states.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { runCost } from '../../lib/llm/cost.ts';
@@ -112,5 +120,30 @@ describe('budgets', () => {
     expect(await runtime.store.load('c')).toBeUndefined();
     expect(await runtime.store.load('d')).toBeUndefined();
     expect(await loadState(runtime, 'small')).toMatchObject({ status: 'over-budget', budget: { tokens: 10 } });
+  });
+
+  it('a long run at its dollar budget is found at it alike from its block summaries (a worker) and from every record (fork, retry, show)', async () => {
+    const { deps, runtime } = setup(pricedScript(1000));
+    // 412 steps of claude-opus-5-5 at 10 input and 2 output tokens, $0.00008 each: $0.03296 in all, which
+    // the budget is. Summed record by record the floats came to $0.03296, from the three block summaries'
+    // sums and the 112 records after them to $0.032959999999999996, so the worker asked for step 413.
+    const usage = { inputTokens: 10, outputTokens: 2, cacheWriteTokens: 0, cacheReadTokens: 0 };
+    let state: RunState = { ...initialState({ runId: 'long', agent: deps.agent.name, goal: 'write the rows', stepCap: 1000, now: 1_000 }), budget: { usd: 0.03296 } };
+    await runtime.store.create(state, META);
+    for (let n = 1; n <= 412; n++) {
+      const record = { ...recordFor('long', n), usage, model: 'claude-opus-5-5' };
+      state = completeStep(state, record, 2_000 + n);
+      const summaries = summariesDue(state, blockCost);
+      await runtime.store.commit({ runId: 'long', expectedVersion: n, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META });
+    }
+    const bounded = decodeState((await runtime.store.load('long', { recent: true }))!);
+    expect(bounded.stepsFrom).toBe(300);
+    // Both reads give one figure: the whole run's (show) and the one a worker and GET /runs/:id make.
+    expect((await showRun(runtime, 'long')).cost.usd).toBe(runCost(bounded, 'claude-opus-5-5').usd);
+    // The worker, reading the summaries and the records after them, stops the run before step 413.
+    expect(await advance(deps, 'long')).toMatchObject({ kind: 'advanced', state: { status: 'over-budget', step: 412, reason: 'dollar budget of $0.03296 reached: an estimated $0.0330 spent' } });
+    // As a retry and a fork, which read every record, find it: at the same budget, each would stop at once.
+    await expect(retryRun(deps, 'long', {})).rejects.toThrow(/would stop again at once/);
+    await expect(forkRun(deps, 'long', { fromStep: 412, runId: 'at-412' })).rejects.toThrow(/would stop at once/);
   });
 });

@@ -53,6 +53,16 @@ describe('cost', () => {
     }
   });
 
+  it('every rate is a whole number of thousandths of a dollar per MTok, so a token costs whole nanodollars (wholeNanos)', () => {
+    for (const [model, price] of Object.entries(MODEL_PRICES)) {
+      for (const rates of [price, price.longPrompt?.rates]) {
+        for (const rate of rates ? [rates.input, rates.output, rates.cacheWrite, rates.cacheRead] : []) {
+          expect(Math.abs(rate * 1000 - Math.round(rate * 1000)), `${model} ${rate}`).toBeLessThan(1e-6);
+        }
+      }
+    }
+  });
+
   it('formats dollars', () => {
     expect(formatUsd(0.04300001)).toBe('$0.0430');
     expect(formatUsd(12.345)).toBe('$12.35');
