@@ -48,16 +48,23 @@ export function summariesDue(state: Pick<RunState, 'step' | 'steps' | 'stepsFrom
  * the records after them, which is exactly what a bounded load would give it. A run with a dollar budget
  * (`price` given) needs each block's cost: a summary written without one (by code before summary format
  * 2) is given it here from the records this state holds, and, where that cannot be done, every record
- * stays held.
+ * stays held. One whose cost names a model with no price is priced again from the records held, the same
+ * where the table still has none.
  */
 export function heldAfter(state: RunState, written: readonly CondensedBlock[], price?: BlockPricing): HeldSteps {
   const from = state.stepsFrom ?? 0;
   let condensed = [...(state.condensed ?? []), ...written];
-  if (price && condensed.some((b) => !b.cost)) condensed = condensed.map((b) => (b.cost || b.last - CONDENSE_BLOCK < from ? b : costedBlock(state, b, price)));
+  if (price && condensed.some(costDue)) condensed = condensed.map((b) => (!costDue(b) || b.last - CONDENSE_BLOCK < from ? b : costedBlock(state, b, price)));
   const keepRecords = price !== undefined && condensed.some((b) => !b.cost);
   const to = keepRecords ? from : Math.max(from, condensed.length * CONDENSE_BLOCK);
   return { from: to, steps: to === from ? state.steps : state.steps.slice(to - from), condensed };
 }
+
+/**
+ * A block whose cost `price` may say better: none, or one with usage the pricing of its day could not price
+ * (a model added to the table since; lib/llm/cost.ts summaryCost sets such a cost aside).
+ */
+const costDue = (b: CondensedBlock): boolean => !b.cost || b.cost.unpriced !== undefined;
 
 /** A stored block without its cost, given it from the records `state` holds (held in memory, never stored). */
 function costedBlock(state: RunState, block: CondensedBlock, price: BlockPricing): CondensedBlock {

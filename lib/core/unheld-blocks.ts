@@ -10,7 +10,3 @@ export function unheldBlocks(state: { stepsFrom?: number; condensed?: readonly C
   return from ? (state.condensed ?? []).filter((b) => b.last <= from) : [];
 }
 
-/** Whether a dollar figure of `state` can be exact: every block it does not hold says its cost. */
-export function unheldBlocksPriced(state: { stepsFrom?: number; condensed?: readonly CondensedBlock[] }): boolean {
-  return unheldBlocks(state).every((b) => b.cost);
-}

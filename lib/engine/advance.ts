@@ -5,7 +5,6 @@ import { approvalOfCall, approvedCall } from '../core/approval-gate.ts';
 import { canonicalValue } from '../core/canonical-json.ts';
 import { decodeState, heldHead } from '../core/codec.ts';
 import { heldAfter, summariesDue } from '../core/condensed.ts';
-import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
 import { checkDecision } from '../core/drift.ts';
 import { failureText } from '../core/failure-text.ts';
 import {
@@ -24,7 +23,7 @@ import { beginWait, isWaitRequest, waitRecordFor, type WaitRequest } from '../co
 import { cap, capReached, complete, completeStep, recordFailure, stepRecordOf } from '../core/transitions.ts';
 import { cancelState, overBudgetState } from '../core/operate.ts';
 import { modelIdOf, overBudget } from './budget.ts';
-import { blockCost } from '../llm/cost.ts';
+import { blockCost, unheldBlocksPriced } from '../llm/cost.ts';
 import type { CheckpointWrite, Delivery, ModelReply, ModelRequest, OnceOptions, QueueWork } from '../ports.ts';
 import type { EngineDeps } from './deps.ts';
 import { resumeLoad, stepCacheOf } from './step-cache.ts';

@@ -1,7 +1,7 @@
 import { needsApproval, worksRunsOf, type AgentDefinition } from '../agent.ts';
 import { approvedCall } from '../core/approval-gate.ts';
 import type { StoredCheckpoint } from '../core/codec.ts';
-import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
+import { unheldBlocksPriced } from '../llm/cost.ts';
 import { checkDecision } from '../core/drift.ts';
 import { NewerFormatError, UnreadableCheckpointError } from '../core/errors.ts';
 import type { RunState, RunStatus } from '../core/state.ts';

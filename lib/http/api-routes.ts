@@ -4,7 +4,7 @@ import { zValidator } from '@hono/zod-validator';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import * as z from 'zod';
 import { agentNames } from '../agent.ts';
-import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
+import { unheldBlocksPriced } from '../llm/cost.ts';
 import { NoSuchStepError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, isTerminal, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';

@@ -152,6 +152,21 @@ export function lastModelOf(run: { steps: readonly { model?: string }[]; wait?: 
 /** A run's condensed blocks, for a state from a bounded load: those it does not hold count from their summaries. */
 interface HeldBlocks { stepsFrom?: number; condensed?: readonly CondensedBlock[] }
 
+/**
+ * A stored block's cost as this code prices it, or undefined where its summary's cannot stand: written
+ * without one (before summary format 2), or naming a model it found no price for that this code's table
+ * has (a model added since the block was condensed). Taken as said, such a block stopped a run with a
+ * dollar budget as unpriced at every step, while a retry, which reads every record, found it priced.
+ */
+export function summaryCost(block: CondensedBlock): BlockCost | undefined {
+  return block.cost?.unpriced?.some((model) => priceOf(model)) ? undefined : block.cost;
+}
+
+/** Whether a dollar figure of `state` can be exact: every block it does not hold says its cost, as this code prices it. */
+export function unheldBlocksPriced(state: HeldBlocks): boolean {
+  return unheldBlocks(state).every((b) => summaryCost(b));
+}
+
 /** The usage of the records a summary stands for, taken from what is left to price. */
 function subtractUsage(rest: Usage, usage: Usage): void {
   rest.inputTokens -= usage.inputTokens;
@@ -210,14 +225,15 @@ export function runCost(
     if (cost && uncached !== undefined) { usd += cost.usd; uncachedUsd += uncached; priced = true; }
     else if (promptTokens(usage) + usage.outputTokens > 0 && !unpriced.includes(model)) unpriced.push(model);
   };
-  // A block the state does not hold counts at its summary's cost. One without (written by older code) stays
-  // in the rest, priced by the last model: `approximate` says so.
+  // A block the state does not hold counts at its summary's cost. One without (written by older code, or
+  // short of a price this code knows) stays in the rest, priced by the last model: `approximate` says so.
   for (const block of unheldBlocks(run)) {
-    if (!block.cost) continue;
-    usd += block.cost.usd;
-    uncachedUsd += block.cost.uncachedUsd;
-    if (block.cost.priced) priced = true;
-    for (const model of block.cost.unpriced ?? []) if (!unpriced.includes(model)) unpriced.push(model);
+    const cost = summaryCost(block);
+    if (!cost) continue;
+    usd += cost.usd;
+    uncachedUsd += cost.uncachedUsd;
+    if (cost.priced) priced = true;
+    for (const model of cost.unpriced ?? []) if (!unpriced.includes(model)) unpriced.push(model);
     subtractUsage(rest, block.usage);
   }
   for (const step of run.steps) {
@@ -227,7 +243,7 @@ export function runCost(
   }
   if (promptTokens(rest) + rest.outputTokens > 0) add(rest, lastModelOf(run) ?? fallbackModel);
   const prompt = promptTokens(run.usage);
-  return { usd: wholeNanos(usd), uncachedUsd: wholeNanos(uncachedUsd), priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0, approximate: unheldBlocks(run).some((b) => !b.cost) };
+  return { usd: wholeNanos(usd), uncachedUsd: wholeNanos(uncachedUsd), priced, unpriced, cacheHitShare: prompt ? run.usage.cacheReadTokens / prompt : 0, approximate: !unheldBlocksPriced(run) };
 }
 
 export interface RunCost {
@@ -275,9 +291,10 @@ export function estimateRunUsd(
   // A block the state does not hold counts at its summary's cost; the engine reads the records of a block
   // whose summary has none (lib/engine/advance.ts), so here such a block stays in the rest.
   for (const block of unheldBlocks(run)) {
-    if (!block.cost) continue;
-    if (block.cost.unpriced) return undefined;
-    usd += block.cost.usd;
+    const cost = summaryCost(block);
+    if (!cost) continue;
+    if (cost.unpriced) return undefined;
+    usd += cost.usd;
     subtractUsage(rest, block.usage);
   }
   for (const step of run.steps) {

@@ -5,8 +5,10 @@ import { summariesDue } from '../../lib/core/condensed.ts';
 import type { RunState } from '../../lib/core/state.ts';
 import { completeStep, initialState } from '../../lib/core/transitions.ts';
 import { advance } from '../../lib/engine/advance.ts';
+import { loadAsResumed } from '../../lib/engine/operate/load.ts';
 import { showRun } from '../../lib/engine/operate/show.ts';
-import { blockCost } from '../../lib/llm/cost.ts';
+import { stepCacheOf } from '../../lib/engine/step-cache.ts';
+import { blockCost, unheldBlocksPriced } from '../../lib/llm/cost.ts';
 import { META, recordFor } from '../support/states.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
@@ -145,5 +147,34 @@ describe('budgets', () => {
     // As a retry and a fork, which read every record, find it: at the same budget, each would stop at once.
     await expect(retryRun(deps, 'long', {})).rejects.toThrow(/would stop again at once/);
     await expect(forkRun(deps, 'long', { fromStep: 412, runId: 'at-412' })).rejects.toThrow(/would stop at once/);
+  });
+
+  it('a long run whose block summaries found no price for a model this code prices is read whole by its budget, not stopped as unpriced', async () => {
+    const { deps, runtime } = setup(pricedScript(1000));
+    // 305 steps of claude-opus-5-5, with no budget, their first two blocks summarised by a release whose price
+    // table did not have the model yet: each block's cost says it could not be priced.
+    const usage = { inputTokens: 10, outputTokens: 2, cacheWriteTokens: 0, cacheReadTokens: 0 };
+    let state: RunState = { ...initialState({ runId: 'long', agent: deps.agent.name, goal: 'write the rows', stepCap: 305, now: 1_000 }) };
+    await runtime.store.create(state, META);
+    for (let n = 1; n <= 305; n++) {
+      const record = { ...recordFor('long', n), usage, model: 'claude-opus-5-5' };
+      state = completeStep(state, record, 2_000 + n);
+      const summaries = summariesDue(state).map((b) => ({ ...b, cost: { usd: 0, uncachedUsd: 0, unpriced: ['claude-opus-5-5'], model: 'claude-opus-5-5' } }));
+      await runtime.store.commit({ runId: 'long', expectedVersion: n, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META });
+    }
+    await runtime.store.commit({ runId: 'long', expectedVersion: 306, state: { ...state, status: 'capped', reason: 'step cap of 305 reached' }, ...META });
+    // Read whole, this code prices every record: $0.0244 of a $1 budget, which the retry takes.
+    await retryRun(deps, 'long', { stepCap: 400, budget: { usd: 1 } });
+    // Its worker must not stop it as unpriced from those summaries, and its cost is one figure on each read.
+    expect(await advance(deps, 'long')).toMatchObject({ kind: 'advanced', state: { status: 'running', step: 306 } });
+    // Having read every record once, its worker holds the blocks priced by this code, not the records.
+    const priced = { usd: expect.closeTo(0.008, 12), uncachedUsd: expect.closeTo(0.008, 12), priced: true, model: 'claude-opus-5-5' };
+    expect(stepCacheOf(runtime.store).get('long')).toMatchObject({ from: 200, condensed: [{ cost: priced }, { cost: priced }] });
+    expect(await advance(deps, 'long')).toMatchObject({ kind: 'advanced', state: { status: 'running', step: 307 } });
+    // The 305 steps' $0.0244 and two of the script's at $0.40.
+    const shown = (await showRun(runtime, 'long')).cost;
+    expect(shown).toEqual({ usd: 0.8244, priced: true });
+    const resumed = (await loadAsResumed(runtime.store, 'long', (s) => !unheldBlocksPriced(s)))!;
+    expect(runCost(resumed.state, 'claude-opus-5-5')).toMatchObject({ usd: shown.usd, priced: true, unpriced: [] });
   });
 });
