@@ -210,6 +210,25 @@ export interface CheckpointStore {
    */
   dueWaits(before: number, limit?: number, agents?: readonly string[], after?: WaitPosition): Promise<OpenWait[]>;
   list(query?: ListRunsQuery): Promise<RunSummary[]>;
+  /**
+   * Deletes a run that has ended and everything kept for it: its head, checkpoint versions, step records,
+   * recorded decision, block summaries, its queue row (a store with `carriesQueueWork`), and its
+   * idempotency records (every ledger key under idempotencyKeyPrefix). Blobs are content-addressed and
+   * may be another run's too: they are left for the blob sweep (`prune`), to which the deleted records no
+   * longer refer. Fenced on the run being at `expectedVersion` in a terminal status (StaleVersionError
+   * otherwise, nothing deleted): a retry that made it running again first wins, and one after it finds no run.
+   *
+   * The store deletes the idempotency records, not the ledger: they are in its database (the same SQLite
+   * file, the same DynamoDB table), and they must be gone before the run id can be created again, or the new
+   * run would find the old run's results under its own keys and skip its effects. SQLite does all of it in
+   * one transaction; DynamoDB marks the head deleted (fenced), removes the rest, then the head, so the id
+   * stays taken until all of it is gone.
+   *
+   * Without `expectedVersion` it only finishes a delete interrupted after its fence (a DynamoDB head
+   * marked deleted, the process killed before the rest went), which load() no longer returns. Says
+   * whether it deleted anything.
+   */
+  deleteRun(runId: string, expectedVersion?: number): Promise<boolean>;
 }
 
 /** Large tool outputs, content-addressed. */

@@ -569,6 +569,10 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return runs;
   }
 
+  async deleteRun(runId: string, expectedVersion?: number): Promise<boolean> {
+    throw new Error('not yet');
+  }
+
   /** The head's attributes after a write: everything but the keys and the recorded decision. */
   private headAttributes(
     state: RunState, version: number, now: number, headAttributes: Record<string, string | undefined>,

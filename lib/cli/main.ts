@@ -40,6 +40,8 @@ usage:
                    [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>]
   stepwise retry   <runId> [--step-cap <n>] [--budget-tokens <n>] [--budget-usd <x>] continue a failed, capped or over-budget run
   stepwise cancel  <runId> [--reason <text>] [--as <who>]                          stop a run at its next step boundary
+  stepwise delete  <runId> [--json]                                                a run that has ended, and all
+                   kept for it (its idempotency records too; prune frees its blobs)
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
@@ -179,6 +181,7 @@ const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly
   fork: { most: 1, usage: 'stepwise fork <runId> --from-step <n>', options: ['from-step', ...START_OPTIONS] },
   retry: { most: 1, usage: 'stepwise retry <runId>', options: ['agent', 'step-cap', 'budget-tokens', 'budget-usd'] },
   cancel: { most: 1, usage: 'stepwise cancel <runId>', options: ['agent', 'reason', 'as'] },
+  delete: { most: 1, usage: 'stepwise delete <runId>', options: ['json'] },
   serve: { most: 0, usage: 'stepwise serve --agent <path>', options: ['agent', 'port', 'host'] },
   approve: { most: 1, usage: 'stepwise approve <runId>', options: ['agent', 'comment', 'as'] },
   reject: { most: 1, usage: 'stepwise reject <runId>', options: ['agent', 'comment', 'as'] },
@@ -296,6 +299,7 @@ export async function main(
       return (await import('./commands/fork.ts')).forkCommand(arg, { ...start, ...(fromStep !== undefined ? { fromStep } : {}) }, out);
     }
     case 'retry': return (await import('./commands/retry.ts')).retryCommand(arg, start, out);
+    case 'delete': return (await import('./commands/delete.ts')).deleteCommand(arg, { ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'cancel':
       return (await import('./commands/cancel.ts')).cancelCommand(arg, { ...common, ...(values.as ? { as: values.as } : {}), ...(values.reason !== undefined ? { reason: values.reason } : {}) }, out);
     default: throw new StepwiseUsageError(`unknown command "${command}"; try stepwise --help`);

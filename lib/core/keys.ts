@@ -2,3 +2,12 @@
 export function idempotencyKey(runId: string, step: number): string {
   return `${runId}/step-${step}`;
 }
+
+/**
+ * What every idempotency key of a run begins with: its steps' (idempotencyKey) and its approval emails'
+ * (`<runId>/wait-<wait>/<approver>`). A run id holds no slash (RUN_ID_PATTERN), so no other run's key
+ * begins with it: deleting a run deletes the keys under it and no others.
+ */
+export function idempotencyKeyPrefix(runId: string): string {
+  return `${runId}/`;
+}

@@ -4,6 +4,7 @@ import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
+import { idempotencyKeyPrefix } from '../core/keys.ts';
 import { isTerminal, type RunStatus } from '../core/statuses.ts';
 import type {
   CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, Delivery, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WaitPosition, WriteMeta,
@@ -114,7 +115,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const existing = this.latestVersion(state.runId);
       if (existing !== undefined) return { created: false, version: existing, bytes: 0 };
       const now = this.now;
-      // The next number: the largest given so far, from its index (runs are never deleted, so none is reused).
+      // The next number: the largest given so far, from its index. A deleted run's number may be given again
+      // (it was the largest): its rows went with it (deleteRun), so the number's key ranges are empty.
       const { run_no: runNo } = this.sql('INSERT INTO runs (run_id, run_no, version, status, step, agent, reason, created_at, updated_at) VALUES (?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs), 1, ?, ?, ?, NULL, ?, ?) RETURNING run_no')
         .get(state.runId, state.status, state.step, state.agent, now, now) as { run_no: number };
       // A fork's first steps become this run's own rows, in the same transaction as its head.
@@ -385,6 +387,33 @@ export class SqliteCheckpointStore implements CheckpointStore {
       runId: r.run_id, version: r.version, status: r.status, step: r.step, agent: r.agent, updatedAt: r.updated_at,
       ...(r.reason ? { reason: r.reason } : {}),
     }));
+  }
+
+  async deleteRun(runId: string, expectedVersion?: number): Promise<boolean> {
+    // One transaction: nothing is left behind to finish, so there is never an interrupted delete to find.
+    if (expectedVersion === undefined) return false;
+    const deleted = immediate(this.db, () => {
+      const current = this.sql(FENCE).get(runId) as Fence | undefined;
+      if (!current) throw new StaleVersionError(runId, expectedVersion, 'no such run');
+      if (current.version !== expectedVersion || !isTerminal(current.status)) throw new StaleVersionError(runId, expectedVersion, `it is ${current.status} at version ${current.version}`);
+      // All of one run, in one transaction, however long it is: a run of 20,000 steps holds the write
+      // lock for a fraction of a second, and no step of another run waits on it for longer than its own
+      // commit would; split, an interrupted delete would leave a run with part of its records.
+      this.sql(`DELETE FROM checkpoints WHERE ${checkpointsOfRun('checkpoints', 'CAST(? AS INTEGER)')}`).run(current.run_no, current.run_no);
+      this.sql(`DELETE FROM steps WHERE ${stepsOfRun('steps', 'CAST(? AS INTEGER)')}`).run(current.run_no, current.run_no);
+      this.sql('DELETE FROM summaries WHERE run_id = ?').run(runId);
+      // Its queue row too (acked, it is the tombstone that deduplicates sends): left, it would swallow the
+      // first send of a new run of this id, which would never take a step.
+      this.sql('DELETE FROM queue WHERE run_id = ?').run(runId);
+      // The keys under the run's prefix: from the prefix up to the prefix with its slash raised to the next
+      // character, a range of the ledger's key index.
+      const prefix = idempotencyKeyPrefix(runId);
+      this.sql('DELETE FROM ledger WHERE key >= ? AND key < ?').run(prefix, `${prefix.slice(0, -1)}0`);
+      this.sql('DELETE FROM runs WHERE run_id = ?').run(runId);
+      return true;
+    });
+    if (this.lastStep?.runId === runId) this.lastStep = undefined;
+    return deleted;
   }
 
   /**

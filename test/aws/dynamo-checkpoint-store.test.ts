@@ -27,6 +27,7 @@ afterAll(() => resources?.close());
 
 checkpointStoreContract('DynamoDB Local', () => ({
   store,
+  ledger: resources.runtime().ledger,
   storeAt: (clock) => resources.runtime({ clock }).store,
   corruptLatestHead: async (runId) => {
     await resources.clients.doc.send(new UpdateCommand({

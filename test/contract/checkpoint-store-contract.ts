@@ -2,11 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { decodeState, encodeStep } from '../../lib/core/codec.ts';
 import { CONDENSE_AFTER, CONDENSE_BLOCK, condensedBlocks } from '../../lib/core/condense.ts';
 import { RECORD_FORMATS, ZERO_USAGE } from '../../lib/core/state.ts';
-import { StaleVersionError } from '../../lib/core/errors.ts';
+import { PermanentError, StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
 import type { RunPosition } from '../../lib/core/run-order.ts';
-import type { CheckpointStore, Clock } from '../../lib/ports.ts';
+import { idempotencyKey } from '../../lib/core/keys.ts';
+import type { CheckpointStore, Clock, IdempotencyLedger } from '../../lib/ports.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 
 export interface ContractSubject {
@@ -15,6 +16,8 @@ export interface ContractSubject {
   storeAt(clock: Clock): CheckpointStore;
   /** Overwrites the latest head of a run with bytes no code can read. */
   corruptLatestHead(runId: string): Promise<void>;
+  /** The idempotency ledger in the same file or table, whose records of a run deleteRun deletes. */
+  ledger: IdempotencyLedger;
 }
 
 let counter = 0;
@@ -438,6 +441,90 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       const page = await s().dueWaits(due + 1, 3, ['other-agent', 'test-agent'], { deadline: due, runId: order[3]! });
       expect(page.map((w) => w.runId)).toEqual(order.slice(4, 7));
       expect(page[0]).toMatchObject({ agent: 'test-agent', deadline: due, version: 2, waitId: `wait-${order[4]}` });
+    });
+
+    describe('deleteRun', () => {
+      /** A run of `steps` steps with a summary written, ended by `end`; an effect applied under each step's key. */
+      async function endedRun(label: string, steps: number, end: 'complete' | 'fail', runId = uniqueRunId(label)) {
+        await s().create(newState(runId), META);
+        let state = newState(runId);
+        let version = 1;
+        for (let n = 1; n <= steps; n++) {
+          const record = recordFor(runId, n);
+          state = completeStep(state, record, 3_000 + n);
+          const summaries = n === steps ? [{ last: CONDENSE_BLOCK, line: `summary of ${runId}`, usage: ZERO_USAGE }] : [];
+          version = (await s().commit({ runId, expectedVersion: version, state, appended: record, summaries, ...META })).version;
+          await subject().ledger.once(idempotencyKey(runId, n), { n }, () => ({ applied: `${runId} ${n}` }));
+        }
+        await subject().ledger.once(`${runId}/wait-w1/ops@example.com`, { to: 'ops@example.com' }, () => ({ sent: true }));
+        const ended = end === 'complete' ? complete(state, 'done', undefined, 9_000) : recordFailure(state, new PermanentError('boom'), 9_000);
+        version = (await s().commit({ runId, expectedVersion: version, state: ended, ...META })).version;
+        return { runId, version };
+      }
+
+      it('deletes an ended run with its checkpoints, records, summaries and idempotency records: the id starts anew', async () => {
+        const { runId, version } = await endedRun('delete', 3, 'complete');
+        // Runs whose ids begin with this one's: their keys sort beside its keys, and stay.
+        const { runId: longer } = await endedRun('delete-longer', 1, 'fail', `${runId}0`);
+        const { runId: dotted } = await endedRun('delete-dotted', 1, 'fail', `${runId}.x`);
+        expect(await s().deleteRun(runId, version)).toBe(true);
+
+        expect(await s().load(runId)).toBeUndefined();
+        expect(await s().history(runId)).toEqual([]);
+        expect((await s().list({ status: 'completed', limit: 1000 })).map((r) => r.runId)).not.toContain(runId);
+        // Nothing of it left to finish.
+        expect(await s().deleteRun(runId)).toBe(false);
+        // The same id again is a new run: version 1, no steps, no summaries of the old one.
+        expect(await s().create(newState(runId, 'second life'), META)).toMatchObject({ created: true, version: 1 });
+        const again = (await s().load(runId, { recent: true }))!;
+        expect(again.summaries).toEqual([]);
+        expect(decodeState(again)).toMatchObject({ goal: 'second life', step: 0, steps: [] });
+        const record = recordFor(runId, 1, 'new row 1');
+        await s().commit({ runId, expectedVersion: 1, state: completeStep(newState(runId), record, 3_001), appended: record, ...META });
+        expect(decodeState((await s().load(runId))!).steps.map((x) => x.result.text)).toEqual(['new row 1']);
+        // Its effects run again, under its own keys (other arguments are no reuse either): the old results are gone.
+        expect(await subject().ledger.once(idempotencyKey(runId, 1), { n: 'new' }, () => ({ applied: 'again' }))).toEqual({ applied: 'again' });
+        expect(await subject().ledger.once(`${runId}/wait-w1/ops@example.com`, { to: 'other' }, () => ({ sent: 'again' }))).toEqual({ sent: 'again' });
+        // The other runs' records are untouched.
+        expect(await subject().ledger.once(idempotencyKey(longer, 1), { n: 1 }, () => ({ applied: 'twice' }))).toEqual({ applied: `${longer} 1` });
+        expect(await subject().ledger.once(idempotencyKey(dotted, 1), { n: 1 }, () => ({ applied: 'twice' }))).toEqual({ applied: `${dotted} 1` });
+        expect(decodeState((await s().load(longer))!).steps).toHaveLength(1);
+        expect((await s().load(dotted))!.status).toBe('failed');
+      });
+
+      it('refuses a running or waiting run, and a version that is not the latest: nothing deleted', async () => {
+        const { runId: running, version } = await runWithSteps('delete-running', 2);
+        await expect(s().deleteRun(running, version)).rejects.toBeInstanceOf(StaleVersionError);
+        expect(decodeState((await s().load(running))!).steps).toHaveLength(2);
+
+        const { runId: waiting, version: before } = await runWithSteps('delete-waiting', 1);
+        const decision = { step: 2, tool: 'sleep_until', input: {}, at: 5_000 };
+        const wait = waitRecordFor({ kind: 'sleep', until: 99_000 }, decision, `wait-${waiting}`, 6_000);
+        const slept = await s().commit({ runId: waiting, expectedVersion: before, state: beginWait(stateAfter(waiting, 1), wait, 6_000), ...META });
+        await expect(s().deleteRun(waiting, slept.version)).rejects.toBeInstanceOf(StaleVersionError);
+        expect((await s().load(waiting))!.status).toBe('waiting');
+
+        // Failed at version 4; a retry made it running at 5 before the delete, fenced on 4, came.
+        const { runId: failed, version: failedAt } = await endedRun('delete-retried', 2, 'fail');
+        expect((await s().load(failed))!.status).toBe('failed');
+        const retried = { ...decodeState((await s().load(failed))!), status: 'running' as const, reason: undefined };
+        await s().commit({ runId: failed, expectedVersion: failedAt, state: retried, ...META });
+        await expect(s().deleteRun(failed, failedAt)).rejects.toBeInstanceOf(StaleVersionError);
+        expect((await s().load(failed))!.status).toBe('running');
+        expect(await subject().ledger.once(idempotencyKey(failed, 1), { n: 1 }, () => ({ applied: 'twice' }))).toEqual({ applied: `${failed} 1` });
+
+        const unknown = uniqueRunId('delete-unknown');
+        await expect(s().deleteRun(unknown, 1)).rejects.toBeInstanceOf(StaleVersionError);
+        expect(await s().deleteRun(unknown)).toBe(false);
+      });
+
+      it('a retry fenced on the version the delete took loses: the run stays deleted', async () => {
+        const { runId, version } = await endedRun('delete-then-retry', 1, 'fail');
+        const state = decodeState((await s().load(runId))!);
+        expect(await s().deleteRun(runId, version)).toBe(true);
+        await expect(s().commit({ runId, expectedVersion: version, state: { ...state, status: 'running', reason: undefined }, ...META })).rejects.toBeInstanceOf(StaleVersionError);
+        expect(await s().load(runId)).toBeUndefined();
+      });
     });
   });
 }

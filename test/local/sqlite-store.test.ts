@@ -21,6 +21,7 @@ const clocked: ReturnType<typeof openLocalRuntime>[] = [];
 afterAll(() => { for (const r of clocked) r.close(); });
 checkpointStoreContract('SQLite', () => ({
   store: runtime.store,
+  ledger: runtime.ledger,
   storeAt: (at) => {
     const other = openLocalRuntime({ dbPath: join(dir, 'store.db'), clock: at, retentionMs: 60_000 });
     clocked.push(other);

@@ -1,0 +1,55 @@
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ROOT, stepwiseSync } from '../support/cli.ts';
+import { tempDb } from '../support/harness.ts';
+
+const AGENT = join(ROOT, 'test/support/process-agent.ts');
+const db = tempDb();
+const EFFECTS = db.path.replace(/stepwise\.db$/, 'effects.db');
+afterAll(() => db.cleanup());
+
+// The agent's effect runs inside ctx.once: the idempotency ledger decides whether it runs again.
+const env = { STEPWISE_DB: db.path, EFFECTS_DB: EFFECTS, PROCESS_AGENT_ROWS: '2', PROCESS_AGENT_ONCE_LEASE_MS: '60000', STEPWISE_LOG_FORMAT: 'json' };
+const stepwise = (args: string[]) => stepwiseSync(args, env);
+
+function received(): Record<string, number> {
+  const d = new Database(EFFECTS, { readonly: true });
+  try {
+    return Object.fromEntries((d.prepare('SELECT key, COUNT(*) AS n FROM received GROUP BY key').all() as { key: string; n: number }[]).map((r) => [r.key, r.n]));
+  } finally {
+    d.close();
+  }
+}
+
+describe('stepwise delete', { timeout: 120_000 }, () => {
+  it('deletes an ended run; the same id then starts anew and its effects run; a running or unknown run is refused', () => {
+    expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 2 rows', '--run-id', 'del-1']).code).toBe(0);
+    // Not ended yet: refused, with what to do.
+    const refused = stepwise(['delete', 'del-1']);
+    expect(refused.code).toBe(2);
+    expect(refused.err).toContain('run del-1 is running: only a run that has ended can be deleted; cancel it first (stepwise cancel del-1)');
+    expect(stepwise(['worker', '--agent', AGENT, '--idle-exit-ms', '300']).code).toBe(0);
+    expect(received()).toEqual({ 'del-1/step-1': 1, 'del-1/step-2': 1 });
+
+    const deleted = stepwise(['delete', 'del-1', '--json']);
+    expect(deleted.code).toBe(0);
+    expect(JSON.parse(deleted.out)).toMatchObject({ outcome: 'deleted', runId: 'del-1', status: 'completed', version: 4 });
+    const status = stepwise(['status', 'del-1']);
+    expect(status.code).toBe(2);
+    expect(status.err).toContain('unknown run: del-1');
+    const again = stepwise(['delete', 'del-1']);
+    expect(again.code).toBe(2);
+    expect(again.err).toContain('unknown run: del-1');
+
+    expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 2 rows again', '--run-id', 'del-1']).code).toBe(0);
+    expect(stepwise(['worker', '--agent', AGENT, '--idle-exit-ms', '300']).code).toBe(0);
+    // Run again, not answered from the deleted run's idempotency records.
+    expect(received()).toEqual({ 'del-1/step-1': 2, 'del-1/step-2': 2 });
+    expect(JSON.parse(stepwise(['status', 'del-1', '--json']).out)).toMatchObject({ status: 'completed' });
+    const text = stepwise(['delete', 'del-1']);
+    expect(text.code).toBe(0);
+    expect(text.out).toContain('run del-1 (completed at version 4) deleted');
+    expect(text.out).toContain('freed by the next stepwise prune');
+  });
+});
