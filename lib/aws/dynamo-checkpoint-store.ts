@@ -1,16 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import {
-  DeleteCommand, GetCommand, PutCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
+  BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep, encodeSummary, unreadableText } from '../core/codec.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { excerpt } from '../core/prompt.ts';
-import { PermanentError, StaleVersionError } from '../core/errors.ts';
+import { PermanentError, RunIdInUseError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { byDeadline, byListOrder, isAfter } from '../core/run-order.ts';
-import { RUN_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
+import { idempotencyKey } from '../core/keys.ts';
+import { RUN_STATUSES, TERMINAL_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WaitPosition, WriteMeta,
 } from '../ports.ts';
@@ -21,9 +22,9 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  CANCEL_ATTRIBUTE, HEAD_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
+  CANCEL_ATTRIBUTE, DELETED_ATTRIBUTE, HEAD_SK, LEDGER_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
   TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
-  checkpointSk, isCheckpointSk, isStepSk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards,
+  checkpointSk, isCheckpointSk, isStepSk, ledgerPk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
@@ -33,6 +34,9 @@ export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
  */
 const CREATE_INLINE_STEPS = 50;
 const CREATE_PUT_CONCURRENCY = 10;
+/** BatchWriteItem's most items a call, and the tries of the items it leaves unprocessed. */
+const BATCH_WRITE_ITEMS = 25;
+const BATCH_WRITE_TRIES = 8;
 /** The condition of a write that creates an item: heads of new runs, step records, history rows. */
 const ABSENT = { ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK } } as const;
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
@@ -108,6 +112,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const inline = records.length <= CREATE_INLINE_STEPS;
     if (!inline) {
       const existing = await this.headItem(runId);
+      if (existing?.[DELETED_ATTRIBUTE] !== undefined) throw beingDeleted(runId);
       if (existing) return { created: false, version: Number(existing.version), bytes: 0 };
       await this.putRecordsFirst(runId, records.map(recordItem));
     }
@@ -137,6 +142,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
         if (reasons?.some((r) => r.Code === 'ConditionalCheckFailed')) throw leftoverRecords(runId);
         throw error;
       }
+      if (head.Item?.[DELETED_ATTRIBUTE] !== undefined) throw beingDeleted(runId);
       const version = rawNumber(head.Item, 'version') ?? (await this.load(runId))?.version ?? 1;
       // Another create of this id won while this one wrote its records first: take back those past the
       // winner's steps, which its later commits would otherwise find already written.
@@ -204,7 +210,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
       : after ? [await this.headItem(runId)].filter((item) => item !== undefined)
       : await this.between(runId, HEAD_SK, STEPS_END);
     const head = items.find((item) => item[SK] === HEAD_SK);
-    if (!head) return undefined;
+    // A run being deleted (deleteRun) is no run to read.
+    if (!head || head[DELETED_ATTRIBUTE] !== undefined) return undefined;
     const last = Number(head.step);
     if (options.recent) {
       // Only the blocks condensed at the head's step: a commit landing after this read saw the head may
@@ -432,7 +439,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
 
   async history(runId: string, page: HistoryPage = {}): Promise<CheckpointInfo[]> {
     const [head] = await this.between(runId, HEAD_SK, HEAD_SK);
-    if (!head) return [];
+    if (!head || head[DELETED_ATTRIBUTE] !== undefined) return [];
     // The latest checkpoint comes from the head, which never expires; the rows below it newest first.
     const latest = Number(head.version);
     const before = Math.min(page.before ?? latest + 1, latest + 1);
@@ -569,8 +576,75 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return runs;
   }
 
+  /**
+   * Three writes, so that a process killed between them leaves nothing a reader takes for a run, and
+   * nothing a new run of the id would build on: the head is marked deleted first (DELETED_ATTRIBUTE),
+   * fenced on the version and a terminal status, with the version moved past every writer's and the run
+   * taken out of the status and wait indexes; load() and history() no longer see it, and a create of the
+   * id is refused while the mark stands. Then every other item of the run's partition and its steps'
+   * idempotency records go, in batches; the head last. Deleting the head first would have let a create of
+   * the same id begin among the old run's step and history rows (its first commits then fail on rows
+   * written already) and find its idempotency records. A delete interrupted after the mark is finished by
+   * the next one, which finds the mark (expectedVersion undefined).
+   *
+   * Idempotency records: those of the run's steps, <runId>/step-1 to the step after its last (a decision
+   * recorded and not completed), which a new run of the id would find. Approval emails' records
+   * (<runId>/wait-<wait id>/<approver>) are keyed by a random wait id, so no new run finds them, and the
+   * table has no way to find them but a scan: they are left to the ledger's TTL (30 days).
+   */
   async deleteRun(runId: string, expectedVersion?: number): Promise<boolean> {
-    throw new Error('not yet');
+    const key = { [PK]: runPk(runId), [SK]: HEAD_SK };
+    let head: Item | undefined;
+    if (expectedVersion === undefined) {
+      head = await this.headItem(runId);
+      // A head without the mark is a run (or a create writing its records first): not this call's to touch.
+      if (head?.[DELETED_ATTRIBUTE] === undefined) return false;
+    } else {
+      const e = new Expression();
+      const update = e.update({ [DELETED_ATTRIBUTE]: this.now, version: expectedVersion + 1 }, [STATUS_KEY, WAIT_SHARD, WAIT_DEADLINE]);
+      const ended = TERMINAL_STATUSES.map((status) => e.value(status)).join(', ');
+      const condition = `${e.name('version')} = ${e.value(expectedVersion)} AND ${e.name('status')} IN (${ended}) AND attribute_not_exists(${e.name(DELETED_ATTRIBUTE)})`;
+      try {
+        head = (await retryConflicts(() => this.options.doc.send(new UpdateCommand({
+          TableName: this.table, Key: key, UpdateExpression: update, ConditionExpression: condition, ...e.params(), ReturnValues: 'ALL_NEW',
+        })))).Attributes;
+      } catch (error) {
+        if (isConditionalCheckFailed(error)) throw new StaleVersionError(runId, expectedVersion, 'it is not at that version, or has not ended');
+        throw error;
+      }
+    }
+    const step = Number(head?.step ?? 0);
+    const items = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk', ExpressionAttributeNames: { '#pk': PK, '#sk': SK }, ExpressionAttributeValues: { ':pk': runPk(runId) },
+      ProjectionExpression: '#pk, #sk',
+    });
+    const keys = [
+      ...items.filter((item) => item[SK] !== HEAD_SK).map((item) => ({ [PK]: item[PK], [SK]: item[SK] })),
+      ...Array.from({ length: step + 1 }, (_, n) => ({ [PK]: ledgerPk(idempotencyKey(runId, n + 1)), [SK]: LEDGER_SK })),
+    ];
+    await this.deleteItems(keys);
+    // Last, and only while it is still a delete's mark: the run id is free again once this is gone.
+    try {
+      await this.options.doc.send(new DeleteCommand({
+        TableName: this.table, Key: key, ConditionExpression: 'attribute_exists(#deleted)', ExpressionAttributeNames: { '#deleted': DELETED_ATTRIBUTE },
+      }));
+    } catch (error) {
+      if (!isConditionalCheckFailed(error)) throw error; // another delete finished it first
+    }
+    return true;
+  }
+
+  /** BatchWriteItem deletes, 25 a call; what DynamoDB leaves unprocessed (throttling) is sent again after a pause. */
+  private async deleteItems(keys: Item[]): Promise<void> {
+    for (let i = 0; i < keys.length; i += BATCH_WRITE_ITEMS) {
+      let requests = keys.slice(i, i + BATCH_WRITE_ITEMS).map((Key) => ({ DeleteRequest: { Key } }));
+      for (let tries = 0; requests.length; tries++) {
+        if (tries >= BATCH_WRITE_TRIES) throw new Error(`DynamoDB left ${requests.length} deletes unprocessed after ${tries} tries (throttled): run the delete again to finish it`);
+        if (tries) await new Promise((resolve) => setTimeout(resolve, Math.min(50 * 2 ** tries, 2_000)));
+        const result = await this.options.doc.send(new BatchWriteCommand({ RequestItems: { [this.table]: requests } }));
+        requests = (result.UnprocessedItems?.[this.table] ?? []) as typeof requests;
+      }
+    }
   }
 
   /** The head's attributes after a write: everything but the keys and the recorded decision. */
@@ -647,6 +721,11 @@ function sameRecord(e: Expression, item: Item): string {
   return typeof item.record === 'string'
     ? `${e.name('record')} = ${e.value(item.record)}`
     : `${e.name('recordRef')} = ${e.value(item.recordRef)}`;
+}
+
+/** A create of an id whose earlier run's delete began and did not finish (DELETED_ATTRIBUTE). */
+function beingDeleted(runId: string): RunIdInUseError {
+  return new RunIdInUseError(runId, `run id ${runId} belongs to a run being deleted (a delete interrupted midway?): finish it with stepwise delete ${runId}, then start the run again`);
 }
 
 function leftoverRecords(runId: string): PermanentError {

@@ -34,6 +34,11 @@ export const LEDGER_SK = 'i';
 export const TTL_ATTRIBUTE = 'expiresAt';
 /** On the head: redeliveries that started the next step at the head's version; removed by every commit. */
 export const RESTARTS_ATTRIBUTE = 'restarts';
+/**
+ * On the head: the run is being deleted (when the delete began). Readers take it for no run; the head is
+ * the last item of the run deleted, so the id cannot be created again while the rest is still there.
+ */
+export const DELETED_ATTRIBUTE = 'deletedAt';
 /** On the head: a cancel asked for (who, when, why), applied at the next step boundary; commits keep it. */
 export const CANCEL_ATTRIBUTE = 'cancelRequested';
 

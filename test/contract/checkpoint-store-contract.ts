@@ -456,7 +456,6 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
           version = (await s().commit({ runId, expectedVersion: version, state, appended: record, summaries, ...META })).version;
           await subject().ledger.once(idempotencyKey(runId, n), { n }, () => ({ applied: `${runId} ${n}` }));
         }
-        await subject().ledger.once(`${runId}/wait-w1/ops@example.com`, { to: 'ops@example.com' }, () => ({ sent: true }));
         const ended = end === 'complete' ? complete(state, 'done', undefined, 9_000) : recordFailure(state, new PermanentError('boom'), 9_000);
         version = (await s().commit({ runId, expectedVersion: version, state: ended, ...META })).version;
         return { runId, version };
@@ -484,7 +483,6 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
         expect(decodeState((await s().load(runId))!).steps.map((x) => x.result.text)).toEqual(['new row 1']);
         // Its effects run again, under its own keys (other arguments are no reuse either): the old results are gone.
         expect(await subject().ledger.once(idempotencyKey(runId, 1), { n: 'new' }, () => ({ applied: 'again' }))).toEqual({ applied: 'again' });
-        expect(await subject().ledger.once(`${runId}/wait-w1/ops@example.com`, { to: 'other' }, () => ({ sent: 'again' }))).toEqual({ sent: 'again' });
         // The other runs' records are untouched.
         expect(await subject().ledger.once(idempotencyKey(longer, 1), { n: 1 }, () => ({ applied: 'twice' }))).toEqual({ applied: `${longer} 1` });
         expect(await subject().ledger.once(idempotencyKey(dotted, 1), { n: 1 }, () => ({ applied: 'twice' }))).toEqual({ applied: `${dotted} 1` });

@@ -97,3 +97,17 @@ describe('SQLite retention', () => {
     expect(loaded?.steps).toHaveLength(3);
   });
 });
+
+describe('SQLite deleteRun', () => {
+  it('deletes every idempotency record under the run\'s prefix, its approval emails\' too, and no other run\'s', async () => {
+    const runId = 'delete-prefix';
+    await runtime.store.create(newState(runId), META);
+    const state = decodeState((await runtime.store.load(runId))!);
+    await runtime.store.commit({ runId, expectedVersion: 1, state: { ...state, status: 'cancelled', reason: 'by hand' }, ...META });
+    const keys = [`${runId}/step-1`, `${runId}/wait-w1/ops@example.com`, `${runId}0/step-1`, `${runId}.x/step-1`, `${runId}`];
+    for (const key of keys) await runtime.ledger.once(key, {}, () => 'first');
+    expect(await runtime.store.deleteRun(runId, 2)).toBe(true);
+    const left = runtime.db.prepare('SELECT key FROM ledger WHERE key IN (SELECT value FROM json_each(?)) ORDER BY key').all(JSON.stringify(keys)) as { key: string }[];
+    expect(left.map((r) => r.key)).toEqual([`${runId}`, `${runId}.x/step-1`, `${runId}0/step-1`]);
+  });
+});
