@@ -431,6 +431,8 @@ export class Stepwise extends Construct {
         reason: 'Blobs are stored by their content hash under blobs/: their keys are not known in advance, and the grant is limited to that prefix of this bucket.',
       });
     }
+    // DELETE /runs/:id removes an ended run's items in batches (DynamoCheckpointStore.deleteRun).
+    this.apiFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['dynamodb:BatchWriteItem'], resources: [tableArn] }));
     // The worker hides a message again for a retry's backoff and for a group behind a failed record.
     this.workerFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['sqs:ChangeMessageVisibility'], resources: [this.queue.queueArn] }));
     // The sweeper only reads: stalled runs and due waits through the indexes, then sends their messages.

@@ -8,6 +8,7 @@ import { unheldBlocksPriced } from '../llm/cost.ts';
 import { NoSuchStepError } from '../core/errors.ts';
 import { RUN_STATUSES, budgetSchema, isTerminal, type RunState } from '../core/state.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
+import { deleteRun } from '../engine/operate/delete.ts';
 import { forkRun } from '../engine/operate/fork.ts';
 import { retryRun } from '../engine/operate/retry.ts';
 import { costView, showRun } from '../engine/operate/show.ts';
@@ -117,10 +118,10 @@ export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
   if (deps.apiToken) app.use('*', bearer(deps.apiToken, refuse));
   app.use('*', limitBody);
   app.use('*', jsonBodies);
-  // On AWS, another agent's run is not this API's to answer, retry, cancel or fork (other-agent.ts).
+  // On AWS, another agent's run is not this API's to answer, retry, cancel, fork or delete (other-agent.ts).
   if (deps.agentQueue) {
     app.use('/runs/:runId/*', async (c, next) => {
-      if (c.req.method !== 'POST') return next();
+      if (c.req.method !== 'POST' && c.req.method !== 'DELETE') return next();
       const refused = await otherAgentsRun(deps, c.req.param('runId'));
       return refused ? c.json({ error: refused }, 409) : next();
     });
@@ -230,6 +231,9 @@ export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
       ...(body.stepCap ? { stepCap: body.stepCap } : {}), ...(body.budget ? { budget: body.budget } : {}), pricingModel: pricingModelFor(deps),
     }));
   });
+
+  // A run that has ended, with everything kept for it (lib/engine/operate/delete.ts): 409 while it runs or waits.
+  app.delete('/runs/:runId', async (c) => c.json(await deleteRun(deps, c.req.param('runId'))));
 
   app.post('/runs/:runId/cancel', zValidator('json', cancelBody, invalid), async (c) => {
     const body = c.req.valid('json');

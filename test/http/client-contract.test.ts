@@ -33,8 +33,8 @@ describe('the JSON API as a client reads it', () => {
   it('a path asked with a method it does not take is a 405 naming those it takes; OPTIONS names them; an unknown path stays a 404', async () => {
     for (const [method, path, allow] of [
       ['PUT', '/runs', 'GET, HEAD, OPTIONS, POST'],
-      ['DELETE', '/runs/some-run', 'GET, HEAD, OPTIONS'],
-      ['PATCH', '/runs/some-run', 'GET, HEAD, OPTIONS'],
+      ['PUT', '/runs/some-run', 'DELETE, GET, HEAD, OPTIONS'],
+      ['PATCH', '/runs/some-run', 'DELETE, GET, HEAD, OPTIONS'],
       ['GET', '/runs/some-run/cancel', 'OPTIONS, POST'],
       ['GET', '/events', 'OPTIONS, POST'],
       ['POST', '/waits', 'GET, HEAD, OPTIONS'],

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { handleDelivery } from '../../lib/engine/handle-message.ts';
+import { defineAgent } from '../../lib/agent.ts';
+import { createHttpApp } from '../../lib/http/app.ts';
 import { startHttpApp } from '../support/http-app.ts';
 import { workVisible } from '../support/queue-work.ts';
 
@@ -118,6 +120,31 @@ describe('operating runs through the API', () => {
     await workVisible(app.deps, app.runtime);
     const bare = await json(await app.api('/runs/op-bare/retry', { method: 'POST' }));
     expect(bare).toMatchObject({ status: 200, body: { runId: 'op-bare', from: 'capped' } });
+  });
+
+  it('DELETE /runs/:id deletes a run that has ended, and is a conflict while it waits, 404 for a run not there', async () => {
+    expect((await fetch(`${app.url}/runs/op-del`, { method: 'DELETE' })).status).toBe(401);
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-del', stepCap: 1 })).status).toBe(201);
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-del-waits' })).status).toBe(201);
+    await workVisible(app.deps, app.runtime);
+    expect(decodeState((await app.runtime.store.load('op-del-waits'))!).status).toBe('waiting');
+    const refused = await json(await app.api('/runs/op-del-waits', { method: 'DELETE' }));
+    expect(refused).toMatchObject({ status: 409, body: { runId: 'op-del-waits', status: 'waiting', error: expect.stringContaining('only a run that has ended can be deleted') } });
+    expect(await app.runtime.store.load('op-del-waits')).toBeDefined();
+    const deleted = await json(await app.api('/runs/op-del', { method: 'DELETE' }));
+    expect(deleted).toMatchObject({ status: 200, body: { outcome: 'deleted', runId: 'op-del', status: 'capped' } });
+    expect(await app.runtime.store.load('op-del')).toBeUndefined();
+    expect((await app.api('/runs/op-del')).status).toBe(404);
+    expect(await json(await app.api('/runs/op-del', { method: 'DELETE' }))).toMatchObject({ status: 404, body: { error: expect.stringContaining('op-del') } });
+
+    // On AWS, another agent's API on the same table does not delete this agent's run.
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-del-other', stepCap: 1 })).status).toBe(201);
+    await workVisible(app.deps, app.runtime);
+    const other = createHttpApp({ ...app.deps, signingKey: app.signingKey, agent: defineAgent({ ...app.deps.agent, name: 'cleanup-tables' }), agentQueue: true, apiToken: undefined });
+    const theirs = await other.request('/runs/op-del-other', { method: 'DELETE' });
+    expect(theirs.status).toBe(409);
+    expect(((await theirs.json()) as { error: string }).error).toContain('belongs to agent');
+    expect(await app.runtime.store.load('op-del-other')).toBeDefined();
   });
 
   it('a cancel of a run that has ended is a conflict with it, 409, naming its status', async () => {

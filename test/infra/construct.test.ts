@@ -381,6 +381,12 @@ describe('IAM', () => {
     for (const [, role] of resources('AWS::IAM::Role')) expect(role.Properties.ManagedPolicyArns).toBeUndefined();
   });
 
+  it('lets the API, alone, delete items in batches, on the table alone (DELETE /runs/:id)', () => {
+    const batch = policyStatements().filter((s) => [s.statement.Action].flat().includes('dynamodb:BatchWriteItem'));
+    expect(batch.map((s) => s.role)).toEqual([logicalIdOf(stepwise.apiFunction.role as never)]);
+    expect(batch[0]!.statement.Resource).toEqual({ 'Fn::GetAtt': [logicalIdOf(stepwise.table as never), 'Arn'] });
+  });
+
   it('lets the sweeper only query the two indexes and send messages', () => {
     const sweeper = policyStatements().filter((s) => s.role === logicalIdOf(stepwise.sweeperFunction.role as never)).map((s) => s.statement.Action).flat().sort();
     expect(sweeper).toEqual(['dynamodb:Query', 'logs:CreateLogStream', 'logs:PutLogEvents', 'sqs:SendMessage']);
