@@ -94,6 +94,12 @@ export interface HistoryPage {
   limit?: number;
 }
 
+/** Steps `after` + 1 to `through` of a run. */
+export interface StepRange {
+  after: number;
+  through: number;
+}
+
 export interface RunSummary {
   runId: string;
   version: number;
@@ -199,6 +205,12 @@ export interface CheckpointStore {
    * checkpoints below version `before`, so a run of thousands of steps is read a page at a time.
    */
   history(runId: string, page?: HistoryPage): Promise<CheckpointInfo[]>;
+  /**
+   * The stored records of the steps in `range`, in step order, as load() gives them (text): none for no
+   * such run or a range past its last step. Step records never change once written, so a reader of part
+   * of a long run (one step and those before it, a page of the timeline) reads those alone, not all of them.
+   */
+  records(runId: string, range: StepRange): Promise<string[]>;
   /** Runs waiting now for an event of this type and correlation key (from the wait in their head). */
   waitingFor(type: string, key: string): Promise<OpenWait[]>;
   /**

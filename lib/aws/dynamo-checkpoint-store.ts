@@ -13,7 +13,7 @@ import { byDeadline, byListOrder, isAfter } from '../core/run-order.ts';
 import { idempotencyKey } from '../core/keys.ts';
 import { RUN_STATUSES, TERMINAL_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
 import type {
-  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, WaitPosition, WriteMeta,
+  BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, StepRange, WaitPosition, WriteMeta,
 } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { DEFAULT_RETENTION_DAYS } from '../settings.ts';
@@ -244,6 +244,14 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ...(Number(head[RESTARTS_ATTRIBUTE] ?? 0) ? { restarts: Number(head[RESTARTS_ATTRIBUTE]) } : {}),
       ...(typeof head[CANCEL_ATTRIBUTE] === 'string' ? { cancelRequested: head[CANCEL_ATTRIBUTE] } : {}),
     };
+  }
+
+  async records(runId: string, range: StepRange): Promise<string[]> {
+    if (range.through <= range.after) return [];
+    // Step items are keyed by step: the range is one Query, charged for the records in it and no others.
+    const items = await this.between(runId, stepSk(range.after + 1), stepSk(range.through));
+    const records = await Promise.all(items.filter((item) => isStepSk(String(item[SK]))).map((item) => this.restore(item, 'record')));
+    return records.map((r) => r ?? '');
   }
 
   /** The run's items with sort keys from `from` to `to`, in one strongly consistent Query (paged). */

@@ -373,6 +373,31 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(decodeState((await s().load(runId, { recent: true }))!).steps).toHaveLength(151);
     });
 
+    it('reads a range of step records alone: those of a fork, across a checkpoint with no record, none past the run or of no run', async () => {
+      // A fork's first records are written by its create; the steps after a wait come a version later.
+      const runId = uniqueRunId('records');
+      const forked = stateAfter(runId, 3);
+      await s().create(forked, META);
+      let state = forked;
+      let version = 1;
+      for (let n = 4; n <= 40; n++) {
+        if (n === 20) {
+          // A checkpoint with no record (a failed attempt) between two steps.
+          version = (await s().commit({ runId, expectedVersion: version, state: recordFailure(state, 'flaky', 5_000), ...META })).version;
+        }
+        const record = recordFor(runId, n);
+        state = completeStep(state, record, 5_000 + n);
+        version = (await s().commit({ runId, expectedVersion: version, state, appended: record, ...META })).version;
+      }
+      const all = (await s().load(runId))!.steps;
+      expect(all).toHaveLength(40);
+      for (const [after, through] of [[0, 40], [0, 1], [2, 5], [17, 22], [19, 20], [39, 40], [30, 60], [40, 50]] as const) {
+        expect(await s().records(runId, { after, through })).toEqual(all.slice(after, through));
+      }
+      expect(await s().records(runId, { after: 5, through: 5 })).toEqual([]);
+      expect(await s().records(uniqueRunId('nobody'), { after: 0, through: 5 })).toEqual([]);
+    });
+
     it('a bounded load of a run with no summaries (written before them) reads every record', async () => {
       const { runId } = await runWithSteps('recent-none', 230);
       const recent = (await s().load(runId, { recent: true }))!;
