@@ -42,8 +42,11 @@ export function costLine(state: RunState, fallbackModel: string): string | undef
   return `${tokenText}; estimated ${formatUsd(cost.usd)} (${formatUsd(cost.uncachedUsd)} without prompt caching; ${(cost.cacheHitShare * 100).toFixed(0)}% of prompt tokens read from the cache)`;
 }
 
-/** The checkpoint timeline; with the run's state, each step's tokens and estimated cost too. */
-export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackModel = ''): string {
+/**
+ * The checkpoint timeline; with the run's state, each step's tokens and estimated cost too. `left`: the
+ * checkpoints before `rows`, left out.
+ */
+export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackModel = '', left?: string): string {
   const byStep = new Map(state?.steps.map((s) => [s.step, s]));
   const stepOf = (h: CheckpointInfo) => (h.tool ? byStep.get(h.step) : undefined);
   const lines = [table(
@@ -52,6 +55,7 @@ export function historyTable(rows: CheckpointInfo[], state?: RunState, fallbackM
   )];
   const total = state && costLine(state, fallbackModel);
   if (total) lines.push('', `total tokens: ${total}`);
+  if (left) lines.unshift(leftOutLine(left));
   if (state?.forkedFrom) lines.unshift(`forked ${forkedText(state.forkedFrom)}`);
   return lines.join('\n');
 }
@@ -123,7 +127,21 @@ function approvalCallLine(wait: WaitRecord, full = false): string[] {
   return [`call     ${wait.tool} ${full ? input : oneLine(input, INPUT_EXCERPT)}`];
 }
 
-export function runDetail(state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string; backend?: 'local' | 'aws' } = {}, now = Date.now()): string {
+/**
+ * The line above the last steps (or checkpoints) of a run, where the earlier ones are left out: which, and
+ * the flags that show them.
+ */
+export function leftOutLine(left: string): string {
+  return `(${left} not shown: --last <n> shows the last n, --all every one)`;
+}
+
+/**
+ * `status <runId>`. `left`: the steps before `state.steps` are left out (a long run's last steps, read alone
+ * with the summaries of the blocks before them, which price the run as its records would).
+ */
+export function runDetail(
+  state: RunState, version: number, fallbackModel = '', extra: { cancelRequested?: string; backend?: 'local' | 'aws'; left?: number } = {}, now = Date.now(),
+): string {
   const lines = [
     ...headLines(state, extra.cancelRequested),
     `step     ${state.step} of at most ${state.stepCap}, version ${version}`,
@@ -133,7 +151,10 @@ export function runDetail(state: RunState, version: number, fallbackModel = '', 
   if (state.pending) lines.push(`pending  step ${state.pending.step}: ${state.pending.tool} (decision recorded, key ${state.pending.idempotencyKey ?? '-'})`);
   if (state.status === 'waiting' && state.wait) lines.push(waitingLine(state.runId, state.wait, now, extra.backend), ...approvalCallLine(state.wait));
   if (state.summary) lines.push(`summary  ${state.summary}`);
-  lines.push('', table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], state.steps.map((s) => [
+  lines.push('');
+  if (extra.left) lines.push(leftOutLine(`steps 1-${extra.left}`));
+  const shown = extra.left ? state.steps.filter((s) => s.step > extra.left!) : state.steps;
+  lines.push(table(['STEP', 'TOOL', 'RESULT', 'WORKER', 'TOKENS', 'COST'], shown.map((s) => [
     s.step, s.tool, `${s.result.ok ? 'ok' : 'error'}: ${cutAt(s.result.text.replace(/\s+/g, ' '), 60)}${s.result.ref ? ` [${s.result.bytes} B by ref]` : ''}`, s.workerId, tokens(s.usage), stepCost(s, fallbackModel),
   ])));
   return lines.join('\n');
@@ -147,8 +168,12 @@ export function showText(view: RunView, fallbackModel: string, options: { full?:
 }
 
 /** What `show` prints above the steps: the run now, or as it stood after `atStep`. */
-export function showHeadText(view: RunView, fallbackModel: string, options: { full?: boolean; now?: number; backend?: 'local' | 'aws' } = {}): string {
-  const state = { usage: view.usage, steps: view.steps, ...(view.wait ? { wait: view.wait } : {}) };
+export function showHeadText(
+  view: RunView, fallbackModel: string, options: { full?: boolean; now?: number; backend?: 'local' | 'aws'; at?: RunState } = {},
+): string {
+  // `at`, the run after the view's step as a state: a view of the last steps alone leaves out the records
+  // that price the steps before them, and `at` holds their blocks' summaries.
+  const state = options.at ?? { usage: view.usage, steps: view.steps, ...(view.wait ? { wait: view.wait } : {}) };
   const usage = costLine(state as RunState, fallbackModel);
   const lines = [
     ...headLines(view, view.cancelRequested),

@@ -28,6 +28,8 @@ usage:
                    [--concurrency <n>] steps at once in this process, each on its own run (default 1)
   stepwise status  [<runId>] [--status <status>] [--json] [--cursor <c>]           one run, or a table of runs (1,000 a page)
   stepwise history <runId> [--json]                                                the checkpoint timeline
+                   status <runId>, history and show print a long run's last 50 steps (or checkpoints):
+                   [--last <n>] the last n, [--all] every one (--json gives every one unless --last)
   stepwise watch   <runId>                                                         each checkpoint as the workers write
                    it, until the run ends (exit 0 completed, 3 ended otherwise)
   stepwise prune   [--older-than-days <n>]                                         drop checkpoint versions past the
@@ -99,6 +101,8 @@ const OPTIONS = {
   'budget-tokens': { type: 'string' },
   'budget-usd': { type: 'string' },
   cursor: { type: 'string' },
+  last: { type: 'string' },
+  all: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean', short: 'V' },
 } as const;
@@ -172,12 +176,12 @@ const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly
   run: { most: 0, usage: 'stepwise run --agent <path> --goal <text>', options: [...START_OPTIONS, 'visibility-ms'] },
   start: { most: 0, usage: 'stepwise start --agent <path> --goal <text>', options: START_OPTIONS },
   worker: { most: 0, usage: 'stepwise worker --agent <path>', options: ['agent', 'visibility-ms', 'idle-exit-ms', 'stall-ms', 'concurrency'] },
-  status: { most: 1, usage: 'stepwise status [<runId>]', options: ['status', 'json', 'cursor'] },
-  history: { most: 1, usage: 'stepwise history <runId>', options: ['json'] },
+  status: { most: 1, usage: 'stepwise status [<runId>]', options: ['status', 'json', 'cursor', 'last', 'all'] },
+  history: { most: 1, usage: 'stepwise history <runId>', options: ['json', 'last', 'all'] },
   watch: { most: 1, usage: 'stepwise watch <runId>', options: [] },
   prune: { most: 0, usage: 'stepwise prune [--older-than-days <n>]', options: ['older-than-days'] },
   drift: { most: 0, usage: 'stepwise drift --agent <new-agent>', options: ['agent', 'json'] },
-  show: { most: 1, usage: 'stepwise show <runId> [--step <n>]', options: ['step', 'full', 'json'] },
+  show: { most: 1, usage: 'stepwise show <runId> [--step <n>]', options: ['step', 'full', 'json', 'last', 'all'] },
   fork: { most: 1, usage: 'stepwise fork <runId> --from-step <n>', options: ['from-step', ...START_OPTIONS] },
   retry: { most: 1, usage: 'stepwise retry <runId>', options: ['agent', 'step-cap', 'budget-tokens', 'budget-usd'] },
   cancel: { most: 1, usage: 'stepwise cancel <runId>', options: ['agent', 'reason', 'as'] },
@@ -271,7 +275,10 @@ export async function main(
   }
   const port = wholeNumber('port', values.port);
   if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);
-  const read = { ...common, ...(values.json ? { json: true } : {}), ...(values.status !== undefined ? { status: values.status } : {}), ...(values.cursor !== undefined ? { cursor: values.cursor } : {}) };
+  const last = atLeastOne('last', values.last);
+  if (last !== undefined && values.all) throw new StepwiseUsageError('--last and --all both say how many steps to show: give one');
+  const shown = { ...(last !== undefined ? { last } : {}), ...(values.all ? { all: true } : {}) };
+  const read = { ...common, ...shown, ...(values.json ? { json: true } : {}), ...(values.status !== undefined ? { status: values.status } : {}), ...(values.cursor !== undefined ? { cursor: values.cursor } : {}) };
   // Each command's module is imported when it runs: `--help` and `status` start without the SDKs, the
   // HTTP app or the logger that other commands need.
   switch (command) {
@@ -292,7 +299,7 @@ export async function main(
     case 'drift': return (await import('./commands/drift.ts')).driftCommand({ ...common, ...(values.json ? { json: true } : {}) }, out);
     case 'show': {
       const step = wholeNumber('step', values.step);
-      return (await import('./commands/show.ts')).showCommand(arg, { ...common, ...(step !== undefined ? { step } : {}), ...(values.json ? { json: true } : {}), ...(values.full ? { full: true } : {}) }, out);
+      return (await import('./commands/show.ts')).showCommand(arg, { ...common, ...shown, ...(step !== undefined ? { step } : {}), ...(values.json ? { json: true } : {}), ...(values.full ? { full: true } : {}) }, out);
     }
     case 'fork': {
       const fromStep = wholeNumber('from-step', values['from-step']);

@@ -197,6 +197,20 @@ export function decodeHead(stored: StoredCheckpoint): RunHead {
   return readRecord('head', parseJson(stored.head, stored.runId, stored.version, 'head'), 'head', runHeadSchema, stored.runId, stored.version);
 }
 
+/**
+ * Step records read alone (CheckpointStore.records), steps `after` + 1 on, of the run whose latest version
+ * is `version`: each checked and migrated as decodeState reads it, and in order with none missing.
+ */
+export function decodeRecords(runId: string, version: number, texts: readonly string[], after: number): StepRecord[] {
+  const records = texts.map((text, i) => {
+    const where = `step ${after + i + 1}`;
+    return readRecord('step', parseJson(text, runId, version, where), where, stepRecordSchema, runId, version);
+  });
+  const out = records.findIndex((r, i) => r.step !== after + i + 1);
+  if (out >= 0) throw new UnreadableCheckpointError(runId, version, `step ${after + out + 1}: its record says step ${records[out]!.step}`);
+  return records;
+}
+
 export function formatNeeds(stored: StoredCheckpoint): string | undefined {
   const { runId, version } = stored;
   try {

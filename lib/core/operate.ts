@@ -1,4 +1,5 @@
 import { InvalidInputError, NoSuchStepError, RunStateError } from './errors.ts';
+import { unheldBlocks } from './unheld-blocks.ts';
 import { waitedFor } from './waited-for.ts';
 import {
   ZERO_USAGE, addUsage, budgetSchema,
@@ -20,17 +21,18 @@ export const RAISE_BUDGET = '--budget-tokens or --budget-usd (in the API, "budge
 /** The statuses `retry` continues from. An unreadable run is `failed` too, but its head cannot be read. */
 export const RETRYABLE_STATUSES: readonly RunStatus[] = ['failed', 'capped', 'over-budget'];
 
-/** The usage the first `n` step records carry: the model calls that chose those steps. */
-export function usageOfSteps(state: RunState, n = state.steps.length): Usage {
-  return state.steps.slice(0, n).reduce((sum, s) => addUsage(sum, s.usage), { ...ZERO_USAGE });
+/**
+ * The usage the first `n` steps' records carry: the model calls that chose those steps. A state from a
+ * bounded read (stepsFrom) counts the steps it does not hold from their blocks' summaries.
+ */
+export function usageOfSteps(state: RunState, n = (state.stepsFrom ?? 0) + state.steps.length): Usage {
+  const from = state.stepsFrom ?? 0;
+  const unheld = unheldBlocks(state).reduce((sum, b) => addUsage(sum, b.usage), { ...ZERO_USAGE });
+  return state.steps.slice(0, n - from).reduce((sum, s) => addUsage(sum, s.usage), unheld);
 }
 
-/**
- * The run as it stood after step `n`: its first n steps, their usage summed, running, nothing pending.
- * Goal, agent, cap and budget are the run's now (only a retry changes cap or budget). The usage is what
- * the step records carry: model calls whose reply was discarded count only toward the run's own total.
- */
-export function stateAtStep(state: RunState, n: number): RunState {
+/** Refuses a step `show` and `fork` cannot stand after: one past the run's last, or the one it waits at. */
+export function checkCompletedStep(state: RunState, n: number): void {
   if (!Number.isInteger(n) || n < 0) throw new InvalidInputError(`the step must be a whole number from 0, got ${n}`);
   // The step a run waits at is the one `status` and `show` name, but it has no result until it is
   // answered: said so, rather than that the step does not exist.
@@ -38,8 +40,20 @@ export function stateAtStep(state: RunState, n: number): RunState {
     throw new NoSuchStepError(state.runId, n, `step ${n} of run ${state.runId} has no result yet: the run waits there for ${waitedFor(state.wait)}; its last completed step is ${state.step}, and a fork from step ${state.step} asks the model again there`);
   }
   if (n > state.step) throw new NoSuchStepError(state.runId, n, `run ${state.runId} has ${state.step} completed step${state.step === 1 ? '' : 's'}; there is no step ${n}`);
+}
+
+/**
+ * The run as it stood after step `n`: its first n steps, their usage summed, running, nothing pending.
+ * Goal, agent, cap and budget are the run's now (only a retry changes cap or budget). The usage is what
+ * the step records carry: model calls whose reply was discarded count only toward the run's own total.
+ * A state that holds its records from step stepsFrom + 1 (not past `n`) gives the steps it holds up to n.
+ */
+export function stateAtStep(state: RunState, n: number): RunState {
+  checkCompletedStep(state, n);
+  const from = state.stepsFrom ?? 0;
+  if (n < from) throw new Error(`stateAtStep: step ${n} is before the records held (from step ${from + 1})`);
   const { pending: _p, wait: _w, lastError: _e, retryNote: _n, reason: _r, summary: _s, ...rest } = state;
-  return { ...rest, status: 'running', step: n, failures: 0, steps: state.steps.slice(0, n), usage: usageOfSteps(state, n) };
+  return { ...rest, status: 'running', step: n, failures: 0, steps: state.steps.slice(0, n - from), usage: usageOfSteps(state, n) };
 }
 
 export interface ForkOptions {

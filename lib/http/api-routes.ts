@@ -197,16 +197,18 @@ export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
     const full = c.req.valid('query').full === 'true';
     let view;
     try {
-      view = await showRun(deps, c.req.param('runId'), { step, full: full ? [step] : [], pricingModel: pricingModelFor(deps) });
+      // The step's record alone, with the block summaries before it: its usage and cost are every step's
+      // through it, without reading them.
+      view = await showRun(deps, c.req.param('runId'), { step, last: 1, full: full ? [step] : [], pricingModel: pricingModelFor(deps) });
     } catch (error) {
       // The run is there and the step is not: a 404 with the run's own count, where it was a 400 a client
       // could not tell from a malformed path. A fork's fromStep past the run's end stays a 400 (its body).
       if (error instanceof NoSuchStepError) return c.json({ error: error.message, runId: error.runId, step: error.step }, 404);
       throw error;
     }
-    const { steps, ...run } = view;
+    const { steps, stepsFrom: _from, ...run } = view;
     const { atStep, usage, cost, ...head } = run;
-    return c.json({ run: head, atStep, usage, cost, ...(step > 0 ? { record: steps[step - 1] } : {}) });
+    return c.json({ run: head, atStep, usage, cost, ...(step > 0 ? { record: steps.at(-1) } : {}) });
   });
 
   app.post('/runs/:runId/fork', zValidator('json', forkBody, invalid), async (c) => {

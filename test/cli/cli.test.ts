@@ -136,8 +136,8 @@ describe('the stepwise command', () => {
     [['drift', '--agent', join(agentModules, 'throws.mjs')], `stepwise: cannot load agent ${join(agentModules, 'throws.mjs')}: DATABASE_URL is not set`],
     [['fly'], 'stepwise: unknown command "fly"'],
     // An unknown option is told the command's options, as one it does not read is, not parseArgs' syntax.
-    [['status', '--bogus'], 'stepwise: --bogus is not an option of stepwise status (it takes --status, --json, --cursor); see stepwise --help'],
-    [['--verbose', 'status'], 'stepwise: --verbose is not an option of stepwise status (it takes --status, --json, --cursor); see stepwise --help'],
+    [['status', '--bogus'], 'stepwise: --bogus is not an option of stepwise status (it takes --status, --json, --cursor, --last, --all); see stepwise --help'],
+    [['--verbose', 'status'], 'stepwise: --verbose is not an option of stepwise status (it takes --status, --json, --cursor, --last, --all); see stepwise --help'],
     [['--verbose'], 'stepwise: unknown option --verbose; see stepwise --help'],
     [['emit', 'reading', 'sensor-1', '-5'], 'stepwise: -5 is not an option of stepwise emit (it takes --agent, --id); an argument that starts with a dash goes after --: stepwise emit ... -- -5; see stepwise --help'],
     [['worker', '--agent', AGENT, '--visibility-ms', 'soon'], 'stepwise: --visibility-ms must be a whole number'],

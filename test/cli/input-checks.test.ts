@@ -83,7 +83,7 @@ describe('the command line refuses input it would otherwise misread', { timeout:
   it.each([
     [['worker', '--agent', AGENT, '--idle-exit-ms', '300', '--budget-usd', '1'], '--budget-usd is not an option of stepwise worker (it takes --agent, --visibility-ms, --idle-exit-ms, --stall-ms, --concurrency)'],
     [['approve', 'in-1', '--reason', 'checked'], '--reason is not an option of stepwise approve (it takes --agent, --comment, --as)'],
-    [['status', '--step-cap', '3'], '--step-cap is not an option of stepwise status (it takes --status, --json, --cursor)'],
+    [['status', '--step-cap', '3'], '--step-cap is not an option of stepwise status (it takes --status, --json, --cursor, --last, --all)'],
     [['prune', '--json'], '--json is not an option of stepwise prune (it takes --older-than-days)'],
     [['start', '--agent', AGENT, '--goal', 'x', '--concurrency', '4'], '--concurrency is not an option of stepwise start (it takes --agent, --goal, --run-id, --step-cap, --budget-tokens, --budget-usd)'],
   ])('%j: an option the command does not read is refused', (args, message) => {

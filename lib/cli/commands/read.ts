@@ -1,4 +1,4 @@
-import { NewerFormatError, UnknownRunError } from '../../core/errors.ts';
+import { NewerFormatError, UnknownRunError, UnreadableCheckpointError } from '../../core/errors.ts';
 import type { RunStatus } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { historyTable, runDetail, runsTable, shellWord } from '../format.ts';
@@ -8,6 +8,10 @@ import { openBackend, storeFlags, type CliOptions } from '../backend.ts';
 
 export interface ReadOptions extends CliOptions {
   json?: boolean;
+  /** A run's last this many steps (status) or checkpoints (history). */
+  last?: number;
+  /** Every step or checkpoint of a run, however many. */
+  all?: boolean;
   status?: string;
   /** Where the page before ended (its note prints it). */
   cursor?: string;
@@ -18,7 +22,7 @@ export const RUNS_SHOWN = 1000;
 
 // The state schemas (and zod) load only to read a run's state or check --status: a table of runs needs
 // neither, and is the command people run most.
-const codec = () => import('../../core/codec.ts');
+const lastSteps = () => import('../../engine/operate/last-steps.ts');
 
 /** `status [runId]`: one run in detail, or a table of runs. */
 export async function statusCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
@@ -26,6 +30,9 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
   // whatever its status; an empty --status (`--status "$S"`, S unset) listed every run, not none.
   if (runId && (options.status !== undefined || options.cursor !== undefined)) {
     throw new InvalidInputError(`--status and --cursor choose the runs of the table; with a run id, status shows that run whatever its status: leave them out, or the run id`);
+  }
+  if (!runId && (options.last !== undefined || options.all)) {
+    throw new InvalidInputError(`--last and --all choose the steps of one run: give its id (stepwise status <runId> --last n); the table of runs pages with --cursor`);
   }
   if (options.status !== undefined) {
     const { RUN_STATUSES } = await import('../../core/state.ts');
@@ -49,43 +56,69 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
       }
       return 0;
     }
-    const stored = await runtime.store.load(runId);
+    // A long run as a resume reads it, and its last steps alone (--last, --all): every record of a run of
+    // 50,000 steps was read, and printed, for its status.
+    const stored = await runtime.store.load(runId, { recent: true });
     if (!stored) throw new UnknownRunError(runId);
-    const { decodeState } = await codec();
-    let state;
+    const { readLastSteps, STEPS_SHOWN } = await lastSteps();
+    let read;
     try {
-      state = decodeState(stored);
+      read = await readLastSteps(runtime.store, runId, 'show', { read: stored, ...shownSteps(options, STEPS_SHOWN) });
     } catch (error) {
       // An unreadable run still has a status and a reason to show. One written by newer code keeps its
       // status (nothing rewrites it); what it needs is said here.
-      const unreadable = (error as Error).message;
-      const needs = error instanceof NewerFormatError ? error.needs : undefined;
+      const cause = error instanceof InvalidInputError && error.cause instanceof Error ? error.cause : error;
+      if (!(cause instanceof UnreadableCheckpointError || cause instanceof NewerFormatError)) throw error;
+      const unreadable = cause.message;
+      const needs = cause instanceof NewerFormatError ? cause.needs : undefined;
       out(options.json
         ? JSON.stringify({ runId, version: stored.version, status: stored.status, reason: stored.reason, ...(needs ? { needs } : {}), unreadable }, null, 2)
         : `run ${runId}: ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}${needs ? `, but this code cannot resume it: it needs ${needs}` : ''}\n${unreadable}`);
       return 0;
     }
+    const { at, left } = read;
     const cancel = stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {};
-    out(options.json
-      ? JSON.stringify({ version: stored.version, ...state, ...cancel, cost: runCost(state, pricingModel()) }, null, 2)
-      : runDetail(state, stored.version, pricingModel(), { ...cancel, backend: runtime.kind }));
+    if (options.json) {
+      // The records as the whole run's state gives them, from step stepsFrom + 1 with --last.
+      const { condensed: _condensed, stepsFrom: _from, ...state } = at;
+      out(JSON.stringify({ version: stored.version, ...state, steps: read.steps, ...(left ? { stepsFrom: left } : {}), ...cancel, cost: runCost(at, pricingModel()) }, null, 2));
+    } else {
+      out(runDetail(at, stored.version, pricingModel(), { ...cancel, backend: runtime.kind, left }));
+    }
     return 0;
   } finally {
     runtime.close();
   }
 }
 
-/** `history runId`: the checkpoint timeline. */
+/**
+ * How many of a run's last steps (or checkpoints) a command reads and prints: --last n, every one with
+ * --all, and by default `shown` as text, every one as JSON (a script reads the whole list it always had).
+ */
+export function shownSteps(options: { json?: boolean; last?: number; all?: boolean }, shown: number): { last?: number } {
+  if (options.all) return {};
+  if (options.last !== undefined) return { last: options.last };
+  return options.json ? {} : { last: shown };
+}
+
+/**
+ * `history runId`: the checkpoint timeline; of a long run its last checkpoints, and the records of their
+ * steps alone (--last, --all).
+ */
 export async function historyCommand(runId: string | undefined, options: ReadOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise history <runId>');
   const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
-    const history = await runtime.store.history(runId);
-    if (!history.length) throw new UnknownRunError(runId);
-    const stored = await runtime.store.load(runId);
-    const { decodeState } = await codec();
+    const { readLastSteps, STEPS_SHOWN } = await lastSteps();
+    const { last } = shownSteps(options, STEPS_SHOWN);
+    // One more than shown: whether earlier checkpoints are left out, without counting them.
+    const read = await runtime.store.history(runId, last !== undefined ? { limit: last + 1 } : undefined);
+    if (!read.length) throw new UnknownRunError(runId);
+    const history = last !== undefined && read.length > last ? read.slice(1) : read;
+    // The records of the steps the checkpoints shown name, from the earliest of them.
+    const steps = last !== undefined ? { last: Math.max(1, history.at(-1)!.step - history[0]!.step + 1) } : {};
     let state;
-    try { state = stored && decodeState(stored); } catch { state = undefined; } // an unreadable run still has a timeline
+    try { state = (await readLastSteps(runtime.store, runId, 'show', steps)).at; } catch { state = undefined; } // an unreadable run still has a timeline
     if (options.json) {
       const byStep = new Map(state?.steps.map((s) => [s.step, s]));
       // A step's usage with its model and estimated cost, as the table's TOKENS and COST give them; `usd`
@@ -98,7 +131,8 @@ export async function historyCommand(runId: string | undefined, options: ReadOpt
         return { ...h, usage: record.usage, model, ...(cost ? { usd: cost.usd } : {}) };
       }), null, 2));
     } else {
-      out(historyTable(history, state ?? undefined, pricingModel()));
+      const left = history.length < read.length ? `checkpoints before version ${history[0]!.version}` : undefined;
+      out(historyTable(history, state, pricingModel(), left));
     }
     return 0;
   } finally {

@@ -1,30 +1,40 @@
 import { InvalidInputError } from '../../core/errors.ts';
-import { showRun, withOutput } from '../../engine/operate/show.ts';
+import { STEPS_SHOWN } from '../../engine/operate/last-steps.ts';
+import { showRun, viewRun, withOutput } from '../../engine/operate/show.ts';
+import { shownSteps } from './read.ts';
 import { openBackend, type CliOptions } from '../context.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
-import { showHeadText, showStepText } from '../format.ts';
+import { leftOutLine, showHeadText, showStepText } from '../format.ts';
 
 export interface ShowOptions extends CliOptions {
   step?: number;
   json?: boolean;
   full?: boolean;
+  /** The last this many steps through --step. */
+  last?: number;
+  /** Every step, however many. */
+  all?: boolean;
 }
 
-/** `show <runId> [--step n] [--full] [--json]`: the run's state after a step, every step in full. */
+/**
+ * `show <runId> [--step n] [--full] [--json] [--last n | --all]`: the run's state after a step, each step in
+ * full; of a long run its last steps, read alone (--json: every step unless --last).
+ */
 export async function showCommand(runId: string | undefined, options: ShowOptions, out: (line: string) => void): Promise<number> {
   if (!runId) throw new InvalidInputError('usage: stepwise show <runId> [--step n] [--full] [--json]');
   const runtime = await openBackend(options, ['table'], { readOnly: true });
   try {
-    const step = options.step !== undefined ? { step: options.step } : {};
+    const step = { ...(options.step !== undefined ? { step: options.step } : {}), ...shownSteps(options, STEPS_SHOWN) };
     if (options.json) {
       out(JSON.stringify(await showRun(runtime, runId, { ...step, ...(options.full ? { full: true } : {}), pricingModel: pricingModel() }), null, 2));
       return 0;
     }
     // As text, each step's whole output is read just before it is printed: a long run's outputs never
     // need to be in memory together.
-    const view = await showRun(runtime, runId, { ...step, pricingModel: pricingModel() });
+    const { view, at } = await viewRun(runtime, runId, { ...step, pricingModel: pricingModel() });
     const shown = { full: options.full === true, backend: runtime.kind };
-    out(showHeadText(view, pricingModel(), shown));
+    out(showHeadText(view, pricingModel(), { ...shown, at }));
+    if (view.stepsFrom) out(`\n${leftOutLine(`steps 1-${view.stepsFrom}`)}`);
     for (const record of view.steps) out(showStepText(options.full ? await withOutput(runtime.blobs, record) : record, pricingModel(), shown));
     return 0;
   } finally {

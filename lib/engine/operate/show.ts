@@ -1,10 +1,9 @@
 import { DamagedBlobError } from '../../core/errors.ts';
-import { stateAtStep } from '../../core/operate.ts';
 import type { Budget, Decision, ForkedFrom, RunState, RunStatus, StepRecord, Usage, WaitRecord } from '../../core/state.ts';
 import { runCost } from '../../llm/cost.ts';
 import type { BlobStore, CheckpointStore } from '../../ports.ts';
 import { pricingModelOf } from '../budget.ts';
-import { loadRun } from './load.ts';
+import { readLastSteps } from './last-steps.ts';
 
 /** A step as shown: its record, plus its whole output when asked for and stored by reference. */
 export interface StepView extends StepRecord {
@@ -38,8 +37,10 @@ export interface RunView {
   cancelRequested?: string;
   pending?: Decision;
   wait?: WaitRecord;
-  /** The step this view stands after; `steps` are the first `atStep` steps. */
+  /** The step this view stands after; `steps` are the first `atStep` steps, or with `last` the last of them. */
   atStep: number;
+  /** With `last`, the steps before `steps`, left out (nor read): `steps` are steps stepsFrom + 1 to atStep. */
+  stepsFrom?: number;
   /**
    * At the latest step, the run's usage (discarded model calls included); at an earlier step, the usage
    * of the first `atStep` steps' model calls.
@@ -57,6 +58,11 @@ export interface ShowOptions {
   full?: boolean | number[];
   /** Prices usage no step records a model for. */
   pricingModel?: string;
+  /**
+   * Only the last this many steps through `step`, read alone with the block summaries before them: a view
+   * of a long run (its cost still every step's). Default: every step.
+   */
+  last?: number;
 }
 
 const BLOB_READS_AT_ONCE = 8;
@@ -81,17 +87,25 @@ export async function withOutput(blobs: BlobStore, record: StepRecord): Promise<
 }
 
 export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }, runId: string, options: ShowOptions = {}): Promise<RunView> {
-  const { stored, state } = await loadRun(deps.store, runId, 'show');
-  const atStep = options.step ?? state.step;
-  const at = atStep === state.step ? state : stateAtStep(state, atStep);
+  return (await viewRun(deps, runId, options)).view;
+}
+
+/**
+ * showRun's view, and the run after its step as a state (`at`): with `last`, it holds the summaries of the
+ * blocks before the steps shown, which price the cost line `show` prints as the view's cost is priced.
+ */
+export async function viewRun(deps: { store: CheckpointStore; blobs: BlobStore }, runId: string, options: ShowOptions = {}): Promise<{ view: RunView; at: RunState }> {
+  const read = await readLastSteps(deps.store, runId, 'show', { ...(options.step !== undefined ? { atStep: options.step } : {}), ...(options.last !== undefined ? { last: options.last } : {}) });
+  const { stored, state, at } = read;
+  const atStep = at.step;
   const wanted = options.full === true ? () => true : (n: number) => Array.isArray(options.full) && options.full.includes(n);
-  const steps: StepView[] = at.steps.slice();
+  const steps: StepView[] = read.steps.slice();
   // A few blobs at a time, not every one of a long run's outputs requested at once.
   const refs = steps.flatMap((record, i) => (record.result.ref && wanted(record.step) ? [i] : []));
   for (let i = 0; i < refs.length; i += BLOB_READS_AT_ONCE) {
     await Promise.all(refs.slice(i, i + BLOB_READS_AT_ONCE).map(async (at) => { steps[at] = await withOutput(deps.blobs, steps[at]!); }));
   }
-  return {
+  const view: RunView = {
     runId, agent: state.agent, goal: state.goal, status: state.status, version: stored.version, step: state.step, stepCap: state.stepCap,
     ...(state.budget ? { budget: state.budget } : {}), ...(state.forkedFrom ? { forkedFrom: state.forkedFrom } : {}),
     ...(state.reason ? { reason: state.reason } : {}), ...(state.summary ? { summary: state.summary } : {}),
@@ -99,8 +113,9 @@ export async function showRun(deps: { store: CheckpointStore; blobs: BlobStore }
     ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
     ...(atStep === state.step && state.pending ? { pending: state.pending } : {}),
     ...(atStep === state.step && state.wait ? { wait: state.wait } : {}),
-    atStep, usage: at.usage, cost: costView(at, options.pricingModel), steps,
+    atStep, ...(read.left ? { stepsFrom: read.left } : {}), usage: at.usage, cost: costView(at, options.pricingModel), steps,
   };
+  return { view, at };
 }
 
 /** A run's estimated cost as `show --json` and the API give it; `pricingModel` prices usage no step records a model for. */
