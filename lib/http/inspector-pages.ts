@@ -59,11 +59,14 @@ export function runPage(input: {
   /** Where the inspector is, as the browser sees it: /inspect, behind any prefix a proxy serves the app under. */
   root: string;
   state: RunState; version: number; history: CheckpointInfo[]; model: string; actions: boolean; now: number; cancelRequested?: string; notHere?: string;
+  /** The records of the steps `history` names (default: those `state` holds): a long run's are read a page at a time. */
+  records?: readonly StepRecord[];
   /** Links to the page of older checkpoints and back to the newest, when there are such pages. */
   pages?: { older?: string; newest?: string };
 }) {
   const { state, history, model } = input;
-  const byStep = new Map(state.steps.map((s) => [s.step, s]));
+  const records = input.records ?? state.steps;
+  const byStep = new Map(records.map((s) => [s.step, s]));
   // The chart covers the steps of the checkpoints shown, as the timeline does.
   const shown = new Set(history.map((h) => h.step));
   const pages = input.pages ?? {};
@@ -82,7 +85,7 @@ ${state.wait ? waitPanel(state, base, input.now, input.actions && input.cancelRe
 ${input.actions ? actionsPanel(state, base) : ''}
 ${input.notHere !== undefined ? html`<p id="not-here">${input.notHere}</p>` : ''}
 <h2>Tokens and cost per step</h2>
-${raw(chart(state.steps.filter((s) => shown.has(s.step)), model))}
+${raw(chart(records.filter((s) => shown.has(s.step)), model))}
 <h2>Timeline</h2>
 ${pages.newest || pages.older ? html`<p class="pages">checkpoints ${history[0]?.version ?? ''}-${history.at(-1)?.version ?? ''} of ${input.version}${pages.newest ? html` · <a id="newest" href="${pages.newest}">newest</a>` : ''}${pages.older ? html` · <a id="older" href="${pages.older}">older checkpoints</a>` : ''}</p>` : ''}
 <table id="timeline"><tr><th>version</th><th>step</th><th>status</th><th>tool</th><th>arguments</th><th>result</th><th>worker</th><th>bytes</th><th>tokens</th><th>cost</th><th>time</th></tr>

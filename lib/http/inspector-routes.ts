@@ -2,10 +2,12 @@ import { createHmac } from 'node:crypto';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import * as z from 'zod';
-import { decodeState } from '../core/codec.ts';
+import { decodeRecords, decodeState, type StoredCheckpoint } from '../core/codec.ts';
 import { NewerFormatError, StepwiseError, UnreadableCheckpointError, isPermanent } from '../core/errors.ts';
 import { dollarsAboveZero, wholeAboveZero } from '../core/limit-text.ts';
-import type { Budget, StepRecord } from '../core/state.ts';
+import type { Budget, RunState, StepRecord } from '../core/state.ts';
+import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
+import { loadAsResumed } from '../engine/operate/load.ts';
 import { RUN_STATUSES, isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';
 import { forkRun } from '../engine/operate/fork.ts';
@@ -89,10 +91,11 @@ export function inspectorRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
     const runId = c.req.param('runId');
     const query = pageQuery.safeParse(c.req.query());
     if (!query.success) return c.html(messagePage('Invalid page', `limit is a whole number from 1 to ${MAX_PAGE}`), 400);
-    const stored = await deps.store.load(runId);
-    if (!stored) return c.html(messagePage('Unknown run', `There is no run ${runId}.`), 404);
-    const state = decoded(stored);
+    // Read as a resume reads it, and below the records of the page's steps alone: a run of 50,000 steps
+    // was read whole for a page of 200 checkpoints.
+    const state = await resumed(deps, runId);
     if (!state.ok) return c.html(state.page, state.status);
+    const stored = state.stored;
     const { cursor, limit } = query.data;
     // A page of the timeline, newest first: a run of 2,500 steps was 1.4 MB of HTML in one page.
     let history;
@@ -107,10 +110,17 @@ export function inspectorRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
       ...(history.next ? { older: `${self}?cursor=${history.next}${limit ? `&limit=${limit}` : ''}` } : {}),
       ...(cursor ? { newest: self } : {}),
     };
+    let records;
+    try {
+      records = await recordsOf(deps, state.state, stored.version, history.checkpoints.filter((h) => h.tool !== undefined).map((h) => h.step));
+    } catch (error) {
+      const page = errorPage(error);
+      return c.html(page.page, page.status);
+    }
     // Another agent's run on AWS is shown without the forms this inspector would refuse.
     const notHere = await otherAgentsRun(deps, runId);
     return c.html(runPage({
-      root, state: state.state, version: stored.version, history: history.checkpoints, pages, model: model(), actions: notHere === undefined, now: deps.clock.now(),
+      root, state: state.state, version: stored.version, history: history.checkpoints, records, pages, model: model(), actions: notHere === undefined, now: deps.clock.now(),
       ...(notHere !== undefined ? { notHere } : {}), ...(stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {}),
     }));
   });
@@ -199,14 +209,47 @@ function decoded(stored: Parameters<typeof decodeState>[0]): { ok: true; state: 
   try {
     return { ok: true, state: decodeState(stored) };
   } catch (error) {
-    if (error instanceof NewerFormatError) {
-      return { ok: false, status: 409, page: messagePage('Written by newer code', `${error.message}. Open it with an inspector of a version that reads it; nothing was changed.`) };
-    }
-    if (error instanceof UnreadableCheckpointError) {
-      return { ok: false, status: 500, page: messagePage('Unreadable checkpoint', `${error.message}. \`stepwise status\` and the run list show it by its status; nothing was changed.`) };
-    }
-    throw error;
+    return { ok: false, ...errorPage(error) };
   }
+}
+
+/**
+ * The run as a resume reads it (its block summaries and the records after them), read whole only where a
+ * summary of an older release has no cost (as GET /runs/:id reads it), or the page that says why not.
+ */
+async function resumed(deps: HttpDeps, runId: string): Promise<{ ok: true; stored: StoredCheckpoint; state: RunState } | { ok: false; page: Page; status: 404 | 409 | 500 }> {
+  try {
+    const read = await loadAsResumed(deps.store, runId, (state) => !unheldBlocksPriced(state));
+    if (!read) return { ok: false, page: messagePage('Unknown run', `There is no run ${runId}.`), status: 404 };
+    return { ok: true, ...read };
+  } catch (error) {
+    return { ok: false, ...errorPage(error) };
+  }
+}
+
+/**
+ * The records of the steps `named` (completed steps of `state`'s run) and of those between them, from the
+ * first: those `state` holds, and the earlier ones read alone (CheckpointStore.records).
+ */
+async function recordsOf(deps: HttpDeps, state: RunState, version: number, named: readonly number[]): Promise<StepRecord[]> {
+  if (!named.length) return [];
+  const low = Math.min(...named) - 1;
+  const from = state.stepsFrom ?? 0;
+  const through = Math.min(Math.max(...named), from);
+  const read = low < through ? decodeRecords(state.runId, version, await deps.store.records(state.runId, { after: low, through }), low) : [];
+  if (read.length !== Math.max(0, through - low)) throw new UnreadableCheckpointError(state.runId, version, `steps ${low + 1}-${through}: ${read.length} records found`);
+  return [...read, ...state.steps.filter((s) => s.step > low)];
+}
+
+/** The page that says why a run cannot be shown (decodeState's refusals); any other error is thrown. */
+function errorPage(error: unknown): { page: Page; status: 409 | 500 } {
+  if (error instanceof NewerFormatError) {
+    return { status: 409, page: messagePage('Written by newer code', `${error.message}. Open it with an inspector of a version that reads it; nothing was changed.`) };
+  }
+  if (error instanceof UnreadableCheckpointError) {
+    return { status: 500, page: messagePage('Unreadable checkpoint', `${error.message}. \`stepwise status\` and the run list show it by its status; nothing was changed.`) };
+  }
+  throw error;
 }
 
 /** The record of the step a step page names, or the page that says why there is none. */
@@ -215,12 +258,19 @@ async function stepOf(c: Context, deps: HttpDeps): Promise<{ record: StepRecord 
   const given = c.req.param('step')!;
   // Digits only, as the fork form and GET /runs/:id/steps/:step read a step.
   if (!/^\d{1,9}$/.test(given)) return { page: await c.html(messagePage('Invalid page', `The step is a whole number from 1, in digits only; got ${JSON.stringify(given)}.`), 400) };
-  const stored = await deps.store.load(runId);
-  if (!stored) return { page: await c.html(messagePage('Unknown run', `There is no run ${runId}.`), 404) };
-  const state = decoded(stored);
+  // The run as a resume reads it, and a step before the records that holds read alone.
+  const state = await resumed(deps, runId);
   if (!state.ok) return { page: await c.html(state.page, state.status) };
   const step = Number(given);
-  const record = state.state.steps.find((s) => s.step === step);
+  let record;
+  try {
+    record = step >= 1 && step <= state.state.step
+      ? (await recordsOf(deps, state.state, state.stored.version, [step]))[0]
+      : undefined;
+  } catch (error) {
+    const page = errorPage(error);
+    return { page: await c.html(page.page, page.status) };
+  }
   if (!record) return { page: await c.html(messagePage('No such step', `Run ${runId} has ${state.state.step} completed step${state.state.step === 1 ? '' : 's'}; step ${step} has no record.`), 404) };
   return { record };
 }
