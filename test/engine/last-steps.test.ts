@@ -5,6 +5,8 @@ import { runCost } from '../../lib/llm/cost.ts';
 import { readLastSteps } from '../../lib/engine/operate/last-steps.ts';
 import { showRun } from '../../lib/engine/operate/show.ts';
 import { openLocalRuntime, type LocalRuntime } from '../../lib/local/runtime.ts';
+import { copyFileSync } from 'node:fs';
+import { fixturePath } from '../fixtures/formats/resume.ts';
 import { tempDb } from '../support/harness.ts';
 import { countRecordsRead, writeLongRun } from '../support/long-run.ts';
 
@@ -77,6 +79,26 @@ describe('a view of a long run reads the steps it shows, not every record', () =
     expect(counted.reads()).toEqual([{ method: 'load', records: 150 }, { method: 'records', records: 300 }]);
     expect(read.steps.map((s) => s.step)).toEqual(Array.from({ length: 10 }, (_, i) => 441 + i));
     expect(runCost(read.at, '')).toEqual(runCost(all, ''));
+  });
+
+  it('a run an earlier release wrote (the fixture condensed-1, 202 steps): its early steps read alone agree with the whole read', async () => {
+    const fixture = tempDb();
+    copyFileSync(fixturePath('3-wait2-summary2-layout2', 'sqlite.db'), fixture.path);
+    const old = openLocalRuntime({ dbPath: fixture.path });
+    try {
+      const all = decodeState((await old.store.load('condensed-1'))!);
+      expect(all.step).toBe(202);
+      counted = countRecordsRead();
+      const view = await showRun(old, 'condensed-1', { step: 60, last: 5 });
+      expect(counted.reads()).toEqual([{ method: 'load', records: 102 }, { method: 'records', records: 60 }]);
+      const at = stateAtStep(all, 60);
+      expect(view.steps).toEqual(at.steps.slice(55));
+      expect(view).toMatchObject({ stepsFrom: 55, usage: at.usage });
+      expect(view.cost).toEqual((await showRun(old, 'condensed-1', { step: 60 })).cost);
+    } finally {
+      old.close();
+      fixture.cleanup();
+    }
   });
 
   it('refuses a step past the run, as a whole read did', async () => {
