@@ -6,7 +6,7 @@ import { decodeRecords, decodeState, type StoredCheckpoint } from '../core/codec
 import { NewerFormatError, StepwiseError, UnreadableCheckpointError, isPermanent } from '../core/errors.ts';
 import { dollarsAboveZero, wholeAboveZero } from '../core/limit-text.ts';
 import type { Budget, RunState, StepRecord } from '../core/state.ts';
-import { unheldBlocksPriced } from '../core/unheld-blocks.ts';
+import { unheldBlocksPriced } from '../llm/cost.ts';
 import { loadAsResumed } from '../engine/operate/load.ts';
 import { RUN_STATUSES, isTerminal } from '../core/statuses.ts';
 import { cancelRun } from '../engine/operate/cancel.ts';

@@ -19,6 +19,7 @@ beforeAll(async () => {
   runtime = openLocalRuntime({ dbPath: db.path });
   await writeLongRun(runtime.store, 'long', STEPS);
   await writeLongRun(runtime.store, 'long-older', 450, { priced: false });
+  await writeLongRun(runtime.store, 'long-not-then', 450, { priced: 'not-then' });
 }, 60_000);
 afterAll(() => { runtime.close(); db.cleanup(); });
 afterEach(() => { counted?.restore(); counted = undefined; });
@@ -79,6 +80,15 @@ describe('a view of a long run reads the steps it shows, not every record', () =
     expect(counted.reads()).toEqual([{ method: 'load', records: 150 }, { method: 'records', records: 300 }]);
     expect(read.steps.map((s) => s.step)).toEqual(Array.from({ length: 10 }, (_, i) => 441 + i));
     expect(runCost(read.at, '')).toEqual(runCost(all, ''));
+  });
+
+  it('summaries whose cost found no price for models this code prices count from their records too, not as unpriced', async () => {
+    const all = await whole('long-not-then');
+    counted = countRecordsRead();
+    const read = await readLastSteps(runtime.store, 'long-not-then', 'show', { last: 10 });
+    expect(counted.reads()).toEqual([{ method: 'load', records: 150 }, { method: 'records', records: 300 }]);
+    expect(runCost(read.at, '')).toEqual(runCost(all, ''));
+    expect(runCost(read.at, '')).toMatchObject({ priced: true, unpriced: [] });
   });
 
   it('a run an earlier release wrote (the fixture condensed-1, 202 steps): its early steps read alone agree with the whole read', async () => {

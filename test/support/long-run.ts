@@ -11,9 +11,13 @@ import { META, newState, recordFor } from './states.ts';
  * A completed-so-far run of `steps` steps written straight to the store, as its workers' checkpoints would
  * write it: each step's record with usage and a model (alternating, so a cost priced by one model alone is
  * wrong), and the summaries each checkpoint condenses (`priced`: with their cost, as this release writes them;
- * else as an older release's, without). About a second for 1,000 steps in SQLite.
+ * else as an older release's, without; 'not-then': by a release whose price table had neither model, each
+ * block's cost saying so). About a second for 1,000 steps in SQLite.
  */
-export async function writeLongRun(store: CheckpointStore, runId: string, steps: number, options: { priced?: boolean; agent?: string } = {}): Promise<RunState> {
+export async function writeLongRun(
+  store: CheckpointStore, runId: string, steps: number, options: { priced?: boolean | 'not-then'; agent?: string } = {},
+): Promise<RunState> {
+  const notThen = () => ({ usd: 0, uncachedUsd: 0, unpriced: ['claude-sonnet-4-5', 'claude-opus-4-1'], model: 'claude-opus-4-1' });
   let state: RunState = { ...newState(runId), stepCap: steps + 100, ...(options.agent ? { agent: options.agent } : {}) };
   await store.create(state, META);
   for (let n = 1; n <= steps; n++) {
@@ -22,7 +26,7 @@ export async function writeLongRun(store: CheckpointStore, runId: string, steps:
       model: n % 2 ? 'claude-sonnet-4-5' : 'claude-opus-4-1',
     };
     state = completeStep(state, record, 5_000 + n);
-    const summaries = summariesDue(state, options.priced === false ? undefined : blockCost);
+    const summaries = summariesDue(state, options.priced === false ? undefined : options.priced === 'not-then' ? notThen : blockCost);
     await store.commit({ runId, expectedVersion: n, state, appended: record, ...(summaries.length ? { summaries } : {}), ...META });
   }
   return state;

@@ -4,6 +4,7 @@ import { InvalidInputError, UnknownRunError, UnreadableCheckpointError } from '.
 import { checkCompletedStep, stateAtStep } from '../../core/operate.ts';
 import type { RunState, StepRecord } from '../../core/state.ts';
 import type { CheckpointStore } from '../../ports.ts';
+import { summaryCost } from '../../llm/cost.ts';
 import { loadAsResumed } from './load.ts';
 
 /**
@@ -46,9 +47,10 @@ export async function readLastSteps(
     const from = state.stepsFrom ?? 0;
     const left = options.last === undefined ? 0 : Math.max(0, n - options.last);
     // The steps before the window count from their blocks' summaries, the first block without its cost
-    // (a summary of older code) and those after it from their records, so every step is priced by its model.
+    // (a summary of older code, or one that found no price this code has) and those after it from their
+    // records, so every step is priced by its model.
     const before = (state.condensed ?? []).filter((b) => b.last <= Math.min(n, from));
-    const uncosted = before.findIndex((b) => !b.cost);
+    const uncosted = before.findIndex((b) => !summaryCost(b));
     const low = Math.min(Math.floor(left / CONDENSE_BLOCK), uncosted < 0 ? before.length : uncosted) * CONDENSE_BLOCK;
     const through = Math.min(n, from);
     const texts = low < through ? await store.records(runId, { after: low, through }) : [];
