@@ -2,7 +2,7 @@ import { NewerFormatError, UnknownRunError, UnreadableCheckpointError } from '..
 import type { RunStatus } from '../../core/state.ts';
 import { InvalidInputError } from '../../core/errors.ts';
 import { historyTable, runDetail, runsTable, shellWord } from '../format.ts';
-import { estimateCost, runCost } from '../../llm/cost.ts';
+import { estimateCost, lastModelOf, runCost } from '../../llm/cost.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 import { openBackend, storeFlags, type CliOptions } from '../backend.ts';
 
@@ -77,13 +77,15 @@ export async function statusCommand(runId: string | undefined, options: ReadOpti
       return 0;
     }
     const { at, left } = read;
+    // Usage no record names a model for is priced by the run's last model, as GET /runs/:id and the budget price it.
+    const pricing = lastModelOf(at) ?? pricingModel();
     const cancel = stored.cancelRequested !== undefined ? { cancelRequested: stored.cancelRequested } : {};
     if (options.json) {
       // The records as the whole run's state gives them, from step stepsFrom + 1 with --last.
       const { condensed: _condensed, stepsFrom: _from, ...state } = at;
-      out(JSON.stringify({ version: stored.version, ...state, steps: read.steps, ...(left ? { stepsFrom: left } : {}), ...cancel, cost: runCost(at, pricingModel()) }, null, 2));
+      out(JSON.stringify({ version: stored.version, ...state, steps: read.steps, ...(left ? { stepsFrom: left } : {}), ...cancel, cost: runCost(at, pricing) }, null, 2));
     } else {
-      out(runDetail(at, stored.version, pricingModel(), { ...cancel, backend: runtime.kind, left }));
+      out(runDetail(at, stored.version, pricing, { ...cancel, backend: runtime.kind, left }));
     }
     return 0;
   } finally {
@@ -119,6 +121,7 @@ export async function historyCommand(runId: string | undefined, options: ReadOpt
     const steps = last !== undefined ? { last: Math.max(1, history.at(-1)!.step - history[0]!.step + 1) } : {};
     let state;
     try { state = (await readLastSteps(runtime.store, runId, 'show', steps)).at; } catch { state = undefined; } // an unreadable run still has a timeline
+    const pricing = (state && lastModelOf(state)) ?? pricingModel();
     if (options.json) {
       const byStep = new Map(state?.steps.map((s) => [s.step, s]));
       // A step's usage with its model and estimated cost, as the table's TOKENS and COST give them; `usd`
@@ -126,13 +129,13 @@ export async function historyCommand(runId: string | undefined, options: ReadOpt
       out(JSON.stringify(history.map((h) => {
         const record = h.tool ? byStep.get(h.step) : undefined;
         if (!record?.usage) return h;
-        const model = record.model ?? pricingModel();
+        const model = record.model ?? pricing;
         const cost = estimateCost(record.usage, model);
         return { ...h, usage: record.usage, model, ...(cost ? { usd: cost.usd } : {}) };
       }), null, 2));
     } else {
       const left = history.length < read.length ? `checkpoints before version ${history[0]!.version}` : undefined;
-      out(historyTable(history, state, pricingModel(), left));
+      out(historyTable(history, state, pricing, left));
     }
     return 0;
   } finally {

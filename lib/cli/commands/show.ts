@@ -3,6 +3,7 @@ import { STEPS_SHOWN } from '../../engine/operate/last-steps.ts';
 import { showRun, viewRun, withOutput } from '../../engine/operate/show.ts';
 import { shownSteps } from './read.ts';
 import { openBackend, type CliOptions } from '../context.ts';
+import { lastModelOf } from '../../llm/cost.ts';
 import { defaultModelId as pricingModel } from '../../llm/model-id.ts';
 import { leftOutLine, showHeadText, showStepText } from '../format.ts';
 
@@ -33,9 +34,11 @@ export async function showCommand(runId: string | undefined, options: ShowOption
     // need to be in memory together.
     const { view, at } = await viewRun(runtime, runId, { ...step, pricingModel: pricingModel() });
     const shown = { full: options.full === true, backend: runtime.kind };
-    out(showHeadText(view, pricingModel(), { ...shown, at }));
+    // Usage no record names a model for is priced by the run's last model, as --json and GET /runs/:id price it.
+    const pricing = lastModelOf(at) ?? pricingModel();
+    out(showHeadText(view, pricing, { ...shown, at }));
     if (view.stepsFrom) out(`\n${leftOutLine(`steps 1-${view.stepsFrom}`)}`);
-    for (const record of view.steps) out(showStepText(options.full ? await withOutput(runtime.blobs, record) : record, pricingModel(), shown));
+    for (const record of view.steps) out(showStepText(options.full ? await withOutput(runtime.blobs, record) : record, pricing, shown));
     return 0;
   } finally {
     runtime.close();
