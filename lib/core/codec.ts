@@ -54,6 +54,12 @@ export interface HeldSteps {
   condensed: readonly CondensedBlock[];
   /** The head this process wrote last, as text and decoded (heldHead): a load returning that text is not decoded again. */
   head?: { text: string; value: RunHead };
+  /**
+   * When the run these are records of was created: a run deleted and started again under its id is another
+   * run (created later: the first had to end and be deleted), and a process that held the first's records
+   * must not take them for the second's.
+   */
+  createdAt?: number;
 }
 
 /**
@@ -86,6 +92,10 @@ export function decodeState(stored: StoredCheckpoint, known: readonly StepRecord
   const held: HeldSteps = Array.isArray(known) ? { from: 0, steps: known, condensed: [] } : known as HeldSteps;
   // The head this process wrote (a worker's next step): the very text, so the very value.
   const head = held.head?.text === stored.head ? held.head.value : read('head', stored.head, 'head', runHeadSchema);
+  // Thrown as unreadable, the one error on which a worker drops what it holds and reads the run whole.
+  if (held.createdAt !== undefined && held.createdAt !== head.createdAt) {
+    throw new UnreadableCheckpointError(runId, version, 'the step records held are of an earlier run of this id (deleted since), not of this one');
+  }
   const after = stored.stepsAfter ?? 0;
   // Holding nothing, the state starts where the load did; holding records, the load must continue them.
   const from = held.steps.length || held.from ? held.from : after;

@@ -57,7 +57,7 @@ export function heldAfter(state: RunState, written: readonly CondensedBlock[], p
   if (price && condensed.some(costDue)) condensed = condensed.map((b) => (!costDue(b) || b.last - CONDENSE_BLOCK < from ? b : costedBlock(state, b, price)));
   const keepRecords = price !== undefined && condensed.some((b) => !b.cost);
   const to = keepRecords ? from : Math.max(from, condensed.length * CONDENSE_BLOCK);
-  return { from: to, steps: to === from ? state.steps : state.steps.slice(to - from), condensed };
+  return { from: to, steps: to === from ? state.steps : state.steps.slice(to - from), condensed, createdAt: state.createdAt };
 }
 
 /**

@@ -15,7 +15,8 @@ export const MAX_HELD_CHARS = 24 * 1024 * 1024;
 /**
  * Decoded step records per run, kept by a worker process between steps: the summaries of the condensed
  * blocks and the records after them, as a bounded load gives them (lib/core/condensed.ts). Step records
- * and summaries are written once and never change, so holding them is always safe: the next step loads
+ * and summaries are written once and never change (a run deleted and started again under its id is another
+ * run, told apart by its creation time: HeldSteps.createdAt), so holding them is safe: the next step loads
  * only the head and the records written since, and the per-step cost stays flat however long the run is.
  * The version check on every write still decides who may advance the run; this only saves re-reading
  * what cannot have changed.

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
 import { RunStateError, UnknownRunError } from '../../lib/core/errors.ts';
+import { advance } from '../../lib/engine/advance.ts';
 import { deleteRun } from '../../lib/engine/operate/delete.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import type { CheckpointStore } from '../../lib/ports.ts';
@@ -60,6 +61,33 @@ describe('deleting a run', () => {
     expect((await second.runtime.store.history('run')).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
     first.runtime.close();
     second.runtime.close();
+  });
+
+  it('a worker that held the deleted run\'s records does not take them for those of a new run of the same id', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const effects: string[] = [];
+    const a = workerProcess({ dbPath: db.path, agent: onceAgent(effects), model: new StubModel(writeRowsScript(4)), clock, workerId: 'A' });
+    const b = workerProcess({ dbPath: db.path, agent: onceAgent(effects), model: new StubModel(writeRowsScript(4)), clock, workerId: 'B' });
+    await start(a.deps);
+    // A steps the run twice and holds its records; B finishes it; it is deleted and started anew.
+    await advance(a.deps, 'run');
+    await advance(a.deps, 'run');
+    await drain(b.deps, b.runtime, clock);
+    expect(await loadState(b.runtime)).toMatchObject({ status: 'completed', step: 4 });
+    await deleteRun(b.deps, 'run');
+    // Later, as a run's end and its delete take time: the new run's creation time is its own.
+    clock.advance(1);
+    await start(b.deps, 'write them again');
+    await advance(b.deps, 'run');
+    await advance(b.deps, 'run');
+    // The new run is at step 2, where A's held records of the old one end.
+    const next = await advance(a.deps, 'run');
+    // Was: A took its held steps 1-2 of the old run for the new run's, in its prompt and in what it held on.
+    expect(next).toMatchObject({ kind: 'advanced' });
+    expect((next as { state: { steps: { workerId: string }[] } }).state.steps.map((s) => s.workerId)).toEqual(['B', 'B', 'A']);
+    a.runtime.close();
+    b.runtime.close();
   });
 
   it('refuses a running run (cancel it first) and an unknown one, changing nothing', async () => {

@@ -99,7 +99,7 @@ export async function watchRun(
         out(`run ${runId} v${stored.version}  ${stored.status}${stored.reason ? ` (${stored.reason})` : ''}: this code cannot read it: ${(error as Error).message}`);
         return { exitCode: !isTerminal(stored.status) ? 2 : stored.status === 'completed' ? 0 : 3 };
       }
-      held = { from: state.stepsFrom ?? 0, steps: state.steps, condensed: state.condensed ?? [] };
+      held = { from: state.stepsFrom ?? 0, steps: state.steps, condensed: state.condensed ?? [], createdAt: state.createdAt };
       for (const line of await linesSince(store, state, stored.version, seen)) out(line);
       seen = { version: stored.version, step: state.step, status: state.status, failures: state.failures };
     }
