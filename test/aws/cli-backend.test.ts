@@ -45,6 +45,17 @@ describe('the stepwise command on the AWS backend', () => {
     expect(forked.out.trim()).toBe(`forked run aws-cli-1-f from aws-cli-1 at step 2 (version 5); \`stepwise worker --agent ${AGENT} ${flags}\` works it`);
     const fromFork = await stepwise('worker', '--agent', AGENT, '--idle-exit-ms', '2500');
     expect(fromFork.out).toMatch(/run aws-cli-1-f v\d+ {2}completed after 3 steps/);
+
+    // Deleted, it is gone from the table; the fork made from it stays.
+    const deleted = await stepwise('delete', 'aws-cli-1');
+    expect(deleted.code, deleted.err).toBe(0);
+    expect(deleted.out).toMatch(/^run aws-cli-1 \(completed at version 5\) deleted: its checkpoints, step records and idempotency records;/);
+    const gone = await stepwise('status', 'aws-cli-1');
+    expect(gone.code).toBe(2);
+    expect(gone.err).toContain('unknown run: aws-cli-1');
+    expect((await stepwise('status')).out).not.toMatch(/aws-cli-1\s/);
+    expect((await stepwise('status', 'aws-cli-1-f')).out).toContain('completed');
+    expect((await stepwise('delete', 'aws-cli-1')).err).toContain('unknown run: aws-cli-1');
   });
 
   it('watch follows a run that another process works on DynamoDB and SQS, to its end', { timeout: 60_000 }, async () => {
