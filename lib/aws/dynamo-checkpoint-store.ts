@@ -22,7 +22,7 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  CANCEL_ATTRIBUTE, DELETED_ATTRIBUTE, HEAD_SK, LEDGER_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
+  CANCEL_ATTRIBUTE, DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, HEAD_SK, ID_REUSE_AFTER_MS, LEDGER_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
   TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
   checkpointSk, isCheckpointSk, isStepSk, ledgerPk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards,
 } from './table-layout.ts';
@@ -91,7 +91,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     return this.options.retentionMs ?? DEFAULT_RETENTION_MS;
   }
 
-  async create(state: RunState, meta: WriteMeta & Pick<CheckpointWrite, 'queue'>): Promise<{ created: boolean; version: number; bytes: number }> {
+  async create(state: RunState, meta: WriteMeta & Pick<CheckpointWrite, 'queue'>, reused = false): Promise<{ created: boolean; version: number; bytes: number }> {
     if (meta.queue) throw new Error('the DynamoDB checkpoint store cannot carry queue work: send it to SQS');
     const { runId } = state;
     const head = encodeHead(state);
@@ -112,7 +112,10 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const inline = records.length <= CREATE_INLINE_STEPS;
     if (!inline) {
       const existing = await this.headItem(runId);
-      if (existing?.[DELETED_ATTRIBUTE] !== undefined) throw beingDeleted(runId);
+      if (existing?.[DELETED_ATTRIBUTE] !== undefined) {
+        await this.freeDeletedId(runId, existing[FREE_AT_ATTRIBUTE] === undefined ? undefined : Number(existing[FREE_AT_ATTRIBUTE]), reused);
+        return this.create(state, meta, true);
+      }
       if (existing) return { created: false, version: Number(existing.version), bytes: 0 };
       await this.putRecordsFirst(runId, records.map(recordItem));
     }
@@ -142,12 +145,35 @@ export class DynamoCheckpointStore implements CheckpointStore {
         if (reasons?.some((r) => r.Code === 'ConditionalCheckFailed')) throw leftoverRecords(runId);
         throw error;
       }
-      if (head.Item?.[DELETED_ATTRIBUTE] !== undefined) throw beingDeleted(runId);
+      if (head.Item?.[DELETED_ATTRIBUTE] !== undefined) {
+        await this.freeDeletedId(runId, rawNumber(head.Item, FREE_AT_ATTRIBUTE), reused);
+        return this.create(state, meta, true);
+      }
       const version = rawNumber(head.Item, 'version') ?? (await this.load(runId))?.version ?? 1;
       // Another create of this id won while this one wrote its records first: take back those past the
       // winner's steps, which its later commits would otherwise find already written.
       if (!inline) await this.deleteOwnRecordsAfter(rawNumber(head.Item, 'step') ?? 0, records.map(recordItem));
       return { created: false, version, bytes: 0 };
+    }
+  }
+
+  /**
+   * A create found the mark of a deleted run (DELETED_ATTRIBUTE) at its head: removed once the id is free
+   * (FREE_AT_ATTRIBUTE), for the create to be tried again, once; refused while it is not, saying when it
+   * will be, or while the delete is unfinished (no FREE_AT_ATTRIBUTE), saying to finish it.
+   */
+  private async freeDeletedId(runId: string, freeAt: number | undefined, reused: boolean): Promise<void> {
+    if (freeAt === undefined || reused) throw beingDeleted(runId);
+    if (this.now < freeAt) {
+      throw new RunIdInUseError(runId, `run id ${runId} belongs to a run deleted less than ${ID_REUSE_AFTER_MS / 60_000} minutes after its last step: SQS would drop a new run's messages as that run's until ${new Date(freeAt).toISOString()} (its deduplication window); start it then, or under another id`);
+    }
+    try {
+      await this.options.doc.send(new DeleteCommand({
+        TableName: this.table, Key: { [PK]: runPk(runId), [SK]: HEAD_SK },
+        ConditionExpression: '#free = :free', ExpressionAttributeNames: { '#free': FREE_AT_ATTRIBUTE }, ExpressionAttributeValues: { ':free': freeAt },
+      }));
+    } catch (error) {
+      if (!isConditionalCheckFailed(error)) throw error; // another create removed it first: the retry meets its run
     }
   }
 
@@ -607,6 +633,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
       head = await this.headItem(runId);
       // A head without the mark is a run (or a create writing its records first): not this call's to touch.
       if (head?.[DELETED_ATTRIBUTE] === undefined) return false;
+      // A finished delete's mark, kept while SQS may still drop a new run's messages: nothing to finish.
+      if (head[FREE_AT_ATTRIBUTE] !== undefined) return false;
     } else {
       const e = new Expression();
       const update = e.update({ [DELETED_ATTRIBUTE]: this.now, version: expectedVersion + 1 }, [STATUS_KEY, WAIT_SHARD, WAIT_DEADLINE]);
@@ -631,11 +659,17 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ...Array.from({ length: step + 1 }, (_, n) => ({ [PK]: ledgerPk(idempotencyKey(runId, n + 1)), [SK]: LEDGER_SK })),
     ];
     await this.deleteItems(keys);
-    // Last, and only while it is still a delete's mark: the run id is free again once this is gone.
+    // Last, and only while it is still a delete's mark: the run id is free again once this is gone. Within
+    // SQS's deduplication window of the run's last write, a bare mark (no data of the run) stands in for it
+    // until the id may be given again (FREE_AT_ATTRIBUTE); the create that finds it then removes it.
+    const freeAt = Number(head?.updatedAt ?? 0) + ID_REUSE_AFTER_MS;
+    const onlyMark = { ConditionExpression: 'attribute_exists(#deleted)', ExpressionAttributeNames: { '#deleted': DELETED_ATTRIBUTE } };
     try {
-      await this.options.doc.send(new DeleteCommand({
-        TableName: this.table, Key: key, ConditionExpression: 'attribute_exists(#deleted)', ExpressionAttributeNames: { '#deleted': DELETED_ATTRIBUTE },
-      }));
+      if (this.now < freeAt) {
+        await this.options.doc.send(new PutCommand({ TableName: this.table, Item: { ...key, [DELETED_ATTRIBUTE]: head?.[DELETED_ATTRIBUTE] ?? this.now, [FREE_AT_ATTRIBUTE]: freeAt }, ...onlyMark }));
+      } else {
+        await this.options.doc.send(new DeleteCommand({ TableName: this.table, Key: key, ...onlyMark }));
+      }
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error; // another delete finished it first
     }

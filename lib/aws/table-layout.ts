@@ -39,6 +39,16 @@ export const RESTARTS_ATTRIBUTE = 'restarts';
  * the last item of the run deleted, so the id cannot be created again while the rest is still there.
  */
 export const DELETED_ATTRIBUTE = 'deletedAt';
+/**
+ * On a deleted run's last item, all that is left of it (no data): when its id may be given to a new run.
+ * SQS FIFO drops a message whose deduplication id (run and version) it took in the last 5 minutes, and a new
+ * run's versions repeat the old run's: started sooner, its messages would be dropped as the old run's, and it
+ * would wait for the sweeper's re-drive (15 minutes) at each. Until then a create of the id is refused,
+ * saying when; from then the first create removes the mark.
+ */
+export const FREE_AT_ATTRIBUTE = 'freeAt';
+/** SQS FIFO's deduplication window, and a minute for a send that followed the run's last write. */
+export const ID_REUSE_AFTER_MS = 6 * 60_000;
 /** On the head: a cancel asked for (who, when, why), applied at the next step boundary; commits keep it. */
 export const CANCEL_ATTRIBUTE = 'cancelRequested';
 
