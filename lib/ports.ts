@@ -234,7 +234,8 @@ export interface CheckpointStore {
    * file, the same DynamoDB table), and they must be gone before the run id can be created again, or the new
    * run would find the old run's results under its own keys and skip its effects. SQLite does all of it in
    * one transaction; DynamoDB marks the head deleted (fenced), removes the rest, then the head, so the id
-   * stays taken until all of it is gone.
+   * stays taken until all of it is gone (and, within SQS's deduplication window of the run's last step, a
+   * bare mark holds it until then: FREE_AT_ATTRIBUTE in lib/aws/table-layout.ts).
    *
    * Without `expectedVersion` it only finishes a delete interrupted after its fence (a DynamoDB head
    * marked deleted, the process killed before the rest went), which load() no longer returns. Says

@@ -208,10 +208,11 @@ export function decodeHead(stored: StoredCheckpoint): RunHead {
 }
 
 /**
- * Step records read alone (CheckpointStore.records), steps `after` + 1 on, of the run whose latest version
- * is `version`: each checked and migrated as decodeState reads it, and in order with none missing.
+ * Step records read alone (CheckpointStore.records), steps `after` + 1 to `through`, of the run whose latest
+ * version is `version`: each checked and migrated as decodeState reads it, in order, none missing.
  */
-export function decodeRecords(runId: string, version: number, texts: readonly string[], after: number): StepRecord[] {
+export function decodeRecords(runId: string, version: number, texts: readonly string[], after: number, through: number): StepRecord[] {
+  if (texts.length !== Math.max(0, through - after)) throw new UnreadableCheckpointError(runId, version, `steps ${after + 1}-${through}: ${texts.length} records found`);
   const records = texts.map((text, i) => {
     const where = `step ${after + i + 1}`;
     return readRecord('step', parseJson(text, runId, version, where), where, stepRecordSchema, runId, version);

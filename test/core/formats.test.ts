@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeState, encodeDecision, encodeHead, encodeStep, encodeSummary, type StoredCheckpoint } from '../../lib/core/codec.ts';
+import { decodeRecords, decodeState, encodeDecision, encodeHead, encodeStep, encodeSummary, type StoredCheckpoint } from '../../lib/core/codec.ts';
 import { condensedBlock } from '../../lib/core/condensed.ts';
 import { NewerFormatError, UnknownFieldError, UnreadableCheckpointError } from '../../lib/core/errors.ts';
 import { MIGRATIONS, migrateRecord } from '../../lib/core/migrations.ts';
@@ -140,5 +140,20 @@ describe('record formats', () => {
   it('head 2 -> 3: a head written before budgets and forks reads as it was', () => {
     expect(MIGRATIONS.head[2]!({ formatVersion: 2, goal: 'g', status: 'capped' })).toEqual({ formatVersion: 2, goal: 'g', status: 'capped' });
     expect(migrateRecord('head', { formatVersion: 2, goal: 'g' })).toEqual({ formatVersion: 3, goal: 'g' });
+  });
+});
+
+describe('step records read alone (decodeRecords)', () => {
+  const texts = (steps: number[]) => steps.map((n) => encodeStep(stateAfter('alone', 5).steps[n - 1]!));
+
+  it('gives steps after + 1 to through, checked as decodeState checks them', () => {
+    expect(decodeRecords('alone', 6, texts([3, 4, 5]), 2, 5).map((r) => r.step)).toEqual([3, 4, 5]);
+    expect(decodeRecords('alone', 6, [], 2, 2)).toEqual([]);
+  });
+
+  it('refuses a range with a record missing, at its end or inside it, or out of order: unreadable, not a shorter run', () => {
+    expect(() => decodeRecords('alone', 6, texts([3, 4]), 2, 5)).toThrow(UnreadableCheckpointError);
+    expect(() => decodeRecords('alone', 6, texts([3, 4]), 2, 5)).toThrow('steps 3-5: 2 records found');
+    expect(() => decodeRecords('alone', 6, texts([3, 5, 4]), 2, 5)).toThrow('step 4: its record says step 5');
   });
 });
