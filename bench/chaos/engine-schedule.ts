@@ -15,9 +15,12 @@
  * its lease ends; that schedule parks no worker (bench/chaos/hangs.ts). Time is a ManualClock: leases,
  * timeouts and wait deadlines pass at once; only a tool's time limit is real time, as the engine keeps it
  * (lib/engine/tool-time.ts). The clock has a machine's monotonic time, as the system clock has on Linux,
- * so the ledger's claims are held on it as a real worker's are.
+ * so the ledger's claims are held on it as a real worker's are, and the machine's wall clock steps now
+ * and then (NTP, `date -s`, a VM restored): forward past the visibility timeout and the leases, most often
+ * while a worker is inside an effect, or back, by up to two hours, for every process at once.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { SqliteLedger } from '../../lib/local/sqlite-ledger.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
@@ -48,6 +51,8 @@ import { rng, type Rng } from './random.ts';
 import { HUNG_TOOL, hangPlan } from './hangs.ts';
 
 const VISIBILITY_MS = 30_000;
+/** The furthest the wall clock steps, either way. */
+const CLOCK_STEP_MS = 2 * 3_600_000;
 const MAX_TURNS = 3_000;
 const CRASH_POINTS: CrashPoint[] = ['C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'C8'];
 export { PERMANENT_FAULT } from './model-faults.ts';
@@ -110,6 +115,8 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   concurrentWorkers?: number;
   /** Tools that never returned, in real worker processes: their try ended at the tool's timeoutMs. */
   hungTools?: number;
+  /** Steps of the machine's wall clock, forward or back (the engine's schedules). */
+  clockSteps?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }
@@ -149,9 +156,10 @@ function waitInput(plan: WaitPlan, key: string, runId: string): unknown {
  * A defect planted on purpose, to show that the schedules and the checker find one: a ledger that
  * forgets (runs every effect each time it is asked), a queue that loses one send in ten, a checkpoint
  * commit that drops the send it carries one time in ten (the one-transaction path), a sweeper that
- * never sends the timers of long waits, or a gated tool whose approval was left off (its call runs unasked).
+ * never sends the timers of long waits, a gated tool whose approval was left off (its call runs unasked),
+ * or a ledger that times its leases by the wall clock (a step forward frees a live holder's key).
  */
-export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends' | 'timers-lost' | 'gate-left-off';
+export type Sabotage = 'ledger-forgets' | 'sends-lost' | 'commit-drops-sends' | 'timers-lost' | 'gate-left-off' | 'ledger-on-wall-clock';
 
 export async function engineSchedule(
   seed: number, options: { intensity?: number; sabotage?: Sabotage; /** The chance that a schedule hangs one tool (default 0.1). */ hangs?: number } = {},
@@ -166,7 +174,11 @@ export async function engineSchedule(
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
     waits: 0, gates: 0, gatesApproved: 0, gatedRuns: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {}, hungTools: 0,
+    clockSteps: 0,
   };
+  // The clock's steps come from a stream of their own, so the faults a seed drew before them are drawn alike.
+  const stepper = rng(seed ^ 0x3c6ef372);
+  const maxClockSteps = stepper.int(0, Math.round(3 * k));
 
   // The runs, their waits and their faults. Whether an approval is a gate comes from a stream of its own,
   // so the schedules of seeds from before gates draw everything else as they did.
@@ -238,6 +250,22 @@ export async function engineSchedule(
     void ctx;
   };
 
+  /**
+   * After a ledger-only effect, only a live holder waiting long for its reply (a crash, a freeze or a hang
+   * there is the case README says nothing can tell apart): its renewals alone keep the key from a second
+   * attempt, whatever the wall clock does meanwhile. Drawn from the clock's stream, so the seeds' other
+   * faults stay as they were.
+   */
+  const afterLedgerOnly = async (proc: Proc): Promise<void> => {
+    if (proc.dead) throw new ProcessDied(proc.id);
+    if (!allowPark || parked || hang.hangs || !stepper.chance(0.05 * k)) return;
+    const park: Park = { mode: 'long', proc, go: deferred() };
+    parked = park;
+    report.longEffects++;
+    parkSignal.resolve('parked');
+    await park.go.promise;
+  };
+
   const agentFor = (proc: Proc): AgentDefinition => defineAgent({
     name: 'chaos',
     tools: [
@@ -262,6 +290,7 @@ export async function engineSchedule(
           await inside(proc, ctx, 'before');
           if (signal.aborted) throw new TransientError('claim lost while frozen');
           bump(ctx.idempotencyKey);
+          await afterLedgerOnly(proc);
           return { sent: input.n };
         }),
       }),
@@ -311,7 +340,7 @@ export async function engineSchedule(
   const spawn = (): Proc => {
     const id = `w${spawned++}`;
     const clock = root.process();
-    const runtime = openLocalRuntime({ dbPath, clock });
+    const runtime = openLocalRuntime({ dbPath, clock, log: silentLogger });
     const proc = { id, clock, runtime, dead: false, died: deferred<'died'>() } as Proc;
     const faults = {
       check: () => {
@@ -321,6 +350,7 @@ export async function engineSchedule(
     };
     const ledger = options.sabotage === 'ledger-forgets'
       ? { once: <T>(_key: string, _args: unknown, effect: (signal: AbortSignal) => Promise<T>) => effect(new AbortController().signal) }
+      : options.sabotage === 'ledger-on-wall-clock' ? new SqliteLedger(runtime.db, { now: clock.now, every: clock.every }, silentLogger)
       : runtime.ledger;
     const queue = options.sabotage === 'sends-lost'
       ? Object.assign(Object.create(runtime.queue) as typeof runtime.queue, {
@@ -482,6 +512,19 @@ export async function engineSchedule(
       }
     };
 
+    /**
+     * The machine's wall clock steps, for every process at once; the monotonic clock does not. Not while a
+     * run waits: a wait's deadline is a time on the wall clock and moves with it (a known limit), which
+     * would make its plan's answers late or early.
+     */
+    const stepClock = async (chance: number): Promise<boolean> => {
+      if (report.clockSteps! >= maxClockSteps || !stepper.chance(chance)) return false;
+      for (const run of runs) if ((await reader.store.load(run.runId))?.status === 'waiting') return false;
+      root.ms += stepper.chance(0.6) ? stepper.int(VISIBILITY_MS + 1, CLOCK_STEP_MS) : -stepper.int(1_000, CLOCK_STEP_MS);
+      report.clockSteps!++;
+      return true;
+    };
+
     let parkedWork: { delivery: Delivery; pending: Promise<Outcome>; turnsLeft: number } | undefined;
     let turn = 0;
     for (; turn < MAX_TURNS; turn++) {
@@ -510,6 +553,7 @@ export async function engineSchedule(
         continue;
       }
       if (brownoutCalls === 0 && r.chance(0.02 * k)) { report.brownouts++; brownoutCalls = r.int(1, 8); }
+      await stepClock(0.01 * k);
 
       const candidates = procs.filter((p) => !p.dead && p !== parked?.proc);
       // A worker holding its next delivery mostly goes on with it; one that does not leaves it in flight
@@ -526,6 +570,10 @@ export async function engineSchedule(
       const { outcome, pending } = await handle(proc, delivery);
       if (outcome.kind === 'parked') {
         parkedWork = { delivery, pending, turnsLeft: r.int(1, 10) };
+        // Most often while its holder is inside the effect: a step forward must not free the key beside it.
+        // The other workers poll on at once, before the holder's next heartbeat (a third of the visibility
+        // timeout on its monotonic timers) hides its message again: one of them may take the message.
+        if (await stepClock(0.5)) continue;
         // Another worker may take the message (and, past the lease, the key) while this one is away.
         await root.pass(r.chance(0.5) ? VISIBILITY_MS + 1 : 61_000 + VISIBILITY_MS);
         continue;

@@ -26,6 +26,7 @@ describe('chaos: seeded fault schedules over the engine and the SQLite runtime',
     expect(totals.duplicates).toBeGreaterThan(10);
     expect(totals.brownouts).toBeGreaterThan(0);
     expect(totals.slowWorkers + totals.longEffects).toBeGreaterThan(0);
+    expect(totals.clockSteps).toBeGreaterThan(0);
     expect(totals.modelFaults).toBeGreaterThan(0);
     // The model's calls are the requests the Messages API server received.
     expect(totals.modelCalls).toBe(served);
@@ -79,6 +80,13 @@ describe('chaos: seeded fault schedules over the engine and the SQLite runtime',
     for (let i = 0; i < 12 && totals.appliedTwice === 0; i++) add(totals, await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'ledger-forgets' }));
     expect(totals.appliedTwice).toBeGreaterThan(0);
     expect(totals.badSeeds.length).toBeGreaterThan(0);
+  });
+
+  it('finds a planted defect: a ledger that times its leases by the wall clock lets a step forward free a live holder\'s key, and its effect runs twice', async () => {
+    const totals = emptyTotals();
+    for (let i = 0; i < 24 && totals.appliedTwice === 0; i++) add(totals, await engineSchedule(scheduleSeed(SEED, i), { sabotage: 'ledger-on-wall-clock' }));
+    expect(totals.clockSteps).toBeGreaterThan(0);
+    expect(totals.appliedTwice).toBeGreaterThan(0);
   });
 
   it('finds a planted defect: a sweeper that never sends the timers of long waits leaves runs waiting past their deadline', async () => {

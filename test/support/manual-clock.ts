@@ -23,7 +23,9 @@ interface Timeline {
  * `freeze()` stops until `thaw()` (a SIGSTOP, a long GC pause) and `kill()` stops for good.
  *
  * Setting `ms` steps the wall clock (NTP, `date -s`); after `onMachine()` the line also has a machine's
- * monotonic clock (machine-time.ts), which only time passing (advance, pass) moves.
+ * monotonic clock (machine-time.ts), which only time passing (advance, pass) moves, and its timers are due
+ * on that clock, as Node's are on the monotonic one: a step of the wall clock neither fires a renewal
+ * early nor holds it back.
  */
 export class ManualClock implements Clock {
   private readonly line: Timeline;
@@ -42,26 +44,34 @@ export class ManualClock implements Clock {
 
   /** The time line gets a machine's monotonic clock, booted as `boot` (a new name is a reboot). */
   onMachine(boot = 'boot-1', ms = 1_000_000): this {
+    // The timers set so far keep what they had left to wait, counted on the new clock.
+    const shift = ms - this.tick;
     this.line.machine = { boot, ms };
+    for (const timer of this.line.timers) timer.due += shift;
     return this;
   }
 
+  /** What timers are due on: the machine's clock once the line has one, else the wall clock. */
+  private get tick(): number {
+    return this.line.machine ? this.line.machine.ms : this.line.ms;
+  }
+
   every = (ms: number, fn: () => unknown): (() => void) => {
-    const timer: Timer = { everyMs: ms, due: this.line.ms + ms, fn, owner: this };
+    const timer: Timer = { everyMs: ms, due: this.tick + ms, fn, owner: this };
     if (this.state !== 'killed') this.line.timers.add(timer);
     return () => { this.line.timers.delete(timer); };
   };
 
   /** Moves time forward, firing due timers in order; what a timer starts is not waited for. */
   advance(ms: number): void {
-    const target = this.line.ms + ms;
+    const target = this.tick + ms;
     for (let timer = this.nextDue(target); timer; timer = this.nextDue(target)) this.fire(timer);
     this.elapse(target);
   }
 
   /** Moves time forward like advance(), waiting for what each timer starts (a renewal write) before going on. */
   async pass(ms: number): Promise<void> {
-    const target = this.line.ms + ms;
+    const target = this.tick + ms;
     for (let timer = this.nextDue(target); timer; timer = this.nextDue(target)) await this.fire(timer);
     this.elapse(target);
   }
@@ -80,9 +90,9 @@ export class ManualClock implements Clock {
   async thaw(): Promise<void> {
     if (this.state !== 'frozen') return;
     this.state = 'running';
-    const overdue = [...this.line.timers].filter((t) => t.owner === this && t.due <= this.line.ms);
+    const overdue = [...this.line.timers].filter((t) => t.owner === this && t.due <= this.tick);
     for (const timer of overdue) {
-      timer.due = this.line.ms + timer.everyMs;
+      timer.due = this.tick + timer.everyMs;
       await timer.fn();
     }
   }
@@ -102,11 +112,12 @@ export class ManualClock implements Clock {
     return next;
   }
 
-  /** Time passes up to `target`: the machine's clock moves by as much. */
+  /** Time passes up to `target` (on the timers' clock): the wall clock moves by as much. */
   private elapse(target: number): void {
-    if (target <= this.line.ms) return;
-    if (this.line.machine) this.line.machine.ms += target - this.line.ms;
-    this.line.ms = target;
+    const passed = target - this.tick;
+    if (passed <= 0) return;
+    if (this.line.machine) this.line.machine.ms += passed;
+    this.line.ms += passed;
   }
 
   private fire(timer: Timer): unknown {
