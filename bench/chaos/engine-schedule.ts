@@ -115,8 +115,10 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   concurrentWorkers?: number;
   /** Tools that never returned, in real worker processes: their try ended at the tool's timeoutMs. */
   hungTools?: number;
-  /** Steps of the machine's wall clock, forward or back (the engine's schedules). */
+  /** Steps of the machine's wall clock, forward or back. */
   clockSteps?: number;
+  /** Real worker processes' warnings of a step back they found in the file (clock-step.ts). */
+  clockStepsSeen?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }

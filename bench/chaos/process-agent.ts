@@ -5,6 +5,7 @@
  * `ctx.once` and inside long effects; some never return, and their try ends at the tool's timeoutMs. The
  * model decides from the prompt, as a real one would.
  */
+import { readFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
@@ -16,6 +17,21 @@ import { completedSteps } from '../../test/support/stub-model.ts';
 const STEPS = Number(process.env.CHAOS_STEPS ?? 8);
 const IGNORES_KEY = process.env.CHAOS_SABOTAGE === 'effect-ignores-key';
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * The machine's wall clock, stepped by the schedule (process-schedule.ts): Date.now() is off by the offset
+ * in CHAOS_CLOCK_FILE, read again at each SIGUSR2, as after NTP or `date -s` every process's reading is;
+ * the monotonic clock (timers, process.hrtime, the ledger's machine time) does not move. Every reading of
+ * the wall clock in lib/ is Date.now() at the time of the call (systemClock).
+ */
+if (process.env.CHAOS_CLOCK_FILE) {
+  const file = process.env.CHAOS_CLOCK_FILE;
+  const wall = Date.now.bind(Date);
+  const offsetNow = (): number => { try { return Number(readFileSync(file, 'utf8')) || 0; } catch { return 0; } };
+  let offset = offsetNow();
+  Date.now = () => wall() + offset;
+  process.on('SIGUSR2', () => { offset = offsetNow(); });
+}
 
 const HANG_LIMIT_MS = 3_000;
 /** The steps whose first try never returns, as the schedule drew them from its seed (process-schedule.ts). */

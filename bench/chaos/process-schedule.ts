@@ -6,12 +6,13 @@
  * replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's lease, so another
  * worker takes its step over, and SIGCONTs that bring it back to finish what it was doing (an effect, a
  * commit) against a run that moved on; and, on SQLite, a store brownout (the file locked by another
- * connection for a while). Then the invariants. The kill and pause moments come from the seed; where in
+ * connection for a while), and steps of the machine's wall clock for every worker at once, forward past
+ * the visibility timeout and the leases or back by up to an hour (process-agent.ts). Then the invariants. The kill and pause moments come from the seed; where in
  * a step each lands does not, so a replay repeats the schedule, not the exact interleaving.
  */
 import Database from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -56,6 +57,10 @@ export async function processSchedule(
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-chaos-proc-'));
   const backend = await openProcessBackend(options.backend ?? 'local', dir, seed);
   const effectsDb = join(dir, 'effects.db');
+  // The steps of the wall clock come from a stream of their own, so the kills and pauses a seed gave stay.
+  const stepper = rng(seed ^ 0x3c6ef372);
+  const clockFile = join(dir, 'clock-offset');
+  let clockOffset = 0;
   const steps = r.int(4, 8);
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
   const hangKeys = hungKeys(seed, runs.map((run) => run.runId), steps, options.hangRate);
@@ -68,6 +73,8 @@ export async function processSchedule(
     ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
     ...(options.sabotage ? { CHAOS_SABOTAGE: options.sabotage } : {}),
     CHAOS_HANG_KEYS: hangKeys.join(','),
+    // Local only: the workers of the AWS backend stand for machines of their own, each with its own clock.
+    ...(backend.kind === 'local' ? { CHAOS_CLOCK_FILE: clockFile } : {}),
   };
   const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
@@ -98,8 +105,14 @@ export async function processSchedule(
       for (const input of [c.stdout!, c.stderr!]) {
         createInterface({ input }).on('line', (line) => {
           // Faults go to workers that are working: one still starting up has nothing to lose.
-          if (/^worker \S+ ready: /.test(line)) ready.add(c);
+          if (/^worker \S+ ready: /.test(line)) {
+            ready.add(c);
+            // Read at its start, the offset may have stepped since: ready, it has the handler to read it again.
+            if (clockOffset !== 0) c.kill('SIGUSR2');
+          }
           if (line.includes('"event":"stale-write"')) report.staleWrites!++;
+          // A worker that found times written before a step back, and counted them again from now.
+          if (line.includes('"event":"clock-stepped-back"')) report.clockStepsSeen = (report.clockStepsSeen ?? 0) + 1;
         });
       }
       workers.push(c);
@@ -109,10 +122,26 @@ export async function processSchedule(
     const runIds = runs.map((run) => run.runId);
     const kills = r.int(3, 10);
     const pauses = r.int(2, 5);
+    // Drawn up front, each at a turn of the loop below: how many turns a schedule lasts is up to its processes.
+    const clockSteps = Array.from({ length: backend.kind === 'local' ? stepper.int(0, 2) : 0 }, () => ({
+      turn: stepper.int(1, 25), ms: stepper.chance(0.6) ? stepper.int(2_000, 600_000) : -stepper.int(2_000, 3_600_000),
+    }));
+    report.clockSteps = 0;
+    /** The machine's wall clock steps: the offset written whole (renamed into place), then every worker told. */
+    const stepClock = (ms: number) => {
+      clockOffset += ms;
+      writeFileSync(`${clockFile}.new`, String(clockOffset));
+      renameSync(`${clockFile}.new`, clockFile);
+      // A stopped worker gets it when continued, as a frozen process reads the stepped clock when it runs.
+      // Only those ready have the agent's handler: to one still loading, SIGUSR2 would be a kill.
+      for (const w of workers) if (alive(w) && ready.has(w)) w.kill('SIGUSR2');
+      report.clockSteps!++;
+    };
     const deadline = Date.now() + (options.timeoutMs ?? 120_000);
-    while (await backend.unfinished(runIds) > 0) {
+    for (let turn = 1; await backend.unfinished(runIds) > 0; turn++) {
       if (Date.now() > deadline) { report.unexpected.push(`runs not finished within ${options.timeoutMs ?? 120_000} ms`); break; }
       await new Promise((res) => setTimeout(res, 50 + r() * 400));
+      for (const step of clockSteps) if (step.turn === turn) stepClock(step.ms);
       const killNext = report.crashes < kills && (report.slowWorkers >= pauses || r.chance(0.6));
       if (killNext) {
         // A stopped worker may be the one killed: a container killed while frozen.

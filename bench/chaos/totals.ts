@@ -11,7 +11,7 @@ export interface AwsFaults {
 }
 
 /** The figures of a chaos run, summed over its schedules. */
-export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | 'received' | 'handedBack' | 'staleWrites' | 'concurrentWorkers' | 'hungTools' | 'clockSteps' | keyof WaitFigures>, WaitFigures, AwsFaults {
+export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | 'received' | 'handedBack' | 'staleWrites' | 'concurrentWorkers' | 'hungTools' | 'clockSteps' | 'clockStepsSeen' | keyof WaitFigures>, WaitFigures, AwsFaults {
   schedules: number;
   received: number;
   handedBack: number;
@@ -19,6 +19,7 @@ export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violati
   concurrentWorkers: number;
   hungTools: number;
   clockSteps: number;
+  clockStepsSeen: number;
   violations: number;
   unexpected: number;
   /** Seeds of the schedules that broke an invariant: `--seed` replays each. */
@@ -31,7 +32,7 @@ export function emptyTotals(): Totals {
     modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0, blobsChecked: 0,
     violations: 0, unexpected: 0, badSeeds: [],
     waits: 0, gates: 0, gatesApproved: 0, gatedRuns: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
-    received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0, clockSteps: 0,
+    received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0, clockSteps: 0, clockStepsSeen: 0,
   };
 }
 
@@ -39,7 +40,7 @@ export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { s
   totals.schedules++;
   for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
     'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls', 'blobsChecked',
-    'waits', 'gates', 'gatesApproved', 'gatedRuns', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools', 'clockSteps'] as const) {
+    'waits', 'gates', 'gatesApproved', 'gatedRuns', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools', 'clockSteps', 'clockStepsSeen'] as const) {
     totals[key] += r[key] ?? 0;
   }
   for (const [point, n] of Object.entries(r.crashesByPoint ?? {})) totals.crashesByPoint[point] = (totals.crashesByPoint[point] ?? 0) + n;
@@ -63,7 +64,7 @@ export function formatTotals(t: Totals, label: string): string {
     `  store brownouts               ${t.brownouts}`,
     `  slow workers (frozen, back)   ${t.slowWorkers}`,
     // Only the engine's schedules step the clock: the process and AWS blocks do not claim zero of them.
-    ...(t.clockSteps ? [`  wall clock steps              ${t.clockSteps}`] : []),
+    ...(t.clockSteps ? [`  wall clock steps              ${t.clockSteps}${t.clockStepsSeen ? ` (${t.clockStepsSeen} steps back found by real workers)` : ''}`] : []),
     // Counted from real worker processes' logs only.
     ...(t.staleWrites ? [`  stale writes refused          ${t.staleWrites}`] : []),
     ...(t.concurrentWorkers ? [`  workers stepping 2-3 at once  ${t.concurrentWorkers}`] : []),

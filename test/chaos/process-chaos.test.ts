@@ -22,6 +22,8 @@ describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTO
     expect(totals.duplicates).toBeGreaterThan(0);
     // Some of those workers ran several steps at once (--concurrency 2 or 3, chosen by the seed).
     expect(totals.concurrentWorkers).toBeGreaterThan(0);
+    // The machine's wall clock stepped forward under them (past the visibility timeout and the leases).
+    expect(totals.clockSteps).toBeGreaterThan(0);
     expect(totals.modelCalls).toBeGreaterThanOrEqual(totals.completedSteps);
     expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
     // The process agent injects only transient faults, but a step can meet three 529s in a row, or be
@@ -29,6 +31,17 @@ describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTO
     // injected (the invariants check each reason).
     expect(totals.completed + totals.failed).toBe(totals.runs);
     expect(totals.completed).toBeGreaterThan(totals.failed);
+  }, 120_000);
+
+  it('the machine\'s wall clock steps back under real workers: one finds the times written before the step and counts them again from now, and every run completes with each effect applied once', async () => {
+    // This seed steps the clock back about 5 minutes at the loop's third turn, then forward.
+    const report = await processSchedule(scheduleSeed(SEED, 1_000_005));
+    expect(report.violations).toEqual([]);
+    expect(report.unexpected).toEqual([]);
+    expect(report.clockSteps).toBe(2);
+    expect(report.clockStepsSeen).toBeGreaterThan(0);
+    expect(report).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    expect(report.completed).toBe(report.runs);
   }, 120_000);
 
   it('tools that never return: each try ends at the tool\'s timeoutMs, the next takes the key after the lease, and every run completes with each effect applied once', async () => {
