@@ -45,6 +45,9 @@ usage:
   stepwise delete  <runId> [--json]                                                a run that has ended, and all
                    kept for it (its idempotency records too; prune frees its blobs)
   stepwise serve   --agent <path> [--port <n>] [--host <addr>]                     the API and approval pages
+                   [--max-connections <n>] connections held at once (default 1024), and
+                   [--max-connections-per-address <n>] from one client address (default 128; behind a
+                   proxy every client has its address); past either, a new connection is closed
   stepwise approve <runId> [--comment <text>] [--as <approver>]                    answer a waiting approval
   stepwise reject  <runId> [--comment <text>] [--as <approver>]
   stepwise emit    <type> <key> [<json>] [--id <event id>]                         send an event to waiting runs
@@ -88,6 +91,8 @@ const OPTIONS = {
   log: { type: 'string' },
   port: { type: 'string' },
   host: { type: 'string' },
+  'max-connections': { type: 'string' },
+  'max-connections-per-address': { type: 'string' },
   comment: { type: 'string' },
   as: { type: 'string' },
   id: { type: 'string' },
@@ -186,7 +191,7 @@ const ARGUMENTS: Record<string, { most: number; usage: string; options: readonly
   retry: { most: 1, usage: 'stepwise retry <runId>', options: ['agent', 'step-cap', 'budget-tokens', 'budget-usd'] },
   cancel: { most: 1, usage: 'stepwise cancel <runId>', options: ['agent', 'reason', 'as'] },
   delete: { most: 1, usage: 'stepwise delete <runId>', options: ['json'] },
-  serve: { most: 0, usage: 'stepwise serve --agent <path>', options: ['agent', 'port', 'host'] },
+  serve: { most: 0, usage: 'stepwise serve --agent <path>', options: ['agent', 'port', 'host', 'max-connections', 'max-connections-per-address'] },
   approve: { most: 1, usage: 'stepwise approve <runId>', options: ['agent', 'comment', 'as'] },
   reject: { most: 1, usage: 'stepwise reject <runId>', options: ['agent', 'comment', 'as'] },
   emit: { most: 3, usage: 'stepwise emit <type> <key> [<json>], the JSON quoted as one argument', options: ['agent', 'id'] },
@@ -275,6 +280,8 @@ export async function main(
   }
   const port = wholeNumber('port', values.port);
   if (port !== undefined && port > 65535) throw new StepwiseUsageError(`--port must be from 0 to 65535, got ${port}`);
+  const maxConnections = atLeastOne('max-connections', values['max-connections']);
+  const maxConnectionsPerAddress = atLeastOne('max-connections-per-address', values['max-connections-per-address']);
   const last = atLeastOne('last', values.last);
   if (last !== undefined && values.all) throw new StepwiseUsageError('--last and --all both say how many steps to show: give one');
   const shown = { ...(last !== undefined ? { last } : {}), ...(values.all ? { all: true } : {}) };
@@ -288,7 +295,10 @@ export async function main(
     case 'status': return (await import('./commands/read.ts')).statusCommand(arg, read, out);
     case 'history': return (await import('./commands/read.ts')).historyCommand(arg, read, out);
     case 'watch': return (await import('./commands/watch.ts')).watchCommand(arg, common, out);
-    case 'serve': return (await import('./commands/serve.ts')).serveCommand({ ...common, ...(port !== undefined ? { port } : {}), ...(values.host ? { host: values.host } : {}) }, out);
+    case 'serve': return (await import('./commands/serve.ts')).serveCommand({
+      ...common, ...(port !== undefined ? { port } : {}), ...(values.host ? { host: values.host } : {}),
+      ...(maxConnections !== undefined ? { maxConnections } : {}), ...(maxConnectionsPerAddress !== undefined ? { maxConnectionsPerAddress } : {}),
+    }, out);
     case 'approve':
     case 'reject':
       return (await import('./commands/answer.ts')).answerCommand(command, arg, { ...common, ...(values.comment !== undefined ? { comment: values.comment } : {}), ...(values.as ? { as: values.as } : {}) }, out);

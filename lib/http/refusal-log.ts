@@ -4,12 +4,12 @@ import { everyOn, type Clock } from '../ports.ts';
 /** Why a request did not authenticate. Never the token or the link's signature. */
 export type RefusalReason = 'missing' | 'wrong' | 'forged' | 'expired' | 'malformed';
 
-export interface Refusal {
+export interface Refusal<R extends string = RefusalReason> {
   address: string | undefined;
-  method: string;
-  /** The path, an approval link's token masked. */
-  route: string;
-  reason: RefusalReason;
+  /** The request's method and path (an approval link's token masked); none for a connection refused before its request. */
+  method?: string;
+  route?: string;
+  reason: R;
   /** Answered 429 by the throttle (auth-throttle.ts). */
   throttled?: boolean;
   /** The run of an expired link, whose claim was signed by this deployment and so can be believed. */
@@ -30,32 +30,46 @@ export const REFUSAL_LOG_INTERVAL_MS = 60_000;
 export const REFUSAL_LOG_ADDRESSES = 256;
 const OTHERS = 'others';
 
-interface Tally {
+/** What a kind of refusal's lines say: their event, and their message for one refusal and for several. */
+export interface RefusalLine {
+  event: string;
+  one: string;
+  many: (count: number) => string;
+}
+
+const AUTH_LINE: RefusalLine = {
+  event: 'auth-refused', one: 'request refused: not authenticated', many: (n) => `${n} requests refused: not authenticated`,
+};
+
+interface Tally<R extends string> {
   /** When this address's last line was written. */
   lastLine: number;
   /** Refusals since that line, not yet written. */
   pending: number;
   throttled: number;
-  reasons: Partial<Record<RefusalReason, number>>;
-  last?: Refusal;
+  reasons: Partial<Record<R, number>>;
+  last?: Refusal<R>;
 }
 
 /**
- * The `auth-refused` warn lines: an address's first refusal at once, then its refusals of the next interval
- * counted and written as one line at its end (by a timer on the clock, so a flood that stops is still told).
+ * The `auth-refused` warn lines (or another kind's, `line`: serve's refused connections): an address's first
+ * refusal at once, then its refusals of the next interval counted and written as one line at its end (by a
+ * timer on the clock, so a flood that stops is still told).
  */
-export class RefusalLog {
-  private readonly tallies = new Map<string, Tally>();
+export class RefusalLog<R extends string = RefusalReason> {
+  private readonly tallies = new Map<string, Tally<R>>();
   private stopTimer: (() => void) | undefined;
   private readonly intervalMs: number;
   private readonly maxAddresses: number;
+  private readonly line: RefusalLine;
 
-  constructor(private readonly log: Logger, private readonly clock: Clock, options: { intervalMs?: number; maxAddresses?: number } = {}) {
+  constructor(private readonly log: Logger, private readonly clock: Clock, options: { intervalMs?: number; maxAddresses?: number; line?: RefusalLine } = {}) {
     this.intervalMs = options.intervalMs ?? REFUSAL_LOG_INTERVAL_MS;
     this.maxAddresses = options.maxAddresses ?? REFUSAL_LOG_ADDRESSES;
+    this.line = options.line ?? AUTH_LINE;
   }
 
-  refused(refusal: Refusal): void {
+  refused(refusal: Refusal<R>): void {
     const now = this.clock.now();
     let key = refusal.address ?? 'unknown';
     let tally = this.tallies.get(key);
@@ -94,23 +108,24 @@ export class RefusalLog {
     }
   }
 
-  private count(tally: Tally, refusal: Refusal): void {
+  private count(tally: Tally<R>, refusal: Refusal<R>): void {
     tally.pending++;
     if (refusal.throttled) tally.throttled++;
     tally.reasons[refusal.reason] = (tally.reasons[refusal.reason] ?? 0) + 1;
     tally.last = refusal;
   }
 
-  private write(key: string, tally: Tally, now: number): void {
+  private write(key: string, tally: Tally<R>, now: number): void {
     const last = tally.last!;
     this.log.warn({
-      event: 'auth-refused', address: key, method: last.method, route: last.route, reason: last.reason,
+      event: this.line.event, address: key,
+      ...(last.method !== undefined ? { method: last.method, route: last.route } : {}), reason: last.reason,
       ...(last.runId !== undefined ? { runId: last.runId } : {}),
       // Since this address's last line: how many, why, and how many the throttle answered.
       refused: tally.pending,
       ...(tally.pending > 1 ? { reasons: tally.reasons } : {}),
       ...(tally.throttled ? { throttled: tally.throttled } : {}),
-    }, tally.pending > 1 ? `${tally.pending} requests refused: not authenticated` : 'request refused: not authenticated');
+    }, tally.pending > 1 ? this.line.many(tally.pending) : this.line.one);
     tally.lastLine = now;
     tally.pending = 0;
     tally.throttled = 0;

@@ -144,6 +144,8 @@ describe('the stepwise command', () => {
     [['worker', '--agent', AGENT, '--concurrency', '0'], 'stepwise: --concurrency must be a whole number from 1 to 256, got "0"'],
     [['worker', '--agent', AGENT, '--concurrency', '1000'], 'stepwise: --concurrency must be a whole number from 1 to 256, got "1000"'],
     [['serve', '--agent', AGENT, '--port', '99999'], 'stepwise: --port must be from 0 to 65535, got 99999'],
+    [['serve', '--agent', AGENT, '--max-connections', '0'], 'stepwise: --max-connections must be a whole number (1 or more), got "0"'],
+    [['serve', '--agent', AGENT, '--max-connections', '4', '--max-connections-per-address', '8'], 'stepwise: --max-connections-per-address (8) is over --max-connections (4): one address cannot hold more than every connection'],
     // Node's recursive mkdir loops forever under /proc (ENOENT for a child of a directory that exists): the
     // spawn's timeout would leave the code null.
     [['start', '--agent', AGENT, '--goal', 'x', '--db', '/proc/stepwise-nope/x.db'], 'stepwise: cannot open the database /proc/stepwise-nope/x.db: cannot make the directory /proc/stepwise-nope (ENOENT)'],

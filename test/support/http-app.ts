@@ -6,7 +6,7 @@ import type { Logger } from '../../lib/log.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
 import { AuthThrottle } from '../../lib/http/auth-throttle.ts';
-import { serveApp } from '../../lib/http/node-server.ts';
+import { serveApp, type ServeLimits } from '../../lib/http/node-server.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
 import { FakeRows } from './fake-tool.ts';
@@ -17,9 +17,12 @@ import { ApprovalFlowModel, waitAgent } from './wait-agent.ts';
 
 export const API_TOKEN = 'test-token-123';
 
-/** An app on a real socket at a free port of 127.0.0.1, as `stepwise serve` listens: its URL, and how to close it. */
-export async function listen(app: Parameters<typeof serveApp>[0], idleMs?: number): Promise<{ url: string; server: Server; close(): Promise<void> }> {
-  const server = serveApp(app, { port: 0, hostname: '127.0.0.1', ...(idleMs !== undefined ? { idleMs } : {}) });
+/**
+ * An app on a real socket at a free port of 127.0.0.1, as `stepwise serve` listens: its URL, and how to close it.
+ * `serve` gives serveApp's other options: limits, and the log and clock of refused connections.
+ */
+export async function listen(app: Parameters<typeof serveApp>[0], idleMs?: number, serve: Omit<Parameters<typeof serveApp>[1], 'port' | 'hostname' | 'idleMs'> = {}): Promise<{ url: string; server: Server; close(): Promise<void> }> {
+  const server = serveApp(app, { port: 0, hostname: '127.0.0.1', ...(idleMs !== undefined ? { idleMs } : {}), ...serve });
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
@@ -32,7 +35,7 @@ export async function listen(app: Parameters<typeof serveApp>[0], idleMs?: numbe
  * The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs.
  * `throttle` gives it `stepwise serve`'s throttle of refused requests, on that clock.
  */
-export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number; throttle?: ConstructorParameters<typeof AuthThrottle>[1] } = {}) {
+export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number; throttle?: ConstructorParameters<typeof AuthThrottle>[1]; limits?: Partial<ServeLimits> } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
@@ -49,7 +52,7 @@ export async function startHttpApp(options: { approvers?: string[]; stopping?: A
     log: options.log ?? worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
     ...(options.stopping ? { stopping: options.stopping } : {}), ...(throttle ? { authThrottle: throttle } : {}),
   });
-  const { url, server, close } = await listen(app, options.idleMs);
+  const { url, server, close } = await listen(app, options.idleMs, { log: options.log ?? worker.deps.log, clock, ...(options.limits ? { limits: options.limits } : {}) });
   deps.waits!.publicUrl = url;
   return {
     url, server, clock, deps, runtime: worker.runtime, dir, dropped, signingKey, throttle,

@@ -3,7 +3,7 @@ import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { InvalidInputError } from '../../core/errors.ts';
 import { createHttpApp } from '../../http/app.ts';
-import { serveApp } from '../../http/node-server.ts';
+import { MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, serveApp, type ServeLimits } from '../../http/node-server.ts';
 import { AuthThrottle } from '../../http/auth-throttle.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
@@ -24,6 +24,9 @@ export const SERVE_STOP_GRACE_MS = 5_000;
 export interface ServeOptions extends CliOptions {
   port?: number;
   host?: string;
+  /** The most connections held at once, and from one client address (node-server.ts). */
+  maxConnections?: number;
+  maxConnectionsPerAddress?: number;
 }
 
 /**
@@ -33,6 +36,7 @@ export interface ServeOptions extends CliOptions {
  */
 export async function serveCommand(options: ServeOptions, out: (line: string) => void): Promise<number> {
   const givenToken = givenApiToken(process.env);
+  const limits = connectionLimits(options);
   // Before the agent loads, and so before the line a supervisor waits for: a SIGTERM sent on reading that
   // line found no handler yet and killed the process outright, mid-way through its start lines, with no
   // "stopped"; one sent while the agent loaded to a serve that is PID 1 was lost, and it served on.
@@ -65,15 +69,16 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   // A proxy serving the app under STEPWISE_PUBLIC_URL's path takes it off: the inspector's links put it back.
   const pathPrefix = new URL(publicUrlOf(process.env) ?? 'http://127.0.0.1').pathname.replace(/\/+$/, '');
   const stopping = new AbortController();
+  const log = createLogger({ service: 'stepwise-api', agent: agent.name });
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
-    codeVersion: CODE_VERSION, log: createLogger({ service: 'stepwise-api', agent: agent.name }), agent, signingKey: backend.waits.signingKey,
+    codeVersion: CODE_VERSION, log, agent, signingKey: backend.waits.signingKey,
     events: backend.waits.events, apiToken, authThrottle: new AuthThrottle(systemClock),
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',
     ...(pathPrefix ? { pathPrefix } : {}), stopping: stopping.signal,
   });
-  const server = serveApp(app, { port, hostname: host });
+  const server = serveApp(app, { port, hostname: host, log, clock: systemClock, limits });
   await new Promise<void>((resolve, reject) => {
     server.once('listening', () => resolve());
     server.once('error', (error) => reject(new InvalidInputError(`cannot listen on ${host}:${port}: ${(error as Error).message}`)));
@@ -96,6 +101,18 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   backend.close();
   out('stopped');
   return 0;
+}
+
+/**
+ * The caps of connections given: one address's defaults to no more than all of them, and may not be set over.
+ */
+function connectionLimits(options: ServeOptions): Pick<ServeLimits, 'maxConnections' | 'maxConnectionsPerAddress'> {
+  const maxConnections = options.maxConnections ?? MAX_CONNECTIONS;
+  const given = options.maxConnectionsPerAddress;
+  if (given !== undefined && given > maxConnections) {
+    throw new InvalidInputError(`--max-connections-per-address (${given}) is over --max-connections (${maxConnections}${options.maxConnections === undefined ? ', the default' : ''}): one address cannot hold more than every connection`);
+  }
+  return { maxConnections, maxConnectionsPerAddress: given ?? Math.min(MAX_CONNECTIONS_PER_ADDRESS, maxConnections) };
 }
 
 /**
