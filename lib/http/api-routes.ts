@@ -23,7 +23,9 @@ import { otherAgentsRun } from './other-agent.ts';
 import { pricingModelFor } from './pricing-model.ts';
 import { MAX_PAGE, pageQuery } from './page-query.ts';
 import { bearerToken, tokensMatch } from './bearer.ts';
-import type { RefuseAuth } from './auth-refusal.ts';
+import { clientAddress, type RefuseAuth } from './auth-refusal.ts';
+import { LONG_POLL_RETRY_AFTER_S } from './long-polls.ts';
+import { RefusalLog } from './refusal-log.ts';
 import { limitBody } from './body-limit.ts';
 
 const budgetBody = budgetSchema.strict();
@@ -112,6 +114,10 @@ const ANSWER_STATUS: Record<AnswerOutcome['outcome'], 200 | 403 | 404 | 409 | 41
   resumed: 200, 'already-answered': 409, expired: 410, 'not-waiting': 409, 'unknown-run': 404, refused: 403,
 };
 
+const LONG_POLL_LINE = {
+  event: 'long-poll-refused', one: 'long poll refused: its address holds its cap of them', many: (n: number) => `${n} long polls refused: their address holds its cap of them`,
+};
+
 /** The JSON API for programs: start runs, read them, see and answer waits, send events. */
 export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
   const app = new Hono();
@@ -152,25 +158,25 @@ export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
     return c.json(await listRunsPage(deps.store, { ...(query.status ? { status: query.status } : {}), limit: query.limit ?? 100, ...(query.cursor ? { cursor: query.cursor } : {}) }));
   });
 
+  const longPollRefusals = deps.longPolls ? new RefusalLog<'long-polls-per-address'>(deps.log, deps.clock, { line: LONG_POLL_LINE }) : undefined;
+  if (longPollRefusals) deps.stopping?.addEventListener('abort', () => longPollRefusals.close(), { once: true });
+
   app.get('/runs/:runId', zValidator('query', runQuery, invalid), async (c) => {
     const runId = c.req.param('runId');
     const { after, waitSeconds } = c.req.valid('query');
     if (after !== undefined && waitSeconds !== undefined) {
-      // The head alone at each look (no step records): the run's version and status, until it moves past `after`.
-      const until = performance.now() + waitSeconds * 1000;
-      // A client that goes away mid-wait (a timeout of its own, a closed tab) ends the wait: the looks went
-      // on every 250 ms for the rest of its seconds, for nobody, and after serve had stopped and closed the
-      // file, each left an http-error line ("The database connection is not open").
-      const gone = c.req.raw.signal;
-      for (;;) {
-        const head = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
-        if (!head) return c.json({ error: `unknown run: ${runId}` }, 404);
-        // A server stopping answers with the run as it stands, as when the seconds pass: the long poll held
-        // serve's stop for its whole grace, then lost its connection with no answer.
-        if (head.version > after || isTerminal(head.status) || performance.now() >= until || deps.stopping?.aborted) break;
-        await sleep(Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now())), undefined, { signal: gone }).catch(() => undefined);
-        // Nobody reads this answer: 499, nginx's "client closed request", for whatever logs it.
-        if (gone.aborted) return new Response(null, { status: 499 });
+      const address = clientAddress(c);
+      const release = deps.longPolls ? deps.longPolls.take(address) : () => undefined;
+      if (!release) {
+        longPollRefusals?.refused({ address, method: c.req.method, route: c.req.path, reason: 'long-polls-per-address' });
+        c.header('Retry-After', String(LONG_POLL_RETRY_AFTER_S));
+        return c.json({ error: `this address holds ${deps.longPolls!.perAddress} waiting GET /runs/:id already, the most it may: ask again once one has answered, or without after and waitSeconds for the run at once` }, 429);
+      }
+      try {
+        const waited = await waitPast(runId, after, waitSeconds, c.req.raw.signal);
+        if (waited) return waited;
+      } finally {
+        release();
       }
     }
     // Read as a resume reads it: its summaries' costs keep the cost exact; one of an older release has none.
@@ -178,6 +184,28 @@ export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
     if (!read) return c.json({ error: `unknown run: ${runId}` }, 404);
     return c.json({ run: runView(read.state, read.stored.version, pricingModelFor(deps), read.stored.cancelRequested) });
   });
+
+  /**
+   * Waits until the run has a version past `after`, has ended, the seconds pass or serve is stopping: then
+   * undefined, and the run is answered as it stands. An answer instead when there is none to give (404, 499).
+   */
+  async function waitPast(runId: string, after: number, waitSeconds: number, gone: AbortSignal): Promise<Response | undefined> {
+    // The head alone at each look (no step records): the run's version and status, until it moves past `after`.
+    const until = performance.now() + waitSeconds * 1000;
+    // A client that goes away mid-wait (a timeout of its own, a closed tab) ends the wait (`gone`): the looks
+    // went on every 250 ms for the rest of its seconds, for nobody, and after serve had stopped and closed the
+    // file, each left an http-error line ("The database connection is not open").
+    for (;;) {
+      const head = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
+      if (!head) return Response.json({ error: `unknown run: ${runId}` }, { status: 404 });
+      // A server stopping answers with the run as it stands, as when the seconds pass: the long poll held
+      // serve's stop for its whole grace, then lost its connection with no answer.
+      if (head.version > after || isTerminal(head.status) || performance.now() >= until || deps.stopping?.aborted) return undefined;
+      await sleep(Math.min(RUN_WAIT_POLL_MS, Math.max(0, until - performance.now())), undefined, { signal: gone }).catch(() => undefined);
+      // Nobody reads this answer: 499, nginx's "client closed request", for whatever logs it.
+      if (gone.aborted) return new Response(null, { status: 499 });
+    }
+  }
 
   app.get('/runs/:runId/history', zValidator('query', pageQuery.strict(), invalid), async (c) => {
     const runId = c.req.param('runId');

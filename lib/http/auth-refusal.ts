@@ -25,7 +25,7 @@ export function authRefusals(deps: HttpDeps): RefuseAuth {
  * The address the request came from: the socket's peer under `stepwise serve` (a proxy in front is that
  * peer; X-Forwarded-For is not read, as any client may send one), the source IP API Gateway saw behind it.
  */
-function clientAddress(c: Context): string | undefined {
+export function clientAddress(c: Context): string | undefined {
   const env = c.env as {
     incoming?: { socket?: { remoteAddress?: string } };
     requestContext?: { http?: { sourceIp?: string }; identity?: { sourceIp?: string } };

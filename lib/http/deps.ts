@@ -3,6 +3,7 @@ import type { EventBuffer } from '../ports.ts';
 import type { AnswerDeps } from '../waits/answer.ts';
 import type { SigningKeySource } from '../waits/signing-key.ts';
 import type { AuthThrottle } from './auth-throttle.ts';
+import type { LongPolls } from './long-polls.ts';
 
 /** What the HTTP app needs: the engine's ports for one agent, and the wait services. */
 export interface HttpDeps extends AnswerDeps {
@@ -20,6 +21,8 @@ export interface HttpDeps extends AnswerDeps {
    * AWS, where API Gateway's stage throttle does it for every Lambda instance at once.
    */
   authThrottle?: AuthThrottle;
+  /** Holds each address's long polls of GET /runs/:id to a cap (429 past it): `stepwise serve` sets one. */
+  longPolls?: LongPolls;
   /**
    * The queue is this agent's alone (SQS; the table may be shared with other agents): an event resumes
    * only this agent's runs, whose workers read it. Unset on SQLite, where each message carries its run's agent.

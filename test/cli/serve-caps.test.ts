@@ -23,7 +23,7 @@ async function connectFrom(port: number, from: string) {
 
 /** test/http/connection-caps.test.ts tries the caps and the timeouts on serveApp; here, that `serve` takes its flags and logs. */
 describe('stepwise serve --max-connections-per-address', () => {
-  it('closes an address\'s connections past its cap, logs it with the address, and serves another address meanwhile', async () => {
+  it('closes an address\'s connections past its cap, logs it with the address, serves another address meanwhile, and holds its long polls to a share of its places', async () => {
     const env = { STEPWISE_DB: db.path, STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json', ANTHROPIC_API_KEY: '', STEPWISE_API_TOKEN: 'serve-caps-token-0123456789' };
     const port = await freePort();
     const server = runStepwise(['serve', '--agent', AGENT, '--port', String(port), '--max-connections', '16', '--max-connections-per-address', '2'], env);
@@ -39,6 +39,19 @@ describe('stepwise serve --max-connections-per-address', () => {
       const refused = () => server.err().split('\n').filter((l) => l.includes('"connection-refused"'));
       await vi.waitFor(() => expect(refused()).toHaveLength(1));
       expect(JSON.parse(refused()[0]!)).toMatchObject({ level: 'warn', address: '127.0.0.2', reason: 'max-connections-per-address' });
+
+      // Long polls of a run hold a quarter of an address's places (at least one): a second is refused.
+      const api = (path: string, init: RequestInit = {}) => fetch(`http://127.0.0.1:${port}${path}`, { ...init, headers: { authorization: `Bearer ${env.STEPWISE_API_TOKEN}`, 'content-type': 'application/json' } });
+      expect((await api('/runs', { method: 'POST', body: JSON.stringify({ goal: 'copy the rows', runId: 'caps' }) })).status).toBe(201);
+      const held = new AbortController();
+      const holding = api('/runs/caps?after=1&waitSeconds=20', { signal: held.signal }).catch(() => undefined);
+      try {
+        // Until the first is in hand, a probe may take the place itself, and answers when its second passes.
+        await vi.waitFor(async () => expect((await api('/runs/caps?after=1&waitSeconds=1')).status).toBe(429), { timeout: 10_000 });
+      } finally {
+        held.abort();
+        await holding;
+      }
     } finally {
       for (const socket of sockets) socket.destroy();
       await server.stop();

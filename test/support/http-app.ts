@@ -6,6 +6,7 @@ import type { Logger } from '../../lib/log.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
 import { AuthThrottle } from '../../lib/http/auth-throttle.ts';
+import { LongPolls } from '../../lib/http/long-polls.ts';
 import { serveApp, type ServeLimits } from '../../lib/http/node-server.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { localSigningKey } from '../../lib/waits/signing-key.ts';
@@ -35,7 +36,7 @@ export async function listen(app: Parameters<typeof serveApp>[0], idleMs?: numbe
  * The HTTP app over a real socket, on a SQLite runtime with a hand-moved clock, plus a worker to drive runs.
  * `throttle` gives it `stepwise serve`'s throttle of refused requests, on that clock.
  */
-export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number; throttle?: ConstructorParameters<typeof AuthThrottle>[1]; limits?: Partial<ServeLimits> } = {}) {
+export async function startHttpApp(options: { approvers?: string[]; stopping?: AbortSignal; log?: Logger; idleMs?: number; throttle?: ConstructorParameters<typeof AuthThrottle>[1]; limits?: Partial<ServeLimits>; longPolls?: number } = {}) {
   const db = tempDb();
   const dir = join(db.path, '..');
   const clock = new ManualClock();
@@ -47,15 +48,17 @@ export async function startHttpApp(options: { approvers?: string[]; stopping?: A
     waits: { notifier: new OutboxNotifier(join(dir, 'outbox')), signingKey, publicUrl: 'http://placeholder', events: worker.runtime.events },
   };
   const throttle = options.throttle ? new AuthThrottle(clock, options.throttle) : undefined;
+  const longPolls = options.longPolls !== undefined ? new LongPolls(options.longPolls) : undefined;
   const app = createHttpApp({
     store: worker.runtime.store, blobs: worker.runtime.blobs, queue: worker.runtime.queue, clock, workerId: 'api', codeVersion: 'test',
     log: options.log ?? worker.deps.log, agent: worker.deps.agent, signingKey, events: worker.runtime.events, apiToken: API_TOKEN,
     ...(options.stopping ? { stopping: options.stopping } : {}), ...(throttle ? { authThrottle: throttle } : {}),
+    ...(longPolls ? { longPolls } : {}),
   });
   const { url, server, close } = await listen(app, options.idleMs, { log: options.log ?? worker.deps.log, clock, ...(options.limits ? { limits: options.limits } : {}) });
   deps.waits!.publicUrl = url;
   return {
-    url, server, clock, deps, runtime: worker.runtime, dir, dropped, signingKey, throttle,
+    url, server, clock, deps, runtime: worker.runtime, dir, dropped, signingKey, throttle, longPolls,
     api: (path: string, init: RequestInit = {}) => fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${API_TOKEN}`, 'content-type': 'application/json', ...(init.headers ?? {}) } }),
     close: async () => {
       await close();

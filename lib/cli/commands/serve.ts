@@ -5,6 +5,7 @@ import { InvalidInputError } from '../../core/errors.ts';
 import { createHttpApp } from '../../http/app.ts';
 import { MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, serveApp, type ServeLimits } from '../../http/node-server.ts';
 import { AuthThrottle } from '../../http/auth-throttle.ts';
+import { LongPolls, longPollsPerAddress } from '../../http/long-polls.ts';
 import { createLogger } from '../../log.ts';
 import { DEFAULT_PORT } from '../../local/wait-services.ts';
 import { databaseDir } from '../../local/paths.ts';
@@ -73,7 +74,7 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log, agent, signingKey: backend.waits.signingKey,
-    events: backend.waits.events, apiToken, authThrottle: new AuthThrottle(systemClock),
+    events: backend.waits.events, apiToken, authThrottle: new AuthThrottle(systemClock), longPolls: new LongPolls(longPollsPerAddress(limits.maxConnectionsPerAddress)),
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',
     ...(pathPrefix ? { pathPrefix } : {}), stopping: stopping.signal,
