@@ -224,8 +224,9 @@ export interface CheckpointStore {
   list(query?: ListRunsQuery): Promise<RunSummary[]>;
   /**
    * Deletes a run that has ended and everything kept for it: its head, checkpoint versions, step records,
-   * recorded decision, block summaries, its queue row (a store with `carriesQueueWork`), and its
-   * idempotency records (every ledger key under idempotencyKeyPrefix). Blobs are content-addressed and
+   * recorded decision, block summaries, its queue row (a store with `carriesQueueWork`), what its waits
+   * left (a store's index of runs waiting for an event), and its idempotency records (every ledger key under
+   * idempotencyKeyPrefix: its steps' and its approval emails'). Blobs are content-addressed and
    * may be another run's too: they are left for the blob sweep (`prune`), to which the deleted records no
    * longer refer. Fenced on the run being at `expectedVersion` in a terminal status (StaleVersionError
    * otherwise, nothing deleted): a retry that made it running again first wins, and one after it finds no run.

@@ -10,8 +10,8 @@ import { excerpt } from '../core/prompt.ts';
 import { PermanentError, RunIdInUseError, StaleVersionError } from '../core/errors.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { byDeadline, byListOrder, isAfter } from '../core/run-order.ts';
-import { idempotencyKey } from '../core/keys.ts';
-import { RUN_STATUSES, TERMINAL_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord } from '../core/state.ts';
+import { approvalEmailKey, idempotencyKey } from '../core/keys.ts';
+import { RUN_STATUSES, TERMINAL_STATUSES, isTerminal, type Decision, type RunState, type RunStatus, type StepRecord, type WaitRecord } from '../core/state.ts';
 import type {
   BlobStore, CheckpointInfo, CheckpointStore, CheckpointWrite, Clock, CommitResult, HistoryPage, ListRunsQuery, OpenWait, RunSummary, StepRange, WaitPosition, WriteMeta,
 } from '../ports.ts';
@@ -23,8 +23,8 @@ import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
   CANCEL_ATTRIBUTE, DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, HEAD_SK, ID_REUSE_AFTER_MS, LEDGER_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
-  TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_INDEX, WAIT_SHARD,
-  checkpointSk, isCheckpointSk, isStepSk, ledgerPk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards,
+  TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_EVENT, WAIT_INDEX, WAIT_LEDGER_KEYS, WAIT_SHARD,
+  checkpointSk, isCheckpointSk, isStepSk, isWaitSk, ledgerPk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards, waitSk,
 } from './table-layout.ts';
 
 export { DEFAULT_RETENTION_MS } from '../core/retention.ts';
@@ -410,6 +410,12 @@ export class DynamoCheckpointStore implements CheckpointStore {
         },
       });
     }
+    const left = state.status === 'waiting' && state.wait ? waitLeftovers(runId, state.wait) : undefined;
+    if (left) {
+      // In the same write as the wait: deleteRun finds by it what the wait leaves in other partitions,
+      // which the table could otherwise find only by a scan.
+      items.push({ Put: { TableName: this.table, Item: { [PK]: runPk(runId), [SK]: waitSk(state.wait!.id), ...left } } });
+    }
     items.push({
       Put: {
         TableName: this.table, Item: fits(this.historyRow(runId, version, state, headAttributes, bytes, write, appended, now)),
@@ -622,9 +628,10 @@ export class DynamoCheckpointStore implements CheckpointStore {
    * the next one, which finds the mark (expectedVersion undefined).
    *
    * Idempotency records: those of the run's steps, <runId>/step-1 to the step after its last (a decision
-   * recorded and not completed), which a new run of the id would find. Approval emails' records
-   * (<runId>/wait-<wait id>/<approver>) are keyed by a random wait id, so no new run finds them, and the
-   * table has no way to find them but a scan: they are left to the ledger's TTL (30 days).
+   * recorded and not completed), which a new run of the id would find, and its approval emails'
+   * (approvalEmailKey); with the waitevt# items of its event waits. The last two the run's w# items name
+   * (waitLeftovers): a table holds no other way to find them but a scan. A run whose waits were written
+   * before w# items were leaves those to their TTL (a day after the wait's deadline; the ledger's 30 days).
    */
   async deleteRun(runId: string, expectedVersion?: number): Promise<boolean> {
     const key = { [PK]: runPk(runId), [SK]: HEAD_SK };
@@ -651,12 +658,24 @@ export class DynamoCheckpointStore implements CheckpointStore {
     }
     const step = Number(head?.step ?? 0);
     const items = await this.queryAll({
-      KeyConditionExpression: '#pk = :pk', ExpressionAttributeNames: { '#pk': PK, '#sk': SK }, ExpressionAttributeValues: { ':pk': runPk(runId) },
-      ProjectionExpression: '#pk, #sk',
+      KeyConditionExpression: '#pk = :pk', ExpressionAttributeNames: { '#pk': PK, '#sk': SK, '#event': WAIT_EVENT, '#keys': WAIT_LEDGER_KEYS },
+      ExpressionAttributeValues: { ':pk': runPk(runId) }, ProjectionExpression: '#pk, #sk, #event, #keys',
     });
+    // What lies outside the partition first, its w# items with the rest of the partition after it: batches
+    // go in order, each done before the next, so a delete interrupted midway has deleted no w# item whose
+    // waitevt# item or email records are still there, and the next delete (expectedVersion undefined, the
+    // head still marked) reads them from the partition again and finishes. A key met twice (a run that
+    // waited twice for one event) is sent once: BatchWriteItem refuses a batch naming an item twice.
+    const outside = new Map<string, Item>();
+    const add = (pk: string, sk: string) => outside.set(`${pk}\n${sk}`, { [PK]: pk, [SK]: sk });
+    for (let n = 1; n <= step + 1; n++) add(ledgerPk(idempotencyKey(runId, n)), LEDGER_SK);
+    for (const item of items.filter((i) => isWaitSk(String(i[SK])))) {
+      if (typeof item[WAIT_EVENT] === 'string') add(item[WAIT_EVENT], runId);
+      for (const key of (item[WAIT_LEDGER_KEYS] as string[] | undefined) ?? []) add(ledgerPk(key), LEDGER_SK);
+    }
     const keys = [
+      ...outside.values(),
       ...items.filter((item) => item[SK] !== HEAD_SK).map((item) => ({ [PK]: item[PK], [SK]: item[SK] })),
-      ...Array.from({ length: step + 1 }, (_, n) => ({ [PK]: ledgerPk(idempotencyKey(runId, n + 1)), [SK]: LEDGER_SK })),
     ];
     await this.deleteItems(keys);
     // Last, and only while it is still a delete's mark: the run id is free again once this is gone. Within
@@ -763,6 +782,18 @@ function sameRecord(e: Expression, item: Item): string {
   return typeof item.record === 'string'
     ? `${e.name('record')} = ${e.value(item.record)}`
     : `${e.name('recordRef')} = ${e.value(item.recordRef)}`;
+}
+
+/**
+ * What a wait leaves outside its run's partition, as its w# item holds it: the waitevt# item of an event
+ * wait, the idempotency keys of an approval wait's emails (lib/waits/drive.ts sends each under its key).
+ * Undefined for a wait that leaves nothing (a sleep).
+ */
+function waitLeftovers(runId: string, wait: WaitRecord): Item | undefined {
+  const left: Item = {};
+  if (wait.event) left[WAIT_EVENT] = waitEventPk(wait.event.type, wait.event.key);
+  if (wait.approvers?.length) left[WAIT_LEDGER_KEYS] = wait.approvers.map((approver) => approvalEmailKey(runId, wait.id, approver));
+  return Object.keys(left).length ? left : undefined;
 }
 
 /** A create of an id whose earlier run's delete began and did not finish (DELETED_ATTRIBUTE). */

@@ -15,6 +15,10 @@ import type { RunStatus } from '../core/state.ts';
  *                      sk = p#0000000100   the summary of the condensed block that ends at step 100, written by
  *                                          the checkpoint that condensed it
  *                      sk = s#0000000003   step record 3, written once by the commit that completes step 3
+ *                      sk = w#<waitId>     what a wait of the run left outside its partition (no data of
+ *                                          its own): the waitevt# item of an event wait, the idempotency
+ *                                          keys of an approval wait's emails; written by the commit that
+ *                                          saved the run waiting, read by deleteRun, which deletes those too
  *   pk = idem#<key>    sk = i              idempotency ledger record of one side-effecting call
  *   pk = waitevt#<type>\n<key>  sk = <runId>   a run waiting for that event: written by the commit that
  *                                          saved it waiting, read (strongly consistent) when the event comes;
@@ -22,7 +26,7 @@ import type { RunStatus } from '../core/state.ts';
  *                                          removed by TTL a day after the wait's deadline
  *   pk = evt#<type>\n<key>  sk = <receivedAt>#<id>   a kept event (early events), TTL after the window
  *
- * Sort order c# < h < p# < s#, so `sk BETWEEN 'h' AND 's#~'` is the full read (head + steps),
+ * Sort order c# < h < p# < s# < w#, so `sk BETWEEN 'h' AND 's#~'` is the full read (head + steps),
  * `sk BETWEEN 'h' AND 'p#~'` then `s#<after the last summary>` on is the bounded resume read, and
  * `sk BETWEEN 'c#' AND 'h'` is the timeline read (history + head). Per step a commit writes the head,
  * one step record and one history row: none of them grows with the run's length.
@@ -87,6 +91,13 @@ export const ledgerPk = (key: string): string => `idem#${key}`;
 export const stepSk = (step: number): string => `s#${String(step).padStart(SEQ_DIGITS, '0')}`;
 export const summarySk = (lastStep: number): string => `p#${String(lastStep).padStart(SEQ_DIGITS, '0')}`;
 export const checkpointSk = (version: number): string => `c#${String(version).padStart(SEQ_DIGITS, '0')}`;
+/** On a w# item: the pk of the wait's waitevt# item (its sk is the run id). */
+export const WAIT_EVENT = 'waitEvent';
+/** On a w# item: the idempotency keys of the wait's approval emails. */
+export const WAIT_LEDGER_KEYS = 'ledgerKeys';
+/** Outside the full read (h to s#~) and the timeline read (c# to h): only deleteRun reads these. */
+export const waitSk = (waitId: string): string => `w#${waitId}`;
+export const isWaitSk = (sk: string): boolean => sk.startsWith('w#');
 
 /** The bounds of the resume read and the timeline read (see the layout above). */
 export const STEPS_END = 's#~';

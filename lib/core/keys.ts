@@ -4,8 +4,16 @@ export function idempotencyKey(runId: string, step: number): string {
 }
 
 /**
+ * The idempotency key of the approval email to one approver of a wait, and the email's id: sent once per
+ * wait and approver, whichever delivery gets there first.
+ */
+export function approvalEmailKey(runId: string, waitId: string, approver: string): string {
+  return `${runId}/wait-${waitId}/${approver}`;
+}
+
+/**
  * What every idempotency key of a run begins with: its steps' (idempotencyKey) and its approval emails'
- * (`<runId>/wait-<wait>/<approver>`). A run id holds no slash (RUN_ID_PATTERN), so no other run's key
+ * (approvalEmailKey). A run id holds no slash (RUN_ID_PATTERN), so no other run's key
  * begins with it: deleting a run deletes the keys under it and no others.
  */
 export function idempotencyKeyPrefix(runId: string): string {

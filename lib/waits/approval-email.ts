@@ -1,6 +1,7 @@
 import type { Notification } from '../ports.ts';
 import type { RunState, WaitRecord } from '../core/state.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
+import { approvalEmailKey } from '../core/keys.ts';
 import { revealedJson } from '../core/printable.ts';
 import { excerpt, foldedExcerpt } from '../core/prompt.ts';
 
@@ -36,7 +37,7 @@ export function approvalEmail(input: { state: RunState; wait: WaitRecord; approv
 <p><a href="${escapeHtml(link)}">Review and decide</a></p>
 <p>The link works once, for ${escapeHtml(approver)} only, until ${new Date(wait.deadline).toISOString()}.</p>
 </body></html>`;
-  return { id: `${state.runId}/wait-${wait.id}/${approver}`, to: approver, subject, text, html };
+  return { id: approvalEmailKey(state.runId, wait.id, approver), to: approver, subject, text, html };
 }
 
 export function escapeHtml(text: string): string {

@@ -6,7 +6,7 @@ import { PermanentError, StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
 import type { RunPosition } from '../../lib/core/run-order.ts';
-import { idempotencyKey } from '../../lib/core/keys.ts';
+import { approvalEmailKey, idempotencyKey } from '../../lib/core/keys.ts';
 import type { CheckpointStore, Clock, IdempotencyLedger } from '../../lib/ports.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
 
@@ -515,6 +515,30 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
         expect(await subject().ledger.once(idempotencyKey(dotted, 1), { n: 1 }, () => ({ applied: 'twice' }))).toEqual({ applied: `${dotted} 1` });
         expect(decodeState((await s().load(longer))!).steps).toHaveLength(1);
         expect((await s().load(dotted))!.status).toBe('failed');
+      });
+
+      it('deletes what the run\'s waits left: its approval emails\' idempotency records, its event waits\' entries', async () => {
+        const { runId, version: at } = await runWithSteps('delete-waits', 1);
+        const type = `order.paid-${counter++}`;
+        // An event wait, answered; then an approval wait, its email sent once, answered; then the run ends.
+        const eventWait = waitRecordFor({ kind: 'event', type, key: 'order-9', timeoutMs: 60_000 }, { step: 2, tool: 'wait_for_event', input: {}, at: 5_000 }, `wait-e-${runId}`, 6_000);
+        let version = (await s().commit({ runId, expectedVersion: at, state: beginWait(stateAfter(runId, 1), eventWait, 6_000), ...META })).version;
+        expect((await s().waitingFor(type, 'order-9')).map((w) => w.runId)).toEqual([runId]);
+        let answered = resolveWait(decodeState((await s().load(runId))!), { kind: 'timed-out' }, 70_000, 'w');
+        version = (await s().commit({ runId, expectedVersion: version, state: answered.state, appended: answered.record, ...META })).version;
+        const approval = waitRecordFor({ kind: 'approval', approvers: ['ann@example.com', 'bob@example.com'], request: 'ship it?', timeoutMs: 60_000 }, { step: 3, tool: 'request_approval', input: {}, at: 71_000 }, `wait-a-${runId}`, 72_000);
+        version = (await s().commit({ runId, expectedVersion: version, state: beginWait(answered.state, approval, 72_000), ...META })).version;
+        const emailKeys = approval.approvers!.map((approver) => approvalEmailKey(runId, approval.id, approver));
+        for (const key of emailKeys) await subject().ledger.once(key, { to: key }, () => ({ sent: true }));
+        answered = resolveWait(decodeState((await s().load(runId))!), { kind: 'timed-out' }, 140_000, 'w');
+        version = (await s().commit({ runId, expectedVersion: version, state: answered.state, appended: answered.record, ...META })).version;
+        version = (await s().commit({ runId, expectedVersion: version, state: complete(answered.state, 'done', undefined, 150_000), ...META })).version;
+
+        expect(await s().deleteRun(runId, version)).toBe(true);
+        // No entry names the run as waiting for the event, ended or not.
+        expect((await s().waitingFor(type, 'order-9')).map((w) => w.runId)).toEqual([]);
+        // The emails' records are gone: under the same keys the effect runs again.
+        for (const key of emailKeys) expect(await subject().ledger.once(key, { to: key }, () => ({ sent: 'again' }))).toEqual({ sent: 'again' });
       });
 
       it('refuses a running or waiting run, and a version that is not the latest: nothing deleted', async () => {
