@@ -464,6 +464,12 @@ export interface Notification {
 /** Sends notifications: SES on AWS, an outbox folder of .eml files locally. */
 export interface Notifier {
   send(notification: Notification): Promise<void>;
+  /**
+   * Deletes the notifications it keeps of a run (an outbox's files: those whose id is under the run's
+   * idempotencyKeyPrefix), for a deleted run; says how many. A sender that keeps none has no such method:
+   * mail SES sent cannot be taken back.
+   */
+  deleteRun?(runId: string): Promise<number>;
 }
 
 /** An event from outside (EventBridge, `stepwise emit`, the API) that may resume a run waiting for it. */

@@ -52,6 +52,7 @@ export function operateDeps(runtime: Backend): OperateDeps {
   return {
     store: runtime.store, blobs: runtime.blobs, queue: runtime.queue, clock: systemClock,
     workerId: `cli-${workerId()}`, codeVersion: CODE_VERSION, log: createLogger(),
+    ...(runtime.waits.notifier ? { notifier: runtime.waits.notifier } : {}),
   };
 }
 

@@ -1,5 +1,5 @@
 import type { AgentDefinition } from '../agent.ts';
-import type { EventBuffer } from '../ports.ts';
+import type { EventBuffer, Notifier } from '../ports.ts';
 import type { AnswerDeps } from '../waits/answer.ts';
 import type { SigningKeySource } from '../waits/signing-key.ts';
 import type { AuthThrottle } from './auth-throttle.ts';
@@ -11,6 +11,8 @@ export interface HttpDeps extends AnswerDeps {
   agent: AgentDefinition;
   signingKey: SigningKeySource;
   events?: EventBuffer;
+  /** Where approval emails go: a delete of a run deletes those it keeps (an outbox's files). */
+  notifier?: Notifier;
   /**
    * A bearer token required on the program routes (everything but the approval pages). `stepwise serve`
    * sets one unless told otherwise; on AWS, IAM authorizes those routes at API Gateway instead.

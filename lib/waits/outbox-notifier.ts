@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { idempotencyKeyPrefix } from '../core/keys.ts';
 import type { Notification, Notifier } from '../ports.ts';
 import { makeDir } from '../make-dir.ts';
 
@@ -20,6 +21,27 @@ export class OutboxNotifier implements Notifier {
     // Readable by its owner only: an approval email's link is the approver's credential.
     writeFileSync(temp, mime(notification, this.from), { mode: 0o600 });
     renameSync(temp, file);
+  }
+
+  /**
+   * The run's emails by their X-Stepwise-Id, as their file names are hashes. Read and removed one at a
+   * time: a file gone meanwhile (another delete) is passed over, and a delete cut short is finished by
+   * running it again.
+   */
+  async deleteRun(runId: string): Promise<number> {
+    const prefix = idempotencyKeyPrefix(runId);
+    let deleted = 0;
+    for (const name of emlFiles(this.dir)) {
+      const file = join(this.dir, name);
+      try {
+        if (!headerOf(readFileSync(file, 'utf8'), 'X-Stepwise-Id').startsWith(prefix)) continue;
+        unlinkSync(file);
+        deleted++;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      }
+    }
+    return deleted;
   }
 
   pathOf(id: string): string {
@@ -75,21 +97,28 @@ export interface OutboxEmail {
 
 /** Reads the emails an OutboxNotifier wrote to `dir` (none if the folder does not exist yet). */
 export function readOutbox(dir: string): OutboxEmail[] {
-  let files: string[];
+  return emlFiles(dir).map((name) => {
+    const file = join(dir, name);
+    const eml = readFileSync(file, 'utf8');
+    const part = eml.split('Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n')[1]?.split('\r\n--')[0] ?? '';
+    const text = Buffer.from(part.replace(/\r\n/g, ''), 'base64').toString('utf8');
+    const link = /Review and decide: (\S+)/.exec(text)?.[1];
+    return { file, to: headerOf(eml, 'To'), subject: headerOf(eml, 'Subject'), text, ...(link ? { link } : {}) };
+  });
+}
+
+/** The .eml files in `dir`, by name (none if the folder does not exist yet). */
+function emlFiles(dir: string): string[] {
   try {
-    files = readdirSync(dir).filter((f) => f.endsWith('.eml')).sort();
+    return readdirSync(dir).filter((f) => f.endsWith('.eml')).sort();
   } catch {
     return [];
   }
-  return files.map((name) => {
-    const file = join(dir, name);
-    const eml = readFileSync(file, 'utf8');
-    const header = (field: string) => new RegExp(`^${field}: (.*)$`, 'm').exec(eml)?.[1]?.trim() ?? '';
-    const part = eml.split('Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n')[1]?.split('\r\n--')[0] ?? '';
-    const text = Buffer.from(part.replace(/\r\n/g, ''), 'base64').toString('utf8');
-    const subject = header('Subject');
-    const encoded = /^=\?utf-8\?B\?(.*)\?=$/.exec(subject);
-    const link = /Review and decide: (\S+)/.exec(text)?.[1];
-    return { file, to: header('To'), subject: encoded ? Buffer.from(encoded[1]!, 'base64').toString('utf8') : subject, text, ...(link ? { link } : {}) };
-  });
+}
+
+/** A header of the message, decoded as encodeHeader wrote it. */
+function headerOf(eml: string, field: string): string {
+  const value = new RegExp(`^${field}: (.*)$`, 'm').exec(eml)?.[1]?.trim() ?? '';
+  const encoded = /^=\?utf-8\?B\?(.*)\?=$/.exec(value);
+  return encoded ? Buffer.from(encoded[1]!, 'base64').toString('utf8') : value;
 }

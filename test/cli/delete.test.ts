@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseSync } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
+import { outboxEmails } from '../support/outbox.ts';
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
 const db = tempDb();
@@ -51,5 +52,27 @@ describe('stepwise delete', { timeout: 120_000 }, () => {
     expect(text.code).toBe(0);
     expect(text.out).toContain('run del-1 (completed at version 4) deleted');
     expect(text.out).toContain('freed by the next stepwise prune');
+  });
+
+  it('deletes the approval emails the run left in the outbox, and no other run\'s', () => {
+    const own = tempDb();
+    try {
+      const approvalAgent = join(ROOT, 'test/support/approval-agent.ts');
+      const ownEnv = { STEPWISE_DB: own.path, EFFECTS_DB: join(own.path, '..', 'effects.db'), STEPWISE_LOG_LEVEL: 'warn', ANTHROPIC_API_KEY: '' };
+      const run = (args: string[]) => stepwiseSync(args, ownEnv);
+      const outbox = join(own.path, '..', 'outbox');
+      for (const id of ['ap-del', 'ap-keep']) expect(run(['run', '--agent', approvalAgent, '--goal', 'copy, then drop', '--run-id', id]).code).toBe(0);
+      expect(outboxEmails(outbox).map((e) => /Run: (\S+)/.exec(e.text)?.[1]).sort()).toEqual(['ap-del', 'ap-keep']);
+      expect(run(['reject', 'ap-del']).code).toBe(0);
+      expect(run(['run', '--agent', approvalAgent, '--run-id', 'ap-del']).code).toBe(0);
+
+      const deleted = run(['delete', 'ap-del']);
+      expect(deleted.code, deleted.err).toBe(0);
+      expect(deleted.out).toContain('deleted: its checkpoints, step records and idempotency records, 1 approval email in the outbox;');
+      // The waiting run's email, with its link, is still there.
+      expect(outboxEmails(outbox).map((e) => /Run: (\S+)/.exec(e.text)?.[1])).toEqual(['ap-keep']);
+    } finally {
+      own.cleanup();
+    }
   });
 });

@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool } from '../../lib/agent.ts';
@@ -6,6 +7,7 @@ import { advance } from '../../lib/engine/advance.ts';
 import { deleteRun } from '../../lib/engine/operate/delete.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import type { CheckpointStore } from '../../lib/ports.ts';
+import { OutboxNotifier, readOutbox } from '../../lib/waits/outbox-notifier.ts';
 import { ManualClock, drain, loadState, start, tempDb, workerProcess } from '../support/harness.ts';
 import { StubModel, writeRowsScript } from '../support/stub-model.ts';
 
@@ -132,5 +134,27 @@ describe('deleting a run', () => {
     await expect(retryRun(w.deps, 'run', {})).rejects.toBeInstanceOf(UnknownRunError);
     w.runtime.close();
     later.runtime.close();
+  });
+
+  it('an outbox\'s emails of the run go after the run; a delete cut short between the two is finished by the next', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const w = workerProcess({ dbPath: db.path, agent: onceAgent([]), model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
+    await start(w.deps);
+    await drain(w.deps, w.runtime, clock);
+    const outbox = new OutboxNotifier(join(db.path, '..', 'outbox'));
+    const email = (id: string) => ({ id, to: 'ops@example.com', subject: 'Approval needed', text: 'x', html: 'x' });
+    for (const id of ['run/wait-a/ops@example.com', 'run/wait-b/ops@example.com', 'run0/wait-c/ops@example.com']) await outbox.send(email(id));
+    // Cut short after the run's delete: the emails stay, and the run is gone.
+    const cut = { ...w.deps, notifier: { send: outbox.send.bind(outbox), deleteRun: () => Promise.reject(new Error('killed')) } };
+    await expect(deleteRun(cut, 'run')).rejects.toThrow('killed');
+    expect(await w.runtime.store.load('run')).toBeUndefined();
+    expect(readOutbox(outbox.dir)).toHaveLength(3);
+    // The next finds no run, deletes its emails, and says an earlier delete was finished; a run whose id
+    // begins with this one's keeps its own.
+    expect(await deleteRun({ ...w.deps, notifier: outbox }, 'run')).toEqual({ outcome: 'finished', runId: 'run', emails: 2 });
+    expect(readOutbox(outbox.dir).map((e) => e.file)).toEqual([outbox.pathOf('run0/wait-c/ops@example.com')]);
+    await expect(deleteRun({ ...w.deps, notifier: outbox }, 'run')).rejects.toBeInstanceOf(UnknownRunError);
+    w.runtime.close();
   });
 });

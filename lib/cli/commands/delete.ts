@@ -13,9 +13,10 @@ export async function deleteCommand(runId: string | undefined, options: CliOptio
     const blobs = runtime.aws
       ? 'its large outputs in the bucket are freed by the next blob sweep (stepwise prune --backend aws)'
       : 'its large outputs are freed by the next stepwise prune, once a day old';
+    const emails = deleted.emails ? `, ${deleted.emails} approval email${deleted.emails === 1 ? '' : 's'} in the outbox` : '';
     if (options.json) out(JSON.stringify({ ...deleted, blobs }, null, 2));
-    else if (deleted.outcome === 'finished') out(`run ${runId}: an earlier delete of it was interrupted; the rest of it is deleted now; ${blobs}`);
-    else out(`run ${runId} (${deleted.status} at version ${deleted.version}) deleted: its checkpoints, step records and idempotency records; ${blobs}`);
+    else if (deleted.outcome === 'finished') out(`run ${runId}: an earlier delete of it was interrupted; the rest of it is deleted now${emails}; ${blobs}`);
+    else out(`run ${runId} (${deleted.status} at version ${deleted.version}) deleted: its checkpoints, step records and idempotency records${emails}; ${blobs}`);
     return 0;
   } finally {
     runtime.close();

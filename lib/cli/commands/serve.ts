@@ -74,7 +74,8 @@ export async function serveCommand(options: ServeOptions, out: (line: string) =>
   const app = createHttpApp({
     store: backend.store, blobs: backend.blobs, queue: backend.queue, clock: systemClock, workerId: `api-${workerId()}`,
     codeVersion: CODE_VERSION, log, agent, signingKey: backend.waits.signingKey,
-    events: backend.waits.events, apiToken, authThrottle: new AuthThrottle(systemClock), longPolls: new LongPolls(longPollsPerAddress(limits.maxConnectionsPerAddress)),
+    events: backend.waits.events, ...(backend.waits.notifier ? { notifier: backend.waits.notifier } : {}), apiToken, authThrottle: new AuthThrottle(systemClock),
+    longPolls: new LongPolls(longPollsPerAddress(limits.maxConnectionsPerAddress)),
     // On AWS the queue is this agent's alone, as behind API Gateway: its API operates only its own runs.
     agentQueue: backend.kind === 'aws',
     ...(pathPrefix ? { pathPrefix } : {}), stopping: stopping.signal,

@@ -2,11 +2,15 @@ import { RunStateError, StaleVersionError, UnknownRunError } from '../../core/er
 import { isTerminal, type RunStatus } from '../../core/statuses.ts';
 import type { OperateDeps } from './deps.ts';
 
-export type DeleteOutcome =
+export type DeleteOutcome = (
   /** The run was at `version`, ended `status`, and is gone with everything kept for it. */
   | { outcome: 'deleted'; runId: string; version: number; status: RunStatus }
-  /** An earlier delete of the run was interrupted after its fence (DynamoDB): this one removed the rest. */
-  | { outcome: 'finished'; runId: string };
+  /** An earlier delete of the run was interrupted (after its fence on DynamoDB, or before its emails): this one removed the rest. */
+  | { outcome: 'finished'; runId: string }
+) & {
+  /** Approval emails of the run the notifier kept (an outbox's files) and this delete removed; absent when it keeps none. */
+  emails?: number;
+};
 
 const ATTEMPTS = 3;
 
@@ -21,9 +25,13 @@ export async function deleteRun(deps: OperateDeps, runId: string): Promise<Delet
     // The head alone: a run's status and version are all the delete is fenced on, however long it is.
     const stored = await deps.store.load(runId, { afterStep: Number.MAX_SAFE_INTEGER });
     if (!stored) {
-      if (await deps.store.deleteRun(runId)) {
-        deps.log.info({ event: 'run-deleted', runId, finished: true }, 'an interrupted delete of the run finished');
-        return { outcome: 'finished', runId };
+      const finished = await deps.store.deleteRun(runId);
+      // The emails go after the store's delete (a run is not deleted until that is done): one cut short
+      // between the two left them to this one.
+      const emails = await deleteEmails(deps, runId);
+      if (finished || emails.emails) {
+        deps.log.info({ event: 'run-deleted', runId, finished: true, ...emails }, 'an interrupted delete of the run finished');
+        return { outcome: 'finished', runId, ...emails };
       }
       throw new UnknownRunError(runId);
     }
@@ -37,7 +45,13 @@ export async function deleteRun(deps: OperateDeps, runId: string): Promise<Delet
       if (error instanceof StaleVersionError && attempt < ATTEMPTS) continue;
       throw error;
     }
-    deps.log.info({ event: 'run-deleted', runId, version: stored.version, status: stored.status }, 'run deleted');
-    return { outcome: 'deleted', runId, version: stored.version, status: stored.status };
+    const emails = await deleteEmails(deps, runId);
+    deps.log.info({ event: 'run-deleted', runId, version: stored.version, status: stored.status, ...emails }, 'run deleted');
+    return { outcome: 'deleted', runId, version: stored.version, status: stored.status, ...emails };
   }
+}
+
+/** The run's emails the notifier keeps (Notifier.deleteRun), counted; nothing for one that keeps none. */
+async function deleteEmails(deps: OperateDeps, runId: string): Promise<{ emails?: number }> {
+  return deps.notifier?.deleteRun ? { emails: await deps.notifier.deleteRun(runId) } : {};
 }
