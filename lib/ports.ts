@@ -135,6 +135,11 @@ export interface ListRunsQuery {
   status?: RunStatus;
   /** Only runs whose latest checkpoint is older than this (ms since epoch): stalled-run sweeps. */
   updatedBefore?: number;
+  /**
+   * Only runs whose latest checkpoint is stamped later than this: a stall sweep's runs whose worker's clock
+   * ran ahead of the sweeper's, which `updatedBefore` would find only once the sweeper's clock caught up.
+   */
+  updatedAfter?: number;
   after?: RunPosition;
   limit?: number;
 }

@@ -14,7 +14,8 @@
  * timeout, unusable replies, one permanent 400). The server's replies are the agents' decisions. In one
  * schedule of ten one effect never returns while its container lives, as in the engine's schedules: the
  * try ends at the tools' timeoutMs (bench/chaos/hangs.ts, real time), the claim waits out its lease, and
- * that schedule parks no container.
+ * that schedule parks no container. A container's wall clock may step, its own alone (each is a machine):
+ * ahead past the leases, most often while another waits inside an effect, or behind by up to two hours.
  *
  * Time is a ManualClock. This driver is the Lambda event source and SQS's clock for visibility: it
  * receives with a long real visibility timeout and makes a message visible again when the manual time
@@ -42,6 +43,7 @@ import { sweepStalledRuns } from '../../lib/engine/sweep.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
 import type { IdempotencyLedger } from '../../lib/ports.ts';
 import { DEFAULT_SWEEPER_STALL_MS } from '../../lib/settings.ts';
+import { DEFAULT_LEASE_MS } from '../../lib/core/lease.ts';
 import { ManualClock } from '../../test/support/manual-clock.ts';
 import { toSqsRecord } from '../../test/aws/lambda-harness.ts';
 import { apiError, done, toolUse, type Reply } from '../../test/support/messages-server.ts';
@@ -55,6 +57,8 @@ import { goalOf, registerSchedule, runOf } from './model-server.ts';
 import { rng } from './random.ts';
 import type { AwsFaults } from './totals.ts';
 
+/** The furthest a container's wall clock steps, either way. */
+const CLOCK_STEP_MS = 2 * 3_600_000;
 /** The queue's visibility timeout (as the test resources create it): a receive no one finishes comes back then. */
 const VISIBILITY_MS = 30_000;
 /** What the driver really asks of fauxqs: longer than any schedule, so only the manual time ends a visibility. */
@@ -123,7 +127,11 @@ export async function awsSchedule(
     seed, runs: 0, steps: 0, crashes: 0, crashesByPoint: {}, duplicates: 0, delayed: 0, brownouts: 0, slowWorkers: 0, longEffects: 0,
     modelFaults: 0, modelCalls: 0, modelFaultsByKind: {}, ambiguousWrites: 0, lostMessages: 0, redriven: 0, hungTools: 0,
     completed: 0, failed: 0, completedSteps: 0, blobsChecked: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, violations: [], unexpected: [],
+    clockSteps: 0,
   };
+  // The clock's steps come from a stream of their own, so the faults a seed drew before them are drawn alike.
+  const stepper = rng(seed ^ 0x3c6ef372);
+  const maxClockSteps = stepper.int(0, 3);
 
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 3) }, (_, i) => ({ runId: `run-${i}`, steps: r.int(2, 5), toolOf }));
   const stepsOf = new Map(runs.map((run) => [run.runId, run.steps]));
@@ -180,6 +188,27 @@ export async function awsSchedule(
     }
   };
 
+  /**
+   * After a ledger-only effect, only a live holder waiting long for its reply (a crash or a freeze there
+   * is the case nothing can tell apart): its renewals alone keep the key from a second attempt, whatever
+   * another machine's clock says. Drawn from the clock's stream, so the seeds' other faults stay.
+   */
+  const afterLedgerOnly = async (c: Container): Promise<void> => {
+    if (c.dead) throw new Injected(`call of dead container ${c.id}`);
+    if (parkable !== c || parked || hang.hangs || !stepper.chance(0.06)) return;
+    parked = { mode: 'long', container: c, go: deferred() };
+    report.longEffects++;
+    parkSignal.resolve('parked');
+    await parked.go.promise;
+  };
+
+  /** One container's wall clock steps (its machine's alone): ahead past the leases, or behind. */
+  const stepClock = (candidates: Container[], chance: number): void => {
+    if (report.clockSteps! >= maxClockSteps || !candidates.length || !stepper.chance(chance)) return;
+    stepper.pick(candidates).clock.skew(stepper.chance(0.6) ? stepper.int(DEFAULT_LEASE_MS + 1_000, CLOCK_STEP_MS) : -stepper.int(1_000, CLOCK_STEP_MS));
+    report.clockSteps!++;
+  };
+
   const agentFor = (c: Container): AgentDefinition => defineAgent({
     name: 'chaos',
     tools: [
@@ -203,6 +232,7 @@ export async function awsSchedule(
           await inside(c, 'before');
           if (signal.aborted) throw new TransientError('claim lost while frozen');
           bump(ctx.idempotencyKey);
+          await afterLedgerOnly(c);
           return { sent: input.n };
         }),
       }),
@@ -396,6 +426,7 @@ export async function awsSchedule(
         continue;
       }
       if (brownoutCalls === 0 && r.chance(0.02)) { report.brownouts++; brownoutCalls = r.int(1, 4); }
+      stepClock(containers.filter((x) => !x.dead), 0.01);
 
       const c = r.pick(containers.filter((x) => !x.dead && x !== parked?.container));
       // One message per invocation: a batch's runs are handled in parallel, and their order of drawing
@@ -479,6 +510,8 @@ export async function awsSchedule(
       if (outcome.kind === 'parked') {
         for (const m of messages) { const e = inFlight.get(m.ReceiptHandle!); if (e) e.dueAt = receivedAt + VISIBILITY_MS; }
         parkedWork = { messages, receivedAt, pending, turnsLeft: r.int(1, 8) };
+        // Most often now: another machine whose clock runs ahead must not take the key from a live holder.
+        stepClock(containers.filter((x) => !x.dead && x !== c), 0.5);
         // Another container may take the message (and, past the lease, the key) while this one is away.
         await passTime(r.chance(0.5) ? VISIBILITY_MS + 1 : 61_000 + VISIBILITY_MS);
         continue;

@@ -583,11 +583,13 @@ export class DynamoCheckpointStore implements CheckpointStore {
    * precedes it by run id, which the next page (after the kept one) would then skip.
    */
   private async queryStatus(key: string, query: ListRunsQuery, limit: number): Promise<RunSummary[]> {
-    const { updatedBefore, after } = query;
-    // The tighter bound on the sort key; runs of `after`'s millisecond are filtered by run id below.
-    const bound = updatedBefore !== undefined && (after === undefined || updatedBefore <= after.updatedAt)
-      ? { op: '<', value: updatedBefore } : after ? { op: '<=', value: after.updatedAt } : undefined;
-    const keep = (run: RunSummary) => !after || isAfter(run, after);
+    const { updatedBefore, updatedAfter, after } = query;
+    // The tighter bound on the sort key; runs of `after`'s millisecond are filtered by run id below. A
+    // lower bound (updatedAfter: runs stamped by a clock ahead, rare and few) is the key's, the rest filters.
+    const bound = updatedAfter !== undefined ? { op: '>', value: updatedAfter }
+      : updatedBefore !== undefined && (after === undefined || updatedBefore <= after.updatedAt)
+        ? { op: '<', value: updatedBefore } : after ? { op: '<=', value: after.updatedAt } : undefined;
+    const keep = (run: RunSummary) => (!after || isAfter(run, after)) && (updatedAfter === undefined || updatedBefore === undefined || run.updatedAt < updatedBefore);
     const runs = await this.queryIndex(key, bound, keep, limit);
     const last = runs[runs.length - 1];
     if (runs.length < limit || !last) return runs;

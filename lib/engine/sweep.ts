@@ -46,7 +46,15 @@ async function requeueStalledRuns(deps: SweepDeps, options: SweepOptions): Promi
   const limit = options.limit ?? 500;
   const stalled = deps.stalled
     ? await deps.stalled(before, limit)
-    : await stalledRunsOf(deps.store, before, limit, options.agents);
+    : await stalledRunsOf(deps.store, { updatedBefore: before }, limit, options.agents);
+  // A run whose checkpoint is stamped more than a stall window ahead of this clock was written by a clock
+  // ahead of it (another machine's, or this one's before a step back): by `before` alone it would count as
+  // stalled only once this clock caught up, hours late for a clock hours ahead. Re-driven as a stalled one
+  // is; if it is moving, the copy finds it moved on (on a FIFO queue, behind its message).
+  if (!deps.stalled && stalled.length < limit) {
+    const ahead = await stalledRunsOf(deps.store, { updatedAfter: now + options.stallMs }, limit - stalled.length, options.agents);
+    stalled.push(...ahead.filter((run) => !stalled.some((s) => s.runId === run.runId)));
+  }
   // One token per stall window for SQS: sweeps of the same window within SQS's 5-minute deduplication
   // window add no copy; a later one that still finds the run stalled sends another, which is harmless.
   const token = `sweep-${Math.floor(now / options.stallMs)}`;
@@ -73,11 +81,13 @@ async function requeueStalledRuns(deps: SweepDeps, options: SweepOptions): Promi
  * a backlog on another agent's queue (hundreds of its runs idle for longer than the stall window) would
  * otherwise fill every sweep's page and hide this agent's lost runs for as long as the backlog lasts.
  */
-async function stalledRunsOf(store: Pick<CheckpointStore, 'list'>, before: number, limit: number, agents: readonly string[] | undefined): Promise<RunSummary[]> {
+async function stalledRunsOf(
+  store: Pick<CheckpointStore, 'list'>, bound: { updatedBefore: number } | { updatedAfter: number }, limit: number, agents: readonly string[] | undefined,
+): Promise<RunSummary[]> {
   const own: RunSummary[] = [];
   let after: RunPosition | undefined;
   for (;;) {
-    const page = await store.list({ status: 'running', updatedBefore: before, limit, ...(after ? { after } : {}) });
+    const page = await store.list({ status: 'running', ...bound, limit, ...(after ? { after } : {}) });
     own.push(...(agents ? page.filter((run) => agents.includes(run.agent)) : page));
     const last = page[page.length - 1];
     if (!agents || !last || page.length < limit || own.length >= limit) return own.slice(0, limit);

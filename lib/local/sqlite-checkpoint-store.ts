@@ -416,6 +416,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
     if (ended) where.push("r.status <> 'running'");
     const updated = ended ? 'r.updated_at' : 'c.created_at';
     if (query.updatedBefore !== undefined) { where.push(`${updated} < ?`); args.push(query.updatedBefore); }
+    if (query.updatedAfter !== undefined) { where.push(`${updated} > ?`); args.push(query.updatedAfter); }
     if (query.after) {
       where.push(`(${updated} < ? OR (${updated} = ? AND r.run_id < ?))`);
       args.push(query.after.updatedAt, query.after.updatedAt, query.after.runId);

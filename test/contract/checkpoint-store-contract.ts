@@ -282,6 +282,13 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       expect(running.find((r) => r.runId === runningRun)).toMatchObject({ status: 'running', step: 1, version: 2, agent: 'test-agent' });
       const old = await s().list({ status: 'running', updatedBefore: 0, limit: 1000 });
       expect(old.map((r) => r.runId)).not.toContain(runningRun);
+      // Stamped later than a moment: runs a clock ahead of the reader's wrote (the stall sweep's other look).
+      const later = await s().list({ status: 'running', updatedAfter: 0, limit: 1000 });
+      expect(later.map((r) => r.runId)).toContain(runningRun);
+      const aheadOfAll = await s().list({ status: 'running', updatedAfter: Number.MAX_SAFE_INTEGER, limit: 1000 });
+      expect(aheadOfAll.map((r) => r.runId)).not.toContain(runningRun);
+      const between = await s().list({ status: 'running', updatedAfter: 0, updatedBefore: 1, limit: 1000 });
+      expect(between.map((r) => r.runId)).not.toContain(runningRun);
     });
 
     it('pages through runs updated in the same millisecond: every run once, in the list order', async () => {

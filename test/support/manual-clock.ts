@@ -30,6 +30,8 @@ interface Timeline {
 export class ManualClock implements Clock {
   private readonly line: Timeline;
   private state: 'running' | 'frozen' | 'killed' = 'running';
+  /** How far this process's wall clock is off the line's (skew). */
+  private offset = 0;
 
   constructor(ms = 1_700_000_000_000, line?: Timeline) {
     this.line = line ?? { ms, timers: new Set() };
@@ -38,7 +40,16 @@ export class ManualClock implements Clock {
   get ms(): number { return this.line.ms; }
   set ms(value: number) { this.line.ms = value; }
 
-  now = (): number => this.line.ms;
+  now = (): number => this.line.ms + this.offset;
+
+  /**
+   * This process's wall clock moves `ms` off the line's (ahead, or behind if negative) and stays there: a
+   * machine of its own whose clock was stepped or drifted, where `ms` steps every process of the line.
+   */
+  skew(ms: number): this {
+    this.offset += ms;
+    return this;
+  }
 
   machineTime = (): MachineTime | undefined => (this.line.machine ? { ...this.line.machine } : undefined);
 
