@@ -445,9 +445,44 @@ export interface Clock {
   machineTime?(): MachineTime | undefined;
   /** Calls `fn` every `ms` until the returned function is called; a test clock fires it as its time passes. */
   every?(ms: number, fn: () => unknown): () => void;
+  /**
+   * This process's monotonic time in ms (performance.now()): how long it has itself waited, which no step of
+   * now() changes. The DynamoDB ledger times how long it watched another worker's claim on it, since
+   * machines share no clock. Absent: now().
+   */
+  monotonic?(): number;
+  /**
+   * Resolves once `ms` of this process's time has passed, or at once when `signal` aborts (the caller
+   * looks). Unlike `every`, it keeps the process alive meanwhile: a Lambda whose only work is this wait
+   * must not end with it. A test clock resolves it as its time passes.
+   */
+  sleep?(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
-export const systemClock: Clock = { now: () => Date.now(), machineTime };
+export const systemClock: Clock = { now: () => Date.now(), machineTime, monotonic: () => performance.now(), sleep: sleepOnTimers };
+
+/** This process's monotonic time on `clock` (Clock.monotonic), or its now() where it has none. */
+export function monotonicOn(clock: Clock): number {
+  return clock.monotonic ? clock.monotonic() : clock.now();
+}
+
+/** Clock.sleep on `clock`: its own if it has one, else Node's timers. */
+export function sleepOn(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
+  return (clock.sleep ?? sleepOnTimers)(ms, signal);
+}
+
+function sleepOnTimers(ms: number, signal?: AbortSignal): Promise<void> {
+  if (signal?.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
 
 /** A repeating timer on `clock`: its own if it has one, else setInterval (which never keeps a process alive). */
 export function everyOn(clock: Clock, ms: number, fn: () => unknown): () => void {

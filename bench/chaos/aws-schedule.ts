@@ -373,6 +373,12 @@ export async function awsSchedule(
     await releaseDue();
   };
 
+  /**
+   * Awaits what an invocation comes to. One that watches a claim before taking it over sleeps on its own
+   * time meanwhile (lib/aws/dynamo-ledger.ts): the time passes for it, and for the sweeper and the queue.
+   */
+  const settle = <T>(promise: Promise<T>): Promise<T> => root.settle(promise, passTime);
+
   /** The end of an invocation for the event source: delete what succeeded, the rest comes back later. */
   const finish = async (messages: Message[], receivedAt: number, outcome: Outcome) => {
     for (const m of messages) {
@@ -420,7 +426,7 @@ export async function awsSchedule(
         parked.go.resolve();
         const work = parkedWork;
         parked = undefined; parkedWork = undefined;
-        const outcome = await Promise.race([work.pending, container.died.promise.then(() => ({ kind: 'died' as const }))]);
+        const outcome = await settle(Promise.race([work.pending, container.died.promise.then(() => ({ kind: 'died' as const }))]));
         await finish(work.messages, work.receivedAt, outcome);
         if (container.dead) retire(container);
         continue;
@@ -491,19 +497,19 @@ export async function awsSchedule(
         report.duplicates++;
         twin.gate = gate;
         twinDone = invoke(twin, messages);
-        await Promise.race([gate.reached.promise, twinDone, twin.died.promise]);
+        await settle(Promise.race([gate.reached.promise, twinDone, twin.died.promise]));
       }
       parkSignal = deferred<'parked'>();
       parkable = c;
       const pending = invoke(c, messages);
-      const outcome = await Promise.race([
+      const outcome = await settle(Promise.race([
         pending, c.died.promise.then(() => ({ kind: 'died' as const })), parkSignal.promise.then(() => ({ kind: 'parked' as const })),
-      ]);
+      ]));
       parkable = undefined;
       if (twin && twinDone) {
         twin.gate = undefined;
         gate.open.resolve();
-        const o = await Promise.race([twinDone, twin.died.promise.then(() => ({ kind: 'died' as const }))]);
+        const o = await settle(Promise.race([twinDone, twin.died.promise.then(() => ({ kind: 'died' as const }))]));
         if (o.kind === 'error') report.unexpected.push(`${twin.id} (twin): ${String(o.error)}`);
         if (twin.dead) retire(twin);
       }

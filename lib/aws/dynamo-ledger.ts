@@ -7,8 +7,9 @@ import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { BlobStore, Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
-import { systemClock } from '../ports.ts';
+import { monotonicOn, sleepOn, systemClock } from '../ports.ts';
 import { AttributeSpill } from './attribute-spill.ts';
+import { ClaimSightings, holderLeaseMs, watchMs, type Sighting } from './claim-sightings.ts';
 import { isConditionalCheckFailed } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
 import { LEDGER_SK, PK, SK, TTL_ATTRIBUTE, ledgerPk } from './table-layout.ts';
@@ -29,7 +30,11 @@ export interface DynamoLedgerOptions {
 
 type RawItem = Record<string, { S?: string; N?: string }>;
 
-/** The record format this code writes: absent while it is 1, so items are as they always were. */
+/**
+ * The record format this code writes: absent while it is 1, so items are as they always were. A claim's
+ * `leaseRev` needs no new format: older code ignores it (its put replaces the item, its renewal leaves a
+ * stale rev but a new lease), and a claim older code wrote has none, which is one more value to watch.
+ */
 const FORMAT: { formatVersion?: number } = RECORD_FORMATS.ledger > 1 ? { formatVersion: RECORD_FORMATS.ledger } : {};
 type Key = Record<string, string>;
 
@@ -45,7 +50,8 @@ const COMPLETE_TRIES = 5;
  * of Powertools' idempotency utility (status, expiry, lease, payload hash): claim the key with an
  * in-progress lease (one conditional put), run the effect while renewing the lease, store its result. A
  * retry gets the stored result; a reused key with other arguments is refused; the lease of a claim whose
- * holder died runs out so the effect can be tried again.
+ * holder died runs out so the effect can be tried again, once the contender has seen, on its own time,
+ * that nobody renews it (claim).
  *
  * Every claim carries its owner's token and every later write is conditional on it. A holder that lost
  * its claim still applied its effect, so its completion puts its result on record without touching the
@@ -57,6 +63,7 @@ const COMPLETE_TRIES = 5;
  */
 export class DynamoLedger implements IdempotencyLedger {
   private readonly spill: AttributeSpill;
+  private readonly sightings = new ClaimSightings();
 
   constructor(private readonly options: DynamoLedgerOptions) {
     this.spill = new AttributeSpill(options.blobs, options.spillBytes);
@@ -75,7 +82,7 @@ export class DynamoLedger implements IdempotencyLedger {
     const argsHash = hashArgs(args);
     const token = randomUUID();
     const itemKey = { [PK]: ledgerPk(key), [SK]: LEDGER_SK };
-    const claimed = await this.claim<T>(key, itemKey, argsHash, token, leaseMs);
+    const claimed = await this.claim<T>(key, itemKey, argsHash, token, leaseMs, options.signal);
     if (claimed.done) return claimed.result;
 
     let result: T;
@@ -103,22 +110,67 @@ export class DynamoLedger implements IdempotencyLedger {
     return kept;
   }
 
-  private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number): Promise<{ done: true; result: T } | { done: false }> {
+  /**
+   * Claims the key, or finds its result. A claim of another attempt is never taken over on a comparison
+   * of clocks alone (the AWS DynamoDB Lock Client's record version number is the model): machines share
+   * no clock, and a contender whose wall clock runs a minute ahead (a VM resumed, `date -s`, NTP stepping)
+   * read a live holder's lease as run out, took the key and applied the effect beside it. A lease its wall
+   * clock says ran out is only
+   * a reason to look closer: the contender watches the claim on its own monotonic time for the window
+   * (watchMs), and takes it over only with a write conditional on the holder's token and rev being what it
+   * saw. A live holder writes a fresh rev at every renewal, so its claim moves and the takeover fails. A
+   * contender whose clock runs behind reads the lease as live and waits longer, as before (retryAfterMs).
+   */
+  private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, signal?: AbortSignal): Promise<{ done: true; result: T } | { done: false }> {
+    const first = await this.put<T>(key, itemKey, argsHash, token, leaseMs);
+    if (first.held === undefined) return first;
+    const { sighting, holderLeaseMs: holderLease } = first.held;
+    const watched = this.sightings.note(key, sighting, monotonicOn(this.clock));
+    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now);
+    // The wait is a step's time: 41 s for the default 60 s lease, well within a worker Lambda's 6 minutes
+    // (the construct's default, less DEFAULT_RESERVE_MS) and its queue's visibility (6 times that). A lease
+    // so long its window outlasts the invocation is cut by the try's signal: the try ends without the key,
+    // and a retry in the same container resumes the watch where it stopped (ClaimSightings).
+    const window = watchMs(holderLease);
+    if (watched < window) {
+      await sleepOn(this.clock, window - watched, signal);
+      if (signal?.aborted) {
+        const left = window - this.sightings.note(key, sighting, monotonicOn(this.clock));
+        throw new IdempotencyInProgressError(key, sighting.leaseUntil, Math.max(0, left));
+      }
+    }
+    // A clock stepped back meanwhile reads the lease as live again: then it is not ours to end.
+    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now);
+    const second = await this.put<T>(key, itemKey, argsHash, token, leaseMs, sighting);
+    if (second.held === undefined) {
+      this.sightings.forget(key);
+      return second;
+    }
+    // The claim moved while we watched: its holder lives (or another contender took it over).
+    this.sightings.note(key, second.held.sighting, monotonicOn(this.clock));
+    throw inProgress(key, second.held.sighting.leaseUntil, this.now);
+  }
+
+  /**
+   * One claim write: of a free key (none, or past its retention), or with `seen` the takeover of that very
+   * claim, unchanged since it was seen. `held`: another attempt's claim, as the failed write returned it.
+   */
+  private async put<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, seen?: Sighting): Promise<{ done: true; result: T; held?: undefined } | { done: false; held?: { sighting: Sighting; holderLeaseMs: number } }> {
     const now = this.now;
     const claim = new Expression();
     // The claim succeeds when nobody holds the key, when the record outlived its retention (TTL has not
-    // swept it yet), or when an attempt with the same arguments died and its lease ran out without a
+    // swept it yet), or when it is the dead attempt's claim we watched, with the same arguments and no
     // result on record. Otherwise the old record comes back with the failure and says why.
     // A dead claim of a newer format is not taken over: newer code wrote it.
     const condition = [
       `attribute_not_exists(${claim.name(PK)})`,
       `${claim.name(TTL_ATTRIBUTE)} < ${claim.value(now / 1000)}`,
-      `(${claim.name('status')} = ${claim.value(IN_PROGRESS)} AND ${claim.name('leaseUntil')} < ${claim.value(now)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)} AND ${noResult(claim)} AND ${knownFormat(claim)})`,
+      ...(seen ? [`(${claim.name('status')} = ${claim.value(IN_PROGRESS)} AND ${sameClaim(claim, seen)} AND ${claim.name('argsHash')} = ${claim.value(argsHash)} AND ${noResult(claim)} AND ${knownFormat(claim)})`] : []),
     ].join(' OR ');
     try {
       await this.options.doc.send(new PutCommand({
         TableName: this.options.tableName,
-        Item: { ...itemKey, status: IN_PROGRESS, argsHash, token, leaseUntil: now + leaseMs, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
+        Item: { ...itemKey, status: IN_PROGRESS, argsHash, token, leaseRev: randomUUID(), leaseUntil: now + leaseMs, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
         ConditionExpression: condition, ...claim.params(), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }));
       return { done: false };
@@ -135,7 +187,10 @@ export class DynamoLedger implements IdempotencyLedger {
       // A result on record: completed, or finished by a holder that had lost its claim.
       if (hasResult(old)) return { done: true, result: await this.storedResult<T>(old) };
       const leaseUntil = Number(old.leaseUntil?.N ?? now);
-      throw new IdempotencyInProgressError(key, leaseUntil, retryAfterMs(leaseUntil, now));
+      return {
+        done: false,
+        held: { sighting: { token: old.token?.S, rev: old.leaseRev?.S, leaseUntil }, holderLeaseMs: holderLeaseMs(leaseUntil, Number(old.updatedAt?.N), leaseMs) },
+      };
     }
   }
 
@@ -146,7 +201,7 @@ export class DynamoLedger implements IdempotencyLedger {
     try {
       await this.options.doc.send(new UpdateCommand({
         TableName: this.options.tableName, Key: itemKey,
-        UpdateExpression: renew.update({ leaseUntil: now + leaseMs, updatedAt: now }),
+        UpdateExpression: renew.update({ leaseUntil: now + leaseMs, leaseRev: randomUUID(), updatedAt: now }),
         ConditionExpression: ownClaim(renew, token), ...renew.params(),
       }));
       return true;
@@ -291,6 +346,17 @@ function knownFormat(e: Expression): string {
 
 function hasResult(item: RawItem): boolean {
   return item.result?.S !== undefined || item.resultRef?.S !== undefined;
+}
+
+/** A claim still as `seen`: no renewal (a fresh rev, or older code's new lease) and no other owner since. */
+function sameClaim(e: Expression, seen: Sighting): string {
+  const is = (attribute: string, value: string | number | undefined) =>
+    value === undefined ? `attribute_not_exists(${e.name(attribute)})` : `${e.name(attribute)} = ${e.value(value)}`;
+  return `${is('token', seen.token)} AND ${is('leaseRev', seen.rev)} AND ${is('leaseUntil', seen.leaseUntil)}`;
+}
+
+function inProgress(key: string, leaseUntil: number, now: number): IdempotencyInProgressError {
+  return new IdempotencyInProgressError(key, leaseUntil, retryAfterMs(leaseUntil, now));
 }
 
 function ownClaim(e: Expression, token: string): string {

@@ -83,7 +83,8 @@ describe('ctx.once through the Lambda handler', () => {
     clock.advance(51_000);
     await showNow(second.receiptHandle);
     auto = true;
-    await driveRun({ resources: res, runId, spawn: () => new WorkerProcess({ resources: res, agent, model, clock: clock.process() }), poll: { waitSeconds: 2 } });
+    // The next container watches the dead claim on its own time before it takes it over.
+    await clock.settle(driveRun({ resources: res, runId, spawn: () => new WorkerProcess({ resources: res, agent, model, clock: clock.process() }), poll: { waitSeconds: 2 } }));
     const state = decodeState((await runtime.store.load(runId))!);
     expect(state).toMatchObject({ status: 'completed', failures: 0 });
     expect(state.steps[0]?.result.text).toBe('wrote row 1');

@@ -164,7 +164,7 @@ describe('DynamoDB idempotency ledger: a write the SDK retries after its first t
     await root.pass(60_001);
     const b = new HeldEffect();
     const bDone = new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock: root.process() }).once(key, {}, b.effect, { leaseMs: 60_000 });
-    await b.started();
+    await root.settle(b.started());
     brownout = true;
     await frozen.thaw();
     expect(refused()).toBeGreaterThan(0);

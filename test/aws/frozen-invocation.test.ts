@@ -86,14 +86,15 @@ async function frozenPastLease(label: string) {
   const second = await receive();
   expect(second.attributes.ApproximateReceiveCount).toBe('2');
   const bDone = b.worker.handler(sqsEvent([second]), { awsRequestId: 'B' });
-  await held[1]!.entered;
+  // It watches A's claim a while on its own time first: A renews nothing meanwhile.
+  await clock.settle(held[1]!.entered);
   const deleteSecond = () => res.clients.sqs.send(new DeleteMessageCommand({ QueueUrl: res.queueUrl, ReceiptHandle: second.receiptHandle }));
 
   /** Drives the run to its end and checks each key was applied once, the history dense, the key's one result kept. */
   const finish = async () => {
     // Past the retry's backoff (its notBefore is on this clock).
     clock.advance(2_000);
-    await driveRun({ resources: res, runId, spawn: () => spawn(clock.process()).worker, poll: { waitSeconds: 2 } });
+    await clock.settle(driveRun({ resources: res, runId, spawn: () => spawn(clock.process()).worker, poll: { waitSeconds: 2 } }));
     const done = decodeState((await runtime.store.load(runId))!);
     expect(done.status).toBe('completed');
     expect(done.steps.map((s) => s.result.text)).toEqual(['wrote row 1', 'wrote row 2']);

@@ -11,6 +11,11 @@ interface Timer {
 interface Timeline {
   ms: number;
   timers: Set<Timer>;
+  /** Time that passed on the line (advance, pass), never moved by setting `ms`: every process's monotonic(). */
+  passed: number;
+  /** The timers of sleep() calls not yet woken, and who waits to hear of a new one (settle). */
+  sleeps: Set<Timer>;
+  onSleep: Set<() => void>;
   /** The machine's monotonic clock, once `onMachine()` gave the line one: it moves as time passes, never with `ms`. */
   machine?: MachineTime;
 }
@@ -25,30 +30,80 @@ interface Timeline {
  * Setting `ms` steps the wall clock (NTP, `date -s`); after `onMachine()` the line also has a machine's
  * monotonic clock (machine-time.ts), which only time passing (advance, pass) moves, and its timers are due
  * on that clock, as Node's are on the monotonic one: a step of the wall clock neither fires a renewal
- * early nor holds it back.
+ * early nor holds it back. `process(aheadMs)` gives a process whose wall clock runs that far ahead of the
+ * line's (another machine's clock), and `skew()` moves one process's clock alone; its timers, sleeps and
+ * monotonic() are on the line's time, as a real process's are on its own monotonic clock.
  */
 export class ManualClock implements Clock {
   private readonly line: Timeline;
   private state: 'running' | 'frozen' | 'killed' = 'running';
-  /** How far this process's wall clock is off the line's (skew). */
-  private offset = 0;
 
-  constructor(ms = 1_700_000_000_000, line?: Timeline) {
-    this.line = line ?? { ms, timers: new Set() };
+  constructor(ms = 1_700_000_000_000, line?: Timeline, private aheadMs = 0) {
+    this.line = line ?? { ms, timers: new Set(), passed: 0, sleeps: new Set(), onSleep: new Set() };
   }
 
   get ms(): number { return this.line.ms; }
   set ms(value: number) { this.line.ms = value; }
 
-  now = (): number => this.line.ms + this.offset;
+  now = (): number => this.line.ms + this.aheadMs;
+
+  monotonic = (): number => this.line.passed;
 
   /**
-   * This process's wall clock moves `ms` off the line's (ahead, or behind if negative) and stays there: a
-   * machine of its own whose clock was stepped or drifted, where `ms` steps every process of the line.
+   * This process's wall clock moves `ms` off where it was (ahead, or behind if negative) and stays there: a
+   * machine of its own whose clock was stepped, where setting `ms` steps every process of the line.
    */
   skew(ms: number): this {
-    this.offset += ms;
+    this.aheadMs += ms;
     return this;
+  }
+
+  /** Wakes when the line's time reaches `ms` from now (advance, pass, settle), or at once when `signal` aborts. */
+  sleep = (ms: number, signal?: AbortSignal): Promise<void> => {
+    if (signal?.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const wake = () => {
+        stop();
+        this.line.sleeps.delete(timer);
+        signal?.removeEventListener('abort', wake);
+        resolve();
+      };
+      const timer = this.timer(ms, wake);
+      const stop = () => { this.line.timers.delete(timer); };
+      signal?.addEventListener('abort', wake, { once: true });
+      if (!this.line.timers.has(timer)) return; // a killed process: it never wakes
+      this.line.sleeps.add(timer);
+      for (const listener of [...this.line.onSleep]) listener();
+    });
+  };
+
+  /**
+   * Awaits `promise`, passing the line's time whenever a running process sleeps meanwhile (a ledger that
+   * watches a claim before taking it over), up to the moment the first sleeper wakes. `pass` moves the time:
+   * a driver with its own duties on the way (a sweeper) gives its own.
+   */
+  async settle<T>(promise: Promise<T>, pass: (ms: number) => Promise<void> = (ms) => this.pass(ms)): Promise<T> {
+    while (!(await this.asleep(promise))) {
+      const next = this.nextSleep();
+      if (next) await pass(Math.max(0, next.due - this.tick));
+    }
+    return promise;
+  }
+
+  /**
+   * Whether `promise` settled (true) or, first, a running process of the line went to sleep (false; at
+   * once if one sleeps already): a test sees a ledger wait before it moves the time on.
+   */
+  async asleep(promise: Promise<unknown>): Promise<boolean> {
+    let settled = false;
+    const done = promise.then(() => { settled = true; }, () => { settled = true; });
+    let heard!: () => void;
+    const sleeping = new Promise<void>((resolve) => { heard = resolve; });
+    this.line.onSleep.add(heard);
+    if (this.nextSleep()) heard();
+    await Promise.race([done, sleeping]);
+    this.line.onSleep.delete(heard);
+    return settled;
   }
 
   machineTime = (): MachineTime | undefined => (this.line.machine ? { ...this.line.machine } : undefined);
@@ -68,10 +123,15 @@ export class ManualClock implements Clock {
   }
 
   every = (ms: number, fn: () => unknown): (() => void) => {
-    const timer: Timer = { everyMs: ms, due: this.tick + ms, fn, owner: this };
-    if (this.state !== 'killed') this.line.timers.add(timer);
+    const timer = this.timer(ms, fn);
     return () => { this.line.timers.delete(timer); };
   };
+
+  private timer(ms: number, fn: () => unknown): Timer {
+    const timer: Timer = { everyMs: ms, due: this.tick + ms, fn, owner: this };
+    if (this.state !== 'killed') this.line.timers.add(timer);
+    return timer;
+  }
 
   /** Moves time forward, firing due timers in order; what a timer starts is not waited for. */
   advance(ms: number): void {
@@ -88,8 +148,8 @@ export class ManualClock implements Clock {
   }
 
   /** Another worker process on the same time line. */
-  process(): ManualClock {
-    return new ManualClock(this.line.ms, this.line);
+  process(aheadMs = 0): ManualClock {
+    return new ManualClock(this.line.ms, this.line, aheadMs);
   }
 
   /** This process stops: its timers do not fire while time passes. */
@@ -112,6 +172,16 @@ export class ManualClock implements Clock {
   kill(): void {
     this.state = 'killed';
     for (const timer of this.line.timers) if (timer.owner === this) this.line.timers.delete(timer);
+    for (const timer of this.line.sleeps) if (timer.owner === this) this.line.sleeps.delete(timer);
+  }
+
+  /** The sleep that wakes first among those of running processes (a frozen one's waits for its thaw). */
+  private nextSleep(): Timer | undefined {
+    let next: Timer | undefined;
+    for (const timer of this.line.sleeps) {
+      if (timer.owner.state === 'running' && (!next || timer.due < next.due)) next = timer;
+    }
+    return next;
   }
 
   private nextDue(target: number): Timer | undefined {
@@ -128,6 +198,7 @@ export class ManualClock implements Clock {
     const passed = target - this.tick;
     if (passed <= 0) return;
     if (this.line.machine) this.line.machine.ms += passed;
+    this.line.passed += passed;
     this.line.ms += passed;
   }
 

@@ -1,0 +1,160 @@
+import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DynamoLedger } from '../../lib/aws/dynamo-ledger.ts';
+import { LEDGER_SK, PK, SK, ledgerPk } from '../../lib/aws/table-layout.ts';
+import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
+import type { BlobStore } from '../../lib/ports.ts';
+import { HeldEffect } from '../contract/idempotency-ledger-contract.ts';
+import { ManualClock } from '../support/manual-clock.ts';
+import { createTestResources, type TestResources } from './aws-fixtures.ts';
+
+const LEASE_MS = 60_000;
+/** How long a contender watches a claim its clock says ran out: two renewals (20 s each) and the margin. */
+const WINDOW_MS = 41_000;
+
+let resources: TestResources;
+let blobs: BlobStore;
+beforeAll(async () => {
+  resources = await createTestResources('ledger-skew');
+  blobs = resources.runtime().blobs;
+});
+afterAll(() => resources?.close());
+
+let counter = 0;
+const uniqueKey = (label: string) => `skew-${label}-${Date.now()}-${counter++}/step-1`;
+const ledgerOn = (clock: ManualClock) => new DynamoLedger({ doc: resources.clients.doc, tableName: resources.tableName, blobs, clock });
+
+async function record(key: string): Promise<Record<string, unknown> | undefined> {
+  return (await resources.clients.doc.send(new GetCommand({ TableName: resources.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, ConsistentRead: true }))).Item;
+}
+
+/** A holds the key with a live effect on the line's clock; the contender's wall clock runs two leases ahead. */
+async function heldByA(label: string) {
+  const root = new ManualClock();
+  const key = uniqueKey(label);
+  const holder = root.process();
+  const a = new HeldEffect();
+  const aDone = ledgerOn(holder).once(key, {}, a.effect, { leaseMs: LEASE_MS });
+  await a.started();
+  const ahead = root.process(2 * LEASE_MS);
+  return { root, key, holder, a, aDone, ahead };
+}
+
+describe('DynamoDB ledger: a contender whose wall clock runs ahead never takes a live holder\'s claim', () => {
+  it('a holder that renews keeps its claim against a contender two leases ahead: the effect is applied once', async () => {
+    const { root, key, a, aDone, ahead } = await heldByA('live');
+    let applied = 0;
+    const b = ledgerOn(ahead).once(key, {}, async () => `B applied ${++applied}`, { leaseMs: LEASE_MS });
+    // The contender's clock says the lease ran out long ago; it watches the claim, and the holder renews meanwhile.
+    const refused = await root.settle(b).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(IdempotencyInProgressError);
+    expect(applied).toBe(0);
+    expect(a.signal?.aborted).toBe(false);
+    a.finish('A');
+    expect(await aDone).toBe('A');
+    expect(await record(key)).toMatchObject({ status: 'completed', result: '"A"' });
+    expect(await root.settle(ledgerOn(ahead).once(key, {}, async () => `B applied ${++applied}`))).toBe('A');
+    expect(applied).toBe(0);
+  });
+
+  it('a holder that died is taken over once the window has passed on the contender\'s own time, not before', async () => {
+    const { root, key, holder, a, ahead } = await heldByA('dead');
+    holder.kill();
+    const b = new HeldEffect();
+    const bDone = ledgerOn(ahead).once(key, {}, b.effect, { leaseMs: LEASE_MS });
+    expect(await root.asleep(b.started())).toBe(false);
+    await root.pass(WINDOW_MS - 1);
+    expect(b.runs).toBe(0);
+    expect(await record(key)).toMatchObject({ status: 'in_progress', token: expect.any(String) });
+    await root.settle(b.started());
+    expect(b.runs).toBe(1);
+    b.finish('B');
+    expect(await bDone).toBe('B');
+    expect(await record(key)).toMatchObject({ status: 'completed', result: '"B"' });
+    expect(a.runs).toBe(1);
+  });
+
+  it('a holder that comes back just inside the window and renews keeps its claim', async () => {
+    const { root, key, holder, a, aDone, ahead } = await heldByA('back');
+    holder.freeze();
+    let applied = 0;
+    const b = ledgerOn(ahead).once(key, {}, async () => `B applied ${++applied}`, { leaseMs: LEASE_MS });
+    expect(await root.asleep(b)).toBe(false);
+    await root.pass(WINDOW_MS - 1_000);
+    // The holder's process runs again (a GC pause, a SIGSTOP ended): its overdue renewal lands.
+    await holder.thaw();
+    expect(a.signal?.aborted).toBe(false);
+    await expect(root.settle(b)).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    expect(applied).toBe(0);
+    a.finish('A');
+    expect(await aDone).toBe('A');
+  });
+
+  it('a try that comes back to the same claim, unchanged, counts the time it already watched it: it does not wait again', async () => {
+    const { root, key, holder, ahead } = await heldByA('remembered');
+    holder.kill();
+    const contender = ledgerOn(ahead);
+    // The first try's time runs out while it watches (the step's signal): it ends without the key.
+    const stop = new AbortController();
+    const first = contender.once(key, {}, async () => 'first try', { leaseMs: LEASE_MS, signal: stop.signal });
+    expect(await root.asleep(first)).toBe(false);
+    await root.pass(20_000);
+    stop.abort(new Error('out of time'));
+    const cut = await first.catch((e: unknown) => e) as IdempotencyInProgressError;
+    expect(cut).toBeInstanceOf(IdempotencyInProgressError);
+    expect(cut.retryAfterMs).toBe(WINDOW_MS - 20_000);
+    await root.pass(cut.retryAfterMs);
+    // The retry on the same ledger: the claim unchanged for the whole window, taken over without a wait.
+    const second = contender.once(key, {}, async () => 'second try', { leaseMs: LEASE_MS });
+    expect(await root.asleep(second)).toBe(true);
+    expect(await second).toBe('second try');
+  });
+
+  it('a try that saw the claim live earlier and finds it unchanged once its lease ran out takes it over at once', async () => {
+    const root = new ManualClock();
+    const key = uniqueKey('seen-live');
+    const holder = root.process();
+    const a = new HeldEffect();
+    void ledgerOn(holder).once(key, {}, a.effect, { leaseMs: LEASE_MS }).catch(() => undefined);
+    await a.started();
+    holder.kill();
+    const contender = ledgerOn(root.process());
+    await root.pass(10_000);
+    await expect(contender.once(key, {}, async () => 'early')).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    await root.pass(LEASE_MS);
+    // Seen unchanged for 60 s, over the window: no wait.
+    const again = contender.once(key, {}, async () => 'taken over');
+    expect(await root.asleep(again)).toBe(true);
+    expect(await again).toBe('taken over');
+  });
+});
+
+describe('DynamoDB ledger: a claim older code wrote (no leaseRev)', () => {
+  async function olderClaim(label: string) {
+    const { root, key, holder, a, ahead } = await heldByA(label);
+    holder.kill();
+    // As older code wrote it: no rev at all.
+    await resources.clients.doc.send(new UpdateCommand({ TableName: resources.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK }, UpdateExpression: 'REMOVE leaseRev' }));
+    return { root, key, a, ahead };
+  }
+
+  it('is taken over after the window when nothing changed', async () => {
+    const { root, key, ahead } = await olderClaim('old-dead');
+    expect(await root.settle(ledgerOn(ahead).once(key, {}, async () => 'taken over'))).toBe('taken over');
+    expect(await record(key)).toMatchObject({ status: 'completed', result: '"taken over"', leaseRev: expect.any(String) });
+  });
+
+  it('is not taken over when its holder renewed as older code does (a new lease, still no rev)', async () => {
+    const { root, key, ahead } = await olderClaim('old-live');
+    let applied = 0;
+    const b = ledgerOn(ahead).once(key, {}, async () => ++applied);
+    expect(await root.asleep(b)).toBe(false);
+    await root.pass(20_000);
+    await resources.clients.doc.send(new UpdateCommand({
+      TableName: resources.tableName, Key: { [PK]: ledgerPk(key), [SK]: LEDGER_SK },
+      UpdateExpression: 'SET leaseUntil = :until, updatedAt = :now', ExpressionAttributeValues: { ':until': root.now() + LEASE_MS, ':now': root.now() },
+    }));
+    await expect(root.settle(b)).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    expect(applied).toBe(0);
+  });
+});
