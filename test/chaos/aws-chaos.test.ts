@@ -42,6 +42,7 @@ describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, Dy
     expect(totals.slowWorkers).toBeGreaterThan(0);
     expect(totals.brownouts).toBeGreaterThan(0);
     expect(totals.modelFaults).toBeGreaterThan(0);
+    expect(totals.clockSteps).toBeGreaterThan(0);
     // The model is the real adapter over HTTP: its calls are the requests the Messages API server received,
     // and its faults were the server's replies, of more than one kind.
     expect(totals.modelCalls).toBe(served);
@@ -52,6 +53,22 @@ describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, Dy
     expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
     expect(totals.completed + totals.failed).toBe(totals.runs);
     expect(totals.completed).toBeGreaterThan(totals.failed);
+  });
+
+  it('clocks that disagree: containers whose clock runs hours ahead or behind apply nothing twice and leave no run stuck', async () => {
+    // Seed 15's schedules 9 and 50 step a container's clock two hours ahead: before the stall sweep looked
+    // for checkpoints stamped ahead of its clock, schedule 9 left a run stuck (its message lost, its
+    // checkpoint stamped by the clock ahead); before the ledger watched a claim on its own time before taking
+    // it over, schedule 50 applied a ledger-only effect twice (a container ahead took a live holder's key).
+    const totals = emptyTotals();
+    for (const i of [9, 50]) {
+      const report = await awsSchedule(scheduleSeed(SEED, i));
+      expect(report.violations, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      expect(report.unexpected, `schedule ${i}, seed ${report.seed}`).toEqual([]);
+      add(totals, report);
+    }
+    expect(totals.clockSteps).toBeGreaterThanOrEqual(2);
+    expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
   });
 
   it('tools that never return (one a schedule): each try ends at its timeoutMs, and the invariants hold', async () => {
