@@ -8,7 +8,7 @@ import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import { failureText } from '../core/failure-text.ts';
 import {
-  BlobRefusedError, DamagedBlobError, IdempotencyInProgressError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
+  BlobRefusedError, DamagedBlobError, IdempotencyInProgressError, ToolTimeoutError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
@@ -249,13 +249,19 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
 
   let output: unknown;
   let ok = true;
+  let attempt: ToolTry | undefined;
   try {
     // Every try of this step so far, recorded failures and restarts after a killed worker: 1 on the first.
     const time = new ToolTime(tool, deps.signal);
-    const attempt = toolContext(deps, state, n, state.failures + tries, decision, time);
-    const ran = time.run(() => attempt.run(() => tool.run(input, attempt.context)));
+    attempt = toolContext(deps, state, n, state.failures + tries, decision, time);
+    const tried = attempt;
+    const ran = time.run(() => tried.run(() => tool.run(input, tried.context)));
     output = ran instanceof Promise ? await ran : ran;
-  } catch (error) {
+  } catch (caught) {
+    // Out of time while its once still waited for the key: no effect of this try began, and the key is
+    // another attempt's. Counted as a failed try, a tool whose timeoutMs is shorter than the ledger's watch
+    // of a dead holder's claim (41 s on DynamoDB) failed its run before any try could take the key.
+    const error = caught instanceof ToolTimeoutError ? (await attempt?.heldAtTimeout()) ?? caught : caught;
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
     // and writes nothing; taking this delivery's start back keeps such waits from adding up to a crash loop.
     // So with a key whose record newer code wrote: the run waits for a newer worker.
@@ -380,7 +386,16 @@ interface ToolTry {
    * after it, ctx.once is refused.
    */
   run(call: () => unknown): unknown;
+  /**
+   * When the try's time ran out while its ctx.once still waited for the key (another attempt's claim,
+   * which a DynamoDB ledger watches before taking it over), the ledger's own answer to that wait: the key
+   * is held, as when the wait is refused at once. Undefined for any other timeout.
+   */
+  heldAtTimeout(): Promise<IdempotencyInProgressError | undefined>;
 }
+
+/** How long a timed-out try waits for its once, still claiming its key, to give the ledger's answer. */
+const CLAIM_ANSWER_MS = 2_000;
 
 function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: number, decision: Decision, time: ToolTime): ToolTry {
   const { runId } = state;
@@ -390,6 +405,8 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
   // back as though another try held it, for good when nested. Once more after a failed effect is a retry.
   let onceState: 'none' | 'running' | 'applied' = 'none';
   let running: Promise<unknown> | undefined;
+  // Whether the ledger has handed this try the key and begun its effect.
+  let effectBegun = false;
   // Set when the tool has returned or thrown: a once called later (from a timer, a callback kept past the
   // return) ran its effect outside the step, after the checkpoint that told the model the step's result.
   let over = false;
@@ -405,7 +422,7 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
     // the key from every later try for as long as its worker lives.
     const stop = time.onceSignal(options?.signal);
     try {
-      const result = await deps.ledger.once(key, decision.input, effect, {
+      const result = await deps.ledger.once(key, decision.input, (signal) => { effectBegun = true; return effect(signal); }, {
         ...options, signal: stop.signal,
         // The one sign an effect may have been applied twice (the tool's own onClaimLost still hears it).
         onClaimLost: () => {
@@ -456,6 +473,15 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
   };
   return {
     context,
+    heldAtTimeout: async () => {
+      if (onceState !== 'running' || effectBegun) return undefined;
+      // The try's signal aborted the wait: the ledger answers at once (a read or a write in flight at most).
+      const answer = await Promise.race([
+        running!.then(() => undefined, (error: unknown) => error),
+        new Promise((resolve) => setTimeout(resolve, CLAIM_ANSWER_MS).unref()),
+      ]);
+      return answer instanceof IdempotencyInProgressError ? answer : undefined;
+    },
     run: (call) => {
       let result: unknown;
       try {

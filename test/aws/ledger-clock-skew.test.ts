@@ -1,12 +1,18 @@
 import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { defineAgent, tool } from '../../lib/agent.ts';
+import { decodeState } from '../../lib/core/codec.ts';
+import { idempotencyKey } from '../../lib/core/keys.ts';
 import { DynamoLedger } from '../../lib/aws/dynamo-ledger.ts';
 import { LEDGER_SK, PK, SK, ledgerPk } from '../../lib/aws/table-layout.ts';
 import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
 import type { BlobStore } from '../../lib/ports.ts';
 import { HeldEffect } from '../contract/idempotency-ledger-contract.ts';
 import { ManualClock } from '../support/manual-clock.ts';
-import { createTestResources, type TestResources } from './aws-fixtures.ts';
+import { createTestResources, startTestRun, type TestResources } from './aws-fixtures.ts';
+import { WorkerProcess, pollOnce } from './lambda-harness.ts';
+import { FakeDatabase, ScriptedModel } from './write-rows-agent.ts';
 
 const LEASE_MS = 60_000;
 /** How long a contender watches a claim its clock says ran out: two renewals (20 s each) and the margin. */
@@ -156,5 +162,40 @@ describe('DynamoDB ledger: a claim older code wrote (no leaseRev)', () => {
     }));
     await expect(root.settle(b)).rejects.toBeInstanceOf(IdempotencyInProgressError);
     expect(applied).toBe(0);
+  });
+});
+
+describe('a tool whose timeoutMs is shorter than the watch of a dead holder\'s claim', () => {
+  it('runs out of time while its ctx.once watches the claim: not a failed try, the key is held and the message comes back', async () => {
+    const shortLived = await createTestResources('watch-timeout');
+    try {
+      const db = new FakeDatabase();
+      const agent = defineAgent({
+        name: 'short-timeout',
+        tools: [tool({
+          name: 'write_row', description: 'writes one row, once', input: z.object({ batch: z.number() }), sideEffect: true, timeoutMs: 300,
+          run: (input, ctx) => ctx.once(() => db.apply(ctx.idempotencyKey, input.batch)),
+        })],
+      });
+      const runtime = shortLived.runtime();
+      const runId = await startTestRun(runtime, agent, `watch-timeout-${Date.now()}`);
+      // An attempt ten minutes ago claimed step 1's key and died: its lease ran out by every clock.
+      const past = new ManualClock(Date.now() - 10 * 60_000);
+      void new DynamoLedger({ doc: shortLived.clients.doc, tableName: shortLived.tableName, blobs: runtime.blobs, clock: past })
+        .once(idempotencyKey(runId, 1), { batch: 1 }, () => new Promise(() => {}), { leaseMs: LEASE_MS });
+      await vi.waitFor(async () => expect(await shortLived.clients.doc.send(new GetCommand({ TableName: shortLived.tableName, Key: { [PK]: ledgerPk(idempotencyKey(runId, 1)), [SK]: LEDGER_SK } }))).toMatchObject({ Item: { status: 'in_progress' } }));
+
+      const worker = new WorkerProcess({ resources: shortLived, agent, model: new ScriptedModel({ steps: 1 }) });
+      const polled = await pollOnce(shortLived.clients, shortLived.queueUrl, worker);
+      worker.close();
+      // The watch (41 s) outlasts the tool's 300 ms: the try ends without the key, and without a failure.
+      // Was: a failed try (ToolTimeoutError), and the run failed at its third before any try could watch long enough.
+      expect(polled.failures).toHaveLength(1);
+      expect(await runtime.store.load(runId)).toMatchObject({ status: 'running', version: 1 });
+      expect(decodeState((await runtime.store.load(runId))!)).toMatchObject({ failures: 0 });
+      expect(db.applied.size).toBe(0);
+    } finally {
+      shortLived.close();
+    }
   });
 });
