@@ -12,7 +12,7 @@ export {
 // What the engine's calls throw, for a program to tell apart (an unknown run from another agent's, a run
 // newer code wrote); ModelKeyError is what a Model of one's own throws when its key is refused.
 export {
-  ModelKeyError, NewerFormatError, NoSuchStepError, RunIdInUseError, RunIdTakenError, RunStateError, UnknownRunError, UnreadableCheckpointError, WrongAgentError,
+  EffectStillRunningError, ModelKeyError, NewerFormatError, NoSuchStepError, RunIdInUseError, RunIdTakenError, RunStateError, UnknownRunError, UnreadableCheckpointError, WrongAgentError,
 } from './core/errors.ts';
 export type { Budget, ForkedFrom, RunState, RunStatus, StepRecord, Usage } from './core/state.ts';
 export { advance } from './engine/advance.ts';

@@ -213,6 +213,18 @@ export class RunStateError extends InvalidInputError {
 }
 
 /**
+ * A delete of a run that has ended, refused while an effect of it still holds its idempotency key (a
+ * tool's timeoutMs ended the try while the effect went on; a failed or cancelled run's last effect): the
+ * delete would drop the claim, and a new run of the id would apply the effect beside the old one. Nothing
+ * was deleted; `retryAfterMs` says when the claim ends unless its holder renews it.
+ */
+export class EffectStillRunningError extends RunStateError {
+  constructor(runId: string, status: string, readonly key: string, readonly leaseUntil: number, readonly retryAfterMs: number) {
+    super(runId, status, `run ${runId} (${status}) cannot be deleted yet: an effect of it is still running under idempotency key ${key}, whose claim ends at ${Number.isFinite(leaseUntil) ? new Date(leaseUntil).toISOString() : 'an unknown time'} unless its holder renews it; nothing was deleted: delete it again in ${Math.ceil(retryAfterMs / 1000)} s, once the effect has finished`);
+  }
+}
+
+/**
  * A step a run has no record of: past its last completed step, or the step it waits at (no result until
  * answered). Bad input to a fork and to the CLI (exit 2); to `GET /runs/:id/steps/:step`, a 404, as the
  * inspector's page of such a step is: the run is there and the step is not.

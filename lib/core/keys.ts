@@ -19,3 +19,9 @@ export function approvalEmailKey(runId: string, waitId: string, approver: string
 export function idempotencyKeyPrefix(runId: string): string {
   return `${runId}/`;
 }
+
+/** The run whose key this is (idempotencyKeyPrefix), or undefined for a key under no run's prefix. */
+export function runOfKey(key: string): string | undefined {
+  const slash = key.indexOf('/');
+  return slash > 0 ? key.slice(0, slash) : undefined;
+}

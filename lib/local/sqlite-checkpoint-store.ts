@@ -1,7 +1,8 @@
 import type * as Codec from '../core/codec.ts';
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
-import { StaleVersionError } from '../core/errors.ts';
+import { EffectStillRunningError, StaleVersionError } from '../core/errors.ts';
+import { retryAfterMs } from '../core/lease.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import type { Decision, RunState } from '../core/state.ts';
 import { idempotencyKeyPrefix } from '../core/keys.ts';
@@ -12,6 +13,7 @@ import type {
 import { systemClock } from '../ports.ts';
 import type Database from 'better-sqlite3';
 import { MAX_VERSIONS, checkpointKey, checkpointsOfRun, immediate, latestVersionOf, newestCheckpointOf, preparedOnce, reading, stepKey, stepsOfRun, type Db } from './database.ts';
+import { claimLeftMs, type ClaimLease } from './ledger-claims.ts';
 import { refuseMovedFile } from './moved-file.ts';
 import { encodeBlob, writeBlob } from './sqlite-blob-store.ts';
 import { ackReceipt, enqueue, enqueueReceived, handOver, takeVisible, type HeldRow } from './sqlite-queue.ts';
@@ -440,6 +442,11 @@ export class SqliteCheckpointStore implements CheckpointStore {
       const current = this.sql(FENCE).get(runId) as Fence | undefined;
       if (!current) throw new StaleVersionError(runId, expectedVersion, 'no such run');
       if (current.version !== expectedVersion || !isTerminal(current.status)) throw new StaleVersionError(runId, expectedVersion, `it is ${current.status} at version ${current.version}`);
+      // The keys under the run's prefix: from the prefix up to the prefix with its slash raised to the next
+      // character, a range of the ledger's key index.
+      const prefix = idempotencyKeyPrefix(runId);
+      const keys = [prefix, `${prefix.slice(0, -1)}0`];
+      this.refuseLiveClaim(runId, current.status, keys);
       // All of one run, in one transaction, however long it is: a run of 20,000 steps holds the write
       // lock for a fraction of a second, and no step of another run waits on it for longer than its own
       // commit would; split, an interrupted delete would leave a run with part of its records.
@@ -449,15 +456,33 @@ export class SqliteCheckpointStore implements CheckpointStore {
       // Its queue row too (acked, it is the tombstone that deduplicates sends): left, it would swallow the
       // first send of a new run of this id, which would never take a step.
       this.sql('DELETE FROM queue WHERE run_id = ?').run(runId);
-      // The keys under the run's prefix: from the prefix up to the prefix with its slash raised to the next
-      // character, a range of the ledger's key index.
-      const prefix = idempotencyKeyPrefix(runId);
-      this.sql('DELETE FROM ledger WHERE key >= ? AND key < ?').run(prefix, `${prefix.slice(0, -1)}0`);
+      this.sql('DELETE FROM ledger WHERE key >= ? AND key < ?').run(...keys);
       this.sql('DELETE FROM runs WHERE run_id = ?').run(runId);
       return true;
     });
     if (this.lastStep?.runId === runId) this.lastStep = undefined;
     return deleted;
+  }
+
+  /**
+   * An effect of the run still running (a tool's timeoutMs ended its try, or the run failed or was
+   * cancelled, while the effect went on) holds its key's claim: deleted, the claim would let a new run of
+   * the id apply the effect again beside it. Judged as the ledger's next claim of the key judges it
+   * (ledger-claims.ts), in the delete's transaction, so no claim is taken or renewed between the look and
+   * the delete. A claim whose lease ran out is a dead holder's, or a frozen one's, whose completion finds
+   * its run gone and writes nothing (sqlite-ledger.ts).
+   */
+  private refuseLiveClaim(runId: string, status: RunStatus, keys: string[]): void {
+    const claims = this.sql("SELECT key, owner, lease_until, updated_at, machine_boot, machine_until, machine_owner FROM ledger WHERE key >= ? AND key < ? AND status = 'in_progress'")
+      .all(...keys) as (ClaimLease & { key: string })[];
+    if (!claims.length) return;
+    const clock = this.options.clock ?? systemClock;
+    const now = clock.now();
+    const machine = clock.machineTime?.();
+    for (const claim of claims) {
+      const left = claimLeftMs(claim, now, machine);
+      if (left > 0) throw new EffectStillRunningError(runId, status, claim.key, now + left, retryAfterMs(now + left, now));
+    }
   }
 
   /**

@@ -2,12 +2,13 @@ import { createHash, randomUUID } from 'node:crypto';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError } from '../core/errors.ts';
 import { storableResult } from '../core/once-result.ts';
+import { runOfKey } from '../core/keys.ts';
 import { RECORD_FORMATS } from '../core/record-formats.ts';
 import { MAX_LEASE_MS, leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing } from '../lease-renewal.ts';
 import type { Logger } from '../log.ts';
 import { CLOCK_STEP_TOLERANCE_MS, warnClockStep } from './clock-step.ts';
-import type { MachineTime } from '../machine-time.ts';
+import { leaseLeftMs } from './ledger-claims.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { refuseMovedFile } from './moved-file.ts';
@@ -68,13 +69,14 @@ export class SqliteLedger implements IdempotencyLedger {
       const machine = this.clock.machineTime?.();
       const leaseLeft = row ? leaseLeftMs(row, now, machine) : 0;
       if (leaseLeft > 0) return { busy: new IdempotencyInProgressError(key, now + leaseLeft, retryAfterMs(now + leaseLeft, now)) };
+      const run = this.runOf(key);
       preparedOnce(this.db)(
         `INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format, machine_boot, machine_until, machine_owner)
          VALUES (?, ?, 'in_progress', NULL, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format,
            machine_boot = excluded.machine_boot, machine_until = excluded.machine_until, machine_owner = excluded.machine_owner`,
       ).run(key, argsHash, now + leaseMs, owner, now, FORMAT, machine?.boot ?? null, machine ? machine.ms + leaseMs : null, machine ? owner : null);
-      return { done: false as const };
+      return { done: false as const, run };
     });
     if ('busy' in claimed) throw claimed.busy;
     if (claimed.done) return claimed.result;
@@ -96,7 +98,7 @@ export class SqliteLedger implements IdempotencyLedger {
     const { json, value, unstorable } = storableResult(key, result);
     for (let tries = 1; ; tries++) {
       try {
-        const kept = this.complete(key, argsHash, owner, value as T, json, options.onClaimLost);
+        const kept = this.complete(key, argsHash, owner, value as T, json, claimed.run, options.onClaimLost);
         if (unstorable) throw unstorable;
         return kept;
       } catch (error) {
@@ -109,6 +111,22 @@ export class SqliteLedger implements IdempotencyLedger {
   private row(key: string): LedgerRow | undefined {
     return preparedOnce(this.db)('SELECT args_hash, status, result, lease_until, owner, updated_at, format, machine_boot, machine_until, machine_owner FROM ledger WHERE key = ?')
       .get(key) as LedgerRow | undefined;
+  }
+
+  /**
+   * The run the key is under, as it is at the claim: its number and creation time name this run of the
+   * id, not a later run given the id once this one was deleted. Undefined for a key of no run on file.
+   */
+  private runOf(key: string): RunOnFile | undefined {
+    const runId = runOfKey(key);
+    if (runId === undefined) return undefined;
+    const row = preparedOnce(this.db)('SELECT run_no, created_at FROM runs WHERE run_id = ?').get(runId) as { run_no: number; created_at: number } | undefined;
+    return row && { runId, runNo: row.run_no, createdAt: row.created_at };
+  }
+
+  /** Whether the run the key was claimed under is still on file: not deleted, nor deleted and started anew. */
+  private stands(run: RunOnFile | undefined): boolean {
+    return !run || preparedOnce(this.db)('SELECT 1 FROM runs WHERE run_id = ? AND run_no = ? AND created_at = ?').get(run.runId, run.runNo, run.createdAt) !== undefined;
   }
 
   private renew(key: string, owner: string, leaseMs: number): boolean {
@@ -130,8 +148,13 @@ export class SqliteLedger implements IdempotencyLedger {
     });
   }
 
-  /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
-  private complete<T>(key: string, argsHash: string, owner: string, result: T, json: string, onClaimLost?: () => void): T {
+  /**
+   * Records that the effect happened; returns the key's result (the first one on record, one per key).
+   * A holder whose claim is gone writes only while the run it claimed under stands: one deleted since
+   * (its delete waited for the lease to run out) is gone with its records, and a record written back
+   * would bring them back, and give a new run of the id this effect's result for its own.
+   */
+  private complete<T>(key: string, argsHash: string, owner: string, result: T, json: string, run: RunOnFile | undefined, onClaimLost?: () => void): T {
     let lost = false;
     const kept = immediate(this.db, () => {
       lost = false;
@@ -140,6 +163,7 @@ export class SqliteLedger implements IdempotencyLedger {
       if (!row) {
         // Nobody holds the key (it was taken over, then released): the effect happened all the same.
         lost = true;
+        if (!this.stands(run)) return result;
         preparedOnce(this.db)("INSERT INTO ledger (key, args_hash, status, result, lease_until, owner, updated_at, format) VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)")
           .run(key, argsHash, json, now, owner, now, FORMAT);
         return result;
@@ -161,6 +185,7 @@ export class SqliteLedger implements IdempotencyLedger {
       // Another attempt holds the key now: leave its claim as it is, and put our result on record so that
       // neither its failure nor its death lets the effect run a third time.
       lost = true;
+      if (!this.stands(run)) return result;
       preparedOnce(this.db)('UPDATE ledger SET result = ?, updated_at = ? WHERE key = ?').run(json, now, key);
       return result;
     });
@@ -186,14 +211,8 @@ function rebaseClaim(db: Db, key: string, row: LedgerRow, now: number, log: Logg
   warnClockStep(log, stepMs, `the lease on idempotency key ${key}`);
 }
 
-/**
- * How long the claim in `row` is held from now: on the machine's clock when the claim's holder wrote its
- * lease there on this boot, else on the wall clock. 0 or less: it is free.
- */
-function leaseLeftMs(row: LedgerRow, now: number, machine: MachineTime | undefined): number {
-  const onMachine = machine && row.machine_until !== null && row.machine_boot === machine.boot && row.machine_owner === row.owner;
-  return onMachine ? row.machine_until! - machine.ms : row.lease_until - now;
-}
+/** A run as the ledger found it at a claim under its key (runOf). */
+interface RunOnFile { runId: string; runNo: number; createdAt: number }
 
 function isNewer(row: LedgerRow): boolean {
   return (row.format ?? 1) > RECORD_FORMATS.ledger;

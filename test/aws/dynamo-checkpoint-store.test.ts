@@ -28,6 +28,7 @@ afterAll(() => resources?.close());
 checkpointStoreContract('DynamoDB Local', () => ({
   store,
   ledger: resources.runtime().ledger,
+  ledgerBehind: (ms) => resources.runtime({ clock: { now: () => Date.now() - ms } }).ledger,
   storeAt: (clock) => resources.runtime({ clock }).store,
   corruptLatestHead: async (runId) => {
     await resources.clients.doc.send(new UpdateCommand({

@@ -2,13 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { decodeState, encodeStep } from '../../lib/core/codec.ts';
 import { CONDENSE_AFTER, CONDENSE_BLOCK, condensedBlocks } from '../../lib/core/condense.ts';
 import { RECORD_FORMATS, ZERO_USAGE } from '../../lib/core/state.ts';
-import { PermanentError, StaleVersionError } from '../../lib/core/errors.ts';
+import { EffectStillRunningError, PermanentError, StaleVersionError } from '../../lib/core/errors.ts';
 import { complete, completeStep, recordFailure } from '../../lib/core/transitions.ts';
 import { beginWait, resolveWait, waitRecordFor } from '../../lib/core/waits.ts';
 import type { RunPosition } from '../../lib/core/run-order.ts';
 import { approvalEmailKey, idempotencyKey } from '../../lib/core/keys.ts';
 import type { CheckpointStore, Clock, IdempotencyLedger } from '../../lib/ports.ts';
 import { META, decisionFor, newState, recordFor, stateAfter } from '../support/states.ts';
+import { HeldEffect } from './idempotency-ledger-contract.ts';
 
 export interface ContractSubject {
   store: CheckpointStore;
@@ -18,6 +19,8 @@ export interface ContractSubject {
   corruptLatestHead(runId: string): Promise<void>;
   /** The idempotency ledger in the same file or table, whose records of a run deleteRun deletes. */
   ledger: IdempotencyLedger;
+  /** That ledger in a process whose clock is `ms` behind the store's: its claims' leases ran out that long ago, as a frozen holder's. */
+  ledgerBehind(ms: number): IdempotencyLedger;
 }
 
 let counter = 0;
@@ -572,6 +575,80 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
         const unknown = uniqueRunId('delete-unknown');
         await expect(s().deleteRun(unknown, 1)).rejects.toBeInstanceOf(StaleVersionError);
         expect(await s().deleteRun(unknown)).toBe(false);
+      });
+
+      /** A run of `steps` steps, running: each step's effect applied under its key. */
+      async function runningRun(label: string, steps: number) {
+        const runId = uniqueRunId(label);
+        await s().create(newState(runId), META);
+        let state = newState(runId);
+        let version = 1;
+        for (let n = 1; n <= steps; n++) {
+          const record = recordFor(runId, n);
+          state = completeStep(state, record, 3_000 + n);
+          version = (await s().commit({ runId, expectedVersion: version, state, appended: record, ...META })).version;
+          await subject().ledger.once(idempotencyKey(runId, n), { n }, () => `${runId} ${n}`);
+        }
+        const fail = async () => (await s().commit({ runId, expectedVersion: version, state: recordFailure(state, new PermanentError('boom'), 9_000), ...META })).version;
+        return { runId, fail };
+      }
+
+      it('refuses while an effect of the run still holds its key: nothing deleted, the refusal names the key and when to try again', async () => {
+        const { runId, fail } = await runningRun('delete-held', 1);
+        // Step 2's effect goes on after its try ended (a tool's timeoutMs), and the run failed.
+        const key = idempotencyKey(runId, 2);
+        const held = new HeldEffect();
+        const done = subject().ledger.once(key, { n: 2 }, held.effect);
+        await held.started();
+        const version = await fail();
+
+        const refused = await s().deleteRun(runId, version).catch((error: unknown) => error);
+        expect(refused).toBeInstanceOf(EffectStillRunningError);
+        expect(refused).toMatchObject({ runId, status: 'failed', key });
+        expect((refused as EffectStillRunningError).retryAfterMs).toBeGreaterThan(0);
+        expect((refused as EffectStillRunningError).message).toContain(`under idempotency key ${key}, whose claim ends at`);
+        // Nothing deleted: the run, its records, its finished effect's result, the live claim.
+        expect((await s().load(runId))!.status).toBe('failed');
+        expect(decodeState((await s().load(runId))!).steps).toHaveLength(1);
+        expect(await subject().ledger.once(idempotencyKey(runId, 1), { n: 1 }, () => 'twice')).toBe(`${runId} 1`);
+        await expect(subject().ledger.once(key, { n: 2 }, () => 'beside it')).rejects.toThrow(`idempotency key ${key} is being applied by another attempt`);
+
+        // Once the effect has finished, the delete goes.
+        held.finish('applied');
+        expect(await done).toBe('applied');
+        expect(await s().deleteRun(runId, version)).toBe(true);
+        expect(await s().load(runId)).toBeUndefined();
+      });
+
+      it('a holder whose effect outlived its claim and its run writes no record back: a new run of the id runs its own effects', async () => {
+        const { runId, fail } = await runningRun('delete-late-holder', 0);
+        // Steps 1 and 2 of a run whose effects' holders froze: their leases ran out long ago, so the
+        // delete does not wait for them.
+        const frozen = subject().ledgerBehind(10 * 60_000);
+        const late = [new HeldEffect(), new HeldEffect()];
+        const lateDone = late.map((held, i) => frozen.once(idempotencyKey(runId, i + 1), { n: i + 1 }, held.effect));
+        await Promise.all(late.map((held) => held.started()));
+        expect(await s().deleteRun(runId, await fail())).toBe(true);
+
+        // Step 1's holder comes back: its run is gone, and so is what it did.
+        late[0]!.finish('old 1');
+        expect(await lateDone[0]).toBe('old 1');
+        // A new run of the id (on AWS once SQS's deduplication window has passed); its step 2 claims its
+        // key, and the old step 2's holder comes back while it holds it.
+        const later = subject().storeAt({ now: () => Date.now() + 10 * 60_000 });
+        expect(await later.create(newState(runId, 'second life'), META)).toMatchObject({ created: true, version: 1 });
+        const fresh = new HeldEffect();
+        const freshDone = subject().ledger.once(idempotencyKey(runId, 2), { n: 2 }, fresh.effect);
+        await fresh.started();
+        late[1]!.finish('old 2');
+        expect(await lateDone[1]).toBe('old 2');
+        fresh.finish('new 2');
+        expect(await freshDone).toBe('new 2');
+
+        // The new run's effects, its results: none of the old run's.
+        expect(await subject().ledger.once(idempotencyKey(runId, 1), { n: 1 }, () => 'new 1')).toBe('new 1');
+        expect(await subject().ledger.once(idempotencyKey(runId, 2), { n: 2 }, () => 'twice')).toBe('new 2');
+        expect(fresh.runs).toBe(1);
       });
 
       it('a retry fenced on the version the delete took loses: the run stays deleted', async () => {

@@ -6,6 +6,7 @@ import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { checkpointStoreContract } from '../contract/checkpoint-store-contract.ts';
 import { eventBufferContract } from '../contract/event-buffer-contract.ts';
 import { SqliteEventBuffer } from '../../lib/local/sqlite-event-buffer.ts';
+import { SqliteLedger } from '../../lib/local/sqlite-ledger.ts';
 import { META, newState, recordFor, stateAfter } from '../support/states.ts';
 import { decodeState, encodeSummary } from '../../lib/core/codec.ts';
 import { condensedBlock } from '../../lib/core/condensed.ts';
@@ -22,6 +23,7 @@ afterAll(() => { for (const r of clocked) r.close(); });
 checkpointStoreContract('SQLite', () => ({
   store: runtime.store,
   ledger: runtime.ledger,
+  ledgerBehind: (ms) => new SqliteLedger(runtime.db, { now: () => now - ms }),
   storeAt: (at) => {
     const other = openLocalRuntime({ dbPath: join(dir, 'store.db'), clock: at, retentionMs: 60_000 });
     clocked.push(other);
