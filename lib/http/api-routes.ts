@@ -262,7 +262,8 @@ export function apiRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
     }));
   });
 
-  // A run that has ended, with everything kept for it (lib/engine/operate/delete.ts): 409 while it runs or waits.
+  // A run that has ended, with everything kept for it (lib/engine/operate/delete.ts): 409 while it runs or waits,
+  // and 409 with Retry-After while an effect of it still holds its idempotency key (app.ts).
   app.delete('/runs/:runId', async (c) => c.json(await deleteRun(deps, c.req.param('runId'))));
 
   app.post('/runs/:runId/cancel', zValidator('json', cancelBody, invalid), async (c) => {

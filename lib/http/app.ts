@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import {
-  NewerFormatError, RunIdInUseError, RunIdTakenError, RunStateError, StaleVersionError, StepwiseError, UnknownRunError, UnreadableCheckpointError, errorMessage, isPermanent, movedOnText,
+  EffectStillRunningError, NewerFormatError, RunIdInUseError, RunIdTakenError, RunStateError, StaleVersionError, StepwiseError, UnknownRunError, UnreadableCheckpointError, errorMessage, isPermanent, movedOnText,
 } from '../core/errors.ts';
 import { isBusy, lockedDatabaseHint } from '../local/busy.ts';
 import { isDiskFull } from '../local/disk-full.ts';
@@ -59,6 +59,12 @@ export function createHttpApp(deps: HttpDeps): Hono {
     // The file was brought to a newer layout under this server (a newer release's worker started): this
     // code writes nothing more to it. Said as that, where it read as a bad request (400).
     if (error instanceof NewerLayoutError) return answer(409, 'Newer code needed', { error: error.message });
+    // A delete refused while an effect of the run still runs: a conflict that ends by itself, so said
+    // with when to ask again, as a locked database is.
+    if (error instanceof EffectStillRunningError) {
+      c.header('Retry-After', String(Math.ceil(error.retryAfterMs / 1000)));
+      return answer(409, 'Not done', { error: error.message, runId: error.runId, status: error.status, key: error.key, retryAfterMs: error.retryAfterMs });
+    }
     // A retry or cancel the run's status refuses: a conflict with the run's state, not a malformed request.
     if (error instanceof RunStateError) return answer(409, 'Not done', { error: error.message, runId: error.runId, status: error.status });
     // The run moved on under the request at every try: a conflict with the run as it is now, where it was a 500.

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ROOT, stepwiseSync } from '../support/cli.ts';
 import { tempDb } from '../support/harness.ts';
+import { openLocalRuntime } from '../../lib/local/runtime.ts';
 import { outboxEmails } from '../support/outbox.ts';
 
 const AGENT = join(ROOT, 'test/support/process-agent.ts');
@@ -52,6 +53,31 @@ describe('stepwise delete', { timeout: 120_000 }, () => {
     expect(text.code).toBe(0);
     expect(text.out).toContain('run del-1 (completed at version 4) deleted');
     expect(text.out).toContain('freed by the next stepwise prune');
+  });
+
+  it('refuses, exit 2, while an effect of the run still holds its key, saying when to try again; deletes it once the effect has finished', async () => {
+    expect(stepwise(['start', '--agent', AGENT, '--goal', 'write 2 rows', '--run-id', 'del-held']).code).toBe(0);
+    expect(stepwise(['worker', '--agent', AGENT, '--idle-exit-ms', '300']).code).toBe(0);
+    // An effect of the ended run goes on in this process (its try ended by the tool's timeoutMs).
+    const runtime = openLocalRuntime({ dbPath: db.path });
+    try {
+      let finish!: (value: string) => void;
+      let started!: () => void;
+      const entered = new Promise<void>((resolve) => { started = resolve; });
+      const done = runtime.ledger.once('del-held/step-3', {}, () => { started(); return new Promise<string>((resolve) => { finish = resolve; }); });
+      await entered;
+      const refused = stepwise(['delete', 'del-held']);
+      expect(refused.code).toBe(2);
+      expect(refused.err).toMatch(/run del-held \(completed\) cannot be deleted yet: an effect of it is still running under idempotency key del-held\/step-3, whose claim ends at \S+ unless its holder renews it; nothing was deleted: delete it again in \d+ s/);
+      expect(JSON.parse(stepwise(['status', 'del-held', '--json']).out)).toMatchObject({ status: 'completed' });
+      finish('applied');
+      expect(await done).toBe('applied');
+    } finally {
+      runtime.close();
+    }
+    const deleted = stepwise(['delete', 'del-held']);
+    expect(deleted.code, deleted.err).toBe(0);
+    expect(deleted.out).toContain('run del-held (completed at version 4) deleted');
   });
 
   it('deletes the approval emails the run left in the outbox, and no other run\'s', () => {

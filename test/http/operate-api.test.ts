@@ -147,6 +147,28 @@ describe('operating runs through the API', () => {
     expect(await app.runtime.store.load('op-del-other')).toBeDefined();
   });
 
+  it('DELETE /runs/:id is a 409 with Retry-After while an effect of the run still holds its key, and deletes it once the effect has finished', async () => {
+    expect((await post('/runs', { goal: 'copy the rows', runId: 'op-del-held', stepCap: 1 })).status).toBe(201);
+    await workVisible(app.deps, app.runtime);
+    // An effect of the ended run goes on (its try ended by the tool's timeoutMs): it holds its key.
+    let finish!: (value: string) => void;
+    let started!: () => void;
+    const entered = new Promise<void>((resolve) => { started = resolve; });
+    const done = app.runtime.ledger.once('op-del-held/step-2', {}, () => { started(); return new Promise<string>((resolve) => { finish = resolve; }); });
+    await entered;
+
+    const response = await app.api('/runs/op-del-held', { method: 'DELETE' });
+    const refused = await json(response);
+    expect(refused).toMatchObject({ status: 409, body: { runId: 'op-del-held', status: 'capped', key: 'op-del-held/step-2', error: expect.stringContaining('cannot be deleted yet: an effect of it is still running under idempotency key op-del-held/step-2') } });
+    expect(Number(response.headers.get('retry-after'))).toBe(Math.ceil(refused.body.retryAfterMs / 1000));
+    expect(refused.body.retryAfterMs).toBeGreaterThan(0);
+    expect(await app.runtime.store.load('op-del-held')).toBeDefined();
+
+    finish('applied');
+    expect(await done).toBe('applied');
+    expect(await json(await app.api('/runs/op-del-held', { method: 'DELETE' }))).toMatchObject({ status: 200, body: { outcome: 'deleted', runId: 'op-del-held' } });
+  });
+
   it('a cancel of a run that has ended is a conflict with it, 409, naming its status', async () => {
     expect((await post('/runs', { goal: 'copy the rows', runId: 'op-ended', stepCap: 1 })).status).toBe(201);
     await workVisible(app.deps, app.runtime);
