@@ -1,13 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import {
-  BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
+  BatchGetCommand, BatchWriteCommand, DeleteCommand, GetCommand, PutCommand, QueryCommand, TransactWriteCommand, UpdateCommand,
   type DynamoDBDocumentClient, type QueryCommandInput, type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import type { StoredCheckpoint } from '../core/codec.ts';
 import { encodeDecision, encodeHead, encodeStep, encodeSummary, unreadableText } from '../core/codec.ts';
 import { CONDENSE_BLOCK, condensedBlocks } from '../core/condense.ts';
 import { excerpt } from '../core/prompt.ts';
-import { PermanentError, RunIdInUseError, StaleVersionError } from '../core/errors.ts';
+import { EffectStillRunningError, PermanentError, RunIdInUseError, StaleVersionError } from '../core/errors.ts';
+import { retryAfterMs } from '../core/lease.ts';
 import { DEFAULT_RETENTION_MS } from '../core/retention.ts';
 import { byDeadline, byListOrder, isAfter } from '../core/run-order.ts';
 import { approvalEmailKey, idempotencyKey } from '../core/keys.ts';
@@ -22,7 +23,7 @@ import { cancellationReasons, isConditionalCheckFailed, rawNumber, retryConflict
 import { Expression } from './expression.ts';
 import { DYNAMODB_ITEM_LIMIT, itemSize } from './item-size.ts';
 import {
-  CANCEL_ATTRIBUTE, DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, HEAD_SK, ID_REUSE_AFTER_MS, LEDGER_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
+  CANCEL_ATTRIBUTE, CREATED_AT_ATTRIBUTE, DELETED_ATTRIBUTE, DELETED_MARK_TTL_MS, FREE_AT_ATTRIBUTE, HEAD_SK, ID_REUSE_AFTER_MS, LEDGER_SK, HISTORY_START, PK, RESTARTS_ATTRIBUTE, SK, STATUS_INDEX, STATUS_KEY, STATUS_SORT, STEPS_END, SUMMARIES_END,
   TTL_ATTRIBUTE, WAIT_DEADLINE, WAIT_EVENT, WAIT_INDEX, WAIT_LEDGER_KEYS, WAIT_SHARD,
   checkpointSk, isCheckpointSk, isStepSk, isWaitSk, ledgerPk, runPk, statusKey, statusKeys, stepSk, summarySk, waitEventPk, waitShard, waitShards, waitSk,
 } from './table-layout.ts';
@@ -37,6 +38,8 @@ const CREATE_PUT_CONCURRENCY = 10;
 /** BatchWriteItem's most items a call, and the tries of the items it leaves unprocessed. */
 const BATCH_WRITE_ITEMS = 25;
 const BATCH_WRITE_TRIES = 8;
+/** BatchGetItem's most keys a call. */
+const BATCH_GET_ITEMS = 100;
 /** The condition of a write that creates an item: heads of new runs, step records, history rows. */
 const ABSENT = { ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': PK } } as const;
 /** The reason copied into the head (for listings); the full text stays in the head JSON. */
@@ -104,7 +107,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
     const bytes = Buffer.byteLength(head) + records.reduce((sum, r) => sum + r.bytes, 0);
     const headItem = {
       [PK]: runPk(runId), [SK]: HEAD_SK,
-      ...this.headAttributes(state, 1, now, headAttributes, meta, bytes),
+      ...this.headAttributes(state, 1, now, headAttributes, meta, bytes), [CREATED_AT_ATTRIBUTE]: now,
     };
     const recordItem = (r: (typeof records)[number]): Item => fits({ [PK]: runPk(runId), [SK]: stepSk(r.step), step: r.step, ...r.attributes });
     // A fork's first steps become this run's own records. Few enough, they commit with the head; more,
@@ -624,7 +627,8 @@ export class DynamoCheckpointStore implements CheckpointStore {
    * fenced on the version and a terminal status, with the version moved past every writer's and the run
    * taken out of the status and wait indexes; load() and history() no longer see it, and a create of the
    * id is refused while the mark stands. Then every other item of the run's partition and its steps'
-   * idempotency records go, in batches; the head last. Deleting the head first would have let a create of
+   * idempotency records go, in batches; the head last, for a bare mark. Refused, before the mark, while
+   * an effect of the run still holds its key (refuseLiveClaims). Deleting the head first would have let a create of
    * the same id begin among the old run's step and history rows (its first commits then fail on rows
    * written already) and find its idempotency records. A delete interrupted after the mark is finished by
    * the next one, which finds the mark (expectedVersion undefined).
@@ -645,6 +649,7 @@ export class DynamoCheckpointStore implements CheckpointStore {
       // A finished delete's mark, kept while SQS may still drop a new run's messages: nothing to finish.
       if (head[FREE_AT_ATTRIBUTE] !== undefined) return false;
     } else {
+      await this.refuseLiveClaims(runId);
       const e = new Expression();
       const update = e.update({ [DELETED_ATTRIBUTE]: this.now, version: expectedVersion + 1 }, [STATUS_KEY, WAIT_SHARD, WAIT_DEADLINE]);
       const ended = TERMINAL_STATUSES.map((status) => e.value(status)).join(', ');
@@ -680,21 +685,61 @@ export class DynamoCheckpointStore implements CheckpointStore {
       ...items.filter((item) => item[SK] !== HEAD_SK).map((item) => ({ [PK]: item[PK], [SK]: item[SK] })),
     ];
     await this.deleteItems(keys);
-    // Last, and only while it is still a delete's mark: the run id is free again once this is gone. Within
-    // SQS's deduplication window of the run's last write, a bare mark (no data of the run) stands in for it
-    // until the id may be given again (FREE_AT_ATTRIBUTE); the create that finds it then removes it.
+    // Last, and only while it is still a delete's mark: a bare mark (no data of the run) stands in for the
+    // head. Within SQS's deduplication window of the run's last write, it holds the id until it may be
+    // given again (FREE_AT_ATTRIBUTE); the create that finds it then removes it, at once if the window has
+    // passed. Until then, or until its TTL (DELETED_MARK_TTL_MS), it tells an effect of the run that
+    // finishes late that its run is gone.
     const freeAt = Number(head?.updatedAt ?? 0) + ID_REUSE_AFTER_MS;
     const onlyMark = { ConditionExpression: 'attribute_exists(#deleted)', ExpressionAttributeNames: { '#deleted': DELETED_ATTRIBUTE } };
     try {
-      if (this.now < freeAt) {
-        await this.options.doc.send(new PutCommand({ TableName: this.table, Item: { ...key, [DELETED_ATTRIBUTE]: head?.[DELETED_ATTRIBUTE] ?? this.now, [FREE_AT_ATTRIBUTE]: freeAt }, ...onlyMark }));
-      } else {
-        await this.options.doc.send(new DeleteCommand({ TableName: this.table, Key: key, ...onlyMark }));
-      }
+      const now = this.now;
+      await this.options.doc.send(new PutCommand({
+        TableName: this.table, ...onlyMark,
+        Item: { ...key, [DELETED_ATTRIBUTE]: head?.[DELETED_ATTRIBUTE] ?? now, [FREE_AT_ATTRIBUTE]: freeAt, [TTL_ATTRIBUTE]: Math.ceil((now + DELETED_MARK_TTL_MS) / 1000) },
+      }));
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error; // another delete finished it first
     }
     return true;
+  }
+
+  /**
+   * An effect of the run still running (a tool's timeoutMs ended its try, or the run failed or was
+   * cancelled, while the effect went on) holds its key's claim: deleted, the claim would let a new run of
+   * the id apply the effect again beside it. Looked for before the head is marked, under the keys the
+   * delete deletes: its steps' and its approval emails'. Live as the ledger's claim judges it: its lease
+   * has not run out (dynamo-ledger.ts takes over a claim whose leaseUntil is past). A claim whose lease
+   * ran out is a dead holder's, or a frozen one's, whose completion finds its run's mark and writes nothing.
+   */
+  private async refuseLiveClaims(runId: string): Promise<void> {
+    const head = await this.headItem(runId);
+    // No run, or not one that has ended: the mark's fence refuses it, saying so.
+    if (!head || head[DELETED_ATTRIBUTE] !== undefined || !isTerminal(head.status as RunStatus)) return;
+    const waits = await this.queryAll({
+      KeyConditionExpression: '#pk = :pk AND begins_with(#sk, :wait)', ExpressionAttributeNames: { '#pk': PK, '#sk': SK, '#keys': WAIT_LEDGER_KEYS },
+      ExpressionAttributeValues: { ':pk': runPk(runId), ':wait': waitSk('') }, ProjectionExpression: '#keys',
+    });
+    const keys: string[] = [];
+    for (let n = 1; n <= Number(head.step ?? 0) + 1; n++) keys.push(idempotencyKey(runId, n));
+    for (const wait of waits) keys.push(...((wait[WAIT_LEDGER_KEYS] as string[] | undefined) ?? []));
+    const now = this.now;
+    const projection = { ProjectionExpression: '#pk, #status, #lease', ExpressionAttributeNames: { '#pk': PK, '#status': 'status', '#lease': 'leaseUntil' }, ConsistentRead: true };
+    for (let i = 0; i < keys.length; i += BATCH_GET_ITEMS) {
+      let wanted: Item[] = keys.slice(i, i + BATCH_GET_ITEMS).map((k) => ({ [PK]: ledgerPk(k), [SK]: LEDGER_SK }));
+      for (let tries = 0; wanted.length; tries++) {
+        if (tries >= BATCH_WRITE_TRIES) throw new Error(`DynamoDB left ${wanted.length} reads unprocessed after ${tries} tries (throttled): nothing was deleted; run the delete again`);
+        if (tries) await new Promise((resolve) => setTimeout(resolve, Math.min(50 * 2 ** tries, 2_000)));
+        const page = await this.options.doc.send(new BatchGetCommand({ RequestItems: { [this.table]: { Keys: wanted, ...projection } } }));
+        for (const item of page.Responses?.[this.table] ?? []) {
+          const leaseUntil = Number(item.leaseUntil);
+          if (item.status === 'in_progress' && leaseUntil >= now) {
+            throw new EffectStillRunningError(runId, String(head.status), String(item[PK]).slice(ledgerPk('').length), leaseUntil, retryAfterMs(leaseUntil, now));
+          }
+        }
+        wanted = (page.UnprocessedKeys?.[this.table]?.Keys ?? []) as Item[];
+      }
+    }
   }
 
   /** BatchWriteItem deletes, 25 a call; what DynamoDB leaves unprocessed (throttling) is sent again after a pause. */

@@ -1,7 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { DeleteCommand, PutCommand, UpdateCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, PutCommand, TransactWriteCommand, UpdateCommand, type DynamoDBDocumentClient, type TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { BlobRefusedError, IdempotencyInProgressError, IdempotencyKeyReuseError, NewerFormatError, PermanentError } from '../core/errors.ts';
+import { runOfKey } from '../core/keys.ts';
 import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
@@ -10,9 +11,9 @@ import type { BlobStore, Clock, IdempotencyLedger, OnceOptions } from '../ports.
 import { monotonicOn, sleepOn, systemClock } from '../ports.ts';
 import { AttributeSpill } from './attribute-spill.ts';
 import { ClaimSightings, holderLeaseMs, watchMs, type Sighting } from './claim-sightings.ts';
-import { isConditionalCheckFailed } from './dynamo-errors.ts';
+import { cancellationReasons, isConditionalCheckFailed } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
-import { LEDGER_SK, PK, SK, TTL_ATTRIBUTE, ledgerPk } from './table-layout.ts';
+import { CREATED_AT_ATTRIBUTE, DELETED_ATTRIBUTE, HEAD_SK, LEDGER_SK, PK, SK, TTL_ATTRIBUTE, ledgerPk, runPk } from './table-layout.ts';
 
 export { DEFAULT_LEASE_MS } from '../core/lease.ts';
 /** Completed records outlive any retry of their step by far; then TTL removes them. */
@@ -82,6 +83,9 @@ export class DynamoLedger implements IdempotencyLedger {
     const argsHash = hashArgs(args);
     const token = randomUUID();
     const itemKey = { [PK]: ledgerPk(key), [SK]: LEDGER_SK };
+    // Read before the claim: a run created past this claim's lease is a new run of the id (runStands).
+    const run = runOfKey(key);
+    const claimedBy = run === undefined ? undefined : { runId: run, before: this.now + leaseMs };
     const claimed = await this.claim<T>(key, itemKey, argsHash, token, leaseMs, options.signal);
     if (claimed.done) return claimed.result;
 
@@ -97,13 +101,13 @@ export class DynamoLedger implements IdempotencyLedger {
     const { json, value, unstorable } = storableResult(key, result);
     let kept: T;
     try {
-      kept = await this.complete(itemKey, argsHash, token, value as T, json, options.onClaimLost);
+      kept = await this.complete(itemKey, argsHash, token, value as T, json, options.onClaimLost, claimedBy);
     } catch (error) {
       // A result over the item's limit that S3 refused to keep (lib/aws/attribute-spill.ts): the effect ran
       // all the same. Left in progress, the key's lease ran out and each later try applied the effect
       // again, up to the run's last try. Completed as null instead, as a result JSON cannot hold is.
       if (!(error instanceof BlobRefusedError)) throw error;
-      await this.complete(itemKey, argsHash, token, null as T, 'null', options.onClaimLost);
+      await this.complete(itemKey, argsHash, token, null as T, 'null', options.onClaimLost, claimedBy);
       throw new PermanentError(`the effect under ${key} ran, but its result (${Buffer.byteLength(json)} bytes, over what an item holds) could not be kept: ${error.message}; it is kept as null and will not run again under this key: mend the bucket, or return less from the effect`, { cause: error });
     }
     if (unstorable) throw unstorable;
@@ -228,8 +232,13 @@ export class DynamoLedger implements IdempotencyLedger {
     }
   }
 
-  /** Records that the effect happened; returns the key's result (the first one on record, one per key). */
-  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T, json: string, onClaimLost?: () => void): Promise<T> {
+  /**
+   * Records that the effect happened; returns the key's result (the first one on record, one per key).
+   * A holder whose claim is gone writes only while the run it claimed under stands (runStands): one
+   * deleted since is gone with its records, and a record written back would give a new run of the id
+   * this effect's result for its own.
+   */
+  private async complete<T>(itemKey: Key, argsHash: string, token: string, result: T, json: string, onClaimLost?: () => void, run?: ClaimedBy): Promise<T> {
     const stored = await this.spill.keep('result', json);
     for (let tries = 0; tries < COMPLETE_TRIES; tries++) {
       const now = this.now;
@@ -253,7 +262,7 @@ export class DynamoLedger implements IdempotencyLedger {
         const old = oldItem(error);
         if (!old.argsHash) {
           // Nobody holds the key (it was taken over, then released): the effect happened all the same.
-          if (await this.putCompleted(itemKey, argsHash, token, stored, now)) return lostClaim(result, onClaimLost);
+          if (await this.putCompleted(itemKey, argsHash, token, stored, now, run)) return lostClaim(result, onClaimLost);
           continue;
         }
         // Newer code took the key over meanwhile: its record is not ours to change.
@@ -268,21 +277,24 @@ export class DynamoLedger implements IdempotencyLedger {
         }
         // Another attempt holds the key now: leave its claim as it is, and put our result on record so
         // that neither its failure nor its death lets the effect run a third time.
-        if (old.status?.S === IN_PROGRESS && old.token?.S && await this.putResultOn(itemKey, old.token.S, stored, now)) return lostClaim(result, onClaimLost);
+        if (old.status?.S === IN_PROGRESS && old.token?.S && await this.putResultOn(itemKey, old.token.S, stored, now, run)) return lostClaim(result, onClaimLost);
       }
     }
     // Every try met another holder's write: the claim is not ours.
     return lostClaim(result, onClaimLost);
   }
 
-  private async putCompleted(itemKey: Key, argsHash: string, token: string, stored: Record<string, string | undefined>, now: number): Promise<boolean> {
+  /** True once settled: written, or not to be (its run is gone: runStands). */
+  private async putCompleted(itemKey: Key, argsHash: string, token: string, stored: Record<string, string | undefined>, now: number, run?: ClaimedBy): Promise<boolean> {
     const put = new Expression();
+    const write = {
+      TableName: this.options.tableName,
+      Item: { ...itemKey, status: 'completed', argsHash, token, ...stored, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
+      ConditionExpression: `attribute_not_exists(${put.name(PK)})`, ...put.params(),
+    };
+    if (run) return this.ifRunStands(run, { Put: write });
     try {
-      await this.options.doc.send(new PutCommand({
-        TableName: this.options.tableName,
-        Item: { ...itemKey, status: 'completed', argsHash, token, ...stored, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
-        ConditionExpression: `attribute_not_exists(${put.name(PK)})`, ...put.params(),
-      }));
+      await this.options.doc.send(new PutCommand(write));
       return true;
     } catch (error) {
       if (isConditionalCheckFailed(error)) return false;
@@ -290,17 +302,46 @@ export class DynamoLedger implements IdempotencyLedger {
     }
   }
 
-  private async putResultOn(itemKey: Key, holder: string, stored: Record<string, string | undefined>, now: number): Promise<boolean> {
+  /** True once settled: written, or not to be (its run is gone: runStands). */
+  private async putResultOn(itemKey: Key, holder: string, stored: Record<string, string | undefined>, now: number, run?: ClaimedBy): Promise<boolean> {
     const put = new Expression();
+    const write = {
+      TableName: this.options.tableName, Key: itemKey,
+      UpdateExpression: put.update({ ...stored, updatedAt: now }),
+      ConditionExpression: `${ownClaim(put, holder)} AND ${noResult(put)}`, ...put.params(),
+    };
+    if (run) return this.ifRunStands(run, { Update: write });
     try {
-      await this.options.doc.send(new UpdateCommand({
-        TableName: this.options.tableName, Key: itemKey,
-        UpdateExpression: put.update({ ...stored, updatedAt: now }),
-        ConditionExpression: `${ownClaim(put, holder)} AND ${noResult(put)}`, ...put.params(),
-      }));
+      await this.options.doc.send(new UpdateCommand(write));
       return true;
     } catch (error) {
       if (isConditionalCheckFailed(error)) return false;
+      throw error;
+    }
+  }
+
+  /**
+   * A write of a holder that lost its claim, made with a check that the run it claimed under stands
+   * (runStands), in one transaction: true once settled (written, or its run gone), false when the
+   * write's own condition failed. The SDK gives the transaction a token, so a retry of one applied is
+   * applied once.
+   */
+  private async ifRunStands(run: ClaimedBy, write: NonNullable<TransactWriteCommandInput['TransactItems']>[number]): Promise<boolean> {
+    const check = new Expression();
+    try {
+      await this.options.doc.send(new TransactWriteCommand({
+        TransactItems: [
+          { ConditionCheck: { TableName: this.options.tableName, Key: { [PK]: runPk(run.runId), [SK]: HEAD_SK }, ConditionExpression: runStands(check, run.before), ...check.params() } },
+          write,
+        ],
+      }));
+      return true;
+    } catch (error) {
+      const reasons = cancellationReasons(error);
+      if (!reasons) throw error;
+      if (reasons[0]?.Code === 'ConditionalCheckFailed') return true;
+      // Its own condition failed, or another write held one of the items: the completion reads the key again.
+      if (reasons[1]?.Code === 'ConditionalCheckFailed' || reasons.some((r) => r.Code === 'TransactionConflict')) return false;
       throw error;
     }
   }
@@ -357,6 +398,19 @@ function sameClaim(e: Expression, seen: Sighting): string {
 
 function inProgress(key: string, leaseUntil: number, now: number): IdempotencyInProgressError {
   return new IdempotencyInProgressError(key, leaseUntil, retryAfterMs(leaseUntil, now));
+}
+
+/** The run a key is under, as its holder claimed it: created before `before` (the claim's lease end). */
+interface ClaimedBy { runId: string; before: number }
+
+/**
+ * The run a holder claimed its key under is still there: no delete's mark at its head, and created before
+ * the claim's lease could run out; a delete waits for that (refuseLiveClaims), so a run created later is a
+ * new run of the id. A head written before heads carried their creation time passes; no head at all is a
+ * key of no run (the ledger used alone): a deleted run leaves its mark (DELETED_MARK_TTL_MS).
+ */
+function runStands(e: Expression, before: number): string {
+  return `attribute_not_exists(${e.name(PK)}) OR (attribute_not_exists(${e.name(DELETED_ATTRIBUTE)}) AND (attribute_not_exists(${e.name(CREATED_AT_ATTRIBUTE)}) OR ${e.name(CREATED_AT_ATTRIBUTE)} < ${e.value(before)}))`;
 }
 
 function ownClaim(e: Expression, token: string): string {

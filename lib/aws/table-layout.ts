@@ -53,6 +53,19 @@ export const DELETED_ATTRIBUTE = 'deletedAt';
 export const FREE_AT_ATTRIBUTE = 'freeAt';
 /** SQS FIFO's deduplication window, and a minute for a send that followed the run's last write. */
 export const ID_REUSE_AFTER_MS = 6 * 60_000;
+/**
+ * How long a deleted run's mark stays, its id free or not: as long as the ledger keeps a completed record
+ * (DEFAULT_LEDGER_RETENTION_MS). An effect of the run that was still running, its holder frozen past its
+ * lease, may finish after the delete: the mark tells its completion that its run is gone, where no item
+ * at all looks like a key of no run, and its result would be written back (dynamo-ledger.ts).
+ */
+export const DELETED_MARK_TTL_MS = 30 * 24 * 3600 * 1000;
+/**
+ * On the head: when the run was created, on its creator's clock. A ledger holder that lost its claim
+ * writes its result only for a run created before its claim's lease could run out, so not for a new run
+ * of the id, created after a delete that waited for that lease (dynamo-ledger.ts).
+ */
+export const CREATED_AT_ATTRIBUTE = 'createdAt';
 /** On the head: a cancel asked for (who, when, why), applied at the next step boundary; commits keep it. */
 export const CANCEL_ATTRIBUTE = 'cancelRequested';
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sweepBlobs } from '../../lib/aws/blob-sweep.ts';
 import { DynamoCheckpointStore } from '../../lib/aws/dynamo-checkpoint-store.ts';
 import { DynamoLedger } from '../../lib/aws/dynamo-ledger.ts';
-import { DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, ID_REUSE_AFTER_MS, PK, SK, runPk } from '../../lib/aws/table-layout.ts';
+import { DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, ID_REUSE_AFTER_MS, PK, SK, TTL_ATTRIBUTE, runPk } from '../../lib/aws/table-layout.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { PermanentError, RunIdInUseError } from '../../lib/core/errors.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
@@ -79,7 +79,7 @@ describe('deleting a run on DynamoDB', () => {
     const deps = { store: runtime.store, log: silentLogger } as unknown as OperateDeps;
     expect(await deleteRun(deps, runId)).toEqual({ outcome: 'finished', runId });
     // All that is left is a mark with no data of the run, while SQS's deduplication window lasts.
-    expect((await partition(runId)).map((item) => Object.keys(item).sort())).toEqual([[DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, PK, SK].sort()]);
+    expect((await partition(runId)).map((item) => Object.keys(item).sort())).toEqual([[DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, PK, SK, TTL_ATTRIBUTE].sort()]);
     await expect(deleteRun(deps, runId)).rejects.toThrow(`unknown run: ${runId}`);
     // Was: the id was free at once, and each of a new run's messages SQS dropped as a duplicate of the old
     // run's (run and version) waited for the sweeper's re-drive, 15 minutes.
@@ -91,13 +91,29 @@ describe('deleting a run on DynamoDB', () => {
     for (const n of [1, 2, 3]) expect(await runtime.ledger.once(idempotencyKey(runId, n), { n: 'new' }, () => 'ran again')).toBe('ran again');
   });
 
-  it('a run whose last step is older than SQS\'s deduplication window leaves nothing: its id is free at once', async () => {
+  it('a run whose last step is older than SQS\'s deduplication window leaves only its mark, for the ledger: its id is free at once, and an effect that finishes late writes nothing back', async () => {
     const runtime = resources.runtime();
     const { runId, version } = await failedRun(runtime.store, runtime.ledger, 2);
+    // The failed step 3's effect goes on in a process that froze: its lease ran out long ago.
+    const key = idempotencyKey(runId, 3);
+    let finish!: (value: string) => void;
+    let started!: () => void;
+    const entered = new Promise<void>((resolve) => { started = resolve; });
+    const frozen = resources.runtime({ clock: { now: () => Date.now() - 10 * 60_000 } }).ledger;
+    const late = frozen.once(key, { n: 3 }, () => { started(); return new Promise<string>((resolve) => { finish = resolve; }); });
+    await entered;
     const later = new DynamoCheckpointStore({ doc: resources.clients.doc, tableName: resources.tableName, blobs: runtime.blobs, clock: { now: () => Date.now() + ID_REUSE_AFTER_MS } });
     expect(await later.deleteRun(runId, version)).toBe(true);
-    expect(await partition(runId)).toEqual([]);
+    // No data of the run: a mark whose id is free already, gone by its TTL.
+    const [mark, ...rest] = await partition(runId);
+    expect(rest).toEqual([]);
+    expect(Object.keys(mark!).sort()).toEqual([DELETED_ATTRIBUTE, FREE_AT_ATTRIBUTE, PK, SK, TTL_ATTRIBUTE].sort());
+    expect(Number(mark![FREE_AT_ATTRIBUTE])).toBeLessThanOrEqual(Date.now() + ID_REUSE_AFTER_MS);
+    // The frozen holder comes back: the mark says its run is gone, and its result is not written back.
+    finish('old 3');
+    expect(await late).toBe('old 3');
     expect(await later.create(newState(runId, 'again'), META)).toMatchObject({ created: true, version: 1 });
+    expect(await runtime.ledger.once(key, { n: 3 }, () => 'new 3')).toBe('new 3');
   });
 
   it('sends again what BatchWriteItem leaves unprocessed', async () => {
