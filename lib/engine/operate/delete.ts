@@ -16,7 +16,8 @@ const ATTEMPTS = 3;
 
 /**
  * Deletes a run that has ended (CheckpointStore.deleteRun): a running or waiting one is refused, to be
- * cancelled first, since a worker or an answer may be about to write it. The delete is fenced on the
+ * cancelled first, since a worker or an answer may be about to write it; so is one with an effect still
+ * running under its idempotency key (the store's EffectStillRunningError, which says when to try again). The delete is fenced on the
  * version and status read, so a retry that makes a failed run running again either wins (the next look
  * finds it running, and refuses) or loses (it finds no run).
  */
