@@ -1,7 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { machineTime } from '../../lib/machine-time.ts';
-import { IdempotencyInProgressError } from '../../lib/core/errors.ts';
+import { EffectStillRunningError, IdempotencyInProgressError, PermanentError } from '../../lib/core/errors.ts';
+import { recordFailure } from '../../lib/core/transitions.ts';
 import { createLogger } from '../../lib/log.ts';
 import { StepWatch } from '../../lib/local/clock-step.ts';
 import { META, newState } from '../support/states.ts';
@@ -200,6 +201,33 @@ describe('the local runtime when the clock steps forward', () => {
       await expect(b.ledger.once(key, {}, async () => 'again')).rejects.toBeInstanceOf(IdempotencyInProgressError);
       clock.advance(1);
       expect(await b.ledger.once(key, {}, async () => 'again')).toBe('again');
+    }
+  });
+
+  it('delete: an effect of the run that still runs holds its delete whichever way the wall clock steps; a dead holder\'s claim a lease after its last renewal on the machine\'s clock does not', async () => {
+    db = tempDb();
+    for (const step of [2 * HOUR_MS, -2 * HOUR_MS]) {
+      const clock = new ManualClock().onMachine();
+      const holder = clock.process();
+      const a = open(holder);
+      const b = open(clock.process());
+      const runId = `run${step}`;
+      await b.store.create(newState(runId), META);
+      void a.ledger.once(`${runId}/step-1`, {}, () => new Promise(() => {}), { leaseMs: LEASE });
+      await new Promise((r) => setTimeout(r, 10));
+      await clock.pass(LEASE / 3);
+      // The run failed while its effect went on; then NTP or `date -s` steps the wall clock.
+      const { version } = await b.store.commit({ runId, expectedVersion: 1, state: recordFailure(newState(runId), new PermanentError('boom'), 9_000), ...META });
+      clock.ms += step;
+      const refused = await b.store.deleteRun(runId, version).catch((e: unknown) => e);
+      // Was (forward): the claim's wall lease had run out, the delete went, and a new run of the id could apply the effect beside it.
+      expect(refused, String(step)).toBeInstanceOf(EffectStillRunningError);
+      expect((refused as EffectStillRunningError).retryAfterMs).toBe(LEASE + 1_000);
+      holder.kill();
+      clock.advance(LEASE - 1);
+      await expect(b.store.deleteRun(runId, version)).rejects.toBeInstanceOf(EffectStillRunningError);
+      clock.advance(1);
+      expect(await b.store.deleteRun(runId, version)).toBe(true);
     }
   });
 
