@@ -621,33 +621,39 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       });
 
       it('a holder whose effect outlived its claim and its run writes no record back: a new run of the id runs its own effects', async () => {
-        const { runId, fail } = await runningRun('delete-late-holder', 0);
-        // Steps 1 and 2 of a run whose effects' holders froze: their leases ran out long ago, so the
-        // delete does not wait for them.
+        // Two runs, each deleted while the holder of its step 1's effect is frozen: its lease ran out long
+        // ago, so the delete does not wait for it. (Step 1, the step after the last of a run with none: the
+        // keys a delete removes; a claim on a key past it is left, and a new claim of it waits its watch out.)
         const frozen = subject().ledgerBehind(10 * 60_000);
-        const late = [new HeldEffect(), new HeldEffect()];
-        const lateDone = late.map((held, i) => frozen.once(idempotencyKey(runId, i + 1), { n: i + 1 }, held.effect));
-        await Promise.all(late.map((held) => held.started()));
-        expect(await s().deleteRun(runId, await fail())).toBe(true);
-
-        // Step 1's holder comes back: its run is gone, and so is what it did.
-        late[0]!.finish('old 1');
-        expect(await lateDone[0]).toBe('old 1');
-        // A new run of the id (on AWS once SQS's deduplication window has passed); its step 2 claims its
-        // key, and the old step 2's holder comes back while it holds it.
         const later = subject().storeAt({ now: () => Date.now() + 10 * 60_000 });
-        expect(await later.create(newState(runId, 'second life'), META)).toMatchObject({ created: true, version: 1 });
+        const heldThenDeleted = async (label: string) => {
+          const { runId, fail } = await runningRun(label, 0);
+          const late = new HeldEffect();
+          const lateDone = frozen.once(idempotencyKey(runId, 1), { n: 1 }, late.effect);
+          await late.started();
+          expect(await s().deleteRun(runId, await fail())).toBe(true);
+          return { runId, late, lateDone };
+        };
+
+        // The holder comes back after the delete: its run is gone, and so is what it did.
+        const a = await heldThenDeleted('delete-late-holder');
+        a.late.finish('old 1');
+        expect(await a.lateDone).toBe('old 1');
+        // A new run of the id (on AWS once SQS's deduplication window has passed) runs its own effect.
+        expect(await later.create(newState(a.runId, 'second life'), META)).toMatchObject({ created: true, version: 1 });
+        expect(await subject().ledger.once(idempotencyKey(a.runId, 1), { n: 1 }, () => 'new 1')).toBe('new 1');
+
+        // The holder comes back while a new run of the id holds the key: the new run's result stands.
+        const b = await heldThenDeleted('delete-late-holder-b');
+        expect(await later.create(newState(b.runId, 'second life'), META)).toMatchObject({ created: true, version: 1 });
         const fresh = new HeldEffect();
-        const freshDone = subject().ledger.once(idempotencyKey(runId, 2), { n: 2 }, fresh.effect);
+        const freshDone = subject().ledger.once(idempotencyKey(b.runId, 1), { n: 1 }, fresh.effect);
         await fresh.started();
-        late[1]!.finish('old 2');
-        expect(await lateDone[1]).toBe('old 2');
+        b.late.finish('old 2');
+        expect(await b.lateDone).toBe('old 2');
         fresh.finish('new 2');
         expect(await freshDone).toBe('new 2');
-
-        // The new run's effects, its results: none of the old run's.
-        expect(await subject().ledger.once(idempotencyKey(runId, 1), { n: 1 }, () => 'new 1')).toBe('new 1');
-        expect(await subject().ledger.once(idempotencyKey(runId, 2), { n: 2 }, () => 'twice')).toBe('new 2');
+        expect(await subject().ledger.once(idempotencyKey(b.runId, 1), { n: 1 }, () => 'twice')).toBe('new 2');
         expect(fresh.runs).toBe(1);
       });
 
