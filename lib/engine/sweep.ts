@@ -4,6 +4,9 @@ import type { RunPosition } from '../core/run-order.ts';
 import type { CheckpointStore, Clock, RunMessage, RunQueue, RunSummary } from '../ports.ts';
 import { sendDueTimers } from '../waits/timers.ts';
 
+/** How far machines' clocks kept by NTP may differ: a checkpoint stamped further ahead was written by a clock ahead. */
+const CLOCK_SKEW_MS = 1_000;
+
 export interface SweepDeps {
   store: Pick<CheckpointStore, 'list'>;
   queue: Pick<RunQueue, 'redrive'>;
@@ -47,12 +50,13 @@ async function requeueStalledRuns(deps: SweepDeps, options: SweepOptions): Promi
   const stalled = deps.stalled
     ? await deps.stalled(before, limit)
     : await stalledRunsOf(deps.store, { updatedBefore: before }, limit, options.agents);
-  // A run whose checkpoint is stamped more than a stall window ahead of this clock was written by a clock
-  // ahead of it (another machine's, or this one's before a step back): by `before` alone it would count as
-  // stalled only once this clock caught up, hours late for a clock hours ahead. Re-driven as a stalled one
-  // is; if it is moving, the copy finds it moved on (on a FIFO queue, behind its message).
+  // A run whose checkpoint is stamped ahead of this clock was written by a clock ahead of it (another
+  // machine's, or this one's before a step back): by `before` alone it would count as stalled only once this
+  // clock caught up, the skew late (hours for a clock hours ahead). Nothing tells a lost one from a moving
+  // one, so each is re-driven as a stalled one is: a moving run's copy finds it moved on (on a FIFO queue,
+  // behind its message), one more delivery a sweep while its worker's clock runs ahead.
   if (!deps.stalled && stalled.length < limit) {
-    const ahead = await stalledRunsOf(deps.store, { updatedAfter: now + options.stallMs }, limit - stalled.length, options.agents);
+    const ahead = await stalledRunsOf(deps.store, { updatedAfter: now + CLOCK_SKEW_MS }, limit - stalled.length, options.agents);
     stalled.push(...ahead.filter((run) => !stalled.some((s) => s.runId === run.runId)));
   }
   // One token per stall window for SQS: sweeps of the same window within SQS's 5-minute deduplication

@@ -79,19 +79,23 @@ describe('the sweeper of one agent on a shared table', () => {
     expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
   });
 
-  it('re-enqueues a lost run whose checkpoint a worker with its clock two hours ahead stamped, not two hours late; a run stamped less than a stall window ahead is left', async () => {
+  it('re-enqueues a lost run whose checkpoint a worker with its clock two hours ahead stamped, not two hours late; a run stamped within the clocks\' usual skew is left', async () => {
     resources = await createTestResources('sweep-ahead');
     // A worker off Lambda (`stepwise worker --backend aws`) on a machine whose clock runs two hours ahead
     // wrote the run's checkpoint, and then its message was lost.
     const ahead = resources.runtime({ clock: { now: () => Date.now() + 120 * MINUTE } }).store;
     await ahead.create({ ...newState('ahead-lost'), agent: 'mine' }, META);
-    const slightly = resources.runtime({ clock: { now: () => Date.now() + 5 * MINUTE } }).store;
+    // And one whose clock ran ten minutes ahead: less than the stall window, which by that window alone
+    // would be re-driven only after the window and the skew (seed 3754157173 of the AWS chaos schedules).
+    const tenAhead = resources.runtime({ clock: { now: () => Date.now() + 10 * MINUTE } }).store;
+    await tenAhead.create({ ...newState('ten-ahead-lost'), agent: 'mine' }, META);
+    const slightly = resources.runtime({ clock: { now: () => Date.now() + 200 } }).store;
     await slightly.create({ ...newState('ahead-a-little'), agent: 'mine' }, META);
     const runtime = resources.runtime();
     const deps = { store: runtime.store, queue: runtime.queue, clock: systemClock, log: silentLogger };
     // Was: [] until this clock caught up two hours later (its checkpoint not older than the stall window).
-    expect(await sweepStalledRuns(deps, { stallMs: 15 * MINUTE, agents: ['mine'] })).toEqual([{ runId: 'ahead-lost', version: 1 }]);
-    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(1);
+    expect(await sweepStalledRuns(deps, { stallMs: 15 * MINUTE, agents: ['mine'] })).toEqual([{ runId: 'ahead-lost', version: 1 }, { runId: 'ten-ahead-lost', version: 1 }]);
+    expect(await queueDepth(resources.clients, resources.queueUrl)).toBe(2);
   });
 
   it('sends its own agent\'s due timer past a full page of another agent\'s due waits, which sort first', async () => {
