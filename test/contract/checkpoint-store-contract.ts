@@ -479,20 +479,26 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
     });
 
     describe('deleteRun', () => {
-      /** A run of `steps` steps with a summary written, ended by `end`; an effect applied under each step's key. */
-      async function endedRun(label: string, steps: number, end: 'complete' | 'fail', runId = uniqueRunId(label)) {
+      /** A running run of `steps` steps, its last with a summary if asked; `result(n)` applied under each step's key. */
+      async function runWithEffects(runId: string, steps: number, result: (n: number) => unknown, summary: boolean) {
         await s().create(newState(runId), META);
         let state = newState(runId);
         let version = 1;
         for (let n = 1; n <= steps; n++) {
           const record = recordFor(runId, n);
           state = completeStep(state, record, 3_000 + n);
-          const summaries = n === steps ? [{ last: CONDENSE_BLOCK, line: `summary of ${runId}`, usage: ZERO_USAGE }] : [];
+          const summaries = summary && n === steps ? [{ last: CONDENSE_BLOCK, line: `summary of ${runId}`, usage: ZERO_USAGE }] : [];
           version = (await s().commit({ runId, expectedVersion: version, state, appended: record, summaries, ...META })).version;
-          await subject().ledger.once(idempotencyKey(runId, n), { n }, () => ({ applied: `${runId} ${n}` }));
+          await subject().ledger.once(idempotencyKey(runId, n), { n }, () => result(n));
         }
+        return { state, version };
+      }
+
+      /** A run of `steps` steps with a summary written, ended by `end`; an effect applied under each step's key. */
+      async function endedRun(label: string, steps: number, end: 'complete' | 'fail', runId = uniqueRunId(label)) {
+        const { state, version: last } = await runWithEffects(runId, steps, (n) => ({ applied: `${runId} ${n}` }), true);
         const ended = end === 'complete' ? complete(state, 'done', undefined, 9_000) : recordFailure(state, new PermanentError('boom'), 9_000);
-        version = (await s().commit({ runId, expectedVersion: version, state: ended, ...META })).version;
+        const { version } = await s().commit({ runId, expectedVersion: last, state: ended, ...META });
         return { runId, version };
       }
 
@@ -580,15 +586,7 @@ export function checkpointStoreContract(name: string, subject: () => ContractSub
       /** A run of `steps` steps, running: each step's effect applied under its key. */
       async function runningRun(label: string, steps: number) {
         const runId = uniqueRunId(label);
-        await s().create(newState(runId), META);
-        let state = newState(runId);
-        let version = 1;
-        for (let n = 1; n <= steps; n++) {
-          const record = recordFor(runId, n);
-          state = completeStep(state, record, 3_000 + n);
-          version = (await s().commit({ runId, expectedVersion: version, state, appended: record, ...META })).version;
-          await subject().ledger.once(idempotencyKey(runId, n), { n }, () => `${runId} ${n}`);
-        }
+        const { state, version } = await runWithEffects(runId, steps, (n) => `${runId} ${n}`, false);
         const fail = async () => (await s().commit({ runId, expectedVersion: version, state: recordFailure(state, new PermanentError('boom'), 9_000), ...META })).version;
         return { runId, fail };
       }
