@@ -42,7 +42,7 @@ async function heldByA(label: string) {
   const a = new HeldEffect();
   const aDone = ledgerOn(holder).once(key, {}, a.effect, { leaseMs: LEASE_MS });
   await a.started();
-  const ahead = root.process(2 * LEASE_MS);
+  const ahead = root.process().skew(2 * LEASE_MS);
   return { root, key, holder, a, aDone, ahead };
 }
 

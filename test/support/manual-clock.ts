@@ -30,15 +30,17 @@ interface Timeline {
  * Setting `ms` steps the wall clock (NTP, `date -s`); after `onMachine()` the line also has a machine's
  * monotonic clock (machine-time.ts), which only time passing (advance, pass) moves, and its timers are due
  * on that clock, as Node's are on the monotonic one: a step of the wall clock neither fires a renewal
- * early nor holds it back. `process(aheadMs)` gives a process whose wall clock runs that far ahead of the
- * line's (another machine's clock), and `skew()` moves one process's clock alone; its timers, sleeps and
- * monotonic() are on the line's time, as a real process's are on its own monotonic clock.
+ * early nor holds it back. `skew()` moves one process's wall clock alone (another machine's clock); its
+ * timers, sleeps and monotonic() stay on the line's time, as a real process's are on its own monotonic clock.
  */
 export class ManualClock implements Clock {
   private readonly line: Timeline;
   private state: 'running' | 'frozen' | 'killed' = 'running';
 
-  constructor(ms = 1_700_000_000_000, line?: Timeline, private aheadMs = 0) {
+  /** How far this process's wall clock runs ahead of the line's (skew). */
+  private aheadMs = 0;
+
+  constructor(ms = 1_700_000_000_000, line?: Timeline) {
     this.line = line ?? { ms, timers: new Set(), passed: 0, sleeps: new Set(), onSleep: new Set() };
   }
 
@@ -148,8 +150,8 @@ export class ManualClock implements Clock {
   }
 
   /** Another worker process on the same time line. */
-  process(aheadMs = 0): ManualClock {
-    return new ManualClock(this.line.ms, this.line, aheadMs);
+  process(): ManualClock {
+    return new ManualClock(this.line.ms, this.line);
   }
 
   /** This process stops: its timers do not fire while time passes. */
