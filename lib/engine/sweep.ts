@@ -57,7 +57,8 @@ async function requeueStalledRuns(deps: SweepDeps, options: SweepOptions): Promi
   // behind its message), one more delivery a sweep while its worker's clock runs ahead.
   if (!deps.stalled && stalled.length < limit) {
     const ahead = await stalledRunsOf(deps.store, { updatedAfter: now + CLOCK_SKEW_MS }, limit - stalled.length, options.agents);
-    stalled.push(...ahead.filter((run) => !stalled.some((s) => s.runId === run.runId)));
+    // Disjoint from the first look (stamped before now - stallMs): nothing to leave out twice.
+    stalled.push(...ahead);
   }
   // One token per stall window for SQS: sweeps of the same window within SQS's 5-minute deduplication
   // window add no copy; a later one that still finds the run stalled sends another, which is harmless.
