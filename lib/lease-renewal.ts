@@ -1,4 +1,4 @@
-import { renewEveryMs } from './core/lease.ts';
+import { LEASE_MARGIN_MS, renewEveryMs } from './core/lease.ts';
 import { everyOn, type Clock } from './ports.ts';
 
 /** Thrown into an effect's signal when its claim was found to belong to another attempt. */
@@ -28,6 +28,13 @@ export class ClaimLostError extends Error {
  * `onMachine`: the store reads the lease on the machine's monotonic clock (the SQLite ledger, whose workers
  * share one machine), so the holder does too: a wall clock stepped forward while a renewal is refused would
  * otherwise abort an effect whose claim nobody else can take.
+ *
+ * `heldForMs`: the store lets a contender take the claim over once it has watched it unchanged for a window
+ * on the contender's own time, whatever the lease says (the DynamoDB ledger: lib/aws/claim-sightings.ts).
+ * The holder then gives up on its own time too, a little inside that window, counted from the send of its
+ * last confirmed write (the claim at `claimSentAt`, then each renewal): a contender's watch starts no earlier
+ * than that write landed. A check every quarter of the margin catches it even while a renewal hangs, where
+ * the renewal ticks alone, a third of a lease apart, would have caught it only after the takeover.
  */
 export async function holdWhileRenewing<T>(input: {
   key: string;
@@ -38,13 +45,19 @@ export async function holdWhileRenewing<T>(input: {
   /** Renewing stops when this aborts (the step's try ran out of time); the effect's signal aborts with its reason. */
   stop?: AbortSignal;
   onMachine?: boolean;
+  heldForMs?: number;
+  claimSentAt?: number;
 }): Promise<T> {
   const lost = new AbortController();
   const leaseNow = leaseClock(input.clock, input.onMachine);
   // The claim was written just before this call, with a lease from a moment no later than now.
   let heldUntil = leaseNow() + input.leaseMs;
-  let confirmedAt = performance.now();
+  const processNow = () => processTime(input.clock);
+  let confirmedAt = input.claimSentAt ?? processNow();
   let inFlight = false;
+  // The renewal timer, and with heldForMs the give-up check.
+  const timers: Array<() => void> = [];
+  const stop = () => { for (const cancel of timers) cancel(); };
   const end = (reason: unknown) => {
     if (lost.signal.aborted) return;
     stop();
@@ -57,14 +70,20 @@ export async function holdWhileRenewing<T>(input: {
     confirmedAt = Math.max(confirmedAt, sentAfter);
   };
   const unconfirmed = () => {
-    if (leaseNow() >= heldUntil || performance.now() - confirmedAt >= input.leaseMs) abort('its lease ran out and no renewal could be confirmed');
+    if (leaseNow() >= heldUntil || processNow() - confirmedAt >= input.leaseMs) abort('its lease ran out and no renewal could be confirmed');
   };
-  const stop = everyOn(input.clock, renewEveryMs(input.leaseMs), () => {
+  if (input.heldForMs !== undefined) {
+    const heldForMs = input.heldForMs;
+    timers.push(everyOn(input.clock, LEASE_MARGIN_MS / 4, () => {
+      if (processNow() - confirmedAt >= heldForMs) abort(`no renewal was confirmed for ${heldForMs} ms, after which another attempt may take the key over`);
+    }));
+  }
+  timers.push(everyOn(input.clock, renewEveryMs(input.leaseMs), () => {
     // One renewal at a time: a slow write is not piled on by the next tick.
     if (lost.signal.aborted || inFlight) return unconfirmed();
     // The store writes a lease from its own reading of the clock, taken after this one.
     const sentAt = leaseNow();
-    const sentAfter = performance.now();
+    const sentAfter = processNow();
     let answer: Promise<boolean> | boolean;
     try {
       answer = input.renew();
@@ -74,7 +93,7 @@ export async function holdWhileRenewing<T>(input: {
     if (typeof answer === 'boolean') return settle(sentAt, sentAfter, answer);
     inFlight = true;
     return answer.then((ours) => settle(sentAt, sentAfter, ours), unconfirmed).finally(() => { inFlight = false; });
-  });
+  }));
   const onStop = () => end(input.stop!.reason);
   if (input.stop?.aborted) onStop();
   else input.stop?.addEventListener('abort', onStop, { once: true });
@@ -84,6 +103,14 @@ export async function holdWhileRenewing<T>(input: {
     stop();
     input.stop?.removeEventListener('abort', onStop);
   }
+}
+
+/**
+ * This process's own time, which no step of the wall clock moves: the clock's monotonic() where it has one
+ * (a test clock's line), else performance.now(). Never now(): a clock stepped back would stretch a claim.
+ */
+export function processTime(clock: Clock): number {
+  return clock.monotonic ? clock.monotonic() : performance.now();
 }
 
 /** The clock the store reads the lease on: the machine's, where asked and the clock has one; else the wall clock. */

@@ -22,6 +22,15 @@ export function watchMs(holderLeaseMs: number): number {
 }
 
 /**
+ * How long a holder counts its claim as its own after the send of its last confirmed write: half the
+ * margin inside a contender's watch, so a holder cut off from the table (a brownout past two renewals)
+ * has aborted its effect's signal before anyone may take the key over (lib/lease-renewal.ts, heldForMs).
+ */
+export function heldForMs(leaseMs: number): number {
+  return watchMs(leaseMs) - LEASE_MARGIN_MS / 2;
+}
+
+/**
  * The holder's lease, as its last write gave it: claim and renewal write `leaseUntil` and `updatedAt` from
  * one reading of its clock. Our own lease where the item cannot say (the same step asks for the same one).
  */

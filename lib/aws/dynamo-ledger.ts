@@ -6,11 +6,11 @@ import { runOfKey } from '../core/keys.ts';
 import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/state.ts';
 import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
-import { holdWhileRenewing } from '../lease-renewal.ts';
+import { holdWhileRenewing, processTime } from '../lease-renewal.ts';
 import type { BlobStore, Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { monotonicOn, sleepOn, systemClock } from '../ports.ts';
 import { AttributeSpill } from './attribute-spill.ts';
-import { ClaimSightings, holderLeaseMs, watchMs, type Sighting } from './claim-sightings.ts';
+import { ClaimSightings, heldForMs, holderLeaseMs, watchMs, type Sighting } from './claim-sightings.ts';
 import { cancellationReasons, isConditionalCheckFailed } from './dynamo-errors.ts';
 import { Expression } from './expression.ts';
 import { CREATED_AT_ATTRIBUTE, DELETED_ATTRIBUTE, HEAD_SK, LEDGER_SK, PK, SK, TTL_ATTRIBUTE, ledgerPk, runPk } from './table-layout.ts';
@@ -91,7 +91,10 @@ export class DynamoLedger implements IdempotencyLedger {
 
     let result: T;
     try {
-      result = await holdWhileRenewing({ key, clock: this.clock, leaseMs, effect, renew: () => this.renew(itemKey, token, leaseMs), ...(options.signal ? { stop: options.signal } : {}) });
+      result = await holdWhileRenewing({
+        key, clock: this.clock, leaseMs, effect, renew: () => this.renew(itemKey, token, leaseMs),
+        heldForMs: heldForMs(leaseMs), claimSentAt: claimed.sentAt, ...(options.signal ? { stop: options.signal } : {}),
+      });
     } catch (error) {
       // The effect failed: release our claim (only ours) so a retry may run it. If this write fails too,
       // the lease runs out instead.
@@ -125,7 +128,7 @@ export class DynamoLedger implements IdempotencyLedger {
    * saw. A live holder writes a fresh rev at every renewal, so its claim moves and the takeover fails. A
    * contender whose clock runs behind reads the lease as live and waits longer, as before (retryAfterMs).
    */
-  private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, signal?: AbortSignal): Promise<{ done: true; result: T } | { done: false }> {
+  private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, signal?: AbortSignal): Promise<{ done: true; result: T } | { done: false; sentAt: number }> {
     const first = await this.put<T>(key, itemKey, argsHash, token, leaseMs);
     if (first.held === undefined) return first;
     const { sighting, holderLeaseMs: holderLease } = first.held;
@@ -158,9 +161,11 @@ export class DynamoLedger implements IdempotencyLedger {
   /**
    * One claim write: of a free key (none, or past its retention), or with `seen` the takeover of that very
    * claim, unchanged since it was seen. `held`: another attempt's claim, as the failed write returned it.
+   * `sentAt`: this process's time before the write was sent, from when a claim it made is its own.
    */
-  private async put<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, seen?: Sighting): Promise<{ done: true; result: T; held?: undefined } | { done: false; held?: { sighting: Sighting; holderLeaseMs: number } }> {
+  private async put<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, seen?: Sighting): Promise<{ done: true; result: T; held?: undefined } | { done: false; sentAt: number; held?: undefined } | { done: false; held: { sighting: Sighting; holderLeaseMs: number } }> {
     const now = this.now;
+    const sentAt = processTime(this.clock);
     const claim = new Expression();
     // The claim succeeds when nobody holds the key, when the record outlived its retention (TTL has not
     // swept it yet), or when it is the dead attempt's claim we watched, with the same arguments and no
@@ -177,12 +182,12 @@ export class DynamoLedger implements IdempotencyLedger {
         Item: { ...itemKey, status: IN_PROGRESS, argsHash, token, leaseRev: randomUUID(), leaseUntil: now + leaseMs, updatedAt: now, [TTL_ATTRIBUTE]: this.expiresAt(now), ...FORMAT },
         ConditionExpression: condition, ...claim.params(), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }));
-      return { done: false };
+      return { done: false, sentAt };
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error;
       const old = oldItem(error);
       // The SDK retried this very put after its first try was applied: the claim is ours.
-      if (old.token?.S === token) return { done: false };
+      if (old.token?.S === token) return { done: false, sentAt };
       // Written by newer code: neither its result nor its claim is this code's to read.
       if (formatOfItem(old) > RECORD_FORMATS.ledger) {
         throw new NewerFormatError('', `the idempotency record of ${key}`, 'ledger', formatOfItem(old), RECORD_FORMATS.ledger);

@@ -139,7 +139,7 @@ describe('an invocation frozen inside ctx.once past its lease and visibility tim
     // A's failed try reaches the version it loaded first: recorded, with why.
     expect(await aDone).toEqual({ batchItemFailures: [] });
     expect(decodeState((await runtime.store.load(runId))!)).toMatchObject({
-      status: 'running', step: 0, failures: 1, lastError: `the claim on idempotency key ${key} was lost: the lease ran out and another attempt took the key`,
+      status: 'running', step: 0, failures: 1, lastError: `the claim on idempotency key ${key} was lost: no renewal was confirmed for 40500 ms, after which another attempt may take the key over`,
     });
     expect(db.applied.get(key)).toBeUndefined();
 

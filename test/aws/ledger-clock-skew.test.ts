@@ -135,6 +135,65 @@ describe('DynamoDB ledger: a contender whose wall clock runs ahead never takes a
   });
 });
 
+describe('DynamoDB ledger: a holder cut off from the table', () => {
+  /**
+   * A holds the key with a live effect; `refuse` says, at each renewal A sends, whether a brownout that
+   * reaches only A throttles it (as DynamoDB answers past the SDK's retries). B's wall clock runs two leases ahead.
+   */
+  async function renewalsRefused(label: string, refuse: () => boolean) {
+    const root = new ManualClock();
+    const key = uniqueKey(label);
+    const doc = resources.clients.doc;
+    let refused = 0;
+    const holderDoc = {
+      send: (command: Parameters<typeof doc.send>[0]) => {
+        if (command instanceof UpdateCommand && refuse()) {
+          refused++;
+          return Promise.reject(Object.assign(new Error('Rate of requests exceeds the allowed throughput'), { name: 'ThrottlingException' }));
+        }
+        return doc.send(command);
+      },
+    } as typeof doc;
+    const a = new HeldEffect();
+    const aDone = new DynamoLedger({ doc: holderDoc, tableName: resources.tableName, blobs, clock: root.process() }).once(key, {}, a.effect, { leaseMs: LEASE_MS });
+    await a.started();
+    return { root, key, a, aDone, ahead: root.process().skew(2 * LEASE_MS), refused: () => refused };
+  }
+
+  it('has aborted its effect\'s signal before a contender whose clock runs ahead may take the key over', async () => {
+    let cutOff = true;
+    const { root, key, a, aDone, ahead, refused } = await renewalsRefused('cut-off', () => cutOff);
+    let holderAbortedFirst: boolean | undefined;
+    const b = ledgerOn(ahead).once(key, {}, async () => {
+      holderAbortedFirst = a.signal?.aborted;
+      return 'B';
+    }, { leaseMs: LEASE_MS });
+    expect(await root.settle(b)).toBe('B');
+    // Two renewals refused (at 20 s and 40 s), then the watch (41 s) ended. Was: the holder gave up only
+    // once a whole lease (60 s) had passed, and its effect, checking its signal, acted beside B's.
+    expect(refused()).toBe(2);
+    expect(holderAbortedFirst).toBe(true);
+    expect(a.signal?.reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('another attempt may take the key over') });
+    cutOff = false;
+    a.finish('A');
+    await aDone;
+    expect(await record(key)).toMatchObject({ status: 'completed', result: '"B"' });
+  });
+
+  it('keeps its claim through one refused renewal: the next one lands inside the window', async () => {
+    let refuse = 1;
+    const { root, key, a, aDone, ahead, refused } = await renewalsRefused('one-refused', () => refuse-- > 0);
+    let applied = 0;
+    const b = ledgerOn(ahead).once(key, {}, async () => ++applied, { leaseMs: LEASE_MS });
+    await expect(root.settle(b)).rejects.toBeInstanceOf(IdempotencyInProgressError);
+    expect(refused()).toBe(1);
+    expect(a.signal?.aborted).toBe(false);
+    expect(applied).toBe(0);
+    a.finish('A');
+    expect(await aDone).toBe('A');
+  });
+});
+
 describe('DynamoDB ledger: a claim older code wrote (no leaseRev)', () => {
   async function olderClaim(label: string) {
     const { root, key, holder, a, ahead } = await heldByA(label);

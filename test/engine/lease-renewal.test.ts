@@ -94,4 +94,42 @@ describe('holding a claim while its effect runs (both ledgers)', () => {
       await running;
     }
   });
+  it('with heldForMs (the DynamoDB ledger), a renewal that hangs costs the claim that long after the claim was sent, not at a later tick', async () => {
+    const clock = new ManualClock();
+    const held = heldEffect();
+    const claimSentAt = clock.monotonic();
+    await clock.pass(300); // the claim's write took this long to answer
+    let renewals = 0;
+    const running = holdWhileRenewing({
+      key: 'k/step-6', clock, leaseMs: LEASE_MS, effect: held.effect, heldForMs: 40_500, claimSentAt,
+      renew: () => { renewals++; return new Promise<boolean>(() => {}); },
+    });
+    // 40.5 s after the claim was sent, with its first renewal still in flight: given up. Was: only at the
+    // renewal tick at 60 s (or the lease's end), after a contender's 41 s watch could have taken the key.
+    clock.advance(40_500 - 300 - 1);
+    expect(held.signal().aborted).toBe(false);
+    clock.advance(250);
+    expect(renewals).toBe(1);
+    expect(held.signal().reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('no renewal was confirmed for 40500 ms') });
+    held.finish('x');
+    await running;
+  });
+
+  it('with heldForMs, each confirmed renewal counts from when it was sent', async () => {
+    const clock = new ManualClock();
+    const held = heldEffect();
+    let answer: 'ours' | 'busy' = 'ours';
+    const running = holdWhileRenewing({
+      key: 'k/step-7', clock, leaseMs: LEASE_MS, effect: held.effect, heldForMs: 40_500, claimSentAt: clock.monotonic(),
+      renew: async () => { if (answer === 'busy') throw new Error('ThrottlingException'); return true; },
+    });
+    await clock.pass(20_000); // confirmed, sent at 20 s
+    answer = 'busy';
+    await clock.pass(40_000); // refused at 40 s; 60 s - 20 s is under 40.5 s
+    expect(held.signal().aborted).toBe(false);
+    await clock.pass(500);
+    expect(held.signal().aborted).toBe(true);
+    held.finish('x');
+    await running;
+  });
 });
