@@ -1,4 +1,4 @@
-import { DeleteQueueCommand } from '@aws-sdk/client-sqs';
+import { DeleteMessageCommand, DeleteQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
@@ -61,6 +61,39 @@ describe('the sweeper: runs whose message was lost', () => {
     expect(state.steps.map((s) => s.step)).toEqual([1, 2, 3]);
     for (let n = 1; n <= 3; n++) expect(db.applied.get(idempotencyKey(runId, n))).toBe(1);
     expect((await runtime.store.history(runId)).map((h) => h.version)).toEqual([1, 2, 3, 4, 5]);
+  });
+});
+
+describe('the sweeper: a re-drive that is lost too', () => {
+  it('is sent again in the next stall window, past the deduplication of the one lost: the run completes', async () => {
+    resources = await createTestResources('sweep-lost-twice');
+    const res = resources;
+    const db = new FakeDatabase();
+    const agent = writeRowsAgent(db);
+    const runtime = res.runtime();
+    const runId = await startTestRun(runtime, agent, 'lost-twice');
+    /** The queue's one message is dead-lettered (received and gone), the run still running. */
+    const lose = async () => {
+      const { Messages = [] } = await res.clients.sqs.send(new ReceiveMessageCommand({ QueueUrl: res.queueUrl, MaxNumberOfMessages: 1, WaitTimeSeconds: 1 }));
+      expect(Messages).toHaveLength(1);
+      await res.clients.sqs.send(new DeleteMessageCommand({ QueueUrl: res.queueUrl, ReceiptHandle: Messages[0]!.ReceiptHandle! }));
+    };
+    await lose();
+    const deps = { store: runtime.store, queue: runtime.queue, log: silentLogger };
+    const sweepAt = (ms: number) => sweepStalledRuns({ ...deps, clock: { now: () => Date.now() + ms } }, { stallMs: 15 * MINUTE });
+    expect(await sweepAt(20 * MINUTE)).toEqual([{ runId, version: 1 }]);
+    await lose();
+    // The same window again: its copy would pile up behind a live message, so SQS drops it.
+    await sweepAt(20 * MINUTE);
+    expect(await queueDepth(res.clients, res.queueUrl)).toBe(0);
+    // The next window's re-drive gets through, within SQS's five minutes of the lost one. A sweeper that
+    // sent every window's re-drive with one deduplication token (seed 2414154359 of chaos seed 20261204,
+    // before the holder's give-up changed that schedule) left the run stuck for those five minutes.
+    expect(await sweepAt(35 * MINUTE)).toEqual([{ runId, version: 1 }]);
+    expect(await queueDepth(res.clients, res.queueUrl)).toBe(1);
+    await driveRun({ resources: res, runId, spawn: () => new WorkerProcess({ resources: res, agent, model: new ScriptedModel({ steps: 2 }) }) });
+    expect(await runtime.store.load(runId)).toMatchObject({ status: 'completed' });
+    for (let n = 1; n <= 2; n++) expect(db.applied.get(idempotencyKey(runId, n))).toBe(1);
   });
 });
 
