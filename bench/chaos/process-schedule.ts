@@ -59,8 +59,11 @@ export async function processSchedule(
   const effectsDb = join(dir, 'effects.db');
   // The steps of the wall clock come from a stream of their own, so the kills and pauses a seed gave stay.
   const stepper = rng(seed ^ 0x3c6ef372);
+  // The machine's wall clock, one for all workers on SQLite (WAL keeps them on one machine). On AWS each
+  // worker stands for a machine of its own, with a clock of its own (clockOf): one is stepped at a time.
   const clockFile = join(dir, 'clock-offset');
   let clockOffset = 0;
+  const clockOf = new Map<ChildProcess, { file: string; offset: number }>();
   const steps = r.int(4, 8);
   const runs: RunExpectation[] = Array.from({ length: r.int(2, 4) }, (_, i) => ({ runId: `run-${i}`, steps, toolOf: () => 'write_row' }));
   const hangKeys = hungKeys(seed, runs.map((run) => run.runId), steps, options.hangRate);
@@ -73,10 +76,9 @@ export async function processSchedule(
     ...process.env, CHAOS_EFFECTS_DB: effectsDb, CHAOS_STEPS: String(steps), STEPWISE_LOG_LEVEL: 'warn', STEPWISE_LOG_FORMAT: 'json',
     ...(options.sabotage ? { CHAOS_SABOTAGE: options.sabotage } : {}),
     CHAOS_HANG_KEYS: hangKeys.join(','),
-    // Local only: the workers of the AWS backend stand for machines of their own, each with its own clock.
-    ...(backend.kind === 'local' ? { CHAOS_CLOCK_FILE: clockFile } : {}),
+    CHAOS_CLOCK_FILE: clockFile,
   };
-  const cli = (args: string[]) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const cli = (args: string[], extra: Record<string, string> = {}) => spawn(process.execPath, [BIN, ...args, ...backend.args], { cwd: ROOT, env: { ...env, ...extra }, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = (c: ChildProcess) => new Promise<void>((res) => (c.exitCode !== null || c.signalCode !== null ? res() : c.once('exit', () => res())));
   const alive = (c: ChildProcess) => c.exitCode === null && c.signalCode === null;
   const workers: ChildProcess[] = [];
@@ -101,14 +103,18 @@ export async function processSchedule(
       // AWS the sweeper is a function of the stack, and SQS counts visibility in whole seconds).
       const concurrency = concurrencyOf.pick([1, 1, 2, 3]);
       if (concurrency > 1) report.concurrentWorkers!++;
-      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', backend.kind === 'local' ? '900' : '1000', '--stall-ms', '3000', '--concurrency', String(concurrency)]);
+      // A worker that takes a killed one's place on AWS is a new machine, its clock right until stepped.
+      const own = backend.kind === 'aws' ? { file: `${clockFile}-${workers.length}`, offset: 0 } : undefined;
+      const c = cli(['worker', '--agent', AGENT, '--visibility-ms', backend.kind === 'local' ? '900' : '1000', '--stall-ms', '3000', '--concurrency', String(concurrency)],
+        own ? { CHAOS_CLOCK_FILE: own.file } : {});
+      if (own) clockOf.set(c, own);
       for (const input of [c.stdout!, c.stderr!]) {
         createInterface({ input }).on('line', (line) => {
           // Faults go to workers that are working: one still starting up has nothing to lose.
           if (/^worker \S+ ready: /.test(line)) {
             ready.add(c);
             // Read at its start, the offset may have stepped since: ready, it has the handler to read it again.
-            if (clockOffset !== 0) c.kill('SIGUSR2');
+            if ((clockOf.get(c)?.offset ?? clockOffset) !== 0) c.kill('SIGUSR2');
           }
           if (line.includes('"event":"stale-write"')) report.staleWrites!++;
           // A worker that found times written before a step back, and counted them again from now.
@@ -123,25 +129,45 @@ export async function processSchedule(
     const kills = r.int(3, 10);
     const pauses = r.int(2, 5);
     // Drawn up front, each at a turn of the loop below: how many turns a schedule lasts is up to its processes.
-    const clockSteps = Array.from({ length: backend.kind === 'local' ? stepper.int(0, 2) : 0 }, () => ({
-      turn: stepper.int(1, 25), ms: stepper.chance(0.6) ? stepper.int(2_000, 600_000) : -stepper.int(2_000, 3_600_000),
+    // On AWS within the first ten turns: a step is for a worker at work, and these schedules end sooner.
+    const clockSteps = Array.from({ length: stepper.int(0, 2) }, () => ({
+      turn: stepper.int(1, backend.kind === 'aws' ? 10 : 25), ms: stepper.chance(0.6) ? stepper.int(2_000, 600_000) : -stepper.int(2_000, 3_600_000), done: false,
     }));
     report.clockSteps = 0;
-    /** The machine's wall clock steps: the offset written whole (renamed into place), then every worker told. */
-    const stepClock = (ms: number) => {
-      clockOffset += ms;
-      writeFileSync(`${clockFile}.new`, String(clockOffset));
-      renameSync(`${clockFile}.new`, clockFile);
+    /** An offset written whole (renamed into place), for the agent's next reading. */
+    const writeOffset = (file: string, offset: number) => {
+      writeFileSync(`${file}.new`, String(offset));
+      renameSync(`${file}.new`, file);
+    };
+    /**
+     * A wall clock steps: on SQLite the machine's, every worker told; on AWS one ready worker's machine's,
+     * as NTP or `date -s` steps one machine's, its neighbours' clocks left where they were. False while no
+     * worker is ready to take it (on AWS): it is tried again at the next turn.
+     */
+    const stepClock = (ms: number): boolean => {
       // A stopped worker gets it when continued, as a frozen process reads the stepped clock when it runs.
       // Only those ready have the agent's handler: to one still loading, SIGUSR2 would be a kill.
-      for (const w of workers) if (alive(w) && ready.has(w)) w.kill('SIGUSR2');
+      const told = workers.filter((w) => alive(w) && ready.has(w));
+      if (backend.kind === 'aws') {
+        if (!told.length) return false;
+        const w = stepper.pick(told);
+        const own = clockOf.get(w)!;
+        own.offset += ms;
+        writeOffset(own.file, own.offset);
+        w.kill('SIGUSR2');
+      } else {
+        clockOffset += ms;
+        writeOffset(clockFile, clockOffset);
+        for (const w of told) w.kill('SIGUSR2');
+      }
       report.clockSteps!++;
+      return true;
     };
     const deadline = Date.now() + (options.timeoutMs ?? 120_000);
     for (let turn = 1; await backend.unfinished(runIds) > 0; turn++) {
       if (Date.now() > deadline) { report.unexpected.push(`runs not finished within ${options.timeoutMs ?? 120_000} ms`); break; }
       await new Promise((res) => setTimeout(res, 50 + r() * 400));
-      for (const step of clockSteps) if (step.turn === turn) stepClock(step.ms);
+      for (const step of clockSteps) if (!step.done && step.turn <= turn) step.done = stepClock(step.ms);
       const killNext = report.crashes < kills && (report.slowWorkers >= pauses || r.chance(0.6));
       if (killNext) {
         // A stopped worker may be the one killed: a container killed while frozen.

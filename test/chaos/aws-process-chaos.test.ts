@@ -19,4 +19,13 @@ describe('chaos: a seeded schedule of real `stepwise worker --backend aws` proce
     expect(report.completed + report.failed).toBe(report.runs);
     expect(report.completed).toBeGreaterThan(report.failed);
   }, 180_000);
+  it('one worker\'s machine clock steps back 51 minutes, its neighbours\' left where they were: its claims look run out to them, they watch and find it renewing; every run completes with each effect applied once', async () => {
+    // This seed steps one ready worker's clock back about 51 minutes at the loop's fifth turn (or the first after with a worker ready).
+    const report = await processSchedule(scheduleSeed(SEED, 3_000_011), { backend: 'aws' });
+    expect(report.violations, `seed ${report.seed}`).toEqual([]);
+    expect(report.unexpected, `seed ${report.seed}`).toEqual([]);
+    expect(report.clockSteps).toBe(1);
+    expect(report).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    expect(report.completed).toBe(report.runs);
+  }, 180_000);
 });
