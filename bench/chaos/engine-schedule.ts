@@ -119,6 +119,9 @@ export interface ScheduleReport extends Omit<Verdict, 'reasons' | 'timedOut' | '
   clockSteps?: number;
   /** Real worker processes' warnings of a step back they found in the file (clock-step.ts). */
   clockStepsSeen?: number;
+  /** Real worker processes' ledger-only effects (process-agent.ts): keys applied, and applied again after their holder was killed, frozen or cut off once it had acted (ledger-only.ts). */
+  ledgerOnlyEffects?: number;
+  appliedAgainAfterFault?: number;
   /** Errors the driver saw that no injected fault explains (a bug, if any). */
   unexpected: string[];
 }

@@ -19,6 +19,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { ScheduleReport } from './engine-schedule.ts';
 import { checkInvariants, type RunExpectation } from './invariants.ts';
+import { applicationsUnexplained, type Application, type Fault } from './ledger-only.ts';
 import { openProcessBackend, type ProcessBackendKind } from './process-backends.ts';
 import { rng } from './random.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
@@ -86,6 +87,8 @@ export async function processSchedule(
   const ready = new Set<ChildProcess>();
   /** Workers stopped now, each with its SIGCONT timer. */
   const paused = new Map<ChildProcess, NodeJS.Timeout>();
+  /** The kills, freezes and brownouts put on the workers and the store, in real time (ledger-only.ts). */
+  const faults: Fault[] = [];
   const resume = (c: ChildProcess) => {
     clearTimeout(paused.get(c));
     paused.delete(c);
@@ -173,7 +176,7 @@ export async function processSchedule(
         // A stopped worker may be the one killed: a container killed while frozen.
         const live = workers.filter((w) => alive(w) && ready.has(w));
         const victim = live.length ? r.pick(live) : undefined;
-        if (victim) { victim.kill('SIGKILL'); await exited(victim); resume(victim); report.crashes++; spawnWorker(); }
+        if (victim) { faults.push({ pid: victim.pid!, at: Date.now(), ms: 0 }); victim.kill('SIGKILL'); await exited(victim); resume(victim); report.crashes++; spawnWorker(); }
       } else if (report.slowWorkers < pauses) {
         // Frozen for 1.1-2.5 s: past the 0.9-1 s visibility timeout and the effect's 1 s lease, so its
         // delivery and its claim pass to another worker; then it runs on from where it stopped. Shorter
@@ -183,12 +186,18 @@ export async function processSchedule(
         if (victim) {
           victim.kill('SIGSTOP');
           report.slowWorkers++;
-          paused.set(victim, setTimeout(() => resume(victim), 1100 + r() * 1400));
+          const ms = 1100 + r() * 1400;
+          faults.push({ pid: victim.pid!, at: Date.now(), ms });
+          paused.set(victim, setTimeout(() => resume(victim), ms));
         }
       } else if (backend.brownout && report.brownouts === 0 && r.chance(0.3)) {
         // A brownout: another connection holds the write lock for a while; workers wait or fail and retry.
         report.brownouts++;
-        await backend.brownout(200 + r() * 1500);
+        const ms = 200 + r() * 1500;
+        // Counted from before the lock is had, which may wait for a frozen worker's commit.
+        const at = Date.now();
+        await backend.brownout(ms);
+        faults.push({ at, ms: Date.now() - at });
       }
     }
     report.crashesByPoint = { SIGKILL: report.crashes };
@@ -207,9 +216,14 @@ export async function processSchedule(
     report.hungTools = count('SELECT count(*) AS n FROM hung_tools');
     report.modelCalls = count('SELECT count(*) AS n FROM model_calls');
     report.modelFaults = count('SELECT count(*) AS n FROM model_calls WHERE fault IS NOT NULL');
+    // Ledger-only effects count every application: a second one the schedule's faults do not explain is the ledger's.
+    const ledgerOnly = applicationsUnexplained(effects.prepare('SELECT key, pid, at FROM ledger_only').all() as Application[], faults);
+    report.appliedAgainAfterFault = ledgerOnly.explained;
+    report.ledgerOnlyEffects = ledgerOnly.times.size;
     effects.close();
+    const applied = new Map(rows.map((row) => [row.key, ledgerOnly.times.get(row.key) ?? row.times]));
     const verdict = await checkInvariants({
-      store: backend.store, runs, applied: new Map(rows.map((row) => [row.key, row.times])), blobs: backend.blobs,
+      store: backend.store, runs, applied, blobs: backend.blobs,
       injected: (reason) => reason.includes('injected') || /started \d+ times without finishing/.test(reason),
     });
     Object.assign(report, {

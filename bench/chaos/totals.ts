@@ -11,7 +11,7 @@ export interface AwsFaults {
 }
 
 /** The figures of a chaos run, summed over its schedules. */
-export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | 'received' | 'handedBack' | 'staleWrites' | 'concurrentWorkers' | 'hungTools' | 'clockSteps' | 'clockStepsSeen' | keyof WaitFigures>, WaitFigures, AwsFaults {
+export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violations' | 'unexpected' | 'received' | 'handedBack' | 'staleWrites' | 'concurrentWorkers' | 'hungTools' | 'clockSteps' | 'clockStepsSeen' | 'ledgerOnlyEffects' | 'appliedAgainAfterFault' | keyof WaitFigures>, WaitFigures, AwsFaults {
   schedules: number;
   received: number;
   handedBack: number;
@@ -20,6 +20,8 @@ export interface Totals extends Omit<ScheduleReport, 'seed' | 'steps' | 'violati
   hungTools: number;
   clockSteps: number;
   clockStepsSeen: number;
+  ledgerOnlyEffects: number;
+  appliedAgainAfterFault: number;
   violations: number;
   unexpected: number;
   /** Seeds of the schedules that broke an invariant: `--seed` replays each. */
@@ -32,7 +34,7 @@ export function emptyTotals(): Totals {
     modelFaults: 0, ambiguousWrites: 0, lostMessages: 0, redriven: 0, appliedTwice: 0, stepsLost: 0, stuck: 0, completed: 0, failed: 0, completedSteps: 0, modelCalls: 0, blobsChecked: 0,
     violations: 0, unexpected: 0, badSeeds: [],
     waits: 0, gates: 0, gatesApproved: 0, gatedRuns: 0, answeredTwice: 0, answeredLate: 0, neverAnswered: 0, timedOut: 0, waitsTwice: 0, modelFaultsByKind: {},
-    received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0, clockSteps: 0, clockStepsSeen: 0,
+    received: 0, handedBack: 0, staleWrites: 0, concurrentWorkers: 0, hungTools: 0, clockSteps: 0, clockStepsSeen: 0, ledgerOnlyEffects: 0, appliedAgainAfterFault: 0,
   };
 }
 
@@ -40,7 +42,7 @@ export function add(totals: Totals, r: Partial<ScheduleReport & AwsFaults> & { s
   totals.schedules++;
   for (const key of ['runs', 'crashes', 'duplicates', 'delayed', 'brownouts', 'slowWorkers', 'longEffects', 'modelFaults', 'ambiguousWrites', 'lostMessages', 'redriven', 'appliedTwice',
     'stepsLost', 'stuck', 'completed', 'failed', 'completedSteps', 'modelCalls', 'blobsChecked',
-    'waits', 'gates', 'gatesApproved', 'gatedRuns', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools', 'clockSteps', 'clockStepsSeen'] as const) {
+    'waits', 'gates', 'gatesApproved', 'gatedRuns', 'answeredTwice', 'answeredLate', 'neverAnswered', 'timedOut', 'waitsTwice', 'received', 'handedBack', 'staleWrites', 'concurrentWorkers', 'hungTools', 'clockSteps', 'clockStepsSeen', 'ledgerOnlyEffects', 'appliedAgainAfterFault'] as const) {
     totals[key] += r[key] ?? 0;
   }
   for (const [point, n] of Object.entries(r.crashesByPoint ?? {})) totals.crashesByPoint[point] = (totals.crashesByPoint[point] ?? 0) + n;
@@ -88,6 +90,8 @@ export function formatTotals(t: Totals, label: string): string {
       `  waits never answered          ${t.neverAnswered}`,
       `  waits resolved twice          ${t.waitsTwice}   (must be 0)`,
     ] : []),
+    // Only real worker processes' ledger-only effects: a kill or freeze after one acted, before its record.
+    ...(t.ledgerOnlyEffects ? [`  ledger-only effects (keys)    ${t.ledgerOnlyEffects}, ${t.appliedAgainAfterFault} applied again after a fault (a holder killed, frozen or cut off after acting: no ledger can tell)`] : []),
     `  effects applied twice         ${t.appliedTwice}   (must be 0)`,
     `  steps lost                    ${t.stepsLost}   (must be 0)`,
     `  runs stuck                    ${t.stuck}   (must be 0)`,

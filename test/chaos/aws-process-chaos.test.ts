@@ -13,6 +13,7 @@ describe('chaos: a seeded schedule of real `stepwise worker --backend aws` proce
     expect(report.slowWorkers).toBeGreaterThan(0);
     // Some workers ran several steps at once (--concurrency 2 or 3, chosen by the seed), on SQS too.
     expect(report.concurrentWorkers).toBeGreaterThan(0);
+    expect(report.ledgerOnlyEffects).toBeGreaterThan(0);
     expect(report).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
     // Every run completed, or failed for what was injected (the invariants check each reason): a step can
     // meet three 529s in a row, or be killed more often than its delivery's try limit allows.

@@ -24,6 +24,8 @@ describe('chaos: seeded schedules of real worker processes, SIGKILLed and SIGSTO
     expect(totals.concurrentWorkers).toBeGreaterThan(0);
     // The machine's wall clock stepped forward under them (past the visibility timeout and the leases).
     expect(totals.clockSteps).toBeGreaterThan(0);
+    // Half the keys' effects trust the ledger alone and count every application (the check sees a second one).
+    expect(totals.ledgerOnlyEffects).toBeGreaterThan(0);
     expect(totals.modelCalls).toBeGreaterThanOrEqual(totals.completedSteps);
     expect(totals).toMatchObject({ appliedTwice: 0, stepsLost: 0, stuck: 0 });
     // The process agent injects only transient faults, but a step can meet three 529s in a row, or be
