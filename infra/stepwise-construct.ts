@@ -180,7 +180,7 @@ export class Stepwise extends Construct {
       // 64 characters of the base64 alphabet decode to 48 random bytes (at least 32 are required).
       generateSecretString: { passwordLength: 64, excludePunctuation: true, includeSpace: false },
     });
-    Validations.of(this.signingKeySecret).acknowledge({ id: 'AwsSolutions-SMG4', reason: 'Rotating the approval signing key would invalidate every approval link still waiting in an inbox; links expire with their wait (3 days by default), and a rotation is a deliberate step (put a new value, accept that open links fail).' });
+    Validations.of(this.signingKeySecret).acknowledge({ id: 'AwsSolutions-SMG4', reason: 'Links are checked with the current approval signing key and the one it replaced (AWSPREVIOUS) only, so rotations on a schedule closer together than a wait lasts (3 days by default) would void links still in an inbox; a rotation is a deliberate step: put a new value in by hand.' });
 
     const depsLockFilePath = props.depsLockFilePath ?? findLockFile();
     const outdir = Stage.of(this)!.outdir;

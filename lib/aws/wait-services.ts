@@ -7,7 +7,7 @@ import { EMAIL_FROM_ENV, OUTBOX_ENV, PUBLIC_URL_ENV } from '../settings.ts';
 import { rememberKey } from '../llm/remember-key.ts';
 import { publicUrlOf } from '../waits/public-url.ts';
 import type { WaitServices } from '../waits/services.ts';
-import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource } from '../waits/signing-key.ts';
+import { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV, decodeKey, fileSigningKey, type SigningKeySource, type SigningKeys } from '../waits/signing-key.ts';
 import { DynamoEventBuffer } from './dynamo-event-buffer.ts';
 import type { AwsRuntime } from './runtime.ts';
 import { SesNotifier } from './ses-notifier.ts';
@@ -97,5 +97,27 @@ export function secretSigningKey(
     decodeKey(secret, where);
     return secret;
   }, { refreshMs: options.refreshMs ?? SIGNING_KEY_REFRESH_MS, ...(options.now ? { now: options.now } : {}) });
-  return async () => decodeKey(await text(), where);
+  // The key a rotation replaced: Secrets Manager labels the value before the current one AWSPREVIOUS.
+  // Links it signed still work until they expire; none yet (a secret never rotated), or none readable
+  // now, only means links are checked with the current key alone.
+  const previous = rememberKey(async () => {
+    try {
+      const value = await client.send(new GetSecretValueCommand({ SecretId: secretId, VersionStage: 'AWSPREVIOUS' }));
+      return value.SecretString ?? '';
+    } catch (error) {
+      if ((error as { name?: string }).name === 'ResourceNotFoundException') return '';
+      throw error;
+    }
+  }, { refreshMs: options.refreshMs ?? SIGNING_KEY_REFRESH_MS, ...(options.now ? { now: options.now } : {}) });
+  return async (): Promise<SigningKeys> => {
+    const signing = decodeKey(await text(), where);
+    const before = await previous().catch(() => '');
+    let replaced: Buffer | undefined;
+    try {
+      replaced = before ? decodeKey(before, `${where} (AWSPREVIOUS)`) : undefined;
+    } catch {
+      // A value before the first key (a placeholder the secret was made with) signed no link.
+    }
+    return { signing, accepted: replaced && !replaced.equals(signing) ? [signing, replaced] : [signing] };
+  };
 }

@@ -4,6 +4,7 @@ import { decodeState } from '../core/codec.ts';
 import { InvalidInputError } from '../core/errors.ts';
 import { answerWait } from '../waits/answer.ts';
 import { MALFORMED_LINK, verifyApproval, type ApprovalClaim } from '../waits/approval-token.ts';
+import { keysOf, type SigningKeys } from '../waits/signing-key.ts';
 import type { HttpDeps } from './deps.ts';
 import { otherAgentsRun } from './other-agent.ts';
 import { describeAnswer } from '../core/waits.ts';
@@ -83,9 +84,9 @@ export function approvalRoutes(deps: HttpDeps, refuse: RefuseAuth): Hono {
 }
 
 async function check(c: Context, deps: HttpDeps, refuse: RefuseAuth): Promise<{ claim: ApprovalClaim } | { page: Response | Promise<Response> }> {
-  let key: Buffer;
+  let keys: SigningKeys;
   try {
-    key = await deps.signingKey();
+    keys = keysOf(await deps.signingKey());
   } catch (error) {
     // The deployment's key, not the link: a key file left empty or cut short was an InvalidInputError, a
     // 400 that blamed the approver's request and showed them the key file's path. The operator's to mend.
@@ -93,7 +94,7 @@ async function check(c: Context, deps: HttpDeps, refuse: RefuseAuth): Promise<{ 
     deps.log.error({ event: 'signing-key-unusable', error: error.message }, 'approval links cannot be checked: the signing key is unusable');
     return { page: c.html(messagePage('Not done', 'This server cannot check approval links now: its signing key is unusable, which its operator is told. Nothing was changed; try the link again later.'), 500) };
   }
-  const result = verifyApproval(c.req.param('token') ?? '', key, deps.clock.now());
+  const result = verifyApproval(c.req.param('token') ?? '', keys.accepted, deps.clock.now());
   if (result.ok) {
     // A link of another agent's run, signed by a key the agents share (a key file off AWS), opened on this
     // agent's API: its answer would send the run's next message to this queue (other-agent.ts).

@@ -41,16 +41,21 @@ export function maskedLink(link: string): string {
   return link.replace(/(\/approvals\/[^/.]+\.[^/.]+\.)[^/.?#]+$/, '$1***');
 }
 
-export function verifyApproval(token: string, key: Buffer, now: number): TokenCheck {
-  assertKey(key);
+/** Checks `token` against each of `keys` (the signing key, then one a rotation replaced): one that signed it is enough. */
+export function verifyApproval(token: string, keys: Buffer | readonly Buffer[], now: number): TokenCheck {
+  const accepted = Buffer.isBuffer(keys) ? [keys] : keys;
+  for (const key of accepted) assertKey(key);
   const parts = typeof token === 'string' && token.length < 4096 ? token.split('.') : [];
   if (parts.length !== 3 || parts[0] !== VERSION || !parts[1] || !parts[2]) return malformed();
   const [, payload, signature] = parts as [string, string, string];
   // Compared as issued, character for character: base64url decoding skips characters outside its
   // alphabet and the unused bits of the last one, so decoded bytes would accept altered links too.
-  const expected = Buffer.from(mac(key, payload));
   const given = Buffer.from(signature);
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+  const signedBy = accepted.filter((key) => {
+    const expected = Buffer.from(mac(key, payload));
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  });
+  if (!signedBy.length) {
     return { ok: false, reason: 'bad-signature', message: 'this approval link is not valid: it was changed or was not issued by this deployment' };
   }
   let parsed: z.ZodSafeParseResult<z.infer<typeof payloadSchema>>;

@@ -7,6 +7,7 @@ import type { IdempotencyLedger } from '../ports.ts';
 import { answerWait, type AnswerDeps } from './answer.ts';
 import { approvalEmail } from './approval-email.ts';
 import { maskedLink, signApproval } from './approval-token.ts';
+import { keysOf } from './signing-key.ts';
 import { answeredEventIds, eventAnswer } from './events.ts';
 import { DEFAULT_EARLY_EVENT_MS, type WaitServices } from './services.ts';
 
@@ -84,7 +85,7 @@ async function notifyApprovers(deps: DriveDeps, state: RunState, wait: WaitRecor
   }
   const links: string[] = [];
   const failed: unknown[] = [];
-  const key = await services.signingKey();
+  const key = keysOf(await services.signingKey()).signing;
   for (const approver of wait.approvers ?? []) {
     const token = signApproval({ runId: state.runId, waitId: wait.id, approver, expiresAt: wait.deadline }, key);
     const link = `${services.publicUrl.replace(/\/+$/, '')}/approvals/${token}`;

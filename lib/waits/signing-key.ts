@@ -10,8 +10,42 @@ import { makeDir } from '../make-dir.ts';
  * with the tokens (approval-token.ts, which needs zod), so opening a backend does not load the schemas.
  */
 export const MIN_KEY_BYTES = 32;
-/** Where the approval signing key comes from; read once per process. */
-export type SigningKeySource = () => Promise<Buffer>;
+/**
+ * The key that signs new approval links, and every key a link may carry: the signing one first, then the
+ * one a rotation replaced, so links emailed before the rotation still work until they expire.
+ */
+export interface SigningKeys {
+  signing: Buffer;
+  accepted: readonly Buffer[];
+}
+
+/** Where the approval signing key comes from; read once per process. A bare key is accepted alone. */
+export type SigningKeySource = () => Promise<Buffer | SigningKeys>;
+
+export function keysOf(keys: Buffer | SigningKeys): SigningKeys {
+  return Buffer.isBuffer(keys) ? { signing: keys, accepted: [keys] } : keys;
+}
+
+/** The suffix of the file beside a key file that holds the key it replaced (a rotation). */
+export const PREVIOUS_SUFFIX = '.previous';
+
+/**
+ * `signing`, with the key a rotation left beside its file (`path`.previous), if there is one: a rotation
+ * moves the key file there and puts a new key in its place (the local key is made anew on first use), and
+ * the old key then only checks links, until the file is removed once they have all expired.
+ */
+function withPrevious(signing: Buffer, path: string): SigningKeys {
+  const previousPath = `${path}${PREVIOUS_SUFFIX}`;
+  let text: string;
+  try {
+    text = readFileSync(previousPath, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { signing, accepted: [signing] };
+    throw new InvalidInputError(`cannot read the approval signing key a rotation replaced, ${previousPath}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+  const previous = decodeKey(text, previousPath, 'put the replaced key back in it, or remove it (links signed with that key then show "Invalid link")');
+  return { signing, accepted: previous.equals(signing) ? [signing] : [signing, previous] };
+}
 
 export { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV };
 
@@ -23,7 +57,7 @@ export { SIGNING_KEY_FILE_ENV, SIGNING_KEY_SECRET_ENV };
  * (test/waits/signing-key-race.test.ts).
  */
 export function localSigningKey(path: string): SigningKeySource {
-  let key: Buffer | undefined;
+  let key: SigningKeys | undefined;
   return async () => {
     if (key) return key;
     makeDir(dirname(path));
@@ -31,7 +65,8 @@ export function localSigningKey(path: string): SigningKeySource {
     chmodSync(path, 0o600);
     // One left empty or short (older code's write cut by a full disk, an edit) blocked every process on the
     // file with no word of what to do: the local key is made again once removed.
-    key = decodeKey(readFileSync(path, 'utf8'), path, 'remove it, with every process on the database stopped, and a new key is made (approval links already emailed then show "Invalid link": answer those with stepwise approve)');
+    const signing = decodeKey(readFileSync(path, 'utf8'), path, `remove it, with every process on the database stopped, and a new key is made (approval links already emailed then show "Invalid link" unless the old key is kept as ${path}${PREVIOUS_SUFFIX}: answer those with stepwise approve)`);
+    key = withPrevious(signing, path);
     return key;
   };
 }
@@ -74,13 +109,15 @@ export function fileSigningKey(path: string, options: { warn?: (fields: Record<s
       ? `the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}) does not exist: make it once with \`head -c 32 /dev/urandom | base64 > ${path}\` and give every worker and API process the same file`
       : `cannot read the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}): ${code ?? (error as Error).message}`);
   }
-  const key = decodeKey(text, path, `write one with \`head -c 32 /dev/urandom | base64 > ${path}\` and give every worker and API process the same file`);
+  const signing = decodeKey(text, path, `write one with \`head -c 32 /dev/urandom | base64 > ${path}\` and give every worker and API process the same file`);
+  const key = withPrevious(signing, path);
   // Warned, not refused: a Kubernetes secret volume is 0644 unless its defaultMode says otherwise, and a
-  // refusal would stop workers that ran yesterday. Anyone who reads the key can forge approval links.
-  const mode = statSync(path).mode & 0o777;
-  if (mode & EXPOSED_BITS) {
+  // refusal would stop workers that ran yesterday. Anyone who reads either key can forge approval links.
+  for (const file of key.accepted.length > 1 ? [path, `${path}${PREVIOUS_SUFFIX}`] : [path]) {
+    const mode = statSync(file).mode & 0o777;
+    if (!(mode & EXPOSED_BITS)) continue;
     const octal = `0${mode.toString(8)}`;
-    options.warn?.({ event: 'signing-key-exposed', path, mode: octal }, `the approval signing key file ${path} (${SIGNING_KEY_FILE_ENV}) has mode ${octal}: other users of this host can ${mode & 0o022 ? 'change' : 'read'} it, and whoever reads it can forge approval links; chmod 600 ${path} (a Kubernetes secret volume: defaultMode 0400)`);
+    options.warn?.({ event: 'signing-key-exposed', path: file, mode: octal }, `the approval signing key file ${file} (${SIGNING_KEY_FILE_ENV}${file === path ? '' : ', the key a rotation replaced'}) has mode ${octal}: other users of this host can ${mode & 0o022 ? 'change' : 'read'} it, and whoever reads it can forge approval links; chmod 600 ${file} (a Kubernetes secret volume: defaultMode 0400)`);
   }
   return () => Promise.resolve(key);
 }

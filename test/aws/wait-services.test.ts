@@ -13,6 +13,7 @@ import { signApproval, verifyApproval } from '../../lib/waits/approval-token.ts'
 import { waitRecordFor } from '../../lib/core/waits.ts';
 import { stateAfter } from '../support/states.ts';
 import { tempDb } from '../support/harness.ts';
+import { keysOf } from '../../lib/waits/signing-key.ts';
 
 /**
  * Which email and key each AWS setting gives: SES and the secret on AWS; an outbox folder and a key file
@@ -30,11 +31,29 @@ function keyFile(name: string, text: string): string {
   return path;
 }
 
+/**
+ * A Secrets Manager client over one secret: `current` answers reads of AWSCURRENT (a string, or an Error
+ * thrown); `rotate(value)` labels `value` AWSPREVIOUS, as put-secret-value does with the value it replaces.
+ * Before any rotation there is no AWSPREVIOUS version.
+ */
+function secretsClient(current: () => string | Error) {
+  let previous: string | Error | undefined;
+  const client = {
+    send: async (command: { input: { VersionStage?: string } }) => {
+      const value = command.input.VersionStage === 'AWSPREVIOUS' ? previous : current();
+      if (value === undefined) throw Object.assign(new Error("Secrets Manager can't find the specified secret value for staging label: AWSPREVIOUS"), { name: 'ResourceNotFoundException' });
+      if (value instanceof Error) throw value;
+      return { SecretString: value };
+    },
+  } as unknown as SecretsManagerClient;
+  return { client, rotate: (value: string | Error) => { previous = value; } };
+}
+
 describe('awsWaitServices', () => {
   it('takes the key from STEPWISE_SIGNING_KEY_FILE: links it signs verify with that file and no other', async () => {
     const key = Buffer.alloc(32, 7);
     const services = awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: keyFile('good.key', `${key.toString('base64')}\n`) });
-    const read = await services.signingKey!();
+    const read = keysOf(await services.signingKey!()).signing;
     expect(read.equals(key)).toBe(true);
     const token = signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: 2_000 }, read);
     expect(verifyApproval(token, key, 1_000).ok).toBe(true);
@@ -51,7 +70,7 @@ describe('awsWaitServices', () => {
       const path = keyFile(`exposed-${mode.toString(8)}.key`, key);
       chmodSync(path, mode);
       // Taken: a Kubernetes secret volume is 0644 unless told otherwise, and a refusal would stop its workers.
-      expect((await awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: path }, { log }).signingKey!()).toString('base64')).toBe(key);
+      expect(keysOf(await awsWaitServices(runtime, { STEPWISE_SIGNING_KEY_FILE: path }, { log }).signingKey!()).signing.toString('base64')).toBe(key);
       expect(warned(), mode.toString(8)).toEqual([expect.objectContaining({ level: 'warn', path, mode: `0${mode.toString(8)}` })]);
       expect(warned()[0]!.msg).toBe(`the approval signing key file ${path} (STEPWISE_SIGNING_KEY_FILE) has mode 0${mode.toString(8)}: other users of this host can ${word} it, and whoever reads it can forge approval links; chmod 600 ${path} (a Kubernetes secret volume: defaultMode 0400)`);
     }
@@ -112,37 +131,61 @@ describe('awsWaitServices', () => {
     const rotated = Buffer.alloc(48, 2);
     let secret: string | Error = old.toString('base64');
     let reads = 0;
-    const client = { send: async () => {
+    const { client, rotate } = secretsClient(() => {
       reads++;
-      if (secret instanceof Error) throw secret;
-      return { SecretString: secret };
-    } } as unknown as SecretsManagerClient;
+      return secret;
+    });
     let now = 0;
     // A warm container: one that read the key before the rotation.
     const warm = secretSigningKey('sk', client, { now: () => now });
-    expect((await warm()).equals(old)).toBe(true);
+    expect(keysOf(await warm()).signing.equals(old)).toBe(true);
+    rotate(secret);
     secret = rotated.toString('base64');
     now += 60_000;
-    expect((await warm()).equals(old)).toBe(true);
+    expect(keysOf(await warm()).signing.equals(old)).toBe(true);
     expect(reads).toBe(1);
     // A link a new container signs after the rotation: the warm API checks it with the new key once it is read again.
-    const fresh = await secretSigningKey('sk', client, { now: () => now })();
+    const fresh = keysOf(await secretSigningKey('sk', client, { now: () => now })()).signing;
     const link = signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: now + 3_600_000 }, fresh);
-    expect(verifyApproval(link, await warm(), now).ok).toBe(false);
+    expect(verifyApproval(link, keysOf(await warm()).accepted, now).ok).toBe(false);
     now += SIGNING_KEY_REFRESH_MS;
     // It kept the old key for as long as the container lived, and refused every link signed with the new one.
-    expect((await warm()).equals(rotated)).toBe(true);
-    expect(verifyApproval(link, await warm(), now).ok).toBe(true);
+    expect(keysOf(await warm()).signing.equals(rotated)).toBe(true);
+    expect(verifyApproval(link, keysOf(await warm()).accepted, now).ok).toBe(true);
+    // Links signed before the rotation still work there: the value it replaced is the secret's AWSPREVIOUS.
+    const before = signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: now + 3_600_000 }, old);
+    expect(verifyApproval(before, keysOf(await warm()).accepted, now).ok).toBe(true);
     // A refresh that fails keeps the key that worked; a first read that fails is said, and tried again.
     secret = new Error('ThrottlingException');
     now += SIGNING_KEY_REFRESH_MS;
-    expect((await warm()).equals(rotated)).toBe(true);
+    expect(keysOf(await warm()).signing.equals(rotated)).toBe(true);
     // So does one that finds a value that is no key (a secret emptied by hand), where it is refused by name.
     secret = 'short';
     now += SIGNING_KEY_REFRESH_MS;
-    expect((await warm()).equals(rotated)).toBe(true);
+    expect(keysOf(await warm()).signing.equals(rotated)).toBe(true);
     await expect(secretSigningKey('sk', client, { now: () => now })()).rejects.toThrow('the approval signing key in secret sk must be at least 32 bytes of base64');
     secret = new Error('ThrottlingException');
     await expect(secretSigningKey('sk', client, { now: () => now })()).rejects.toThrow('cannot read the approval signing key from secret sk: ThrottlingException');
+  });
+  it('checks links with the secret\'s AWSPREVIOUS too, where there is one that is a key and it can be read; signs with AWSCURRENT only', async () => {
+    const current = Buffer.alloc(32, 4);
+    const { client, rotate } = secretsClient(() => current.toString('base64'));
+    const sign = (key: Buffer) => signApproval({ runId: 'r', waitId: 'w', approver: 'ops@example.com', expiresAt: 10_000 }, key);
+    const accepted = async () => keysOf(await secretSigningKey('sk', client)()).accepted;
+    // Never rotated: no AWSPREVIOUS version, and links are checked with the current key alone.
+    expect(await accepted()).toEqual([current]);
+    // A placeholder the secret was made with, before its first key, signed nothing: not taken as a key.
+    rotate('placeholder');
+    expect(await accepted()).toEqual([current]);
+    // The replaced key, unreadable for now (throttled): the current key still signs and checks.
+    rotate(Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException' }));
+    expect(await accepted()).toEqual([current]);
+    const replaced = Buffer.alloc(32, 8);
+    rotate(replaced.toString('base64'));
+    const keys = keysOf(await secretSigningKey('sk', client)());
+    expect(keys.signing.equals(current)).toBe(true);
+    expect(verifyApproval(sign(replaced), keys.accepted, 1_000).ok).toBe(true);
+    expect(verifyApproval(sign(current), keys.accepted, 1_000).ok).toBe(true);
+    expect(verifyApproval(sign(Buffer.alloc(32, 6)), keys.accepted, 1_000)).toMatchObject({ ok: false, reason: 'bad-signature' });
   });
 });

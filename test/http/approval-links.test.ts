@@ -13,6 +13,7 @@ import { startHttpApp } from '../support/http-app.ts';
 import { outboxEmails } from '../support/outbox.ts';
 import { workVisible } from '../support/queue-work.ts';
 import { APPROVER } from '../support/wait-agent.ts';
+import { keysOf } from '../../lib/waits/signing-key.ts';
 
 let app: Awaited<ReturnType<typeof startHttpApp>>;
 afterEach(async () => {
@@ -66,6 +67,21 @@ describe('approval links', () => {
     expect(await version()).toBe(before + 1);
   });
 
+  it('a link signed with the key a rotation replaced (signing.key.previous) still opens and answers; one signed with any other key is refused', async () => {
+    app = await startHttpApp();
+    const replaced = Buffer.alloc(32, 9);
+    writeFileSync(join(app.dir, 'signing.key.previous'), replaced.toString('base64'));
+    const { wait } = await waitingRun();
+    const claim = { runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline };
+    const other = `${app.url}/approvals/${signApproval(claim, Buffer.alloc(32, 3))}`;
+    expect((await fetch(other)).status).toBe(403);
+    const before = `${app.url}/approvals/${signApproval(claim, replaced)}`;
+    expect((await fetch(before)).status).toBe(200);
+    const answered = await post(before, { decision: 'approve' });
+    expect(answered.status).toBe(200);
+    expect(await answered.text()).toContain('Approved. The run continues.');
+  });
+
   it('a comment typed to the 4,000-character limit with line breaks is taken, as the browser posts it (each break CRLF)', async () => {
     const { link } = await waitingRun();
     // 4,000 characters as the page's maxlength counts them, a line break one; the posted form holds 4,039.
@@ -81,7 +97,7 @@ describe('approval links', () => {
   it('refuses a tampered, malformed, expired or foreign token, changing nothing', async () => {
     const { link, token, wait } = await waitingRun();
     const before = await version();
-    const key = await app.signingKey();
+    const key = keysOf(await app.signingKey()).signing;
     const base = link.slice(0, link.indexOf('/approvals/') + 11);
     const [v, payload, sig] = token.split('.') as [string, string, string];
     const cases: [string, number, RegExp][] = [
@@ -155,7 +171,7 @@ describe('approval links', () => {
     const { wait } = await waitingRun();
     app.clock.advance(3_600_000 - 1);
     // The link expires with the wait: sign one that is still valid for a moment past the deadline.
-    const token = signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline + 10_000 }, await app.signingKey());
+    const token = signApproval({ runId: 'run', waitId: wait.id, approver: APPROVER, expiresAt: wait.deadline + 10_000 }, keysOf(await app.signingKey()).signing);
     app.clock.advance(2);
     const response = await post(`${app.url}/approvals/${token}`, { decision: 'approve' });
     expect(response.status).toBe(410);

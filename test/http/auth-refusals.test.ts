@@ -7,6 +7,7 @@ import { createLogger } from '../../lib/log.ts';
 import { signApproval } from '../../lib/waits/approval-token.ts';
 import { API_TOKEN, startHttpApp } from '../support/http-app.ts';
 import { ManualClock } from '../support/manual-clock.ts';
+import { keysOf } from '../../lib/waits/signing-key.ts';
 
 /**
  * A request from a given address of the loopback network (127.0.0.0/8 is all this machine's), so that one
@@ -45,7 +46,7 @@ describe('requests refused for their token or link', () => {
   it('each kind of refusal is a warn line with its route, method, address and reason, never the token or the signature', async () => {
     const { lines, log, refusals } = capture();
     app = await startHttpApp({ log });
-    const key = await app.signingKey();
+    const key = keysOf(await app.signingKey()).signing;
     const forged = signApproval({ runId: 'run', waitId: 'w', approver: 'ops@example.com', expiresAt: app.clock.now() + 60_000 }, randomBytes(32));
     const expired = signApproval({ runId: 'old-run', waitId: 'w', approver: 'ops@example.com', expiresAt: app.clock.now() - 1 }, key);
     const asked: [string, Record<string, string>, number][] = [

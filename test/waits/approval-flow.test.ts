@@ -10,7 +10,7 @@ import { cancelRun } from '../../lib/engine/operate/cancel.ts';
 import { forkRun } from '../../lib/engine/operate/fork.ts';
 import { answerApproval, answerWait } from '../../lib/waits/answer.ts';
 import { verifyApproval } from '../../lib/waits/approval-token.ts';
-import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { keysOf, localSigningKey } from '../../lib/waits/signing-key.ts';
 import { captureLogs } from '../aws/log-capture.ts';
 import { FakeRows } from '../support/fake-tool.ts';
 import { ManualClock, start, tempDb, workerProcess } from '../support/harness.ts';
@@ -68,7 +68,7 @@ describe('a run that waits for approval (SQLite)', () => {
     expect(emails).toHaveLength(1);
     const link = emails[0]!.link!;
     const token = link.split('/approvals/')[1]!;
-    const key = await localSigningKey(join(db.path, '..', 'signing.key'))();
+    const key = keysOf(await localSigningKey(join(db.path, '..', 'signing.key'))()).signing;
     expect(verifyApproval(token, key, clock.now())).toMatchObject({ ok: true, claim: { runId: 'run', waitId: waiting.wait!.id, approver: APPROVER } });
     a.runtime.close();
 

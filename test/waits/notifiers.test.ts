@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SesNotifier } from '../../lib/aws/ses-notifier.ts';
 import { OutboxNotifier } from '../../lib/waits/outbox-notifier.ts';
 import { approvalEmail } from '../../lib/waits/approval-email.ts';
-import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { keysOf, localSigningKey } from '../../lib/waits/signing-key.ts';
 import { waitRecordFor } from '../../lib/core/waits.ts';
 import { stateAfter } from '../support/states.ts';
 import { startSesServer } from '../support/ses-server.ts';
@@ -78,10 +78,10 @@ describe('the local signing key', () => {
     const dir = tempDb();
     try {
       const path = join(dir.path, '..', 'signing.key');
-      const [a, b] = await Promise.all([localSigningKey(path)(), localSigningKey(path)()]);
+      const [a, b] = (await Promise.all([localSigningKey(path)(), localSigningKey(path)()])).map((k) => keysOf(k).signing) as [Buffer, Buffer];
       expect(a.length).toBe(32);
       expect(a.equals(b)).toBe(true);
-      expect((await localSigningKey(path)()).equals(a)).toBe(true);
+      expect(keysOf(await localSigningKey(path)()).signing.equals(a)).toBe(true);
       expect(statSync(path).mode & 0o777).toBe(0o600);
     } finally {
       dir.cleanup();
@@ -96,7 +96,7 @@ describe('the local signing key', () => {
       // It blocked every process on the file with only "must be at least 32 bytes of base64".
       await expect(localSigningKey(path)()).rejects.toThrow(`the approval signing key in ${path} must be at least 32 bytes of base64: remove it, with every process on the database stopped, and a new key is made`);
       rmSync(path);
-      expect((await localSigningKey(path)()).length).toBe(32);
+      expect(keysOf(await localSigningKey(path)()).signing.length).toBe(32);
     } finally {
       dir.cleanup();
     }

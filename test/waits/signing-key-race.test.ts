@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
-import { localSigningKey } from '../../lib/waits/signing-key.ts';
+import { keysOf, localSigningKey } from '../../lib/waits/signing-key.ts';
 
 /**
  * A file write is an open and then a write: `during`, once set, runs between the two, as another process
@@ -33,9 +33,9 @@ describe('the local signing key, made by two processes at once', () => {
       const path = join(dir, 'signing.key');
       let other: Promise<Buffer | Error> | undefined;
       hook.during = () => {
-        other = localSigningKey(path)().catch((error: Error) => error);
+        other = localSigningKey(path)().then((k) => keysOf(k).signing, (error: Error) => error);
       };
-      const first = await localSigningKey(path)();
+      const first = keysOf(await localSigningKey(path)()).signing;
       const second = await other!;
       // It was "the approval signing key in .../signing.key must be at least 32 bytes of base64".
       expect(second).toBeInstanceOf(Buffer);
