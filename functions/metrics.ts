@@ -1,7 +1,7 @@
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { Handled } from '../lib/engine/handle-message.ts';
 import { stepMetrics } from '../lib/aws/step-metrics.ts';
-import { METRICS_AGENT_DIMENSION, METRICS_NAMESPACE, METRICS_SERVICE } from '../lib/settings.ts';
+import { DEPLOYMENT_ENV, METRICS_AGENT_DIMENSION, METRICS_DEPLOYMENT_DIMENSION, METRICS_NAMESPACE, METRICS_SERVICE } from '../lib/settings.ts';
 
 export interface WorkerMetrics {
   record(handled: Handled): void;
@@ -15,7 +15,11 @@ export interface WorkerMetrics {
  */
 export function workerMetrics(agentName: string, fallbackModel: string, env: NodeJS.ProcessEnv = process.env): WorkerMetrics | undefined {
   if (!env.AWS_LAMBDA_FUNCTION_NAME) return undefined;
-  const metrics = new Metrics({ namespace: METRICS_NAMESPACE, serviceName: METRICS_SERVICE, defaultDimensions: { [METRICS_AGENT_DIMENSION]: agentName } });
+  const deployment = env[DEPLOYMENT_ENV]?.trim();
+  const metrics = new Metrics({
+    namespace: METRICS_NAMESPACE, serviceName: METRICS_SERVICE,
+    defaultDimensions: { [METRICS_AGENT_DIMENSION]: agentName, ...(deployment ? { [METRICS_DEPLOYMENT_DIMENSION]: deployment } : {}) },
+  });
   return {
     record: (handled) => {
       for (const point of stepMetrics(handled, fallbackModel)) metrics.addMetric(point.name, point.unit, point.value);

@@ -4,10 +4,12 @@ import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { METRIC_NAMES, METRICS_AGENT_DIMENSION, METRICS_NAMESPACE, METRICS_SERVICE } from '../lib/settings.ts';
+import { METRIC_NAMES, METRICS_AGENT_DIMENSION, METRICS_DEPLOYMENT_DIMENSION, METRICS_NAMESPACE, METRICS_SERVICE } from '../lib/settings.ts';
 
 export interface StepwiseObservabilityProps {
   agentName: string;
+  /** The deployment's name, as the worker puts it on its metrics (STEPWISE_DEPLOYMENT). */
+  deployment: string;
   worker: lambda.IFunction;
   api: lambda.IFunction;
   events: lambda.IFunction;
@@ -39,7 +41,7 @@ export class StepwiseObservability extends Construct {
     const period = Duration.minutes(5);
     const metric = (name: string, statistic = 'Sum') => new cloudwatch.Metric({
       namespace: METRICS_NAMESPACE, metricName: name, statistic, period,
-      dimensionsMap: { service: METRICS_SERVICE, [METRICS_AGENT_DIMENSION]: props.agentName },
+      dimensionsMap: { service: METRICS_SERVICE, [METRICS_AGENT_DIMENSION]: props.agentName, [METRICS_DEPLOYMENT_DIMENSION]: props.deployment },
     });
     const alarm = (alarmId: string, m: cloudwatch.IMetric, description: string) => {
       const a = new cloudwatch.Alarm(this, alarmId, {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { dirname } from 'node:path';
-import { Annotations, CfnOutput, Duration, Fn, RemovalPolicy, Stack, Stage, Token, Validations } from 'aws-cdk-lib';
+import { Annotations, Aws, CfnOutput, Duration, Fn, RemovalPolicy, Stack, Stage, Token, Validations } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
 import { HttpIamAuthorizer } from 'aws-cdk-lib/aws-apigatewayv2-authorizers';
@@ -26,7 +26,7 @@ import {
   WAIT_DEADLINE, WAIT_INDEX, WAIT_INDEX_ATTRIBUTES, WAIT_SHARD,
 } from '../lib/aws/table-layout.ts';
 import {
-  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, DEFAULT_RETENTION_DAYS, EMAIL_FROM_ENV,
+  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, DEFAULT_RETENTION_DAYS, DEPLOYMENT_ENV, EMAIL_FROM_ENV,
   KMS_KEY_ID_ENV, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV, STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../lib/settings.ts';
 import { publicUrlOf } from '../lib/waits/public-url.ts';
@@ -220,6 +220,8 @@ export class Stepwise extends Construct {
         [SIGNING_KEY_SECRET_ENV]: this.signingKeySecret.secretArn,
         ...(props.emailFrom ? { [EMAIL_FROM_ENV]: props.emailFrom } : {}),
         ...(props.model ? { [MODEL_ENV]: props.model } : {}),
+        // Its metrics' deployment dimension, which the alarms and the dashboard below read.
+        [DEPLOYMENT_ENV]: Aws.STACK_NAME,
       },
       ...(props.workerFunctionProps?.reservedConcurrentExecutions !== undefined ? { reserved: props.workerFunctionProps.reservedConcurrentExecutions } : {}),
     });
@@ -279,7 +281,7 @@ export class Stepwise extends Construct {
     });
 
     const observability = new StepwiseObservability(this, 'Observability', {
-      agentName: this.agent.name, worker: this.workerFunction, api: this.apiFunction, events: this.eventsFunction, sweeper: this.sweeperFunction,
+      agentName: this.agent.name, deployment: Aws.STACK_NAME, worker: this.workerFunction, api: this.apiFunction, events: this.eventsFunction, sweeper: this.sweeperFunction,
       queue: this.queue, deadLetterQueue: this.deadLetterQueue, eventsDeadLetterQueue: this.eventsDeadLetterQueue, httpApi: api,
       ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
     });

@@ -74,6 +74,12 @@ export const DEFAULT_RETENTION_DAYS = 14;
 /** CloudWatch metrics of the worker (EMF), in this namespace with the agent's name as the one dimension. */
 export const METRICS_NAMESPACE = 'Stepwise';
 export const METRICS_AGENT_DIMENSION = 'agent';
+/**
+ * And the deployment's (its stack's name, in STEPWISE_DEPLOYMENT): two stacks of one agent in an account
+ * and region (staging and production) kept one set of metrics, and each one's alarms fired for the other's runs.
+ */
+export const METRICS_DEPLOYMENT_DIMENSION = 'deployment';
+export const DEPLOYMENT_ENV = 'STEPWISE_DEPLOYMENT';
 export const METRIC_NAMES = {
   /** A step completed: its record was written. */
   steps: 'StepsCompleted',

@@ -12,7 +12,7 @@ import {
 } from '../../lib/aws/table-layout.ts';
 import { ensureQueue, ensureTable } from '../../lib/aws/provision.ts';
 import {
-  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, EMAIL_FROM_ENV, KMS_KEY_ID_ENV, METRIC_NAMES, METRICS_AGENT_DIMENSION,
+  API_KEY_SECRET_ENV, BUCKET_NAME_ENV, CODE_VERSION_ENV, DEFAULT_MAX_RECEIVES, EMAIL_FROM_ENV, KMS_KEY_ID_ENV, METRIC_NAMES, METRICS_AGENT_DIMENSION, METRICS_DEPLOYMENT_DIMENSION, DEPLOYMENT_ENV,
   DEFAULT_RETENTION_DAYS, METRICS_NAMESPACE, METRICS_SERVICE, MODEL_ENV, PUBLIC_URL_ENV, QUEUE_URL_ENV, RETENTION_DAYS_ENV, SIGNING_KEY_SECRET_ENV,
   STALL_SECONDS_ENV, TABLE_NAME_ENV,
 } from '../../lib/settings.ts';
@@ -207,6 +207,7 @@ describe('the functions', () => {
       [MODEL_ENV]: 'claude-haiku-4-5',
       [PUBLIC_URL_ENV]: { 'Fn::GetAtt': [logicalIdOf(stepwise.httpApi), 'ApiEndpoint'] },
       [CODE_VERSION_ENV]: stepwise.codeVersion,
+      [DEPLOYMENT_ENV]: { Ref: 'AWS::StackName' },
     });
     const hashes = Object.keys(FUNCTIONS).map((k) => (fnOf(k as keyof typeof FUNCTIONS)[1].Properties.Code.S3Key as string).replace(/\.zip$/, ''));
     expect(stepwise.codeVersion).toBe(`bundle-${createHash('sha256').update(hashes.join('\n')).digest('hex').slice(0, 12)}`);
@@ -442,6 +443,11 @@ describe('metrics, alarms and the dashboard', () => {
       Namespace: METRICS_NAMESPACE, Statistic: 'Sum', Threshold: 1,
       Dimensions: expect.arrayContaining([{ Name: 'service', Value: METRICS_SERVICE }, { Name: METRICS_AGENT_DIMENSION, Value: 'fixture-echo' }]),
     });
+    // The deployment's too, as the worker writes it: two stacks of one agent keep their metrics apart.
+    const deployment = { Ref: 'AWS::StackName' };
+    expect(alarm[1].Properties.Dimensions).toContainEqual({ Name: METRICS_DEPLOYMENT_DIMENSION, Value: deployment });
+    const worker = resources('AWS::Lambda::Function').find(([, r]) => String(r.Properties.Description ?? '').includes('one step of a run per queue message'))!;
+    expect(worker[1].Properties.Environment.Variables[DEPLOYMENT_ENV]).toEqual(deployment);
     const names = resources('AWS::CloudWatch::Alarm').map(([, r]) => r.Properties.MetricName ?? '').sort();
     expect(names).toEqual(['5xx', 'ApproximateNumberOfMessagesVisible', 'ApproximateNumberOfMessagesVisible', 'Errors', 'Errors', METRIC_NAMES.runsFailed].sort());
   });
@@ -453,7 +459,7 @@ describe('metrics, alarms and the dashboard', () => {
     const body = JSON.parse(parts.map((p) => (typeof p === 'string' ? p : 'ref')).join('')) as { widgets: { properties: { metrics?: unknown[][] } }[] };
     const shown = body.widgets.flatMap((w) => w.properties.metrics ?? []).filter((m) => m[0] === METRICS_NAMESPACE);
     for (const name of Object.values(METRIC_NAMES)) {
-      expect(shown.find((m) => m[1] === name), name).toEqual(expect.arrayContaining([METRICS_AGENT_DIMENSION, 'fixture-echo', 'service', METRICS_SERVICE]));
+      expect(shown.find((m) => m[1] === name), name).toEqual(expect.arrayContaining([METRICS_AGENT_DIMENSION, 'fixture-echo', 'service', METRICS_SERVICE, METRICS_DEPLOYMENT_DIMENSION, 'ref']));
     }
   });
 });

@@ -127,6 +127,7 @@ describe('the bundled worker', () => {
       if (type === 'AWS::SQS::Queue') return resources!.queueUrl;
       if (type === 'AWS::SecretsManager::Secret') return v.Ref as string;
       if (v['Fn::GetAtt']?.[1] === 'ApiEndpoint') return 'http://127.0.0.1:9';
+      if (v.Ref === 'AWS::StackName') return 'release-notes-prod';
       throw new Error(`the worker's ${name} is ${JSON.stringify(value)}: the test cannot give it a local value`);
     };
     const workerEnv = Object.fromEntries(Object.entries(vars).map(([name, value]) => [name, resolveValue(name, value)]));
@@ -181,7 +182,8 @@ describe('the bundled worker', () => {
     const emf = child.stdout.split('\n').filter((l) => l.startsWith('{') && l.includes('"_aws"')).map((l) => JSON.parse(l) as Json);
     expect(emf).toHaveLength(1);
     expect(emf[0]!._aws.CloudWatchMetrics[0].Namespace).toBe(METRICS_NAMESPACE);
-    expect(emf[0]).toMatchObject({ agent: 'release-notes', service: 'stepwise-worker', [METRIC_NAMES.steps]: 1 });
+    expect(emf[0]).toMatchObject({ agent: 'release-notes', service: 'stepwise-worker', deployment: 'release-notes-prod', [METRIC_NAMES.steps]: 1 });
+    expect(emf[0]!._aws.CloudWatchMetrics[0].Dimensions).toEqual([expect.arrayContaining(['service', 'agent', 'deployment'])]);
     expect(emf[0]![METRIC_NAMES.inputTokens]).toBe(messages.requests[0]!.usage!.input_tokens);
   });
 });
