@@ -34,7 +34,8 @@ export class ClaimLostError extends Error {
  * The holder then gives up on its own time too, a little inside that window, counted from the send of its
  * last confirmed write (the claim at `claimSentAt`, then each renewal): a contender's watch starts no earlier
  * than that write landed. A check every quarter of the margin catches it even while a renewal hangs, where
- * the renewal ticks alone, a third of a lease apart, would have caught it only after the takeover.
+ * the renewal ticks alone, a third of a lease apart, would have caught it only after the takeover. The
+ * SQLite ledger gives it too: a little inside its lease, when another process on the machine takes over.
  */
 export async function holdWhileRenewing<T>(input: {
   key: string;
@@ -47,6 +48,8 @@ export async function holdWhileRenewing<T>(input: {
   onMachine?: boolean;
   heldForMs?: number;
   claimSentAt?: number;
+  /** `renew` answers synchronously (SQLite): at heldForMs it is asked once more before the claim is given up. */
+  answersAtOnce?: boolean;
 }): Promise<T> {
   const lost = new AbortController();
   const leaseNow = leaseClock(input.clock, input.onMachine);
@@ -72,13 +75,7 @@ export async function holdWhileRenewing<T>(input: {
   const unconfirmed = () => {
     if (leaseNow() >= heldUntil || processNow() - confirmedAt >= input.leaseMs) abort('its lease ran out and no renewal could be confirmed');
   };
-  if (input.heldForMs !== undefined) {
-    const heldForMs = input.heldForMs;
-    timers.push(everyOn(input.clock, LEASE_MARGIN_MS / 4, () => {
-      if (processNow() - confirmedAt >= heldForMs) abort(`no renewal was confirmed for ${heldForMs} ms, after which another attempt may take the key over`);
-    }));
-  }
-  timers.push(everyOn(input.clock, renewEveryMs(input.leaseMs), () => {
+  const renewNow = () => {
     // One renewal at a time: a slow write is not piled on by the next tick.
     if (lost.signal.aborted || inFlight) return unconfirmed();
     // The store writes a lease from its own reading of the clock, taken after this one.
@@ -93,7 +90,18 @@ export async function holdWhileRenewing<T>(input: {
     if (typeof answer === 'boolean') return settle(sentAt, sentAfter, answer);
     inFlight = true;
     return answer.then((ours) => settle(sentAt, sentAfter, ours), unconfirmed).finally(() => { inFlight = false; });
-  }));
+  };
+  if (input.heldForMs !== undefined) {
+    const heldForMs = input.heldForMs;
+    timers.push(everyOn(input.clock, LEASE_MARGIN_MS / 4, () => {
+      if (lost.signal.aborted || processNow() - confirmedAt < heldForMs) return;
+      // A store that answers at once (SQLite) is asked first: a holder back from a freeze keeps a claim
+      // nobody took. One whose answer takes a round trip (DynamoDB) cannot be waited for here.
+      if (input.answersAtOnce && !inFlight) void renewNow();
+      if (processNow() - confirmedAt >= heldForMs) abort(`no renewal was confirmed for ${heldForMs} ms, after which another attempt may take the key over`);
+    }));
+  }
+  timers.push(everyOn(input.clock, renewEveryMs(input.leaseMs), renewNow));
   const onStop = () => end(input.stop!.reason);
   if (input.stop?.aborted) onStop();
   else input.stop?.addEventListener('abort', onStop, { once: true });

@@ -1,4 +1,4 @@
-import { MAX_LEASE_MS } from '../core/lease.ts';
+import { LEASE_MARGIN_MS, MAX_LEASE_MS, renewEveryMs } from '../core/lease.ts';
 import type { MachineTime } from '../machine-time.ts';
 import { CLOCK_STEP_TOLERANCE_MS } from './clock-step.ts';
 
@@ -15,6 +15,17 @@ export interface ClaimLease {
 export function leaseLeftMs(row: ClaimLease, now: number, machine: MachineTime | undefined): number {
   const onMachine = machine && row.machine_until !== null && row.machine_boot === machine.boot && row.machine_owner === row.owner;
   return onMachine ? row.machine_until! - machine.ms : row.lease_until - now;
+}
+
+/**
+ * How long a holder counts its claim as its own after its last confirmed write, on its own monotonic time:
+ * a little inside the lease, which another process on the machine takes the key over at (leaseLeftMs), so
+ * a holder whose renewals fail (the file locked past the busy timeout) has aborted its effect's signal by
+ * then, where it looked only at its next renewal tick, just after the lease had ended
+ * (lib/lease-renewal.ts, heldForMs).
+ */
+export function heldForMs(leaseMs: number): number {
+  return leaseMs - Math.min(LEASE_MARGIN_MS / 2, renewEveryMs(leaseMs) / 2);
 }
 
 /**

@@ -5,10 +5,10 @@ import { storableResult } from '../core/once-result.ts';
 import { runOfKey } from '../core/keys.ts';
 import { RECORD_FORMATS } from '../core/record-formats.ts';
 import { MAX_LEASE_MS, leaseMsOf, retryAfterMs } from '../core/lease.ts';
-import { holdWhileRenewing } from '../lease-renewal.ts';
+import { holdWhileRenewing, processTime } from '../lease-renewal.ts';
 import type { Logger } from '../log.ts';
 import { CLOCK_STEP_TOLERANCE_MS, warnClockStep } from './clock-step.ts';
-import { leaseLeftMs } from './ledger-claims.ts';
+import { heldForMs, leaseLeftMs } from './ledger-claims.ts';
 import type { Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { refuseMovedFile } from './moved-file.ts';
@@ -66,6 +66,8 @@ export class SqliteLedger implements IdempotencyLedger {
       if (row && row.result !== null) return { done: true as const, result: JSON.parse(row.result) as T };
       if (row && row.updated_at > now + CLOCK_STEP_TOLERANCE_MS) rebaseClaim(this.db, key, row, now, this.log);
       // Returned, not thrown: a throw would roll back the claim's rebase.
+      // Read before the lease's start: the holder gives up counting from no later than it (heldForMs).
+      const claimedAt = processTime(this.clock);
       const machine = this.clock.machineTime?.();
       const leaseLeft = row ? leaseLeftMs(row, now, machine) : 0;
       if (leaseLeft > 0) return { busy: new IdempotencyInProgressError(key, now + leaseLeft, retryAfterMs(now + leaseLeft, now)) };
@@ -76,7 +78,7 @@ export class SqliteLedger implements IdempotencyLedger {
          ON CONFLICT (key) DO UPDATE SET lease_until = excluded.lease_until, owner = excluded.owner, updated_at = excluded.updated_at, format = excluded.format,
            machine_boot = excluded.machine_boot, machine_until = excluded.machine_until, machine_owner = excluded.machine_owner`,
       ).run(key, argsHash, now + leaseMs, owner, now, FORMAT, machine?.boot ?? null, machine ? machine.ms + leaseMs : null, machine ? owner : null);
-      return { done: false as const, run };
+      return { done: false as const, run, claimedAt };
     });
     if ('busy' in claimed) throw claimed.busy;
     if (claimed.done) return claimed.result;
@@ -84,7 +86,8 @@ export class SqliteLedger implements IdempotencyLedger {
     let result: T;
     try {
       result = await holdWhileRenewing({
-        key, clock: this.clock, leaseMs, effect, onMachine: true, renew: () => this.renew(key, owner, leaseMs), ...(options.signal ? { stop: options.signal } : {}),
+        key, clock: this.clock, leaseMs, effect, onMachine: true, renew: () => this.renew(key, owner, leaseMs),
+        heldForMs: heldForMs(leaseMs), claimSentAt: claimed.claimedAt, answersAtOnce: true, ...(options.signal ? { stop: options.signal } : {}),
       });
     } catch (error) {
       // The effect failed: release our claim (only ours) so the step's retry may run it. If this write

@@ -132,4 +132,24 @@ describe('holding a claim while its effect runs (both ledgers)', () => {
     held.finish('x');
     await running;
   });
+  it('with heldForMs and a store that answers at once (SQLite), the holder asks once more at the deadline: kept if the claim is still its, given up if the store cannot say', async () => {
+    for (const answer of ['ours', 'busy'] as const) {
+      const root = new ManualClock().onMachine();
+      const holder = root.process();
+      const held = heldEffect();
+      let renewals = 0;
+      const running = holdWhileRenewing({
+        key: 'k/step-8', clock: holder, leaseMs: LEASE_MS, effect: held.effect, onMachine: true, answersAtOnce: true, heldForMs: 59_500, claimSentAt: holder.monotonic(),
+        renew: () => { renewals++; if (answer === 'busy') throw new Error('SQLITE_BUSY'); return true; },
+      });
+      // Frozen (a SIGSTOP) past the deadline: on thaw, the give-up check fires before the renewal tick.
+      holder.freeze();
+      await root.pass(LEASE_MS + 5_000);
+      await holder.thaw();
+      expect(renewals).toBeGreaterThanOrEqual(1);
+      expect(held.signal().aborted, answer).toBe(answer === 'busy');
+      held.finish('x');
+      await running;
+    }
+  });
 });
