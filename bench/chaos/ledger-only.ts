@@ -7,7 +7,10 @@
  * ledger's.
  */
 
-/** A fault at real time `at` for `ms`: on one worker (`pid`: SIGKILL, SIGSTOP), or on the store (a brownout). */
+/**
+ * A fault at real time `at` for `ms`: on one worker (`pid`: SIGKILL, SIGSTOP), or on every worker (a
+ * brownout of the store, or a worker stopped on a SQLite file, whose write lock it may hold).
+ */
 export interface Fault {
   pid?: number;
   at: number;

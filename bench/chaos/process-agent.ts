@@ -49,8 +49,8 @@ const HANG_LIMIT_MS = 3_000;
 const HANG_KEYS = new Set((process.env.CHAOS_HANG_KEYS ?? '').split(',').filter(Boolean));
 
 /** An effect that never returns (a lost reply, a lock never given back), counted for the totals. */
-function hangHere(d: Database.Database, key: string, at: 'before' | 'after'): Promise<never> {
-  d.prepare('INSERT INTO hung_tools (key, at) VALUES (?, ?)').run(key, at);
+async function hangHere(key: string, at: 'before' | 'after'): Promise<never> {
+  await inWriteLock((w) => w.prepare('INSERT INTO hung_tools (key, at) VALUES (?, ?)').run(key, at));
   return new Promise<never>(() => {});
 }
 
@@ -76,11 +76,13 @@ function effects(): Database.Database {
 
 let writer: Database.Database | undefined;
 /**
- * Runs `write` in a transaction of the effects database, the write lock taken without blocking: a worker
- * stopped inside its own effect's transaction holds the lock for seconds, and SQLite's busy wait would
- * block this event loop meanwhile, so the ledger's renewals and its give-up could not run before the write.
+ * Runs `write` in a transaction of the effects database, the write lock taken without blocking: every
+ * write of the agent goes through here. A worker stopped inside one of its writes holds the lock for
+ * seconds, and SQLite's busy wait would block this event loop meanwhile: the ledger's renewals and its
+ * give-up could not run, and an effect of another step of this worker, resumed by a timer due before
+ * theirs, would check a signal not yet told of a takeover.
  */
-async function inWriteLock(write: (db: Database.Database) => void): Promise<void> {
+async function inWriteLock(write: (db: Database.Database) => unknown): Promise<void> {
   effects();
   writer ??= new Database(process.env.CHAOS_EFFECTS_DB ?? 'effects.db', { timeout: 0 });
   for (;;) {
@@ -105,7 +107,7 @@ class ChaosModel implements Model {
   readonly name = 'chaos-process-model';
   async decide(request: ModelRequest): Promise<ModelReply> {
     const fault = Math.random() < 0.05 ? 'injected 529 overloaded_error' : null;
-    effects().prepare('INSERT INTO model_calls (fault) VALUES (?)').run(fault);
+    await inWriteLock((w) => w.prepare('INSERT INTO model_calls (fault) VALUES (?)').run(fault));
     await pause(5 + Math.random() * 30);
     if (fault) throw new TransientError(fault);
     const next = completedSteps(promptText(request.prompt)) + 1;
@@ -125,9 +127,8 @@ export default defineAgent({
     timeoutMs: HANG_LIMIT_MS,
     run: (input, ctx) => ctx.once(async (signal) => {
       // One effect in eight outlives its lease: the holder's renewals must keep the key.
-      const d = effects();
       const long = Math.random() < 0.125;
-      if (long) d.prepare('INSERT INTO long_effects (key) VALUES (?)').run(ctx.idempotencyKey);
+      if (long) await inWriteLock((w) => w.prepare('INSERT INTO long_effects (key) VALUES (?)').run(ctx.idempotencyKey));
       // Some first tries never return (the schedule's CHAOS_HANG_KEYS), before or after their effect: the
       // try ends at the limit, the claim is no longer renewed, and the next try takes the key when its
       // lease ends. Only a first try, so no step fails its run for it.
@@ -135,7 +136,7 @@ export default defineAgent({
       // next try cannot know it happened), as a kill or a freeze there is.
       const trusting = ledgerOnly(ctx.idempotencyKey);
       const hang = ctx.attempt === 1 && HANG_KEYS.has(ctx.idempotencyKey) ? (trusting || Math.random() < 0.5 ? 'before' : 'after') : undefined;
-      if (hang === 'before') return hangHere(d, ctx.idempotencyKey, hang);
+      if (hang === 'before') return hangHere(ctx.idempotencyKey, hang);
       await pause(long ? 1200 + Math.random() * 800 : Math.random() * 40);
       await inWriteLock((w) => {
         // Checked once the lock is held, so a wait for it cannot leave the check stale: a claim lost
@@ -147,7 +148,7 @@ export default defineAgent({
         if (!seen) w.prepare('INSERT INTO applied (key, n) VALUES (?, ?)').run(ctx.idempotencyKey, input.n);
         if (trusting) w.prepare('INSERT INTO ledger_only (key, pid, at) VALUES (?, ?, ?)').run(ctx.idempotencyKey, process.pid, performance.timeOrigin + performance.now());
       });
-      if (hang === 'after') return hangHere(d, ctx.idempotencyKey, hang);
+      if (hang === 'after') return hangHere(ctx.idempotencyKey, hang);
       await pause(Math.random() * 40);
       return { n: input.n };
     }, { leaseMs: 1000 }),
