@@ -231,7 +231,8 @@ export async function awsSchedule(
         run: (input, ctx: ToolContext) => ctx.once(async (signal) => {
           // Only before the effect: after a ledger-only effect, nothing can tell a crash from no effect.
           await inside(c, 'before');
-          if (signal.aborted) throw new TransientError('claim lost while frozen');
+          // The injected freeze's doing: a run whose tries end so often enough fails for a fault injected.
+          if (signal.aborted) throw new TransientError('claim lost while frozen (an injected freeze)');
           bump(ctx.idempotencyKey);
           await afterLedgerOnly(c);
           return { sent: input.n };

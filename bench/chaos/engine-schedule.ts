@@ -293,7 +293,8 @@ export async function engineSchedule(
           // Only before the effect: a crash or freeze after a ledger-only effect is the case README says
           // nothing can tell apart (store the key with the effect).
           await inside(proc, ctx, 'before');
-          if (signal.aborted) throw new TransientError('claim lost while frozen');
+          // The injected freeze's doing: a run whose tries end so often enough fails for a fault injected.
+          if (signal.aborted) throw new TransientError('claim lost while frozen (an injected freeze)');
           bump(ctx.idempotencyKey);
           await afterLedgerOnly(proc);
           return { sent: input.n };
