@@ -5,7 +5,7 @@ import { BlobRefusedError, IdempotencyInProgressError, IdempotencyKeyReuseError,
 import { runOfKey } from '../core/keys.ts';
 import { storableResult } from '../core/once-result.ts';
 import { RECORD_FORMATS } from '../core/state.ts';
-import { leaseMsOf, retryAfterMs } from '../core/lease.ts';
+import { LEASE_MARGIN_MS, leaseMsOf, retryAfterMs } from '../core/lease.ts';
 import { holdWhileRenewing, processTime } from '../lease-renewal.ts';
 import type { BlobStore, Clock, IdempotencyLedger, OnceOptions } from '../ports.ts';
 import { monotonicOn, sleepOn, systemClock } from '../ports.ts';
@@ -133,7 +133,7 @@ export class DynamoLedger implements IdempotencyLedger {
     if (first.held === undefined) return first;
     const { sighting, holderLeaseMs: holderLease } = first.held;
     const watched = this.sightings.note(key, sighting, monotonicOn(this.clock));
-    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now);
+    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now, holderLease);
     // The wait is a step's time: 41 s for the default 60 s lease, well within a worker Lambda's 6 minutes
     // (the construct's default, less DEFAULT_RESERVE_MS) and its queue's visibility (6 times that). A lease
     // so long its window outlasts the invocation is cut by the try's signal: the try ends without the key,
@@ -147,7 +147,7 @@ export class DynamoLedger implements IdempotencyLedger {
       }
     }
     // A clock stepped back meanwhile reads the lease as live again: then it is not ours to end.
-    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now);
+    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now, holderLease);
     const second = await this.put<T>(key, itemKey, argsHash, token, leaseMs, sighting);
     if (second.held === undefined) {
       this.sightings.forget(key);
@@ -155,7 +155,7 @@ export class DynamoLedger implements IdempotencyLedger {
     }
     // The claim moved while we watched: its holder lives (or another contender took it over).
     this.sightings.note(key, second.held.sighting, monotonicOn(this.clock));
-    throw inProgress(key, second.held.sighting.leaseUntil, this.now);
+    throw inProgress(key, second.held.sighting.leaseUntil, this.now, second.held.holderLeaseMs);
   }
 
   /**
@@ -401,8 +401,14 @@ function sameClaim(e: Expression, seen: Sighting): string {
   return `${is('token', seen.token)} AND ${is('leaseRev', seen.rev)} AND ${is('leaseUntil', seen.leaseUntil)}`;
 }
 
-function inProgress(key: string, leaseUntil: number, now: number): IdempotencyInProgressError {
-  return new IdempotencyInProgressError(key, leaseUntil, retryAfterMs(leaseUntil, now));
+/**
+ * Come back after the holder's lease as this clock reads it, but never later than one lease of the holder's
+ * and the margin: a live holder renews within that, and a contender whose clock runs an hour behind the
+ * holder's read its lease as an hour long and parked the step's message (and, on a FIFO queue, every later
+ * message of its run) for that hour.
+ */
+function inProgress(key: string, leaseUntil: number, now: number, holderLease: number): IdempotencyInProgressError {
+  return new IdempotencyInProgressError(key, leaseUntil, Math.min(retryAfterMs(leaseUntil, now), holderLease + LEASE_MARGIN_MS));
 }
 
 /** The run a key is under, as its holder claimed it: created before `before` (the claim's lease end). */

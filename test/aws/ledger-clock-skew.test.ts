@@ -135,6 +135,23 @@ describe('DynamoDB ledger: a contender whose wall clock runs ahead never takes a
   });
 });
 
+describe('DynamoDB ledger: a contender whose wall clock runs behind', () => {
+  it('is told to come back within one of the holder\'s leases, not when its own clock reaches the lease\'s end an hour on', async () => {
+    const root = new ManualClock();
+    const key = uniqueKey('behind');
+    const a = new HeldEffect();
+    const aDone = ledgerOn(root.process()).once(key, {}, a.effect, { leaseMs: LEASE_MS });
+    await a.started();
+    const behind = root.process().skew(-3_600_000);
+    const refused = await ledgerOn(behind).once(key, {}, async () => 'B').catch((e: unknown) => e) as IdempotencyInProgressError;
+    expect(refused).toBeInstanceOf(IdempotencyInProgressError);
+    // Was an hour and a minute: its step's message, and on a FIFO queue every later one of its run, parked for that long.
+    expect(refused.retryAfterMs).toBe(LEASE_MS + 1_000);
+    a.finish('A');
+    expect(await aDone).toBe('A');
+  });
+});
+
 describe('DynamoDB ledger: a holder cut off from the table', () => {
   /**
    * A holds the key with a live effect; `refuse` says, at each renewal A sends, whether a brownout that
