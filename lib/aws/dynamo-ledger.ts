@@ -126,19 +126,22 @@ export class DynamoLedger implements IdempotencyLedger {
    * a reason to look closer: the contender watches the claim on its own monotonic time for the window
    * (watchMs), and takes it over only with a write conditional on the holder's token and rev being what it
    * saw. A live holder writes a fresh rev at every renewal, so its claim moves and the takeover fails. A
-   * contender whose clock runs behind reads the lease as live and waits longer, as before (retryAfterMs).
+   * lease its clock reads as live is waited for, coming back within a lease, but only until the claim has
+   * been seen unchanged for the window: then it is a dead holder's, whatever its lease says. A holder whose
+   * clock ran minutes ahead wrote a lease minutes long, and the key of one that died stayed blocked until
+   * every other worker's clock had caught up (a run left at its step for that long).
    */
   private async claim<T>(key: string, itemKey: Key, argsHash: string, token: string, leaseMs: number, signal?: AbortSignal): Promise<{ done: true; result: T } | { done: false; sentAt: number }> {
     const first = await this.put<T>(key, itemKey, argsHash, token, leaseMs);
     if (first.held === undefined) return first;
     const { sighting, holderLeaseMs: holderLease } = first.held;
     const watched = this.sightings.note(key, sighting, monotonicOn(this.clock));
-    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now, holderLease);
+    const window = watchMs(holderLease);
+    if (sighting.leaseUntil >= this.now && watched < window) throw inProgress(key, sighting.leaseUntil, this.now, holderLease);
     // The wait is a step's time: 41 s for the default 60 s lease, well within a worker Lambda's 6 minutes
     // (the construct's default, less DEFAULT_RESERVE_MS) and its queue's visibility (6 times that). A lease
     // so long its window outlasts the invocation is cut by the try's signal: the try ends without the key,
     // and a retry in the same container resumes the watch where it stopped (ClaimSightings).
-    const window = watchMs(holderLease);
     if (watched < window) {
       await sleepOn(this.clock, window - watched, signal);
       if (signal?.aborted) {
@@ -146,8 +149,7 @@ export class DynamoLedger implements IdempotencyLedger {
         throw new IdempotencyInProgressError(key, sighting.leaseUntil, Math.max(0, left));
       }
     }
-    // A clock stepped back meanwhile reads the lease as live again: then it is not ours to end.
-    if (sighting.leaseUntil >= this.now) throw inProgress(key, sighting.leaseUntil, this.now, holderLease);
+    // Unchanged for the window: dead, even where a clock stepped back meanwhile reads its lease as live.
     const second = await this.put<T>(key, itemKey, argsHash, token, leaseMs, sighting);
     if (second.held === undefined) {
       this.sightings.forget(key);

@@ -152,6 +152,27 @@ describe('DynamoDB ledger: a contender whose wall clock runs behind', () => {
   });
 });
 
+describe('DynamoDB ledger: a holder whose wall clock ran ahead, then died', () => {
+  it('leaves a lease that looks minutes long; its key is taken over once the claim has been seen unchanged for the window, not when other clocks catch up', async () => {
+    const root = new ManualClock();
+    const key = uniqueKey('dead-ahead');
+    const holder = root.process().skew(10 * LEASE_MS);
+    const a = new HeldEffect();
+    void ledgerOn(holder).once(key, {}, a.effect, { leaseMs: LEASE_MS }).catch(() => undefined);
+    await a.started();
+    holder.kill();
+    const contender = ledgerOn(root.process());
+    const first = await contender.once(key, {}, async () => 'B').catch((e: unknown) => e) as IdempotencyInProgressError;
+    expect(first).toBeInstanceOf(IdempotencyInProgressError);
+    expect(first.retryAfterMs).toBe(LEASE_MS + 1_000);
+    await root.pass(first.retryAfterMs);
+    // Seen unchanged for 61 s, over the 41 s window. Was: busy again, until this clock reached the lease's
+    // end ten minutes on (the run's step left for that long).
+    expect(await contender.once(key, {}, async () => 'B')).toBe('B');
+    expect(await record(key)).toMatchObject({ status: 'completed', result: '"B"' });
+  });
+});
+
 describe('DynamoDB ledger: a holder cut off from the table', () => {
   /**
    * A holds the key with a live effect; `refuse` says, at each renewal A sends, whether a brownout that
