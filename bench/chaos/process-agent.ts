@@ -139,9 +139,10 @@ export default defineAgent({
       if (hang === 'before') return hangHere(ctx.idempotencyKey, hang);
       await pause(long ? 1200 + Math.random() * 800 : Math.random() * 40);
       await inWriteLock((w) => {
-        // Checked once the lock is held, so a wait for it cannot leave the check stale: a claim lost
-        // meanwhile has aborted the signal by now (the wait lets the ledger's timers run).
-        if (trusting && signal.aborted) throw signal.reason;
+        // Checked once the lock is held: a wait for the lock let the ledger's timers run, so the check is as
+        // fresh as the last of them. A claim is lost here only to a kill, a freeze or a brownout the schedule
+        // injected, and the reason says so: a run whose step fails for it enough times fails for a fault injected.
+        if (trusting && signal.aborted) throw new TransientError(`claim lost to an injected kill, freeze or brownout: ${signal.reason instanceof Error ? signal.reason.message : String(signal.reason)}`);
         // The key stored with the effect: a second application finds it and writes nothing. A ledger-only
         // effect, and a planted defect (CHAOS_SABOTAGE=effect-ignores-key), count each application.
         const seen = w.prepare(`UPDATE applied SET times = times${IGNORES_KEY || trusting ? ' + 1' : ''} WHERE key = ?`).run(ctx.idempotencyKey).changes === 1;
