@@ -5,10 +5,12 @@
  * SIGKILLs at random moments (inside model calls, `ctx.once`, long effects, commits), each killed worker
  * replaced; SIGSTOPs that freeze a worker past its visibility timeout and its effect's lease, so another
  * worker takes its step over, and SIGCONTs that bring it back to finish what it was doing (an effect, a
- * commit) against a run that moved on; and, on SQLite, a store brownout (the file locked by another
- * connection for a while), and steps of the machine's wall clock for every worker at once, forward past
- * the visibility timeout and the leases or back by up to an hour (process-agent.ts). Then the invariants. The kill and pause moments come from the seed; where in
- * a step each lands does not, so a replay repeats the schedule, not the exact interleaving.
+ * commit) against a run that moved on; on SQLite, a store brownout (the file locked by another
+ * connection for a while); and steps of the wall clock, forward past the visibility timeout and the leases
+ * or back by up to an hour (process-agent.ts): on SQLite the machine's, for every worker at once, on AWS one
+ * worker's, each standing for a machine of its own. Half the steps' effects trust the ledger alone
+ * (ledger-only.ts). Then the invariants. The kill and pause moments come from the seed; where in a step each
+ * lands does not, so a replay repeats the schedule, not the exact interleaving.
  */
 import Database from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
