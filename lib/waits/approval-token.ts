@@ -51,11 +51,11 @@ export function verifyApproval(token: string, keys: Buffer | readonly Buffer[], 
   // Compared as issued, character for character: base64url decoding skips characters outside its
   // alphabet and the unused bits of the last one, so decoded bytes would accept altered links too.
   const given = Buffer.from(signature);
-  const signedBy = accepted.filter((key) => {
+  const signed = accepted.some((key) => {
     const expected = Buffer.from(mac(key, payload));
     return given.length === expected.length && timingSafeEqual(given, expected);
   });
-  if (!signedBy.length) {
+  if (!signed) {
     return { ok: false, reason: 'bad-signature', message: 'this approval link is not valid: it was changed or was not issued by this deployment' };
   }
   let parsed: z.ZodSafeParseResult<z.infer<typeof payloadSchema>>;

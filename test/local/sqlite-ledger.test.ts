@@ -77,6 +77,26 @@ describe('SQLite ledger when the file is locked past the busy timeout', () => {
   });
 });
 
+describe('SQLite ledger: a holder whose renewals the locked file refuses', () => {
+  it('aborts its effect\'s signal half a second inside its lease, before another process may take the key over', async () => {
+    const clock = new ManualClock().onMachine();
+    const ledger = new SqliteLedger(db, clock);
+    let signal: AbortSignal | undefined;
+    let finish!: () => void;
+    const done = ledger.once('renewals-refused/step-1', {}, (s) => { signal = s; return new Promise<string>((resolve) => { finish = () => resolve('late'); }); }, { leaseMs: 60_000 });
+    await Promise.resolve();
+    while (!signal) await new Promise((resolve) => setImmediate(resolve));
+    (ledger as unknown as { renew: () => boolean }).renew = () => { throw Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' }); };
+    await clock.pass(59_400);
+    expect(signal.aborted).toBe(false);
+    // Was: only at the renewal tick at 60 s, when the lease had ended and the key was another process's to take.
+    await clock.pass(350);
+    expect(signal.reason).toMatchObject({ name: 'ClaimLostError', message: expect.stringContaining('no renewal was confirmed for 59500 ms') });
+    finish();
+    await done.catch(() => undefined);
+  });
+});
+
 describe('SQLite ledger: workers whose clocks differ (the README\'s "What ctx.once guarantees")', () => {
   // Each worker judges a claim's lease by its own clock, and a live holder's lease runs at least two thirds
   // of it ahead of the holder's clock (renewed every third): that much difference is what a claim survives.
