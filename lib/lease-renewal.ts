@@ -1,13 +1,6 @@
+import { ClaimLostError } from './core/errors.ts';
 import { LEASE_MARGIN_MS, renewEveryMs } from './core/lease.ts';
 import { everyOn, type Clock } from './ports.ts';
-
-/** Thrown into an effect's signal when its claim was found to belong to another attempt. */
-export class ClaimLostError extends Error {
-  constructor(readonly key: string, reason = 'the lease ran out and another attempt took the key') {
-    super(`the claim on idempotency key ${key} was lost: ${reason}`);
-    this.name = 'ClaimLostError';
-  }
-}
 
 /**
  * Runs a ledger's effect while a timer renews its claim every third of the lease, so the claim lives as

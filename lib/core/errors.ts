@@ -156,6 +156,21 @@ export class IdempotencyInProgressError extends TransientError {
 }
 
 /**
+ * Thrown into an effect's signal when its claim on an idempotency key may be another attempt's now.
+ * `taken`: the store said so (a renewal found the key another attempt's). Otherwise this holder gave the
+ * claim up on its own: no renewal was confirmed for as long as another attempt must wait to take it over.
+ * Neither is a failure of the step: the engine counts a taken claim as no try (the other attempt applies the
+ * effect), and a claim given up as a crash of this worker (lib/engine/advance.ts).
+ */
+export class ClaimLostError extends TransientError {
+  readonly taken: boolean;
+  constructor(readonly key: string, reason?: string) {
+    super(`the claim on idempotency key ${key} was lost: ${reason ?? 'the lease ran out and another attempt took the key'}`);
+    this.taken = reason === undefined;
+  }
+}
+
+/**
  * The blob store refused a step's output for a reason its own retries cannot mend (S3's 4xx: no such
  * bucket, access denied, a KMS key the role may not use): a failed try of the step, which names the
  * cause in the run's reason. An outage or a dropped connection is not this: it escapes, and the message
@@ -239,7 +254,7 @@ export class NoSuchStepError extends InvalidInputError {
 for (const [name, cls] of Object.entries({
   StepwiseError, PermanentError, TransientError, ModelUnavailableError, ToolTimeoutError, ModelKeyError,
   StaleVersionError, UnknownRunError, UnreadableCheckpointError, NewerFormatError, UnknownFieldError,
-  WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ToolError, InvalidInputError,
+  WrongAgentError, IdempotencyKeyReuseError, IdempotencyInProgressError, ClaimLostError, ToolError, InvalidInputError,
   RunIdTakenError, RunIdInUseError, RunStateError, NoSuchStepError, BlobRefusedError, DamagedBlobError,
 })) markClass(cls, name);
 

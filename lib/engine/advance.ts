@@ -8,7 +8,7 @@ import { heldAfter, summariesDue } from '../core/condensed.ts';
 import { checkDecision } from '../core/drift.ts';
 import { failureText } from '../core/failure-text.ts';
 import {
-  BlobRefusedError, DamagedBlobError, IdempotencyInProgressError, ToolTimeoutError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
+  BlobRefusedError, ClaimLostError, DamagedBlobError, IdempotencyInProgressError, ToolTimeoutError, InvalidInputError, ModelKeyError, NewerFormatError, PermanentError, ToolError, TransientError, UnknownRunError,
   UnreadableCheckpointError, WrongAgentError, errorMessage,
 } from '../core/errors.ts';
 import { idempotencyKey } from '../core/keys.ts';
@@ -262,6 +262,16 @@ export async function advance(deps: EngineDeps, runId: string, options: AdvanceO
     // another attempt's. Counted as a failed try, a tool whose timeoutMs is shorter than the ledger's watch
     // of a dead holder's claim (41 s on DynamoDB) failed its run before any try could take the key.
     const error = caught instanceof ToolTimeoutError ? (await attempt?.heldAtTimeout()) ?? caught : caught;
+    // The try's claim on its key was lost while its effect ran, whatever the tool then threw: the try's
+    // outcome is not the step's. Taken by another attempt, which applies the effect and commits the step:
+    // no try of this step, and this delivery's start is taken back. Given up by this holder (no renewal
+    // confirmed, the store out of reach): this worker's crash, counted as one, and nothing is written,
+    // where a failure recorded here would fence off the checkpoint of an attempt that may hold the key.
+    const lost = attempt?.claimLost();
+    if (lost) {
+      if (lost.taken) await deps.store.addRestarts(runId, version, -1);
+      throw lost;
+    }
     // Another attempt holds the key's live claim: not a try of this step. The caller waits for the lease
     // and writes nothing; taking this delivery's start back keeps such waits from adding up to a crash loop.
     // So with a key whose record newer code wrote: the run waits for a newer worker.
@@ -392,6 +402,8 @@ interface ToolTry {
    * is held, as when the wait is refused at once. Undefined for any other timeout.
    */
   heldAtTimeout(): Promise<IdempotencyInProgressError | undefined>;
+  /** Why the effect's signal aborted when its claim on the key was lost (ClaimLostError); undefined if it was not. */
+  claimLost(): ClaimLostError | undefined;
 }
 
 /** How long a timed-out try waits for its once, still claiming its key, to give the ledger's answer. */
@@ -405,8 +417,9 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
   // back as though another try held it, for good when nested. Once more after a failed effect is a retry.
   let onceState: 'none' | 'running' | 'applied' = 'none';
   let running: Promise<unknown> | undefined;
-  // Whether the ledger has handed this try the key and begun its effect.
+  // Whether the ledger has handed this try the key and begun its effect, and the signal it gave the effect.
   let effectBegun = false;
+  let effectSignal: AbortSignal | undefined;
   // Set when the tool has returned or thrown: a once called later (from a timer, a callback kept past the
   // return) ran its effect outside the step, after the checkpoint that told the model the step's result.
   let over = false;
@@ -422,7 +435,7 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
     // the key from every later try for as long as its worker lives.
     const stop = time.onceSignal(options?.signal);
     try {
-      const result = await deps.ledger.once(key, decision.input, (signal) => { effectBegun = true; return effect(signal); }, {
+      const result = await deps.ledger.once(key, decision.input, (signal) => { effectBegun = true; effectSignal = signal; return effect(signal); }, {
         ...options, signal: stop.signal,
         // The one sign an effect may have been applied twice (the tool's own onClaimLost still hears it).
         onClaimLost: () => {
@@ -473,6 +486,7 @@ function toolContext(deps: EngineDeps, state: RunState, step: number, attempt: n
   };
   return {
     context,
+    claimLost: () => (effectSignal?.reason instanceof ClaimLostError ? effectSignal.reason : undefined),
     heldAtTimeout: async () => {
       if (onceState !== 'running' || effectBegun) return undefined;
       // The try's signal aborted the wait: the ledger answers at once (a read or a write in flight at most).

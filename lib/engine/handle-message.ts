@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
+import { ClaimLostError, IdempotencyInProgressError, ModelKeyError, NewerFormatError, StaleVersionError, UnknownRunError, WrongAgentError } from '../core/errors.ts';
 import type { RunState } from '../core/state.ts';
 import type { Delivery, QueueReceive, QueueWork, RedriveOptions } from '../ports.ts';
 import { advance, type Advance, type AdvanceOptions } from './advance.ts';
@@ -19,6 +19,11 @@ export { DEFAULT_MAX_RECEIVES };
 const NEWER_FORMAT_RETRY_MS = 60_000;
 /** A message for another agent's run comes back this late, so the wrong worker does not spin on it. */
 export const WRONG_AGENT_RETRY_MS = 60_000;
+/**
+ * A try whose claim another attempt took hands its message back for this long: the next delivery finds the
+ * step committed (a stale message) or the key still held, and then waits out the holder's lease.
+ */
+const CLAIM_TAKEN_RETRY_MS = 1_000;
 
 /** How long a step waits for a valid model key: 1 minute, doubling per delivery, at most 15. */
 export function keyRetryDelayMs(receiveCount: number): number {
@@ -100,6 +105,12 @@ export async function handleDelivery(
       // lives, so the wait ends within a lease; the message comes back then, and nothing is written.
       deps.log.info({ event: 'idempotency-key-busy', runId, version, key: error.key, leaseUntil: error.leaseUntil, retryAfterMs: error.retryAfterMs }, 'idempotency key held by another attempt: waiting for its lease');
       return { action: 'release', delayMs: error.retryAfterMs, runId, busy: { key: error.key, leaseUntil: error.leaseUntil } };
+    }
+    if (error instanceof ClaimLostError && error.taken) {
+      // Another attempt took the key while this one's effect ran: it applies the effect and commits the
+      // step. Nothing was written; the message comes back soon, to find the step done or the key held.
+      deps.log.warn({ event: 'claim-taken', runId, version, key: error.key, workerId: deps.workerId }, `${error.message}: this try counts for nothing, and the message is handed back`);
+      return { action: 'release', delayMs: CLAIM_TAKEN_RETRY_MS, runId };
     }
     if (error instanceof WrongAgentError) {
       deps.log.error({

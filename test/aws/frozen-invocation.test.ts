@@ -103,12 +103,12 @@ async function frozenPastLease(label: string) {
     expect(history.map((h) => h.version)).toEqual(history.map((_, i) => i + 1));
     expect(await runtime.ledger.once(idempotencyKey(runId, 1), { batch: 1 }, async () => 'not again')).toBe('wrote row 1');
   };
-  return { res, db, runtime, runId, key: idempotencyKey(runId, 1), held, aClock, a, aDone, b, bDone, deleteSecond, finish };
+  return { res, db, runtime, runId, key: idempotencyKey(runId, 1), held, first, aClock, a, aDone, b, bDone, deleteSecond, finish };
 }
 
 describe('an invocation frozen inside ctx.once past its lease and visibility timeout', () => {
-  it('thawed after the taker-over committed: its claim is lost, it applies nothing, and its late checkpoint is refused', async () => {
-    const { res, db, runtime, runId, key, held, aClock, a, aDone, bDone, deleteSecond, finish } = await frozenPastLease('frozen-after');
+  it('thawed after the taker-over committed: its claim is lost, it applies nothing and writes nothing', async () => {
+    const { res, db, runtime, runId, key, held, first, aClock, a, aDone, bDone, deleteSecond, finish } = await frozenPastLease('frozen-after');
     held[1]!.open();
     expect(await bDone).toEqual({ batchItemFailures: [] });
     await deleteSecond();
@@ -116,40 +116,41 @@ describe('an invocation frozen inside ctx.once past its lease and visibility tim
     expect(decodeState(committed)).toMatchObject({ status: 'running', step: 1, failures: 0, steps: [{ workerId: 'B', result: { text: 'wrote row 1' } }] });
     expect(db.applied.get(key)).toBe(1);
 
-    // A thaws: its first renewal finds the claim another's and its effect's signal aborts, so it acts on
-    // nothing; its failed try's checkpoint, fenced on the version it loaded, is refused.
+    // A thaws: its claim is given up (no renewal confirmed for the window B watched it), so its effect's
+    // signal aborts and it acts on nothing. A crash of A's, not a failed try of the step: it writes nothing
+    // and leaves its delivery to come back (a stale message then: the run has moved on).
     await aClock.thaw();
-    expect(held[0]!.signal?.reason).toMatchObject({ name: 'ClaimLostError' });
+    expect(held[0]!.signal?.reason).toMatchObject({ name: 'ClaimLostError', taken: false });
     held[0]!.open();
-    // Acked: the run has moved on, and B's checkpoint sent its next message (A's re-send is deduplicated).
-    expect(await aDone).toEqual({ batchItemFailures: [] });
-    expect(a.lines).toContainEqual(expect.objectContaining({ event: 'stale-write', runId, version: 1, latest: committed.version, workerId: 'A' }));
+    expect(await aDone).toEqual({ batchItemFailures: [{ itemIdentifier: first.messageId }] });
+    expect(a.lines).not.toContainEqual(expect.objectContaining({ event: 'stale-write' }));
     expect(db.applied.get(key)).toBe(1);
     expect((await runtime.store.load(runId))!.version).toBe(committed.version);
     expect(await queueDepth(res.clients, res.queueUrl)).toBe(1);
     await finish();
   });
 
-  it('thawed while the taker-over is inside the effect: its failed try is recorded, the taker-over\'s checkpoint is refused, and the next try gets its result', async () => {
-    const { db, runtime, runId, key, held, aClock, aDone, b, bDone, deleteSecond, finish } = await frozenPastLease('frozen-during');
+  it('thawed while the taker-over is inside the effect: it gives its claim up and writes nothing, and the taker-over\'s checkpoint commits', async () => {
+    const { db, runtime, runId, key, held, first, aClock, aDone, b, bDone, deleteSecond, finish } = await frozenPastLease('frozen-during');
     await aClock.thaw();
-    expect(held[0]!.signal?.reason).toMatchObject({ name: 'ClaimLostError' });
+    expect(held[0]!.signal?.reason).toMatchObject({ name: 'ClaimLostError', taken: false });
     expect(held[1]!.signal?.aborted).toBe(false);
     held[0]!.open();
-    // A's failed try reaches the version it loaded first: recorded, with why.
-    expect(await aDone).toEqual({ batchItemFailures: [] });
-    expect(decodeState((await runtime.store.load(runId))!)).toMatchObject({
-      status: 'running', step: 0, failures: 1, lastError: `the claim on idempotency key ${key} was lost: no renewal was confirmed for 40500 ms, after which another attempt may take the key over`,
-    });
+    // A's try is not the step's: no failure is recorded, which would fence off B's checkpoint, and the
+    // version B loaded is still the latest.
+    expect(await aDone).toEqual({ batchItemFailures: [{ itemIdentifier: first.messageId }] });
+    const loaded = (await runtime.store.load(runId))!;
+    expect(loaded.version).toBe(1);
+    expect(decodeState(loaded)).toMatchObject({ status: 'running', step: 0, failures: 0 });
     expect(db.applied.get(key)).toBeUndefined();
 
-    // B applies the effect and puts its result on record; its checkpoint is refused.
+    // B applies the effect once and commits the step.
     held[1]!.open();
     expect(await bDone).toEqual({ batchItemFailures: [] });
     await deleteSecond();
-    expect(b.lines).toContainEqual(expect.objectContaining({ event: 'stale-write', runId, version: 1, workerId: 'B' }));
+    expect(b.lines).not.toContainEqual(expect.objectContaining({ event: 'stale-write' }));
+    expect(decodeState((await runtime.store.load(runId))!)).toMatchObject({ status: 'running', step: 1, failures: 0, steps: [{ workerId: 'B', result: { text: 'wrote row 1' } }] });
     expect(db.applied.get(key)).toBe(1);
-    // The retry A's checkpoint sent runs the step with B's result, not the effect again.
     await finish();
   });
 });

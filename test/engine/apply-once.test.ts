@@ -209,6 +209,51 @@ describe('ctx.once in the engine: one application per key', () => {
     b.runtime.close();
   });
 
+  it('a worker frozen inside ctx.once past its lease, whose effect then fails, counts for nothing: the taker-over commits the step', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    const effects = new Effects();
+    const agentFor = effects.agent(clock);
+    const frozen = clock.process();
+    const logA = capturedLog();
+    const a = workerProcess({ dbPath: db.path, agent: agentFor('A'), model: new StubModel(writeRowsScript(1)), clock: frozen, workerId: 'A' });
+    const b = workerProcess({ dbPath: db.path, agent: agentFor('B'), model: new StubModel(writeRowsScript(1)), clock: clock.process(), workerId: 'B' });
+    a.deps.log = logA.log;
+    await start(a.deps);
+
+    const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const aStep = handleDelivery(a.deps, m1!);
+    await until(() => effects.entries.length === 1);
+    frozen.freeze();
+    clock.advance(LEASE_MS + 1);
+    const [again] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+    const bStep = handleDelivery(b.deps, again!);
+    await until(() => effects.entries.length === 2);
+    // A comes back to find the key B's, and its effect fails (with whatever the tool throws, not the
+    // signal's reason): not a try of the step. It writes nothing, so B's checkpoint is not fenced off,
+    // and hands its message back for a moment, where a recorded failure would count against the run.
+    await frozen.thaw();
+    effects.entries[0]!.held.fail(new Error('the write was cut short'));
+    expect(await aStep).toEqual({ action: 'release', delayMs: 1000, runId: 'run' });
+    expect(logA.lines).toContainEqual(expect.objectContaining({ event: 'claim-taken', runId: 'run', key: 'run/step-1', workerId: 'A' }));
+    // A's start was taken back, B's counted: no restart of the step is left.
+    const loaded = (await a.runtime.store.load('run'))!;
+    expect([loaded.version, loaded.restarts ?? 0]).toEqual([1, 0]);
+    await a.runtime.queue.release(m1!, 1000);
+    effects.entries[1]!.held.finish('row 1 written by B');
+    expect(await bStep).toMatchObject({ action: 'ack' });
+    effects.auto = true;
+    await work(b.deps, b.runtime, clock);
+    const state = await loadState(b.runtime);
+    expect(state).toMatchObject({ status: 'completed', failures: 0 });
+    expect(state.steps[0]).toMatchObject({ workerId: 'B', result: { text: 'row 1 written by B' } });
+    // Versions: start, B's step 1, DONE: A added none.
+    expect((await b.runtime.store.history('run')).map((h) => h.version)).toEqual([1, 2, 3]);
+    expect(effects.applied).toBe(1);
+    a.runtime.close();
+    b.runtime.close();
+  });
+
   it('ctx.once takes a lease: the claim lasts leaseMs, and a bad lease fails the run with the reason', async () => {
     db = tempDb();
     const clock = new ManualClock();
