@@ -97,6 +97,8 @@ interface Container {
   invocations: number;
   /** Where this container's invocation stops until the other handler of the same message is done. */
   gate?: Gate;
+  /** An injected fault that stopped its renewals (a freeze, a throttled call): a claim it gave up is explained. */
+  renewalsStopped?: string;
 }
 
 interface Gate { point: CrashPoint; reached: Deferred<'paused'>; open: Deferred<void> }
@@ -183,7 +185,7 @@ export async function awsSchedule(
     if (parkable === c && !parked && r.chance(0.06) && !hang.hangs) {
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       parked = { mode, container: c, go: deferred() };
-      if (mode === 'freeze') { report.slowWorkers++; c.clock.freeze(); } else report.longEffects++;
+      if (mode === 'freeze') { report.slowWorkers++; c.clock.freeze(); c.renewalsStopped = 'a freeze'; } else report.longEffects++;
       parkSignal.resolve('parked');
       await parked.go.promise;
     }
@@ -262,6 +264,9 @@ export async function awsSchedule(
     write: (line: string) => {
       const entry = JSON.parse(line) as { event?: string; error?: string; msg?: string };
       const error = entry.error ?? entry.msg ?? line;
+      // A claim its holder gave up, no renewal confirmed: the engine steps away as from a crash (a delivery
+      // error), explained where a freeze or a throttled call stopped this container's renewals.
+      if (c.renewalsStopped && /^the claim on idempotency key \S+ was lost: no renewal was confirmed/.test(error)) return;
       if (!/injected|dead container|claim lost while frozen/.test(error) && !ADAPTER_FAULT.test(error)) report.unexpected.push(`${c.id} ${entry.event ?? ''}: ${error}`);
     },
   });
@@ -285,7 +290,11 @@ export async function awsSchedule(
           // renewals all fail and its claim lapses, a holder cut off from the table, which nothing can tell
           // from a frozen one (seed 2284402602: three renewals in a row refused, the effect applied twice).
           const cutOff = parked?.afterEffect && parked.container === c;
-          if (brownoutCalls > 0 && !cutOff) { brownoutCalls--; throw new Injected('throttle: rate exceeded', 'ThrottlingException'); }
+          if (brownoutCalls > 0 && !cutOff) {
+            brownoutCalls--;
+            c.renewalsStopped = 'a brownout';
+            throw new Injected('throttle: rate exceeded', 'ThrottlingException');
+          }
           return next(args);
         },
         { step: 'initialize', name: `chaos-dead-${randomUUID()}` },

@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
-import { TransientError } from '../../lib/core/errors.ts';
+import { ClaimLostError, TransientError } from '../../lib/core/errors.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { isTerminal } from '../../lib/core/state.ts';
 import type { CrashPoint, EngineDeps } from '../../lib/engine/deps.ts';
@@ -139,9 +139,19 @@ interface Proc {
   died: Deferred<'died'>;
   /** The delivery this worker's last step received in its checkpoint transaction, not started yet. */
   held?: Delivery;
+  /** An injected fault that stopped its renewals (a freeze, a refused call): a claim it gave up is explained. */
+  renewalsStopped?: string;
 }
 
 type Park = { mode: 'freeze' | 'long'; proc: Proc; go: Deferred<void> };
+
+/**
+ * A claim its holder gave up, no renewal confirmed: the engine steps away as from a crash, explained where a
+ * freeze or a refused call stopped this worker's renewals.
+ */
+function givenUp(proc: Proc, error: unknown): boolean {
+  return proc.renewalsStopped !== undefined && error instanceof ClaimLostError && !error.taken;
+}
 
 /** The step's tool: odd steps an exact effect (key stored with it), even steps a ledger-only one. */
 export const toolOf = (step: number): string => (step % 2 === 1 ? 'write_row' : 'notify');
@@ -248,7 +258,7 @@ export async function engineSchedule(
       const mode = r.chance(0.5) ? 'freeze' : 'long';
       const park: Park = { mode, proc, go: deferred() };
       parked = park;
-      if (mode === 'freeze') { report.slowWorkers++; proc.clock.freeze(); } else report.longEffects++;
+      if (mode === 'freeze') { report.slowWorkers++; proc.clock.freeze(); proc.renewalsStopped = 'a freeze'; } else report.longEffects++;
       parkSignal.resolve('parked');
       await park.go.promise;
     }
@@ -351,7 +361,7 @@ export async function engineSchedule(
     const faults = {
       check: () => {
         if (proc.dead) throw new ProcessDied(id);
-        if (brownoutCalls > 0) { brownoutCalls--; throw new Brownout(); }
+        if (brownoutCalls > 0) { brownoutCalls--; proc.renewalsStopped = 'a brownout'; throw new Brownout(); }
       },
     };
     const ledger = options.sabotage === 'ledger-forgets'
@@ -416,7 +426,7 @@ export async function engineSchedule(
   const settle = async (proc: Proc, delivery: Delivery, outcome: Outcome): Promise<void> => {
     if (outcome.kind === 'died' || proc.dead) { restart(proc); return; }
     if (outcome.kind === 'error') {
-      if (!(outcome.error instanceof Brownout)) report.unexpected.push(`${proc.id}: ${String(outcome.error)}`);
+      if (!(outcome.error instanceof Brownout) && !givenUp(proc, outcome.error)) report.unexpected.push(`${proc.id}: ${String(outcome.error)}`);
       await proc.runtime.queue.release(delivery, retryDelayMs(Math.min(delivery.receiveCount, 6)));
       return;
     }
@@ -592,7 +602,7 @@ export async function engineSchedule(
         const dup = await handle(other, { body: delivery.body, receiveCount: delivery.receiveCount + 1 });
         allowPark = true;
         if (dup.outcome.kind === 'died') restart(other);
-        else if (dup.outcome.kind === 'error' && !(dup.outcome.error instanceof Brownout)) report.unexpected.push(`${other.id} (duplicate): ${String(dup.outcome.error)}`);
+        else if (dup.outcome.kind === 'error' && !(dup.outcome.error instanceof Brownout) && !givenUp(other, dup.outcome.error)) report.unexpected.push(`${other.id} (duplicate): ${String(dup.outcome.error)}`);
       }
       await settle(proc, delivery, outcome);
     }

@@ -96,13 +96,14 @@ describe('chaos: seeded fault schedules over the AWS runtime (Lambda handler, Dy
     expect(b).toEqual(a);
   });
 
-  it('a run whose step loses its claim to injected freezes often enough fails for a fault injected (seed 2534190111 of seed 20261247\'s run)', async () => {
-    // Its step 2 failed four times, the last a holder thawed after its claim was taken over: the checker
-    // took that reason for a fault nobody injected.
+  it('a run whose step loses its claim to injected freezes again and again completes, and the claims given up are no fault of the code (seed 2534190111 of seed 20261247\'s run)', async () => {
+    // Its step 2 failed four times, the last a holder thawed after its claim was taken over, and the run
+    // failed: the checker took that reason for a fault nobody injected. A lost claim is no failed try now:
+    // the thawed holder steps away as from a crash (a delivery error the checker must trace to the freeze).
     const report = await awsSchedule(2534190111);
     expect(report.violations).toEqual([]);
     expect(report.unexpected).toEqual([]);
-    expect(report).toMatchObject({ runs: 2, completed: 1, failed: 1, appliedTwice: 0, stepsLost: 0, stuck: 0 });
+    expect(report).toMatchObject({ runs: 2, completed: 2, failed: 0, appliedTwice: 0, stepsLost: 0, stuck: 0 });
   });
 
   it('finds a planted defect: with the ledger claim bypassed, effects are applied twice', async () => {
