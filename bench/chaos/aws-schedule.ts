@@ -274,6 +274,8 @@ export async function awsSchedule(
   // Messages this driver received and has not deleted, by receipt.
   const inFlight = new Map<string, InFlight>();
   const firstReceivedAt = new Map<string, number>();
+  /** When each message a container sent was sent, on the manual time line (SQS's clock here). */
+  const sentAt = new Map<string, number>();
 
   let spawned = 0;
   const containers: Container[] = [];
@@ -300,10 +302,17 @@ export async function awsSchedule(
         { step: 'initialize', name: `chaos-dead-${randomUUID()}` },
       );
     }
-    // The handler's ChangeMessageVisibility goes to this driver, which is SQS's clock for visibility.
+    // The handler's ChangeMessageVisibility goes to this driver, which is SQS's clock for visibility, and
+    // its sends are stamped on that clock (SentTimestamp, from which SQS measures a backoff's delay).
     (clients.sqs.middlewareStack as { add(m: unknown, o: unknown): void }).add(
       (next: (args: { input: { ReceiptHandle?: string; VisibilityTimeout?: number } }) => Promise<unknown>, context: { commandName?: string }) =>
         async (args: { input: { ReceiptHandle?: string; VisibilityTimeout?: number } }) => {
+          if (context.commandName === 'SendMessageCommand') {
+            const at = root.now();
+            const result = await next(args) as { output?: { MessageId?: string } };
+            if (result.output?.MessageId) sentAt.set(result.output.MessageId, at);
+            return result;
+          }
           if (context.commandName !== 'ChangeMessageVisibilityCommand') return next(args);
           const entry = inFlight.get(args.input.ReceiptHandle ?? '');
           if (!entry) throw Object.assign(new Error('Message does not exist or is not available for visibility timeout change'), { name: 'MessageNotInflight' });
@@ -417,6 +426,10 @@ export async function awsSchedule(
       const record = toSqsRecord(m, urls.queueUrl);
       // SQS's first-receive time on the manual time line, which the handler compares with notBefore.
       record.attributes.ApproximateFirstReceiveTimestamp = String(firstReceivedAt.get(m.MessageId!));
+      // Likewise its send (a message the sweeper or the driver sent carries no delay to measure from it).
+      const sent = sentAt.get(m.MessageId!);
+      if (sent !== undefined) record.attributes.SentTimestamp = String(sent);
+      else delete (record.attributes as { SentTimestamp?: string }).SentTimestamp;
       return record;
     });
     return c.handler({ Records: records }, { awsRequestId: `${c.id}-${++c.invocations}` }).then(

@@ -6,12 +6,11 @@ import { InvalidInputError } from '../core/errors.ts';
 import type { Clock, Delivery, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { errorName } from './dynamo-errors.ts';
+import { DELAY_ATTRIBUTE, NOT_BEFORE_ATTRIBUTE, remainingDelayMs, stepReceiveCount, type DelayedMessage } from './sqs-delay.ts';
 
 /** A long poll's request may take its wait plus this: the clients' requestTimeout (10 s) would cut a 20 s poll. */
 const LONG_POLL_MARGIN_MS = 10_000;
 
-/** Message attribute carrying "not before" (epoch ms): FIFO queues have no per-message delay. */
-export const NOT_BEFORE_ATTRIBUTE = 'notBefore';
 export const DEFAULT_VISIBILITY_MS = 30_000;
 const MAX_VISIBILITY_SECONDS = 12 * 3600;
 const MAX_DEDUPLICATION_ID = 128;
@@ -47,9 +46,9 @@ export interface SqsRunQueueOptions {
  * makes harmless: it finds the run moved on and stops.
  *
  * FIFO queues have no per-message DelaySeconds, and the engine sends retry backoff as a delay. A delayed
- * message carries a notBefore attribute instead; whoever receives it early (this consumer, or the Lambda
- * handler) hides it again until then with ChangeMessageVisibility, which also holds back only that run's
- * group.
+ * message says when it is due instead (lib/aws/sqs-delay.ts); whoever receives it early (this consumer, or
+ * the Lambda handler) hides it again until then with ChangeMessageVisibility, which also holds back only
+ * that run's group.
  */
 export class SqsRunQueue implements RunQueue, RunQueueConsumer {
   constructor(private readonly options: SqsRunQueueOptions) {
@@ -68,7 +67,8 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
 
   async send(message: RunMessage, options: SendOptions = {}): Promise<void> {
     // A timer goes in a group of its own: hidden until due, it must not hold back the run's steps.
-    await this.sendMessage(message, deduplicationId(message, options.timer ? 'timer' : undefined), options.delayMs ?? 0, options.timer ? timerGroupId(message.runId) : message.runId);
+    const timer = options.timer === true;
+    await this.sendMessage(message, deduplicationId(message, timer ? 'timer' : undefined), options.delayMs ?? 0, timer ? timerGroupId(message.runId) : message.runId, !timer);
   }
 
   /**
@@ -94,8 +94,8 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
         MaxNumberOfMessages: Math.min(10, Math.max(1, options.max ?? 1)),
         WaitTimeSeconds: waitSeconds,
         VisibilityTimeout: seconds(options.visibilityMs ?? DEFAULT_VISIBILITY_MS),
-        MessageSystemAttributeNames: ['ApproximateReceiveCount', 'ApproximateFirstReceiveTimestamp'],
-        MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE],
+        MessageSystemAttributeNames: ['ApproximateReceiveCount', 'ApproximateFirstReceiveTimestamp', 'SentTimestamp'],
+        MessageAttributeNames: [NOT_BEFORE_ATTRIBUTE, DELAY_ATTRIBUTE],
       }), { requestTimeout: waitSeconds * 1000 + LONG_POLL_MARGIN_MS, ...(signal ? { abortSignal: signal } : {}) });
     } catch (error) {
       // The worker stopping (or its next sweep) cut the long poll, which held a SIGTERM'd `stepwise worker`
@@ -107,17 +107,19 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
     const deliveries: Delivery[] = [];
     for (const message of received.Messages ?? []) {
       if (!message.ReceiptHandle) continue;
-      const notBefore = message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue;
-      const waitMs = this.remainingDelayMs(notBefore);
+      const delayed: DelayedMessage = {
+        notBefore: message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue,
+        delayMs: message.MessageAttributes?.[DELAY_ATTRIBUTE]?.StringValue,
+        sentAt: message.Attributes?.SentTimestamp,
+        firstReceiveAt: message.Attributes?.ApproximateFirstReceiveTimestamp,
+        receiveCount: message.Attributes?.ApproximateReceiveCount,
+      };
+      const waitMs = this.remainingDelayMs(delayed);
       if (waitMs > 0) {
         await this.hide(message.ReceiptHandle, waitMs);
         continue;
       }
-      deliveries.push({
-        body: message.Body ?? '',
-        receiveCount: stepReceiveCount(message.Attributes?.ApproximateReceiveCount, message.Attributes?.ApproximateFirstReceiveTimestamp, notBefore),
-        receipt: message.ReceiptHandle,
-      });
+      deliveries.push({ body: message.Body ?? '', receiveCount: stepReceiveCount(delayed), receipt: message.ReceiptHandle });
     }
     return deliveries;
   }
@@ -136,10 +138,9 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
     await this.hide(delivery.receipt, delayMs);
   }
 
-  /** How long a message with this notBefore attribute must still wait (0 when due or absent). */
-  remainingDelayMs(notBefore: string | undefined): number {
-    const at = Number(notBefore);
-    return Number.isFinite(at) ? Math.max(0, at - this.now) : 0;
+  /** How long a received message must still be hidden, on this queue's clock and SQS's (0 when due or not delayed). */
+  remainingDelayMs(message: DelayedMessage): number {
+    return remainingDelayMs(message, this.now);
   }
 
   /** Makes a received message visible again after delayMs. A receipt that is no longer ours is ignored. */
@@ -153,35 +154,17 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
     }
   }
 
-  private async sendMessage(message: RunMessage, deduplication: string, delayMs: number, group: string): Promise<void> {
+  /** `backoff`: the delay is carried too, for SQS's clock to measure (lib/aws/sqs-delay.ts); a timer's is not. */
+  private async sendMessage(message: RunMessage, deduplication: string, delayMs: number, group: string, backoff = false): Promise<void> {
     await this.options.sqs.send(new SendMessageCommand({
       QueueUrl: this.options.queueUrl,
       // Exactly the engine's message: its parser refuses anything else.
       MessageBody: JSON.stringify({ runId: message.runId, version: message.version }),
       MessageGroupId: group,
       MessageDeduplicationId: deduplication,
-      ...(delayMs > 0
-        ? { MessageAttributes: { [NOT_BEFORE_ATTRIBUTE]: { DataType: 'Number', StringValue: String(this.now + delayMs) } } }
-        : {}),
+      ...(delayMs > 0 ? { MessageAttributes: delayAttributes(this.now, delayMs, backoff) } : {}),
     }));
   }
-}
-
-/** A first receive this long before notBefore was early: it was hidden again, not handed to the engine. */
-const EARLY_RECEIVE_MARGIN_MS = 500;
-
-/**
- * The receive count to hand to the engine, which counts a delivery above 1 as a restart of the step. SQS
- * also counts the early receive of a delayed message, which was only hidden again until notBefore; when
- * the first receive came clearly before notBefore, that one is taken off (the hide lasts until notBefore,
- * so there is usually no second early receive). Off by one at most, and then too high, never too low.
- */
-export function stepReceiveCount(receiveCount: string | undefined, firstReceiveAt: string | undefined, notBefore: string | undefined): number {
-  const count = Number(receiveCount ?? 1);
-  const first = Number(firstReceiveAt);
-  const due = Number(notBefore);
-  if (count <= 1 || !Number.isFinite(first) || !Number.isFinite(due)) return count;
-  return first < due - EARLY_RECEIVE_MARGIN_MS ? count - 1 : count;
 }
 
 export function deduplicationId(message: RunMessage, token?: string): string {
@@ -202,4 +185,9 @@ function timerGroupId(runId: string): string {
 
 function seconds(ms: number): number {
   return Math.min(MAX_VISIBILITY_SECONDS, Math.max(0, Math.ceil(ms / 1000)));
+}
+
+function delayAttributes(now: number, delayMs: number, backoff: boolean): Record<string, { DataType: string; StringValue: string }> {
+  const attributes = { [NOT_BEFORE_ATTRIBUTE]: { DataType: 'Number', StringValue: String(now + delayMs) } };
+  return backoff ? { ...attributes, [DELAY_ATTRIBUTE]: { DataType: 'Number', StringValue: String(Math.ceil(delayMs)) } } : attributes;
 }

@@ -72,6 +72,28 @@ describe('SQS FIFO run queue', () => {
     expect(delivered[0]!.receiveCount).toBe(1);
   });
 
+  it('hides a backoff sent by a clock an hour ahead for its delay by SQS\'s clock, where it stood still an hour more', async () => {
+    resources = await createTestResources('queue-delay-skew');
+    const sender = resources.runtime({ clock: { now: () => Date.now() + 3_600_000 } }).queue;
+    const receiver = resources.runtime().queue;
+    await sender.send({ runId: 'r', version: 2 }, { delayMs: 1000 });
+    expect(await receiver.receive({ max: 10 })).toEqual([]);
+    let delivered: Awaited<ReturnType<typeof receiver.receive>> = [];
+    for (let i = 0; i < 5 && !delivered.length; i++) delivered = await receiver.receive({ max: 10, waitMs: 1000 });
+    expect(delivered.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'r', version: 2 }]);
+    expect(delivered[0]!.receiveCount).toBe(1);
+  });
+
+  it('sends a wait\'s timer without its delay: the receiver\'s clock alone decides it, as the engine checks the deadline on it', async () => {
+    resources = await createTestResources('queue-timer-delay');
+    const queue = resources.runtime().queue;
+    await queue.send({ runId: 't', version: 1 }, { delayMs: 1000, timer: true });
+    await queue.send({ runId: 'b', version: 1 }, { delayMs: 1000 });
+    const raw = await receiveAll(resources.clients, resources.queueUrl);
+    const attributes = Object.fromEntries(raw.map((m) => [JSON.parse(m.Body!).runId, Object.keys(m.MessageAttributes ?? {}).sort()]));
+    expect(attributes).toEqual({ t: ['notBefore'], b: ['delayMs', 'notBefore'] });
+  });
+
   it('redrives past the deduplication of the original send, once per token', async () => {
     resources = await createTestResources('queue-redrive');
     const queue = resources.runtime().queue;

@@ -3,7 +3,7 @@ import { ChangeMessageVisibilityCommand, DeleteMessageCommand, SendMessageComman
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineAgent, type AgentDefinition } from '../../lib/agent.ts';
-import { NOT_BEFORE_ATTRIBUTE } from '../../lib/aws/sqs-run-queue.ts';
+import { NOT_BEFORE_ATTRIBUTE } from '../../lib/aws/sqs-delay.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import type { Model } from '../../lib/ports.ts';

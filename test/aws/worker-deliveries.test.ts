@@ -4,7 +4,7 @@ import type { SQSRecord } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition } from '../../lib/agent.ts';
-import { NOT_BEFORE_ATTRIBUTE } from '../../lib/aws/sqs-run-queue.ts';
+import { DELAY_ATTRIBUTE, NOT_BEFORE_ATTRIBUTE } from '../../lib/aws/sqs-delay.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { idempotencyKey } from '../../lib/core/keys.ts';
 import { createTestResources, queueDepth, receiveAll, startTestRun, type TestResources } from './aws-fixtures.ts';
@@ -208,6 +208,27 @@ describe('ordering and delays on the FIFO queue', () => {
     expect(response.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(['a', 'b']);
     const handledRuns = lines.filter((l) => l.event === 'unknown-run').map((l) => l.runId);
     expect(handledRuns).toEqual(['ghost-c']);
+  });
+
+  it('handles a backoff its sender stamped an hour ahead once SQS\'s clock says it is due, where it was hidden an hour more', async () => {
+    resources = await createTestResources('skewed-backoff');
+    const { log, lines } = captureLogs();
+    const w = worker({ resources, agent: writeRowsAgent(new FakeDatabase()), model: new ScriptedModel({ steps: 1 }), log });
+    const now = Date.now();
+    const record = (id: string, delayMs: string | undefined): SQSRecord => ({
+      messageId: id, receiptHandle: `receipt-${id}`, body: JSON.stringify({ runId: `ghost-${id}`, version: 1 }),
+      // Sent 5 s ago by SQS's clock with a 1 s backoff, by a worker whose clock ran an hour ahead.
+      attributes: { ApproximateReceiveCount: '1', SentTimestamp: String(now - 5_000), SenderId: 'x', ApproximateFirstReceiveTimestamp: String(now), MessageGroupId: id },
+      messageAttributes: {
+        [NOT_BEFORE_ATTRIBUTE]: { dataType: 'Number', stringValue: String(now - 5_000 + 3_600_000 + 1_000) },
+        ...(delayMs ? { [DELAY_ATTRIBUTE]: { dataType: 'Number', stringValue: delayMs } } : {}),
+      },
+      md5OfBody: '', eventSource: 'aws:sqs', eventSourceARN: 'arn', awsRegion: 'us-east-1',
+    });
+    // The one without its delay (older code, or a timer) is hidden by this worker's clock.
+    const response = await w.handler(sqsEvent([record('backoff', '1000'), record('stamped', undefined)]), { awsRequestId: 'skewed' });
+    expect(response.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(['stamped']);
+    expect(lines.filter((l) => l.event === 'unknown-run').map((l) => l.runId)).toEqual(['ghost-backoff']);
   });
 
   it('holds a retry back until its backoff has passed (FIFO queues have no per-message delay)', async () => {

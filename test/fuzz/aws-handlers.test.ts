@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defineAgent } from '../../lib/agent.ts';
 import { DynamoEventBuffer } from '../../lib/aws/dynamo-event-buffer.ts';
 import { createEventHandler } from '../../lib/aws/event-handler.ts';
-import { NOT_BEFORE_ATTRIBUTE } from '../../lib/aws/sqs-run-queue.ts';
+import { NOT_BEFORE_ATTRIBUTE } from '../../lib/aws/sqs-delay.ts';
 import { decodeState } from '../../lib/core/codec.ts';
 import { runIdForEvent } from '../../lib/engine/start-from-event.ts';
 import { createHttpApp } from '../../lib/http/app.ts';
