@@ -59,7 +59,8 @@ export async function holdWhileRenewing<T>(input: {
     stop();
     lost.abort(reason);
   };
-  const abort = (reason?: string) => end(new ClaimLostError(input.key, reason));
+  // With a reason: given up by this holder; without: the store said the key is another attempt's.
+  const abort = (givenUp?: string) => end(new ClaimLostError(input.key, givenUp));
   const settle = (sentAt: number, sentAfter: number, ours: boolean) => {
     if (!ours) return abort();
     heldUntil = Math.max(heldUntil, sentAt + input.leaseMs);

@@ -49,7 +49,10 @@ function queueDueAt(message: DelayedMessage): number | undefined {
 function queueRemainingMs(message: DelayedMessage): number | undefined {
   const due = queueDueAt(message);
   if (due === undefined) return undefined;
-  // A later receive comes after the first receiver's hide, or after a step that took it as due.
+  // A later receive comes after the first receiver's hide, or after a step that took it as due. Not
+  // always: a record a Lambda batch hands back at once, behind a failed one of its run (FIFO order), or
+  // one whose hide was refused, comes again before it is due, and is then taken a backoff early, as by a
+  // receiver whose clock runs ahead (harmless: the step's version check).
   if (Number(message.receiveCount ?? 1) > 1) return 0;
   // The first receive is now, by the queue's clock.
   const first = Number(message.firstReceiveAt);

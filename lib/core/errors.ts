@@ -164,9 +164,10 @@ export class IdempotencyInProgressError extends TransientError {
  */
 export class ClaimLostError extends TransientError {
   readonly taken: boolean;
-  constructor(readonly key: string, reason?: string) {
-    super(`the claim on idempotency key ${key} was lost: ${reason ?? 'the lease ran out and another attempt took the key'}`);
-    this.taken = reason === undefined;
+  /** `givenUp`: why this holder gave the claim up; without it, the store said another attempt took the key. */
+  constructor(readonly key: string, givenUp?: string) {
+    super(`the claim on idempotency key ${key} was lost: ${givenUp ?? 'the lease ran out and another attempt took the key'}`);
+    this.taken = givenUp === undefined;
   }
 }
 
