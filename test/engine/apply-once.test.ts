@@ -171,10 +171,13 @@ describe('ctx.once in the engine: one application per key', () => {
     b.runtime.close();
   });
 
-  it('a worker frozen inside ctx.once past its lease, whose effect then finishes, warns that the effect may have been applied twice', async () => {
+  /**
+   * Worker A frozen (SIGSTOP, a GC pause) inside its step's effect past its lease and its message's
+   * visibility; worker B, on the message's next delivery, inside the effect too, the key taken over.
+   */
+  async function frozenInsideOnce(effects: Effects) {
     db = tempDb();
     const clock = new ManualClock();
-    const effects = new Effects();
     const agentFor = effects.agent(clock);
     const frozen = clock.process();
     const logA = capturedLog();
@@ -184,16 +187,20 @@ describe('ctx.once in the engine: one application per key', () => {
     a.deps.log = logA.log;
     b.deps.log = logB.log;
     await start(a.deps);
-
     const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     const aStep = handleDelivery(a.deps, m1!);
     await until(() => effects.entries.length === 1);
-    // A freezes (SIGSTOP, a GC pause) inside the effect, past its lease and its message's visibility.
     frozen.freeze();
     clock.advance(LEASE_MS + 1);
     const [again] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
     const bStep = handleDelivery(b.deps, again!);
     await until(() => effects.entries.length === 2);
+    return { clock, frozen, a, b, logA, logB, m1: m1!, aStep, bStep };
+  }
+
+  it('a worker frozen inside ctx.once past its lease, whose effect then finishes, warns that the effect may have been applied twice', async () => {
+    const effects = new Effects();
+    const { frozen, a, b, logA, logB, aStep, bStep } = await frozenInsideOnce(effects);
     // A comes back and its effect finishes while B's runs: both may have applied it.
     await frozen.thaw();
     effects.entries[0]!.held.finish('row 1 written by A');
@@ -210,25 +217,8 @@ describe('ctx.once in the engine: one application per key', () => {
   });
 
   it('a worker frozen inside ctx.once past its lease, whose effect then fails, counts for nothing: the taker-over commits the step', async () => {
-    db = tempDb();
-    const clock = new ManualClock();
     const effects = new Effects();
-    const agentFor = effects.agent(clock);
-    const frozen = clock.process();
-    const logA = capturedLog();
-    const a = workerProcess({ dbPath: db.path, agent: agentFor('A'), model: new StubModel(writeRowsScript(1)), clock: frozen, workerId: 'A' });
-    const b = workerProcess({ dbPath: db.path, agent: agentFor('B'), model: new StubModel(writeRowsScript(1)), clock: clock.process(), workerId: 'B' });
-    a.deps.log = logA.log;
-    await start(a.deps);
-
-    const [m1] = await a.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
-    const aStep = handleDelivery(a.deps, m1!);
-    await until(() => effects.entries.length === 1);
-    frozen.freeze();
-    clock.advance(LEASE_MS + 1);
-    const [again] = await b.runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
-    const bStep = handleDelivery(b.deps, again!);
-    await until(() => effects.entries.length === 2);
+    const { clock, frozen, a, b, logA, m1, aStep, bStep } = await frozenInsideOnce(effects);
     // A comes back to find the key B's, and its effect fails (with whatever the tool throws, not the
     // signal's reason): not a try of the step. It writes nothing, so B's checkpoint is not fenced off,
     // and hands its message back for a moment, where a recorded failure would count against the run.
@@ -239,7 +229,7 @@ describe('ctx.once in the engine: one application per key', () => {
     // A's start was taken back, B's counted: no restart of the step is left.
     const loaded = (await a.runtime.store.load('run'))!;
     expect([loaded.version, loaded.restarts ?? 0]).toEqual([1, 0]);
-    await a.runtime.queue.release(m1!, 1000);
+    await a.runtime.queue.release(m1, 1000);
     effects.entries[1]!.held.finish('row 1 written by B');
     expect(await bStep).toMatchObject({ action: 'ack' });
     effects.auto = true;
