@@ -2,6 +2,7 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineAgent, tool, type AgentDefinition, type ToolContext } from '../../lib/agent.ts';
+import { ClaimLostError } from '../../lib/core/errors.ts';
 import type { EngineDeps } from '../../lib/engine/deps.ts';
 import { retryRun } from '../../lib/engine/operate/retry.ts';
 import { handleDelivery, type Handled } from '../../lib/engine/handle-message.ts';
@@ -242,6 +243,50 @@ describe('ctx.once in the engine: one application per key', () => {
     expect(effects.applied).toBe(1);
     a.runtime.close();
     b.runtime.close();
+  });
+
+  it('a holder that gives its claim up at every try writes nothing, and the run fails as a crashing worker at the try limit, where it was handed back for ever', async () => {
+    db = tempDb();
+    const clock = new ManualClock();
+    let applied = 0;
+    const agent = defineAgent({
+      name: 'gives-up', tools: [tool({
+        name: 'write_row', description: 'writes one row through ctx.once', input: z.object({ row: z.number() }), sideEffect: true,
+        run: (_input, ctx) => ctx.once(async (signal) => { signal.throwIfAborted(); applied++; return 'written'; }),
+      })],
+    });
+    const { deps, runtime } = workerProcess({ dbPath: db.path, agent, model: new StubModel(writeRowsScript(1)), clock, workerId: 'A' });
+    // A store whose renewals are never confirmed (a fault no server here produces on demand): every claim
+    // is given up before its effect acts, as by a holder cut off from the store.
+    deps.ledger = {
+      once: (key, _args, effect) => {
+        const given = new AbortController();
+        given.abort(new ClaimLostError(key, 'no renewal was confirmed for 40500 ms, after which another attempt may take the key over'));
+        return Promise.resolve().then(() => effect(given.signal));
+      },
+    };
+    await start(deps);
+    let crashes = 0;
+    for (let i = 0; i < 20; i++) {
+      const [delivery] = await runtime.queue.receive({ visibilityMs: VISIBILITY_MS });
+      if (!delivery) break;
+      try {
+        const handled = await handleDelivery(deps, delivery);
+        await (handled.action === 'ack' ? runtime.queue.ack(delivery) : runtime.queue.release(delivery, handled.delayMs));
+      } catch (error) {
+        expect(error).toMatchObject({ name: 'ClaimLostError', taken: false });
+        crashes++;
+        await runtime.queue.release(delivery, 0);
+      }
+    }
+    const state = await loadState(runtime);
+    // Its one failure is the crash loop's, recorded by the eleventh start.
+    expect(state).toMatchObject({ status: 'failed', failures: 1, reason: expect.stringContaining('it was started 11 times without finishing') });
+    expect(crashes).toBe(10);
+    expect(applied).toBe(0);
+    // The start, then the crash loop's failure: no try wrote a failure of its own.
+    expect((await runtime.store.history('run')).map((h) => h.status)).toEqual(['running', 'failed']);
+    runtime.close();
   });
 
   it('ctx.once takes a lease: the claim lasts leaseMs, and a bad lease fails the run with the reason', async () => {
