@@ -29,6 +29,34 @@ export interface DelayedMessage {
   receiveCount?: string | undefined;
 }
 
+/** A message as ReceiveMessage returns it (the SDK's names), with the attributes a receive asks for. */
+export function delayedOfMessage(message: {
+  MessageAttributes?: Record<string, { StringValue?: string | undefined }> | undefined;
+  Attributes?: Partial<Record<string, string>> | undefined;
+}): DelayedMessage {
+  return {
+    notBefore: message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue,
+    delayMs: message.MessageAttributes?.[DELAY_ATTRIBUTE]?.StringValue,
+    sentAt: message.Attributes?.SentTimestamp,
+    firstReceiveAt: message.Attributes?.ApproximateFirstReceiveTimestamp,
+    receiveCount: message.Attributes?.ApproximateReceiveCount,
+  };
+}
+
+/** A record of a Lambda's SQS event (its own names for the same). */
+export function delayedOfRecord(record: {
+  messageAttributes?: Record<string, { stringValue?: string | undefined }> | undefined;
+  attributes: { SentTimestamp?: string; ApproximateFirstReceiveTimestamp?: string; ApproximateReceiveCount?: string };
+}): DelayedMessage {
+  return {
+    notBefore: record.messageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.stringValue,
+    delayMs: record.messageAttributes?.[DELAY_ATTRIBUTE]?.stringValue,
+    sentAt: record.attributes.SentTimestamp,
+    firstReceiveAt: record.attributes.ApproximateFirstReceiveTimestamp,
+    receiveCount: record.attributes.ApproximateReceiveCount,
+  };
+}
+
 /** How long a message must still be hidden at `now` (the receiver's clock): 0 when due or not delayed. */
 export function remainingDelayMs(message: DelayedMessage, now: number): number {
   const at = Number(message.notBefore);

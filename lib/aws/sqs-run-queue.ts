@@ -6,7 +6,7 @@ import { InvalidInputError } from '../core/errors.ts';
 import type { Clock, Delivery, ReceiveOptions, RedriveOptions, RunMessage, RunQueue, RunQueueConsumer, SendOptions } from '../ports.ts';
 import { systemClock } from '../ports.ts';
 import { errorName } from './dynamo-errors.ts';
-import { DELAY_ATTRIBUTE, NOT_BEFORE_ATTRIBUTE, remainingDelayMs, stepReceiveCount, type DelayedMessage } from './sqs-delay.ts';
+import { DELAY_ATTRIBUTE, NOT_BEFORE_ATTRIBUTE, delayedOfMessage, remainingDelayMs, stepReceiveCount, type DelayedMessage } from './sqs-delay.ts';
 
 /** A long poll's request may take its wait plus this: the clients' requestTimeout (10 s) would cut a 20 s poll. */
 const LONG_POLL_MARGIN_MS = 10_000;
@@ -107,13 +107,7 @@ export class SqsRunQueue implements RunQueue, RunQueueConsumer {
     const deliveries: Delivery[] = [];
     for (const message of received.Messages ?? []) {
       if (!message.ReceiptHandle) continue;
-      const delayed: DelayedMessage = {
-        notBefore: message.MessageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.StringValue,
-        delayMs: message.MessageAttributes?.[DELAY_ATTRIBUTE]?.StringValue,
-        sentAt: message.Attributes?.SentTimestamp,
-        firstReceiveAt: message.Attributes?.ApproximateFirstReceiveTimestamp,
-        receiveCount: message.Attributes?.ApproximateReceiveCount,
-      };
+      const delayed = delayedOfMessage(message);
       const waitMs = this.remainingDelayMs(delayed);
       if (waitMs > 0) {
         await this.hide(message.ReceiptHandle, waitMs);

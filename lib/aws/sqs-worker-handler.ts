@@ -10,7 +10,7 @@ import { BUCKET_NAME_ENV, DEFAULT_RESERVE_MS, QUEUE_URL_ENV, TABLE_NAME_ENV } fr
 import { MISSING_RESOURCE_FIX, missingResource, type AwsResource } from './check-resources.ts';
 import { errorName } from './dynamo-errors.ts';
 import { describeRefusal } from './refusal.ts';
-import { DELAY_ATTRIBUTE, NOT_BEFORE_ATTRIBUTE, stepReceiveCount, type DelayedMessage } from './sqs-delay.ts';
+import { delayedOfRecord, stepReceiveCount } from './sqs-delay.ts';
 import type { SqsRunQueue } from './sqs-run-queue.ts';
 import type { WaitServices } from '../waits/services.ts';
 
@@ -86,13 +86,7 @@ export function createSqsWorkerHandler(options: SqsWorkerHandlerOptions): SqsWor
 async function handleRecord(deps: EngineDeps, options: SqsWorkerHandlerOptions, record: SQSRecord): Promise<boolean> {
   const queue = options.runtime.queue;
   const receiveCount = Number(record.attributes.ApproximateReceiveCount ?? 1);
-  const delayed: DelayedMessage = {
-    notBefore: record.messageAttributes?.[NOT_BEFORE_ATTRIBUTE]?.stringValue,
-    delayMs: record.messageAttributes?.[DELAY_ATTRIBUTE]?.stringValue,
-    sentAt: record.attributes.SentTimestamp,
-    firstReceiveAt: record.attributes.ApproximateFirstReceiveTimestamp,
-    receiveCount: record.attributes.ApproximateReceiveCount,
-  };
+  const delayed = delayedOfRecord(record);
   const waitMs = queue.remainingDelayMs(delayed);
   if (waitMs > 0) {
     // A retry with backoff that arrived early: hide it again until it is due (FIFO has no message delay).

@@ -3,10 +3,18 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createAwsClients } from '../../lib/aws/clients.ts';
 import { ensureQueue } from '../../lib/aws/provision.ts';
 import { SqsRunQueue, deduplicationId } from '../../lib/aws/sqs-run-queue.ts';
+import type { Delivery } from '../../lib/ports.ts';
 import { createTestResources, queueDepth, receiveAll, uniqueName, type TestResources } from './aws-fixtures.ts';
 
 let resources: TestResources | undefined;
 afterEach(() => resources?.close());
+
+/** The first receive that delivers anything, of five long polls of a second. */
+async function firstDelivered(queue: SqsRunQueue): Promise<Delivery[]> {
+  let delivered: Delivery[] = [];
+  for (let i = 0; i < 5 && !delivered.length; i++) delivered = await queue.receive({ max: 10, waitMs: 1000 });
+  return delivered;
+}
 
 describe('SQS FIFO run queue', () => {
   it('enqueues the message for a run version once, however often it is sent', async () => {
@@ -65,8 +73,7 @@ describe('SQS FIFO run queue', () => {
     await queue.send({ runId: 'r', version: 4 }, { delayMs: 1000 });
     expect(await queue.receive({ max: 10 })).toEqual([]);
     now += 1000; // the consumer's clock says it is due; SQS makes it visible after the hide it was given
-    let delivered: Awaited<ReturnType<typeof queue.receive>> = [];
-    for (let i = 0; i < 5 && !delivered.length; i++) delivered = await queue.receive({ max: 10, waitMs: 1000 });
+    const delivered = await firstDelivered(queue);
     expect(delivered.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'r', version: 4 }]);
     // The early receive was hidden again without reaching the step: it is not counted as a delivery.
     expect(delivered[0]!.receiveCount).toBe(1);
@@ -78,8 +85,7 @@ describe('SQS FIFO run queue', () => {
     const receiver = resources.runtime().queue;
     await sender.send({ runId: 'r', version: 2 }, { delayMs: 1000 });
     expect(await receiver.receive({ max: 10 })).toEqual([]);
-    let delivered: Awaited<ReturnType<typeof receiver.receive>> = [];
-    for (let i = 0; i < 5 && !delivered.length; i++) delivered = await receiver.receive({ max: 10, waitMs: 1000 });
+    const delivered = await firstDelivered(receiver);
     expect(delivered.map((d) => JSON.parse(d.body))).toEqual([{ runId: 'r', version: 2 }]);
     expect(delivered[0]!.receiveCount).toBe(1);
   });
